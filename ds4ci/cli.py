@@ -1,0 +1,299 @@
+"""The ``ds4ci`` command line: options in, one library call, exit code out.
+
+Heavy libraries (PyGithub, Jinja2, requests, jsonschema) are imported inside the commands
+that need them, so ``ds4ci --help`` stays fast.
+"""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+from typing import Annotated, NoReturn
+
+import typer
+
+from ds4ci import __version__
+from ds4ci.errors import EXIT_ERROR, Ds4ciError
+
+app = typer.Typer(
+    name="ds4ci",
+    help=(
+        "DS4 reference-exact speculative-decoding parity gate.\n\n"
+        "Runs the inference server as plain greedy (target-only) decoding and with reference-exact "
+        "speculative decoding at several draft widths, proves the token IDs are identical and that "
+        "speculation really ran and rolled back, keeps the evidence, and reports to pull requests.\n\n"
+        "Exit codes: 0 pass, 1 fail (contract violated), 2 usage or configuration error, "
+        "3 error (no verdict could be reached)."
+    ),
+    no_args_is_help=True,
+    add_completion=False,
+    pretty_exceptions_enable=False,
+    rich_markup_mode=None,
+)
+
+
+def _fail(exc: Ds4ciError) -> NoReturn:
+    typer.echo(f"ds4ci: error: {exc}", err=True)
+    raise typer.Exit(exc.exit_code)
+
+
+def _version_callback(value: bool) -> None:
+    if value:
+        typer.echo(f"ds4ci {__version__}")
+        raise typer.Exit(0)
+
+
+@app.callback()
+def _root(
+    version: Annotated[
+        bool,
+        typer.Option("--version", callback=_version_callback, is_eager=True, help="Print the version and exit."),
+    ] = False,
+) -> None:
+    """DS4 reference-exact speculative-decoding parity gate."""
+
+
+@app.command()
+def gate(
+    config: Annotated[
+        Path | None, typer.Option(help="ds4ci.toml with the gate settings; flags below override it.")
+    ] = None,
+    server_bin: Annotated[
+        Path | None, typer.Option(help="The inference server binary (dflash_server, or any program speaking its protocol).")
+    ] = None,
+    server_sha256: Annotated[
+        str | None, typer.Option(help="Pinned SHA-256 of the server binary; its identity is recorded either way.")
+    ] = None,
+    target: Annotated[Path | None, typer.Option(help="Target model file (GGUF).")] = None,
+    target_sha256: Annotated[str | None, typer.Option(help="Pinned SHA-256 of the target model (required).")] = None,
+    draft: Annotated[Path | None, typer.Option(help="Draft model file (GGUF).")] = None,
+    draft_sha256: Annotated[str | None, typer.Option(help="Pinned SHA-256 of the draft model (required).")] = None,
+    prompt_file: Annotated[
+        list[Path] | None,
+        typer.Option(help="Prompt text file; repeat for several prompts, each paired in order with --prompt-sha256."),
+    ] = None,
+    prompt_sha256: Annotated[
+        list[str] | None, typer.Option(help="Pinned SHA-256 of the prompt file given in the same position.")
+    ] = None,
+    evidence_dir: Annotated[
+        Path | None,
+        typer.Option(help="Directory that keeps every attempt; finished runs are promoted here and never replaced."),
+    ] = None,
+    results_out: Annotated[
+        Path | None, typer.Option(help="Also write results.json here (the evidence keeps its own copy).")
+    ] = None,
+    runner: Annotated[
+        str | None, typer.Option(help="Runner name, used in the status context ds4ci/<runner>. Default: host name.")
+    ] = None,
+    widths: Annotated[
+        str | None, typer.Option(help="Comma-separated draft widths q to prove, each >= 2. Default: 2,3,4.")
+    ] = None,
+    max_tokens: Annotated[int | None, typer.Option(help="Tokens generated per request (>= 2). Default: 96.")] = None,
+    seed: Annotated[int | None, typer.Option(help="Request seed. Default: 1234.")] = None,
+    repeats: Annotated[
+        int | None, typer.Option(help="Requests per prompt on every server (lifecycle check). Default: 2.")
+    ] = None,
+    target_device: Annotated[str | None, typer.Option(help="Server --target-device, e.g. hip:0 or cuda:0. Default: hip:0.")] = None,
+    max_ctx: Annotated[int | None, typer.Option(help="Server --max-ctx. Default: 4096.")] = None,
+    chunk: Annotated[int | None, typer.Option(help="Server --chunk. Default: 512.")] = None,
+    mmvq_max_ncols: Annotated[
+        int | None, typer.Option(help="LUCE_MMVQ_MAX_NCOLS for every arm; must be >= the largest width. Default: largest width.")
+    ] = None,
+    startup_timeout: Annotated[float | None, typer.Option(help="Seconds a server may take to answer /health. Default: 600.")] = None,
+    request_timeout: Annotated[float | None, typer.Option(help="Seconds one completion request may take. Default: 600.")] = None,
+    stop_timeout: Annotated[
+        float | None, typer.Option(help="Seconds between SIGTERM and SIGKILL of a server's process group. Default: 10.")
+    ] = None,
+    no_hash_cache: Annotated[
+        bool, typer.Option("--no-hash-cache", help="Re-read every file instead of trusting the hash cache.")
+    ] = False,
+    source_dir: Annotated[
+        Path | None,
+        typer.Option(help="Git checkout of the server source; its revisions are recorded in results.json."),
+    ] = None,
+    base_ref: Annotated[str | None, typer.Option(help="Base ref for the revisions record (with --source-dir).")] = None,
+    upstream_ref: Annotated[
+        str | None, typer.Option(help="Upstream main ref for the revisions record (with --source-dir).")
+    ] = None,
+) -> None:
+    """Run the parity gate: 1 target-only server + 1 reference-exact server per width.
+
+    Every pinned SHA-256 is verified before any server starts. Evidence of the attempt is kept
+    under --evidence-dir whatever the outcome.
+    """
+    from ds4ci.commands.gate import run_gate_command
+
+    overrides = {
+        "server_bin": server_bin,
+        "server_sha256": server_sha256,
+        "target": target,
+        "target_sha256": target_sha256,
+        "draft": draft,
+        "draft_sha256": draft_sha256,
+        "prompt_files": prompt_file,
+        "prompt_sha256s": prompt_sha256,
+        "evidence_dir": evidence_dir,
+        "results_out": results_out,
+        "runner": runner,
+        "widths": widths,
+        "max_tokens": max_tokens,
+        "seed": seed,
+        "repeats": repeats,
+        "target_device": target_device,
+        "max_ctx": max_ctx,
+        "chunk": chunk,
+        "mmvq_max_ncols": mmvq_max_ncols,
+        "startup_timeout": startup_timeout,
+        "request_timeout": request_timeout,
+        "stop_timeout": stop_timeout,
+        "hash_cache": False if no_hash_cache else None,
+        "source_dir": source_dir,
+        "base_ref": base_ref,
+        "upstream_ref": upstream_ref,
+    }
+    try:
+        code = run_gate_command(config, overrides)
+    except Ds4ciError as exc:
+        _fail(exc)
+    raise typer.Exit(code)
+
+
+@app.command()
+def demo(
+    keep: Annotated[
+        Path | None, typer.Option(help="Keep the demo workspace (models, evidence, results) in this new directory.")
+    ] = None,
+) -> None:
+    """Show the gate on the bundled simulator: a pass at q=2,3,4, then a leaked approximate verifier caught.
+
+    Needs no GPU. Exits 0 only when the pass passes and the failure is caught.
+    """
+    from ds4ci.commands.demo import run_demo
+
+    try:
+        code = run_demo(keep)
+    except Ds4ciError as exc:
+        _fail(exc)
+    raise typer.Exit(code)
+
+
+@app.command()
+def report(
+    results: Annotated[list[Path], typer.Argument(help="One results.json per runner.")],
+    format: Annotated[
+        str, typer.Option("--format", help="comment (PR comment, <= 60,000 bytes) or summary (job summary).")
+    ] = "comment",
+    template_dir: Annotated[
+        Path | None, typer.Option(help="Directory of Jinja2 templates overriding the bundled ones.")
+    ] = None,
+    output: Annotated[Path | None, typer.Option(help="Write here instead of standard output.")] = None,
+    run_url: Annotated[str | None, typer.Option(help="Link to the workflow run, shown in the footer.")] = None,
+) -> None:
+    """Render one or more runners' results.json as Markdown (escaped, size-bounded)."""
+    from ds4ci.commands.report import run_report
+
+    try:
+        code = run_report(results, fmt=format, template_dir=template_dir, output=output, run_url=run_url)
+    except Ds4ciError as exc:
+        _fail(exc)
+    raise typer.Exit(code)
+
+
+@app.command()
+def publish(
+    results: Annotated[list[Path] | None, typer.Argument(help="One results.json per runner.")] = None,
+    repo: Annotated[str | None, typer.Option(help="OWNER/NAME of the repository.")] = None,
+    pr: Annotated[int | None, typer.Option(help="Pull request number: sticky comment + statuses on its head.")] = None,
+    sha: Annotated[str | None, typer.Option(help="Full 40-hex commit SHA to set statuses on.")] = None,
+    api_url: Annotated[
+        str | None, typer.Option(help="GitHub API base URL. Default: $GITHUB_API_URL or https://api.github.com.")
+    ] = None,
+    target_url: Annotated[str | None, typer.Option(help="Link for the statuses (the workflow run).")] = None,
+    token_env: Annotated[str, typer.Option(help="Name of the environment variable holding the token.")] = "GITHUB_TOKEN",
+    dry_run: Annotated[bool, typer.Option("--dry-run", help="Print the comment and statuses; send nothing.")] = False,
+    no_comment: Annotated[bool, typer.Option("--no-comment", help="Do not create or edit the sticky comment.")] = False,
+    no_status: Annotated[bool, typer.Option("--no-status", help="Do not set commit statuses.")] = False,
+    pending: Annotated[
+        bool, typer.Option("--pending", help="Post a pending ds4ci/<runner> status (job start); needs --runner and --sha.")
+    ] = False,
+    runner: Annotated[str | None, typer.Option(help="Runner name for --pending.")] = None,
+    template_dir: Annotated[
+        Path | None, typer.Option(help="Directory of Jinja2 templates overriding the bundled ones.")
+    ] = None,
+    summary_file: Annotated[
+        Path | None,
+        typer.Option(help="Where the job summary goes. Default: $GITHUB_STEP_SUMMARY when set."),
+    ] = None,
+) -> None:
+    """Post the sticky PR comment and one commit status per runner (context ds4ci/<runner>).
+
+    Only a passing, valid result for exactly the commit being set can ever become a green status.
+    """
+    from ds4ci.commands.publish import run_publish
+
+    try:
+        code = run_publish(
+            results or [],
+            repo=repo,
+            pr=pr,
+            sha=sha,
+            api_url=api_url,
+            target_url=target_url,
+            token_env=token_env,
+            dry_run=dry_run,
+            no_comment=no_comment,
+            no_status=no_status,
+            pending=pending,
+            runner=runner,
+            template_dir=template_dir,
+            summary_file=summary_file,
+        )
+    except Ds4ciError as exc:
+        _fail(exc)
+    raise typer.Exit(code)
+
+
+@app.command()
+def preflight(
+    config: Annotated[Path | None, typer.Option(help="ds4ci.toml: model files and stale override files to check.")] = None,
+    runner: Annotated[str | None, typer.Option(help="Runner name recorded with the fingerprint.")] = None,
+    json_out: Annotated[bool, typer.Option("--json", help="Print the fingerprint and checks as JSON.")] = False,
+    deadline: Annotated[float, typer.Option(help="Hard deadline in seconds for the GPU health probe.")] = 20.0,
+) -> None:
+    """Check that this runner is ready (GPU answers, files present, no stale overrides) and fingerprint it.
+
+    A probe stuck in uninterruptible sleep cannot hold the job: the deadline is enforced here.
+    Exit 0 ready, 3 not ready.
+    """
+    from ds4ci.commands.preflight import run_preflight
+
+    try:
+        code = run_preflight(config=config, runner=runner, as_json=json_out, deadline_s=deadline)
+    except Ds4ciError as exc:
+        _fail(exc)
+    raise typer.Exit(code)
+
+
+@app.command()
+def revisions(
+    repo_dir: Annotated[Path, typer.Option(help="Git checkout to describe.")] = Path("."),
+    head_ref: Annotated[str, typer.Option(help="The revision under test.")] = "HEAD",
+    base_ref: Annotated[str | None, typer.Option(help="The PR's base branch ref, e.g. origin/main.")] = None,
+    upstream_ref: Annotated[str | None, typer.Option(help="Upstream main ref, e.g. upstream/main.")] = None,
+) -> None:
+    """Print head, base, upstream, merge base and a synthetic merge analysis as JSON."""
+    from ds4ci.commands.revisions import run_revisions
+
+    try:
+        code = run_revisions(repo_dir=repo_dir, head_ref=head_ref, base_ref=base_ref, upstream_ref=upstream_ref)
+    except Ds4ciError as exc:
+        _fail(exc)
+    raise typer.Exit(code)
+
+
+def main() -> None:
+    try:
+        app()
+    except KeyboardInterrupt:
+        typer.echo("ds4ci: interrupted", err=True)
+        sys.exit(EXIT_ERROR)

@@ -1,0 +1,1 @@
+"""One module per CLI command: options already parsed, library calls, an exit code back."""

@@ -1,0 +1,107 @@
+"""The versioned ``results.json`` document: schema, strict loading, atomic writing.
+
+A results file may come from an artifact of a fork's run, so loading treats it as untrusted:
+size limit first, strict JSON (no duplicate keys, no NaN/Infinity), then the JSON Schema.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import tempfile
+from collections.abc import Iterable
+from importlib import resources
+from pathlib import Path
+from typing import Any
+
+from ds4ci.errors import ResultsError
+
+SCHEMA_ID = "ds4ci/result/v1"
+MAX_RESULTS_BYTES = 8 * 1024 * 1024
+
+Results = dict[str, Any]
+
+
+def schema() -> dict[str, Any]:
+    text = resources.files("ds4ci").joinpath("schema/result-v1.json").read_text(encoding="utf-8")
+    loaded: dict[str, Any] = json.loads(text)
+    return loaded
+
+
+def _reject_duplicate_keys(pairs: Iterable[tuple[str, Any]]) -> dict[str, Any]:
+    out: dict[str, Any] = {}
+    for key, value in pairs:
+        if key in out:
+            raise ResultsError(f"duplicate key {key!r} in results JSON: a results file must be unambiguous")
+        out[key] = value
+    return out
+
+
+def _reject_constant(name: str) -> Any:
+    raise ResultsError(f"non-standard JSON constant {name} in results file; expected finite numbers only")
+
+
+def validate(doc: Any, source: str = "results") -> Results:
+    """Validate a parsed document against the v1 schema; return it typed, or raise ResultsError."""
+    import jsonschema  # heavy import kept off the CLI start-up path
+
+    if not isinstance(doc, dict):
+        raise ResultsError(f"{source}: expected a JSON object at the top level, found {type(doc).__name__}")
+    if doc.get("schema") != SCHEMA_ID:
+        raise ResultsError(f"{source}: expected \"schema\": \"{SCHEMA_ID}\", found {doc.get('schema')!r}")
+    validator = jsonschema.Draft202012Validator(schema(), format_checker=jsonschema.FormatChecker())
+    errors = sorted(validator.iter_errors(doc), key=lambda e: list(e.absolute_path))
+    if errors:
+        first = errors[0]
+        where = "/".join(str(p) for p in first.absolute_path) or "(top level)"
+        more = f" (and {len(errors) - 1} more)" if len(errors) > 1 else ""
+        raise ResultsError(f"{source}: schema violation at {where}: {first.message[:300]}{more}")
+    return doc
+
+
+def loads(data: bytes, source: str = "results") -> Results:
+    if len(data) > MAX_RESULTS_BYTES:
+        raise ResultsError(f"{source}: {len(data)} bytes is over the {MAX_RESULTS_BYTES}-byte limit for results")
+    try:
+        text = data.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        raise ResultsError(f"{source}: not UTF-8 ({exc})") from exc
+    try:
+        doc = json.loads(text, object_pairs_hook=_reject_duplicate_keys, parse_constant=_reject_constant)
+    except json.JSONDecodeError as exc:
+        raise ResultsError(f"{source}: not valid JSON ({exc})") from exc
+    return validate(doc, source)
+
+
+def load(path: Path) -> Results:
+    """Read and strictly validate one results file."""
+    try:
+        size = path.stat().st_size
+        if size > MAX_RESULTS_BYTES:
+            raise ResultsError(f"{path}: {size} bytes is over the {MAX_RESULTS_BYTES}-byte limit for results")
+        with path.open("rb") as fh:
+            data = fh.read(MAX_RESULTS_BYTES + 1)
+    except OSError as exc:
+        raise ResultsError(f"cannot read results file {path}: {exc.strerror or exc}") from exc
+    return loads(data, str(path))
+
+
+def dumps(doc: Results) -> str:
+    return json.dumps(doc, indent=2, sort_keys=True, allow_nan=False) + "\n"
+
+
+def write_atomic(path: Path, doc: Results) -> None:
+    """Write validated results to ``path`` via a temporary file and rename (never half-written)."""
+    validate(doc, str(path))
+    text = dumps(doc)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(prefix=".results-", suffix=".json", dir=path.parent)
+    try:
+        with os.fdopen(fd, "w", encoding="utf-8") as fh:
+            fh.write(text)
+            fh.flush()
+            os.fsync(fh.fileno())
+        Path(tmp).replace(path)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
