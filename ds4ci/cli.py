@@ -93,13 +93,17 @@ def gate(
     repeats: Annotated[
         int | None, typer.Option(help="Requests per prompt on every server (lifecycle check). Default: 2.")
     ] = None,
-    target_device: Annotated[str | None, typer.Option(help="Server --target-device, e.g. hip:0 or cuda:0. Default: hip:0.")] = None,
+    target_device: Annotated[
+        str | None, typer.Option(help="Server --target-device, e.g. hip:0 or cuda:0. Default: hip:0.")
+    ] = None,
     max_ctx: Annotated[int | None, typer.Option(help="Server --max-ctx. Default: 4096.")] = None,
     chunk: Annotated[int | None, typer.Option(help="Server --chunk. Default: 512.")] = None,
     mmvq_max_ncols: Annotated[
         int | None, typer.Option(help="LUCE_MMVQ_MAX_NCOLS for every arm; must be >= the largest width. Default: largest width.")
     ] = None,
-    startup_timeout: Annotated[float | None, typer.Option(help="Seconds a server may take to answer /health. Default: 600.")] = None,
+    startup_timeout: Annotated[
+        float | None, typer.Option(help="Seconds a server may take to answer /health. Default: 600.")
+    ] = None,
     request_timeout: Annotated[float | None, typer.Option(help="Seconds one completion request may take. Default: 600.")] = None,
     stop_timeout: Annotated[
         float | None, typer.Option(help="Seconds between SIGTERM and SIGKILL of a server's process group. Default: 10.")
@@ -276,7 +280,7 @@ def preflight(
 
 @app.command()
 def revisions(
-    repo_dir: Annotated[Path, typer.Option(help="Git checkout to describe.")] = Path("."),
+    repo_dir: Annotated[Path, typer.Option(help="Git checkout to describe.")] = Path(),
     head_ref: Annotated[str, typer.Option(help="The revision under test.")] = "HEAD",
     base_ref: Annotated[str | None, typer.Option(help="The PR's base branch ref, e.g. origin/main.")] = None,
     upstream_ref: Annotated[str | None, typer.Option(help="Upstream main ref, e.g. upstream/main.")] = None,
@@ -286,6 +290,53 @@ def revisions(
 
     try:
         code = run_revisions(repo_dir=repo_dir, head_ref=head_ref, base_ref=base_ref, upstream_ref=upstream_ref)
+    except Ds4ciError as exc:
+        _fail(exc)
+    raise typer.Exit(code)
+
+
+@app.command("dispatch-check")
+def dispatch_check(
+    pr: Annotated[str, typer.Option(help="Pull request number (required for workflow_dispatch).")] = "",
+    head_sha: Annotated[
+        str, typer.Option(help="Full 40-hex head SHA the maintainer reviewed; the run is refused if the PR moved.")
+    ] = "",
+    widths: Annotated[str, typer.Option(help="Comma-separated widths, e.g. 2,3,4; empty: those of ds4ci.toml.")] = "",
+    runners: Annotated[str, typer.Option(help="'all' or comma-separated runner names, e.g. gfx1151,sm86.")] = "all",
+    runner_table: Annotated[
+        str | None,
+        typer.Option(help='JSON list of {"name", "labels", "gpu"} replacing the built-in gfx1151/sm86 runners.'),
+    ] = None,
+    repo: Annotated[str | None, typer.Option(help="OWNER/NAME. Default: $GITHUB_REPOSITORY.")] = None,
+    api_url: Annotated[
+        str | None, typer.Option(help="GitHub API base URL. Default: $GITHUB_API_URL or https://api.github.com.")
+    ] = None,
+    token_env: Annotated[str, typer.Option(help="Name of the environment variable holding the token.")] = "GITHUB_TOKEN",
+    event_name: Annotated[str | None, typer.Option(help="Triggering event. Default: $GITHUB_EVENT_NAME.")] = None,
+    github_output: Annotated[
+        Path | None, typer.Option(help="Append the plan as step outputs here. Default: $GITHUB_OUTPUT when set.")
+    ] = None,
+) -> None:
+    """Validate a gate run's inputs against its event; verify a pinned PR head; print the run plan.
+
+    Exit 0 with outputs pr, head-sha, widths, runners, matrix, fork; 2 on bad input or a moved head;
+    3 when GitHub could not be asked.
+    """
+    from ds4ci.commands.dispatch import run_dispatch_check
+
+    try:
+        code = run_dispatch_check(
+            pr=pr,
+            head_sha=head_sha,
+            widths=widths,
+            runners=runners,
+            runner_table=runner_table,
+            repo=repo,
+            api_url=api_url,
+            token_env=token_env,
+            event_name=event_name,
+            github_output=github_output,
+        )
     except Ds4ciError as exc:
         _fail(exc)
     raise typer.Exit(code)

@@ -21,7 +21,7 @@ from ds4ci.errors import UsageError
 if sys.version_info >= (3, 11):
     import tomllib
 else:  # pragma: no cover - exercised on 3.10 only
-    import tomli as tomllib
+    import tomli as tomllib  # type: ignore[import-not-found, unused-ignore]
 
 DEFAULT_STALE_OVERRIDE_FILES = ("/tmp/ds4_spec_q", "/tmp/ds4_awidth")  # noqa: S108 - the server reads these
 CHECK_PARSERS = ("junit", "ctest", "build-progress", "compute-sanitizer", "exit-code")
@@ -97,7 +97,8 @@ _CHECK_KEYS = {"name", "command", "parser", "report", "timeout", "cwd"}
 def read_toml(path: Path) -> dict[str, Any]:
     try:
         with path.open("rb") as fh:
-            return tomllib.load(fh)
+            loaded: dict[str, Any] = tomllib.load(fh)
+            return loaded
     except FileNotFoundError as exc:
         raise UsageError(f"config file {path} does not exist") from exc
     except tomllib.TOMLDecodeError as exc:

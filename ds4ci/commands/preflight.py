@@ -1,11 +1,31 @@
-"""Placeholder: the `ds4ci preflight` command is being built (owned by its issue's work)."""
+"""``ds4ci preflight``: runner health and fingerprint; exit 0 ready, 3 not ready."""
 
 from __future__ import annotations
 
-from typing import Any
+import json
+import math
+import sys
+from pathlib import Path
 
-from ds4ci.errors import UsageError
+from ds4ci import config as config_mod
+from ds4ci.errors import EXIT_ERROR, EXIT_PASS, UsageError
+from ds4ci.preflight import preflight, render_table
 
 
-def run_preflight(*args: Any, **kwargs: Any) -> int:
-    raise UsageError("ds4ci preflight is not built yet")
+def _progress(message: str) -> None:
+    print(f"ds4ci preflight: {message}", file=sys.stderr, flush=True)
+
+
+def run_preflight(config: Path | None, runner: str | None, as_json: bool, deadline_s: float) -> int:
+    if not math.isfinite(deadline_s) or deadline_s <= 0:
+        raise UsageError(f"--deadline: expected a positive number of seconds, found {deadline_s}")
+    gate_config = config_mod.load(config, {"runner": runner}) if config is not None else None
+    report = preflight(gate_config, runner, deadline_s, _progress)
+    if as_json:
+        sys.stdout.write(json.dumps(report.to_json(), indent=2, sort_keys=True, allow_nan=False) + "\n")
+    else:
+        sys.stdout.write(render_table(report))
+    sys.stdout.flush()
+    for problem in report.problems:
+        _progress(f"not ready: {problem}")
+    return EXIT_PASS if report.ready else EXIT_ERROR

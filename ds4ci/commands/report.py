@@ -1,11 +1,33 @@
-"""Placeholder: the `ds4ci report` command is being built (owned by its issue's work)."""
+"""`ds4ci report`: render results.json files as the PR comment or the job summary."""
 
 from __future__ import annotations
 
-from typing import Any
+import sys
+from pathlib import Path
 
 from ds4ci.errors import UsageError
 
 
-def run_report(*args: Any, **kwargs: Any) -> int:
-    raise UsageError("ds4ci report is not built yet")
+def run_report(
+    results: list[Path],
+    fmt: str = "comment",
+    template_dir: Path | None = None,
+    output: Path | None = None,
+    run_url: str | None = None,
+) -> int:
+    from ds4ci import report
+
+    if fmt not in ("comment", "summary"):
+        raise UsageError(f"--format {fmt!r}: expected 'comment' or 'summary'")
+    docs = report.load_all(results)
+    body, _ = report.render(docs, kind=fmt, run_url=run_url, template_dir=template_dir)
+    if output is None:
+        sys.stdout.write(body)
+        sys.stdout.flush()
+        return 0
+    try:
+        output.parent.mkdir(parents=True, exist_ok=True)
+        output.write_text(body, encoding="utf-8")
+    except OSError as exc:
+        raise UsageError(f"--output {output}: cannot write the report ({exc.strerror or exc})") from exc
+    return 0

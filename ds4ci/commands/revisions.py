@@ -1,11 +1,15 @@
-"""Placeholder: the `ds4ci revisions` command is being built (owned by its issue's work)."""
+"""``ds4ci revisions``: print the revisions record (the results.json "revisions" object) as JSON."""
 
 from __future__ import annotations
 
-from typing import Any
+import json
+from pathlib import Path
 
-from ds4ci.errors import UsageError
+from ds4ci.errors import EXIT_PASS
+from ds4ci.revisions import collect
 
 
-def run_revisions(*args: Any, **kwargs: Any) -> int:
-    raise UsageError("ds4ci revisions is not built yet")
+def run_revisions(repo_dir: Path, head_ref: str, base_ref: str | None, upstream_ref: str | None) -> int:
+    record = collect(repo_dir, head_ref=head_ref, base_ref=base_ref, upstream_ref=upstream_ref)
+    print(json.dumps(record, indent=2, sort_keys=True))
+    return EXIT_PASS

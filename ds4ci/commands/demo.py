@@ -1,0 +1,118 @@
+"""``ds4ci demo``: the gate on the bundled simulator, once passing and once catching a leak.
+
+Needs no GPU. The second run leaks approximate (fused) verification into the speculative arm only,
+through the simulator's ``leak-fused-verify`` fault switch, and the gate must call it a fail.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import hashlib
+import os
+import shlex
+import sys
+import tempfile
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+from ds4ci import config, results, table
+from ds4ci.errors import EXIT_FAIL, EXIT_PASS, UsageError
+from ds4ci.gate import GateOutcome, run_gate
+
+DEMO_PROMPT = (
+    "Explain, step by step, why reference-exact speculative decoding must produce exactly the same "
+    "token IDs as plain greedy decoding, and what a rollback snapshot is for.\n"
+)
+
+
+def write_sim_wrapper(path: Path) -> Path:
+    """An executable that starts the bundled simulator with this interpreter (works in any install)."""
+    path.write_text(f"#!/bin/sh\nexec {shlex.quote(sys.executable)} -m ds4ci.simulator \"$@\"\n", encoding="utf-8")
+    path.chmod(0o755)
+    return path
+
+
+def make_demo_inputs(workspace: Path) -> dict[str, Any]:
+    """Small deterministic target, draft and prompt files; returns gate overrides that pin them."""
+    models = workspace / "models"
+    models.mkdir(parents=True, exist_ok=True)
+    target = models / "target.gguf"
+    draft = models / "draft.gguf"
+    prompt = models / "prompt.txt"
+    target.write_bytes(b"GGUF demo target " + bytes(range(256)) * 64)
+    draft.write_bytes(b"GGUF demo draft " + bytes(reversed(range(256))) * 16)
+    prompt.write_text(DEMO_PROMPT, encoding="utf-8")
+    server = write_sim_wrapper(workspace / "ds4ci-sim-server")
+
+    def sha(path: Path) -> str:
+        return hashlib.sha256(path.read_bytes()).hexdigest()
+
+    return {
+        "server_bin": server,
+        "server_sha256": sha(server),
+        "target": target,
+        "target_sha256": sha(target),
+        "draft": draft,
+        "draft_sha256": sha(draft),
+        "prompt_files": [prompt],
+        "prompt_sha256s": [sha(prompt)],
+        "widths": "2,3,4",
+        "startup_timeout": 60.0,
+        "request_timeout": 60.0,
+        "stop_timeout": 5.0,
+        "hash_cache_path": workspace / "hash-cache.json",
+    }
+
+
+@contextlib.contextmanager
+def _env(name: str, value: str | None) -> Iterator[None]:
+    old = os.environ.get(name)
+    if value is None:
+        os.environ.pop(name, None)
+    else:
+        os.environ[name] = value
+    try:
+        yield
+    finally:
+        if old is None:
+            os.environ.pop(name, None)
+        else:
+            os.environ[name] = old
+
+
+def _run(workspace: Path, inputs: dict[str, Any], runner: str, faults: str | None) -> GateOutcome:
+    overrides = {**inputs, "runner": runner, "evidence_dir": workspace / "evidence"}
+    cfg = config.load(None, overrides)
+    with _env("DS4SIM_FAULTS", faults):
+        outcome = run_gate(cfg)
+    results.write_atomic(workspace / f"{runner}.results.json", outcome.results)
+    return outcome
+
+
+def run_demo(keep: Path | None) -> int:
+    if keep is not None:
+        if keep.exists():
+            raise UsageError(f"--keep {keep}: expected a new directory, found an existing path")
+        keep.mkdir(parents=True)
+        return _demo(keep)
+    with tempfile.TemporaryDirectory(prefix="ds4ci-demo-") as tmp:
+        return _demo(Path(tmp))
+
+
+def _demo(workspace: Path) -> int:
+    inputs = make_demo_inputs(workspace)
+    print("== 1/2: reference-exact speculation at q=2,3,4 against target-only greedy (expected: PASS)")
+    good = _run(workspace, inputs, "demo-sim", None)
+    print(table.render(good.results))
+    print()
+    print("== 2/2: approximate fused verification leaked into the speculative arm (expected: caught, FAIL)")
+    leaked = _run(workspace, inputs, "demo-sim-leak", "leak-fused-verify")
+    print(table.render(leaked.results))
+    print()
+    passed = good.exit_code == EXIT_PASS
+    caught = leaked.exit_code == EXIT_FAIL
+    print(f"demo: clean run {'passed' if passed else 'DID NOT PASS'}; "
+          f"leaked approximate verifier {'was caught' if caught else 'WAS NOT CAUGHT'}")
+    print(f"demo workspace: {workspace}")
+    return 0 if passed and caught else 1

@@ -1,0 +1,134 @@
+"""Evidence directories: one fresh directory per attempt, a manifest, and atomic promotion.
+
+Layout under ``--evidence-dir``::
+
+    attempts/<id>/   work in progress (what a kill -9 leaves behind, never mistaken for a result)
+    runs/<id>/       promoted attempts whose verdict was pass
+    failed/<id>/     promoted attempts whose verdict was fail or error (diagnostics kept)
+
+An attempt is promoted by a single ``rename`` that refuses to replace an existing path
+(``renameat2(RENAME_NOREPLACE)`` on Linux), so two gates running at once in one directory, or a
+re-run, can never overwrite earlier evidence; ids are unique per attempt anyway.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import errno
+import hashlib
+import json
+import os
+import secrets
+import time
+from collections.abc import Iterable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from ds4ci.errors import NoVerdictError
+
+ATTEMPTS = "attempts"
+RUNS = "runs"
+FAILED = "failed"
+MANIFEST = "manifest.json"
+RESULTS = "results.json"
+_AT_FDCWD = -100
+_RENAME_NOREPLACE = 1
+
+
+def write_json(path: Path, doc: Any) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(json.dumps(doc, indent=2, sort_keys=True, allow_nan=False) + "\n", encoding="utf-8")
+
+
+def write_lines(path: Path, lines: Iterable[str]) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with path.open("w", encoding="utf-8") as fh:
+        for line in lines:
+            fh.write(line + "\n")
+
+
+def sha256_of(path: Path) -> str:
+    digest = hashlib.sha256()
+    with path.open("rb") as fh:
+        while chunk := fh.read(1 << 20):
+            digest.update(chunk)
+    return digest.hexdigest()
+
+
+def rename_noreplace(src: Path, dst: Path) -> None:
+    """Atomically move src to dst, failing with FileExistsError if dst exists (even an empty dir)."""
+    libc = ctypes.CDLL(None, use_errno=True)
+    renameat2 = getattr(libc, "renameat2", None)
+    if renameat2 is not None:
+        rc = renameat2(_AT_FDCWD, os.fsencode(src), _AT_FDCWD, os.fsencode(dst), _RENAME_NOREPLACE)
+        if rc == 0:
+            return
+        err = ctypes.get_errno()
+        if err == errno.EEXIST:
+            raise FileExistsError(errno.EEXIST, "destination exists", str(dst))
+        if err not in (errno.EINVAL, errno.ENOSYS):  # filesystem without NOREPLACE support: fall back
+            raise OSError(err, os.strerror(err), str(dst))
+    # Fallback: a fresh empty placeholder made with mkdir (exclusive) reserves the name, then
+    # rename replaces only that empty placeholder that we created ourselves.
+    dst.mkdir()
+    src.rename(dst)
+
+
+@dataclass(frozen=True)
+class Attempt:
+    root: Path  # the --evidence-dir
+    attempt_id: str
+    path: Path  # attempts/<id>
+
+    def final_path(self, verdict: str) -> Path:
+        return self.root / (RUNS if verdict == "pass" else FAILED) / self.attempt_id
+
+
+def start_attempt(evidence_dir: Path, runner: str) -> Attempt:
+    """Create a fresh, uniquely named attempt directory (never reuses an existing one)."""
+    stamp = time.strftime("%Y%m%dT%H%M%SZ", time.gmtime())
+    attempt_id = f"{stamp}-{runner}-{os.getpid()}-{secrets.token_hex(4)}"
+    path = evidence_dir / ATTEMPTS / attempt_id
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.mkdir()
+    except OSError as exc:
+        raise NoVerdictError(
+            f"cannot create the attempt directory {path}: {exc.strerror or exc}; "
+            "--evidence-dir must be a writable directory"
+        ) from exc
+    return Attempt(evidence_dir, attempt_id, path)
+
+
+def build_manifest(attempt_dir: Path, inputs: list[dict[str, Any]]) -> dict[str, Any]:
+    """Path, size and SHA-256 of every input and of every evidence file (except the manifest and results)."""
+    files = []
+    for path in sorted(p for p in attempt_dir.rglob("*") if p.is_file()):
+        rel = path.relative_to(attempt_dir).as_posix()
+        if rel in (MANIFEST, RESULTS):
+            continue
+        files.append({"path": rel, "size": path.stat().st_size, "sha256": sha256_of(path)})
+    return {"schema": "ds4ci/manifest/v1", "inputs": inputs, "evidence": files}
+
+
+def seal(attempt: Attempt, inputs: list[dict[str, Any]]) -> str:
+    """Write manifest.json into the attempt and return its SHA-256 (the evidence bundle digest)."""
+    manifest_path = attempt.path / MANIFEST
+    write_json(manifest_path, build_manifest(attempt.path, inputs))
+    return sha256_of(manifest_path)
+
+
+def promote(attempt: Attempt, verdict: str) -> Path:
+    """Move the finished attempt to runs/ or failed/ in one rename that never replaces anything."""
+    final = attempt.final_path(verdict)
+    try:
+        final.parent.mkdir(parents=True, exist_ok=True)
+        rename_noreplace(attempt.path, final)
+    except FileExistsError as exc:
+        raise NoVerdictError(f"refusing to promote {attempt.path}: {final} already exists") from exc
+    except OSError as exc:
+        raise NoVerdictError(
+            f"could not promote {attempt.path} to {final}: {exc.strerror or exc}; the attempt stays where it is"
+        ) from exc
+    return final

@@ -1,0 +1,89 @@
+"""Environment sanitisation and the arms' environments (design.md section 2).
+
+Every arm starts from the inherited environment with all server *policy* removed, then gets the
+same fixed common policy, then only its own activation variables. The evidence records each
+arm's policy part and their difference, so a reviewer can see the arms differ only where the
+contract allows.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+
+TARGET_ONLY = "target-only"
+REFERENCE_EXACT = "reference-exact"
+
+POLICY_PREFIXES = (
+    "DFLASH_DS4_", "DFLASH_EXPERT_", "DFLASH_MOE_",
+    "LUCE_DS4_", "LUCE_EXPERT_", "LUCE_MOE_",
+)
+POLICY_NAMES = frozenset({
+    "DFLASH_MMQ_SUB_BATCH", "GGML_BATCH_PEER_COPIES", "GGML_CUDA_BATCH_PEER_COPIES", "LUCE_MMVQ_MAX_NCOLS",
+})
+# Variables the two arms may differ in. DFLASH_DS4_SPEC_Q is read by the speculative path only, so a
+# target-only server shared by all widths may lack it (design.md section 2).
+ACTIVATION_VARIABLES = frozenset({
+    "DFLASH_DS4_SPEC", "DFLASH_DS4_DRAFT", "DFLASH_DS4_SPEC_REFERENCE_EXACT", "DFLASH_DS4_SPEC_Q",
+})
+
+
+def is_policy(name: str) -> bool:
+    return name in POLICY_NAMES or name.startswith(POLICY_PREFIXES)
+
+
+@dataclass(frozen=True)
+class ArmEnvironment:
+    arm: str
+    q: int | None
+    env: Mapping[str, str]  # the complete environment the server process gets
+
+    def policy(self) -> dict[str, str]:
+        return {k: v for k, v in sorted(self.env.items()) if is_policy(k)}
+
+
+def removed_policy(inherited: Mapping[str, str]) -> list[str]:
+    """Names of inherited policy variables that are stripped (values are not recorded: may be paths)."""
+    return sorted(k for k in inherited if is_policy(k))
+
+
+def common_policy(mmvq_max_ncols: int) -> dict[str, str]:
+    """The fixed policy every arm shares."""
+    return {
+        "DFLASH_DS4_EXACT_VERIFY_TRACE": "1",
+        "DFLASH_DS4_ADAPTIVE_WIDTH": "0",
+        "LUCE_MMVQ_MAX_NCOLS": str(mmvq_max_ncols),
+    }
+
+
+def _sanitised(inherited: Mapping[str, str]) -> dict[str, str]:
+    return {k: v for k, v in inherited.items() if not is_policy(k)}
+
+
+def target_only_env(inherited: Mapping[str, str], mmvq_max_ncols: int) -> ArmEnvironment:
+    env = _sanitised(inherited)
+    env.update(common_policy(mmvq_max_ncols))
+    return ArmEnvironment(TARGET_ONLY, None, env)
+
+
+def reference_exact_env(inherited: Mapping[str, str], mmvq_max_ncols: int, draft: str, q: int) -> ArmEnvironment:
+    env = _sanitised(inherited)
+    env.update(common_policy(mmvq_max_ncols))
+    env.update({
+        "DFLASH_DS4_SPEC": "1",
+        "DFLASH_DS4_DRAFT": draft,
+        "DFLASH_DS4_SPEC_Q": str(q),
+        "DFLASH_DS4_SPEC_REFERENCE_EXACT": "1",
+    })
+    return ArmEnvironment(REFERENCE_EXACT, q, env)
+
+
+def difference(a: ArmEnvironment, b: ArmEnvironment) -> list[str]:
+    """Every variable (policy or not) whose presence or value differs between two arms, sorted."""
+    names = set(a.env) | set(b.env)
+    return sorted(n for n in names if a.env.get(n) != b.env.get(n))
+
+
+def check_only_activation_differs(a: ArmEnvironment, b: ArmEnvironment) -> list[str]:
+    """Variables that differ although the contract forbids it (empty when the arms are sound)."""
+    return [name for name in difference(a, b) if name not in ACTIVATION_VARIABLES]

@@ -1,0 +1,176 @@
+"""Is this runner ready to run the gate? Files, stale overrides, evidence dir, GPU health.
+
+``check_ready`` is the cheap, file-only part the gate also calls before starting any server;
+``preflight`` adds the fingerprint (GPU health with a hard deadline) and yields one report.
+A missing tool is only recorded; a real problem (not ready, unhealthy, a probe that hangs)
+makes the runner not ready, which the CLI turns into exit 3.
+"""
+
+from __future__ import annotations
+
+import os
+import socket
+import tempfile
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from ds4ci.config import DEFAULT_STALE_OVERRIDE_FILES, GateConfig
+from ds4ci.fingerprint import fingerprint
+
+__all__ = ["PreflightReport", "check_ready", "fingerprint", "preflight", "render_table"]
+
+_SNIPPET_BYTES = 64
+
+
+@dataclass(frozen=True)
+class PreflightReport:
+    runner: str
+    problems: tuple[str, ...]
+    fingerprint: dict[str, Any]
+
+    @property
+    def ready(self) -> bool:
+        return not self.problems
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "runner": self.runner,
+            "ready": self.ready,
+            "problems": list(self.problems),
+            "fingerprint": self.fingerprint,
+        }
+
+
+def stale_override_problems(paths: Iterable[Path]) -> list[str]:
+    """Each override file present is a problem: the server reads it at start-up and silently
+    changes its speculation policy, so the arms would not run the policy the gate set."""
+    problems = []
+    for path in paths:
+        if not (path.exists() or path.is_symlink()):
+            continue
+        try:
+            with path.open("rb") as fh:
+                snippet = fh.read(_SNIPPET_BYTES).decode("utf-8", errors="replace").strip()
+            seen = f"containing {snippet!r}"
+        except OSError as exc:
+            seen = f"unreadable: {exc.strerror or exc}"
+        problems.append(
+            f"stale override file {path} is present ({seen}); the server reads it at start-up and it "
+            f"silently changes the speculation policy: expected no such file, remove it (rm {path})"
+        )
+    return problems
+
+
+def model_file_problems(config: GateConfig) -> list[str]:
+    """Pinned inputs must be readable regular files (the server binary also executable)."""
+    if config.role != "gate":
+        return []  # a negative-control runner runs extra checks only, with no models
+    problems = []
+    for item in (config.server_bin, config.target, config.draft, *config.prompts):
+        path = item.path
+        if path == Path():
+            problems.append(f"{item.role}: no path configured; expected a file")
+            continue
+        try:
+            if not path.is_file():
+                what = "a directory" if path.is_dir() else "missing" if not path.exists() else "not a regular file"
+                problems.append(f"{item.role} file {path}: expected a readable regular file, found {what}")
+                continue
+            with path.open("rb") as fh:
+                fh.read(1)
+        except OSError as exc:
+            problems.append(f"{item.role} file {path}: expected a readable file, found it unreadable ({exc.strerror or exc})")
+            continue
+    server = config.server_bin.path
+    if server != Path() and server.is_file() and not os.access(server, os.X_OK):
+        problems.append(f"server binary {server}: expected an executable file, found it not executable (chmod +x)")
+    return problems
+
+
+def evidence_dir_problems(path: Path) -> list[str]:
+    """The evidence directory must exist writable, or be creatable; nothing is left behind."""
+    if path.exists():
+        if not path.is_dir():
+            return [f"evidence dir {path}: expected a directory, found a file"]
+        try:
+            fd, probe = tempfile.mkstemp(prefix=".ds4ci-preflight-", dir=path)
+            os.close(fd)
+            Path(probe).unlink()
+        except OSError as exc:
+            return [f"evidence dir {path}: expected a writable directory, cannot create a file in it ({exc.strerror or exc})"]
+        return []
+    ancestor = path.parent
+    while not ancestor.exists() and ancestor != ancestor.parent:
+        ancestor = ancestor.parent
+    if not ancestor.is_dir():
+        return [f"evidence dir {path}: cannot be created, {ancestor} is not a directory"]
+    if not os.access(ancestor, os.W_OK | os.X_OK):
+        return [f"evidence dir {path}: cannot be created, {ancestor} is not writable"]
+    return []
+
+
+def check_ready(config: GateConfig) -> list[str]:
+    """Problems that make this runner not ready for ``config``; [] when ready. Files only, fast."""
+    return [
+        *model_file_problems(config),
+        *stale_override_problems(config.stale_override_files),
+        *evidence_dir_problems(config.evidence_dir),
+    ]
+
+
+def health_problems(fp: dict[str, Any]) -> list[str]:
+    """A hung or failing GPU stack is a problem; no GPU tool at all ("unknown") is not."""
+    health = fp["health"]
+    if health["status"] == "timeout":
+        return [
+            f"GPU health: a probe did not answer within the deadline ({health['detail']}); the GPU "
+            "runtime may be wedged (a process stuck in uninterruptible sleep needs a reboot of the "
+            "runner host); no verdict can be reached here"
+        ]
+    if health["status"] == "unhealthy":
+        return [f"GPU health: unhealthy: {health['detail']}"]
+    return []
+
+
+def preflight(
+    config: GateConfig | None,
+    runner: str | None,
+    deadline_s: float,
+    progress: Callable[[str], None] | None = None,
+) -> PreflightReport:
+    """Readiness of this runner: ``check_ready`` (or only the default stale overrides without a
+    config) plus the fingerprint, whose probes are bounded by ``deadline_s``."""
+    if config is not None:
+        name = runner or config.runner
+        problems = check_ready(config)
+    else:
+        name = runner or socket.gethostname()
+        problems = stale_override_problems(Path(p) for p in DEFAULT_STALE_OVERRIDE_FILES)
+    fp = fingerprint(deadline_s, progress)
+    return PreflightReport(name, (*problems, *health_problems(fp)), fp)
+
+
+def render_table(report: PreflightReport) -> str:
+    """The human view: verdict first, then identity, then problems with what to do."""
+    fp = report.fingerprint
+    lines = [f"runner     {report.runner}", f"ready      {'yes' if report.ready else 'NO'}"]
+    lines.append(f"health     {fp['health']['status']}: {fp['health']['detail']}")
+    if fp["gpus"]:
+        for i, gpu in enumerate(fp["gpus"]):
+            mem = f"{gpu['memory_mib']} MiB" if gpu.get("memory_mib") is not None else "memory ?"
+            lines.append(
+                f"gpu {i:<6} {gpu['vendor']} | {gpu['name']} | {gpu.get('arch') or 'arch ?'} | {mem} | "
+                f"driver {gpu.get('driver') or '?'}"
+            )
+    else:
+        lines.append("gpu        none found")
+    for section in ("toolchain", "host"):
+        for key, value in fp[section].items():
+            lines.append(f"{section:<10} {key:<14} {value if value is not None else '-'}")
+    lines.append("probes     " + ", ".join(f"{k}={v}" for k, v in fp["probes"].items()))
+    if report.problems:
+        lines.append("problems:")
+        lines.extend(f"  - {problem}" for problem in report.problems)
+    return "\n".join(lines) + "\n"

@@ -1,0 +1,176 @@
+"""Exactly which commits a gate result is for: head, base, upstream, merge base, synthetic merge.
+
+A green status is attached to a head SHA, but what lands is the merge of that head into the
+base branch. Recording the merge base and a synthetic merge (``git merge-tree --write-tree``,
+which merges without touching the work tree or the index) lets a reviewer see whether the
+evidence still describes what would be merged, and which paths would conflict.
+
+Refs may come from workflow inputs, so git always runs without a shell, with ``-C repo``, no
+terminal prompts, a timeout, and refs that cannot be read as options.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import subprocess
+from pathlib import Path
+from typing import Any
+
+from ds4ci.errors import NoVerdictError, UsageError
+
+MAX_TEXT = 4096  # the schema's "text" limit
+MAX_CONFLICTS = 1000  # the schema's limit on listed conflicting paths
+_SHA1 = re.compile(r"^[0-9a-f]{40}$")
+# Control characters never appear in a usable ref and would garble messages and logs.
+_BAD_REF_CHARS = re.compile(r"[\x00-\x1f\x7f]")
+
+
+def _env() -> dict[str, str]:
+    env = dict(os.environ)
+    env["GIT_TERMINAL_PROMPT"] = "0"  # never wait for credentials on a runner
+    env["GIT_OPTIONAL_LOCKS"] = "0"  # read-only inspection must not take the index lock
+    env["LC_ALL"] = "C"  # stable messages to recognise
+    return env
+
+
+def git(repo_dir: Path, args: list[str], timeout_s: float) -> subprocess.CompletedProcess[bytes]:
+    """Run ``git -C repo_dir ARGS`` (no shell, stdin closed); the caller judges the exit code."""
+    try:
+        return subprocess.run(
+            ["git", "-C", str(repo_dir), *args],
+            stdin=subprocess.DEVNULL,
+            capture_output=True,
+            env=_env(),
+            timeout=timeout_s,
+            check=False,
+        )
+    except FileNotFoundError as exc:
+        raise UsageError("git is not installed or not on PATH; ds4ci revisions needs git >= 2.38") from exc
+    except subprocess.TimeoutExpired as exc:
+        raise NoVerdictError(
+            f"git {' '.join(args[:2])} in {repo_dir} did not finish within {timeout_s:g} s"
+        ) from exc
+
+
+def _text(data: bytes) -> str:
+    return data.decode("utf-8", errors="replace")
+
+
+def _clip(text: str) -> str:
+    return text if len(text) <= MAX_TEXT else text[: MAX_TEXT - 1] + "…"
+
+
+def validate_ref(ref: str, what: str) -> str:
+    if not isinstance(ref, str) or not ref.strip():
+        raise UsageError(f"{what}: expected a git ref such as HEAD or origin/main, found {ref!r}")
+    if ref.startswith("-"):
+        raise UsageError(f"{what}: a ref may not start with '-' (it would be read as an option), found {ref!r}")
+    if _BAD_REF_CHARS.search(ref) or len(ref) > 1024:
+        raise UsageError(f"{what}: expected a git ref, found {ref!r} (control characters or over 1024 chars)")
+    return ref
+
+
+def check_repo(repo_dir: Path, timeout_s: float) -> None:
+    if not repo_dir.is_dir():
+        raise UsageError(f"repository directory {repo_dir} does not exist or is not a directory")
+    proc = git(repo_dir, ["rev-parse", "--git-dir"], timeout_s)
+    if proc.returncode != 0:
+        detail = _text(proc.stderr).strip().splitlines()
+        raise UsageError(
+            f"{repo_dir} is not a usable git repository ({detail[0] if detail else f'exit {proc.returncode}'}); "
+            "point --repo-dir (or gate.source_dir) at the checkout of the code under test"
+        )
+
+
+def resolve(repo_dir: Path, ref: str, what: str, timeout_s: float) -> dict[str, Any]:
+    """The schema's ``revision`` object for one ref: {"ref", "sha", "subject"}."""
+    validate_ref(ref, what)
+    proc = git(repo_dir, ["rev-parse", "--verify", "--quiet", "--end-of-options", f"{ref}^{{commit}}"], timeout_s)
+    sha = _text(proc.stdout).strip()
+    if proc.returncode != 0 or not _SHA1.match(sha):
+        raise UsageError(
+            f"{what} {ref!r} does not name a commit in {repo_dir}; fetch it first "
+            "(actions/checkout needs fetch-depth: 0 for base and upstream refs)"
+        )
+    shown = git(repo_dir, ["show", "-s", "--format=%s", sha], timeout_s)
+    if shown.returncode != 0:
+        raise UsageError(f"cannot read commit {sha} ({what}) in {repo_dir}: {_text(shown.stderr).strip()[:300]}")
+    return {"ref": _clip(ref), "sha": sha, "subject": _clip(_text(shown.stdout).strip())}
+
+
+def merge_base(repo_dir: Path, a: str, b: str, timeout_s: float) -> str | None:
+    """Best common ancestor, or None when there is none (unrelated or shallow histories)."""
+    proc = git(repo_dir, ["merge-base", a, b], timeout_s)
+    sha = _text(proc.stdout).strip()
+    if proc.returncode == 0 and _SHA1.match(sha):
+        return sha
+    if proc.returncode == 1:
+        return None
+    raise UsageError(f"git merge-base {a} {b} failed in {repo_dir}: {_text(proc.stderr).strip()[:300]}")
+
+
+def not_computed() -> dict[str, Any]:
+    return {"status": "not_computed", "tree": None, "conflicts": []}
+
+
+def synthetic_merge(repo_dir: Path, head_sha: str, other_sha: str, timeout_s: float) -> dict[str, Any]:
+    """Merge ``other`` into ``head`` in memory only: clean with its tree, or the conflicting paths."""
+    proc = git(
+        repo_dir,
+        ["merge-tree", "--write-tree", "--name-only", "--no-messages", "-z", head_sha, other_sha],
+        timeout_s,
+    )
+    stderr = _text(proc.stderr)
+    if proc.returncode not in (0, 1):
+        if "usage: git merge-tree" in stderr or "unknown option" in stderr:
+            return not_computed()  # git older than 2.38 has no --write-tree; record that honestly
+        raise UsageError(f"git merge-tree failed in {repo_dir} (exit {proc.returncode}): {stderr.strip()[:300]}")
+    # -z output: "<tree>\0" then, on conflict, "<path>\0" per conflicting path (listed once each).
+    fields = proc.stdout.split(b"\0")
+    tree = _text(fields[0]).strip()
+    if not _SHA1.match(tree):
+        raise UsageError(f"git merge-tree printed no tree id in {repo_dir}; found {_text(proc.stdout[:200])!r}")
+    if proc.returncode == 0:
+        return {"status": "clean", "tree": tree, "conflicts": []}
+    paths = sorted({_clip(_text(f)) for f in fields[1:] if f})
+    if len(paths) > MAX_CONFLICTS:
+        paths = [*paths[: MAX_CONFLICTS - 1], f"(and {len(paths) - MAX_CONFLICTS + 1} more conflicting paths)"]
+    # The tree of a conflicted merge holds conflict markers: it is not a candidate for the result.
+    return {"status": "conflict", "tree": None, "conflicts": paths}
+
+
+def collect(
+    repo_dir: Path,
+    *,
+    head_ref: str = "HEAD",
+    base_ref: str | None,
+    upstream_ref: str | None,
+    timeout_s: float = 60.0,
+) -> dict[str, Any]:
+    """The schema's ``revisions`` object for ``repo_dir``.
+
+    merge_base and the synthetic merge pair head with base, or with upstream when no base is
+    given; with neither they are null / not_computed. last_validated_predecessor is left null
+    (publishing fills it from earlier statuses).
+    """
+    check_repo(repo_dir, timeout_s)
+    head = resolve(repo_dir, head_ref, "head ref", timeout_s)
+    base = resolve(repo_dir, base_ref, "base ref", timeout_s) if base_ref is not None else None
+    upstream = resolve(repo_dir, upstream_ref, "upstream ref", timeout_s) if upstream_ref is not None else None
+    other = base if base is not None else upstream
+    mb: str | None = None
+    merge = not_computed()
+    if other is not None:
+        mb = merge_base(repo_dir, head["sha"], other["sha"], timeout_s)
+        # Without a common ancestor (unrelated or too shallow a clone) a merge says nothing useful.
+        if mb is not None:
+            merge = synthetic_merge(repo_dir, head["sha"], other["sha"], timeout_s)
+    return {
+        "head": head,
+        "base": base,
+        "upstream": upstream,
+        "merge_base": mb,
+        "synthetic_merge": merge,
+        "last_validated_predecessor": None,
+    }

@@ -1,0 +1,56 @@
+"""The plain-text verdict table printed at the end of a gate run (terminal, not Markdown)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+HEADERS = ("width", "token parity", "steps", "matched/offered", "rejection observed", "full_snap", "verdict")
+
+
+def _cell(value: Any) -> str:
+    if value is None:
+        return "-"
+    if isinstance(value, bool):
+        return "yes" if value else "no"
+    return str(value)
+
+
+def rows(doc: dict[str, Any]) -> list[tuple[str, ...]]:
+    out: list[tuple[str, ...]] = []
+    for width in doc["widths"]:
+        cells = width["prompts"]
+        if not cells:
+            out.append((f"q={width['q']}", "-", "-", "-", "-", "-", width["verdict"]))
+            continue
+        for cell in cells:
+            label = f"q={width['q']}" + (f" p{cell['prompt_index']}" if len(cells) > 1 else "")
+            parity = f"{cell['parity_requests']}/{cell['requests']}"
+            ratio = "-" if cell["matched"] is None else f"{cell['matched']}/{cell['offered']}"
+            out.append((
+                label, parity, _cell(cell["steps"]), ratio, _cell(cell["rejection_observed"]),
+                _cell(cell["full_snap"]), cell["verdict"],
+            ))
+    return out
+
+
+def render(doc: dict[str, Any]) -> str:
+    body = rows(doc)
+    widths = [max(len(h), *(len(r[i]) for r in body)) if body else len(h) for i, h in enumerate(HEADERS)]
+
+    def line(cells: tuple[str, ...]) -> str:
+        return " | ".join(c.ljust(w) for c, w in zip(cells, widths, strict=True)).rstrip()
+
+    parts = [line(HEADERS), "-+-".join("-" * w for w in widths)]
+    parts += [line(r) for r in body]
+    target = doc["target_only"]
+    parts.append("")
+    parts.append(
+        f"target-only: {target['verdict']} (deterministic: {_cell(target['deterministic'])}); "
+        f"runner {doc['runner']['name']}: {doc['verdict'].upper()}"
+    )
+    for reason in doc["reasons"][:20]:
+        parts.append(f"  - {reason.splitlines()[0] if reason else reason}")
+    if len(doc["reasons"]) > 20:
+        parts.append(f"  ... {len(doc['reasons']) - 20} more reason(s) in results.json")
+    parts.append(f"evidence: {doc['evidence']['dir']}")
+    return "\n".join(parts)
