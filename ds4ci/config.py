@@ -336,7 +336,7 @@ def load(config_file: Path | None, overrides: Mapping[str, Any]) -> GateConfig:
         target=target,
         draft=draft,
         prompts=prompts,
-        evidence_dir=evidence_dir,
+        evidence_dir=evidence_dir.absolute(),
         results_out=results_out,
         runner=runner,
         role=role,

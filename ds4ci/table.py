@@ -49,7 +49,11 @@ def render(doc: dict[str, Any]) -> str:
         f"runner {doc['runner']['name']}: {doc['verdict'].upper()}"
     )
     for reason in doc["reasons"][:20]:
-        parts.append(f"  - {reason.splitlines()[0] if reason else reason}")
+        lines = reason.splitlines() or [""]
+        parts.append(f"  - {lines[0]}")
+        parts.extend(f"      {extra}" for extra in lines[1:8])
+        if len(lines) > 8:
+            parts.append(f"      ... ({len(lines) - 8} more lines in results.json)")
     if len(doc["reasons"]) > 20:
         parts.append(f"  ... {len(doc['reasons']) - 20} more reason(s) in results.json")
     parts.append(f"evidence: {doc['evidence']['dir']}")

@@ -1,11 +1,147 @@
-"""Placeholder: the `ds4ci publish` command is being built (owned by its issue's work)."""
+"""`ds4ci publish`: sticky PR comment + one commit status per runner.
+
+Exit codes: 0 everything was posted (a *failing* gate published correctly is still 0: the
+gate's own exit code gates the job); 2 bad input or refused (malformed, stale or ambiguous
+results, bad flags, no token); 3 GitHub failed or refused (read-only token, outage).
+"""
 
 from __future__ import annotations
 
-from typing import Any
+import os
+import sys
+from pathlib import Path
+from typing import TYPE_CHECKING
 
 from ds4ci.errors import UsageError
 
+if TYPE_CHECKING:
+    from ds4ci.github import Client
 
-def run_publish(*args: Any, **kwargs: Any) -> int:
-    raise UsageError("ds4ci publish is not built yet")
+
+def _write_summary(body: str, summary_file: Path | None) -> None:
+    env_file = os.environ.get("GITHUB_STEP_SUMMARY")
+    target = summary_file or (Path(env_file) if env_file else None)
+    if target is None:
+        return
+    try:
+        # $GITHUB_STEP_SUMMARY is shared by the job's steps: append, never replace.
+        with target.open("a", encoding="utf-8") as fh:
+            fh.write(body)
+    except OSError as exc:
+        raise UsageError(f"cannot write the job summary to {target}: {exc.strerror or exc}") from exc
+
+
+def run_publish(
+    results: list[Path],
+    repo: str | None = None,
+    pr: int | None = None,
+    sha: str | None = None,
+    api_url: str | None = None,
+    target_url: str | None = None,
+    token_env: str = "GITHUB_TOKEN",
+    dry_run: bool = False,
+    no_comment: bool = False,
+    no_status: bool = False,
+    pending: bool = False,
+    runner: str | None = None,
+    template_dir: Path | None = None,
+    summary_file: Path | None = None,
+) -> int:
+    from ds4ci import publish, report
+
+    publish.validate_target(repo, pr, sha, dry_run)
+    if pending:
+        return _run_pending(results, repo, pr, sha, api_url, target_url, token_env, dry_run, no_comment,
+                            runner, template_dir)
+    if runner is not None:
+        raise UsageError("--runner is only used with --pending (results name their runner)")
+
+    docs = report.load_all(results)
+    summary, _ = report.render(docs, kind="summary", run_url=target_url, template_dir=template_dir)
+    _write_summary(summary, summary_file)
+
+    head = publish.results_head(docs, sha)
+    plans = [] if no_status else publish.plan_statuses(docs, head, target_url)
+    if dry_run:
+        body, _ = report.render(docs, kind="comment", run_url=target_url, template_dir=template_dir)
+        out = sys.stdout
+        if pr is not None and not no_comment:
+            out.write(f"--- would create or update the ds4ci comment on {repo or '(repo)'}#{pr} ---\n{body}")
+        for plan in plans:
+            out.write(f"--- would set status {plan.context}={plan.state} on {plan.sha}: {plan.description}\n")
+        out.write("--- dry run: nothing was sent (the PR's current head is not checked) ---\n")
+        return 0
+
+    client = _client(repo, api_url, token_env)
+    if pr is not None:
+        current = client.pr_head(pr)
+        if current != head:
+            raise publish.StaleResultsError(
+                f"pull request #{pr} is now at {current} but the results are for {head}: refusing to publish "
+                "stale results (re-run the gate on the new head)"
+            )
+    for plan in plans:
+        client.create_status(plan.sha, plan.state, plan.context, plan.description, plan.target_url)
+        print(f"ds4ci: status {plan.context}={plan.state} on {plan.sha}", file=sys.stderr)
+    if pr is not None and not no_comment:
+        predecessors = {}
+        for doc in docs:
+            if doc["verdict"] != "pass":
+                found = publish.last_validated_predecessor(client, pr, head, doc["runner"]["name"])
+                if found:
+                    predecessors[doc["runner"]["name"]] = found
+        build = publish.BodyBuilder(docs, run_url=target_url, template_dir=template_dir, predecessors=predecessors)
+        outcome = publish.upsert_comment(client, pr, client.identity(), build)
+        print(f"ds4ci: comment {outcome.comment_id} {outcome.action} on #{pr}", file=sys.stderr)
+    return 0
+
+
+def _client(repo: str | None, api_url: str | None, token_env: str) -> Client:
+    from ds4ci.github import DEFAULT_API_URL, Client, connect
+
+    token = os.environ.get(token_env, "")
+    if not token:
+        raise UsageError(f"no token: set the environment variable {token_env} (or use --dry-run)")
+    url = api_url or os.environ.get("GITHUB_API_URL") or DEFAULT_API_URL
+    assert repo is not None  # validate_target requires it outside dry runs
+    return Client(connect(token, url), repo)
+
+
+def _run_pending(
+    results: list[Path],
+    repo: str | None,
+    pr: int | None,
+    sha: str | None,
+    api_url: str | None,
+    target_url: str | None,
+    token_env: str,
+    dry_run: bool,
+    no_comment: bool,
+    runner: str | None,
+    template_dir: Path | None,
+) -> int:
+    from ds4ci import publish, report
+
+    if results:
+        raise UsageError("--pending posts a status for a gate that has not finished: give no results files")
+    if runner is None or not publish.RUNNER_RE.match(runner):
+        raise UsageError(f"--pending needs --runner NAME (letters, digits, . _ -); found {runner!r}")
+    if sha is None:
+        raise UsageError("--pending needs --sha: the full commit SHA the gate is running on")
+    context = f"ds4ci/{runner}"
+    description = f"running the parity gate on {runner}"
+    if dry_run:
+        print(f"--- would set status {context}=pending on {sha}: {description}")
+        print("--- dry run: nothing was sent ---")
+        return 0
+    client = _client(repo, api_url, token_env)
+    if pr is not None and client.pr_head(pr) != sha:
+        raise publish.StaleResultsError(f"--sha {sha} is not the current head of pull request #{pr}")
+    client.create_status(sha, "pending", context, description, target_url)
+    if pr is not None and not no_comment:
+        env = report.environment(template_dir)
+        section = report.pending_section(env, runner, sha, target_url)
+        build = publish.BodyBuilder([], run_url=target_url, template_dir=template_dir, predecessors={},
+                                    extra=[section])
+        publish.upsert_comment(client, pr, client.identity(), build)
+    return 0

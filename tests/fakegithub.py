@@ -1,0 +1,307 @@
+"""A stateful fake of the GitHub REST endpoints ds4ci uses, served on 127.0.0.1.
+
+PyGithub talks to it over real HTTP. It keeps comments, statuses and pull requests in memory,
+paginates with Link headers like GitHub, validates statuses like GitHub (422), knows a write
+token, a read-only token ("Resource not accessible by integration") and an App-style token
+that cannot read /user, and can inject faults into the next requests. Tests assert on the
+resulting state (``comments()``, ``statuses()``); ``requests`` is the log for counting.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import threading
+from dataclasses import dataclass, field
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from typing import Any
+from urllib.parse import parse_qs, urlsplit
+
+WRITE_TOKEN = "ghs_fake_write_token_0123456789abcdefghijklmnopqrstuvwxyz"
+READ_TOKEN = "ghs_fake_read_only_token_0123456789abcdefghijklmnopqrstuvw"
+APP_TOKEN = "ghs_fake_app_installation_token_0123456789abcdefghijklmnop"
+BOT_LOGIN = "ds4ci-bot"
+STATES = {"error", "failure", "pending", "success"}
+
+
+@dataclass
+class Fault:
+    status: int
+    count: int
+    headers: dict[str, str] = field(default_factory=dict)
+    message: str = "Server Error"
+    methods: frozenset[str] | None = None
+
+
+class FakeGitHub:
+    def __init__(self, owner: str = "acme", repo: str = "engine") -> None:
+        self.owner = owner
+        self.repo = repo
+        self.lock = threading.Lock()
+        self.tokens: dict[str, tuple[str, bool, bool]] = {
+            # token -> (login, may write, may read /user)
+            WRITE_TOKEN: (BOT_LOGIN, True, True),
+            READ_TOKEN: (BOT_LOGIN, False, True),
+            APP_TOKEN: ("github-actions[bot]", True, False),
+        }
+        self.pulls: dict[int, dict[str, Any]] = {}
+        self._comments: dict[int, dict[str, Any]] = {}
+        self._statuses: list[dict[str, Any]] = []
+        self._next_id = 1000
+        self._clock = 0
+        self.faults: list[Fault] = []
+        self.requests: list[tuple[str, str]] = []
+        self._server: ThreadingHTTPServer | None = None
+        self._thread: threading.Thread | None = None
+
+    # ----- lifecycle ------------------------------------------------------------------------
+    def start(self) -> FakeGitHub:
+        fake = self
+
+        class Handler(BaseHTTPRequestHandler):
+            protocol_version = "HTTP/1.1"
+
+            def log_message(self, *args: Any) -> None:
+                pass
+
+            def _handle(self) -> None:
+                fake._dispatch(self)
+
+            do_GET = do_POST = do_PATCH = do_DELETE = _handle
+
+        self._server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self._server.daemon_threads = True
+        self._thread = threading.Thread(target=self._server.serve_forever, daemon=True)
+        self._thread.start()
+        return self
+
+    def stop(self) -> None:
+        if self._server is not None:
+            self._server.shutdown()
+            self._server.server_close()
+            self._server = None
+
+    @property
+    def url(self) -> str:
+        assert self._server is not None
+        return f"http://127.0.0.1:{self._server.server_address[1]}"
+
+    # ----- state set-up and accessors -------------------------------------------------------
+    def add_pull(self, number: int, head: str, commits: list[str] | None = None) -> None:
+        with self.lock:
+            self.pulls[number] = {"head": head, "commits": list(commits or [head])}
+
+    def add_comment(self, number: int, body: str, login: str = "someone") -> int:
+        with self.lock:
+            return self._new_comment(number, body, login)["id"]
+
+    def add_status(self, sha: str, context: str, state: str) -> None:
+        with self.lock:
+            self._new_status(sha, {"state": state, "context": context, "description": "", "target_url": None}, BOT_LOGIN)
+
+    def inject(self, status: int, count: int = 1, *, headers: dict[str, str] | None = None,
+               message: str = "Server Error", methods: set[str] | None = None) -> None:
+        with self.lock:
+            self.faults.append(Fault(status, count, dict(headers or {}), message,
+                                     frozenset(methods) if methods else None))
+
+    def comments(self, number: int | None = None) -> list[dict[str, Any]]:
+        with self.lock:
+            return [dict(c) for c in self._comments.values() if number is None or c["pr"] == number]
+
+    def statuses(self, sha: str | None = None) -> list[dict[str, Any]]:
+        with self.lock:
+            return [dict(s) for s in self._statuses if sha is None or s["sha"] == sha]
+
+    def latest_states(self, sha: str) -> dict[str, str]:
+        out: dict[str, str] = {}
+        for s in self.statuses(sha):
+            out[s["context"]] = s["state"]
+        return out
+
+    def count(self, method: str | None = None, path_contains: str = "") -> int:
+        with self.lock:
+            return sum(1 for m, p in self.requests if (method is None or m == method) and path_contains in p)
+
+    # ----- internals ------------------------------------------------------------------------
+    def _tick(self) -> str:
+        self._clock += 1
+        return f"2026-11-29T12:{self._clock // 60 % 60:02d}:{self._clock % 60:02d}Z"
+
+    def _new_comment(self, number: int, body: str, login: str) -> dict[str, Any]:
+        self._next_id += 1
+        cid = self._next_id
+        now = self._tick()
+        comment = {"id": cid, "pr": number, "body": body, "login": login, "created_at": now, "updated_at": now}
+        self._comments[cid] = comment
+        return comment
+
+    def _new_status(self, sha: str, payload: dict[str, Any], login: str) -> dict[str, Any]:
+        self._next_id += 1
+        status = {"id": self._next_id, "sha": sha, "state": payload["state"], "context": payload.get("context", "default"),
+                  "description": payload.get("description"), "target_url": payload.get("target_url"),
+                  "creator": login, "created_at": self._tick()}
+        self._statuses.append(status)
+        return status
+
+    def _comment_json(self, c: dict[str, Any]) -> dict[str, Any]:
+        base = f"{self.url}/repos/{self.owner}/{self.repo}"
+        return {"id": c["id"], "node_id": f"IC_{c['id']}", "url": f"{base}/issues/comments/{c['id']}",
+                "html_url": f"https://github.invalid/{self.owner}/{self.repo}/pull/{c['pr']}#issuecomment-{c['id']}",
+                "issue_url": f"{base}/issues/{c['pr']}", "body": c["body"],
+                "user": {"login": c["login"], "id": 1, "type": "Bot"},
+                "created_at": c["created_at"], "updated_at": c["updated_at"], "author_association": "NONE"}
+
+    def _status_json(self, s: dict[str, Any]) -> dict[str, Any]:
+        return {"id": s["id"], "url": f"{self.url}/repos/{self.owner}/{self.repo}/statuses/{s['sha']}",
+                "state": s["state"], "context": s["context"], "description": s["description"],
+                "target_url": s["target_url"], "creator": {"login": s["creator"], "id": 1},
+                "created_at": s["created_at"], "updated_at": s["created_at"]}
+
+    def _send(self, h: BaseHTTPRequestHandler, status: int, data: Any = None,
+              headers: dict[str, str] | None = None) -> None:
+        body = b"" if data is None else json.dumps(data).encode()
+        h.send_response(status)
+        h.send_header("Content-Type", "application/json; charset=utf-8")
+        h.send_header("Content-Length", str(len(body)))
+        h.send_header("x-ratelimit-remaining", "4999")
+        for key, value in (headers or {}).items():
+            h.send_header(key, value)
+        h.end_headers()
+        h.wfile.write(body)
+
+    def _page(self, h: BaseHTTPRequestHandler, path: str, query: dict[str, list[str]], items: list[Any]) -> None:
+        per_page = max(1, min(int(query.get("per_page", ["30"])[0]), 100))
+        page = max(1, int(query.get("page", ["1"])[0]))
+        last = max(1, -(-len(items) // per_page))
+        chunk = items[(page - 1) * per_page: page * per_page]
+        links = []
+        if page < last:
+            links.append(f'<{self.url}{path}?per_page={per_page}&page={page + 1}>; rel="next"')
+            links.append(f'<{self.url}{path}?per_page={per_page}&page={last}>; rel="last"')
+        if page > 1:
+            links.append(f'<{self.url}{path}?per_page={per_page}&page=1>; rel="first"')
+            links.append(f'<{self.url}{path}?per_page={per_page}&page={page - 1}>; rel="prev"')
+        self._send(h, 200, chunk, {"Link": ", ".join(links)} if links else None)
+
+    def _dispatch(self, h: BaseHTTPRequestHandler) -> None:
+        method = h.command
+        split = urlsplit(h.path)
+        path, query = split.path, parse_qs(split.query)
+        length = int(h.headers.get("Content-Length") or 0)
+        raw = h.rfile.read(length) if length else b""
+        with self.lock:
+            self.requests.append((method, path))
+            for fault in self.faults:
+                if fault.count > 0 and (fault.methods is None or method in fault.methods):
+                    fault.count -= 1
+                    self._send(h, fault.status, {"message": fault.message}, fault.headers)
+                    return
+        auth = h.headers.get("Authorization", "")
+        token = auth.split(" ", 1)[1] if " " in auth else ""
+        if token not in self.tokens:
+            self._send(h, 401, {"message": "Bad credentials"})
+            return
+        login, may_write, may_read_user = self.tokens[token]
+        try:
+            payload = json.loads(raw) if raw else {}
+        except ValueError:
+            self._send(h, 400, {"message": "Problems parsing JSON"})
+            return
+        if method in ("POST", "PATCH", "DELETE") and not may_write:
+            self._send(h, 403, {"message": "Resource not accessible by integration",
+                                "documentation_url": "https://docs.github.com/rest"})
+            return
+        with self.lock:
+            self._route(h, method, path, query, payload, login, may_read_user)
+
+    def _route(self, h: BaseHTTPRequestHandler, method: str, path: str, query: dict[str, list[str]],
+               payload: dict[str, Any], login: str, may_read_user: bool) -> None:
+        repo = f"/repos/{self.owner}/{self.repo}"
+        if path == "/user" and method == "GET":
+            if not may_read_user:
+                self._send(h, 403, {"message": "Resource not accessible by integration"})
+            else:
+                self._send(h, 200, {"login": login, "id": 1, "type": "Bot"})
+            return
+        if path == repo and method == "GET":
+            self._send(h, 200, {"id": 1, "name": self.repo, "full_name": f"{self.owner}/{self.repo}",
+                                "owner": {"login": self.owner}, "url": f"{self.url}{repo}"})
+            return
+        m = re.fullmatch(re.escape(repo) + r"/pulls/(\d+)(/commits)?", path)
+        if m and method == "GET":
+            pr = self.pulls.get(int(m.group(1)))
+            if pr is None:
+                self._send(h, 404, {"message": "Not Found"})
+            elif m.group(2):
+                self._page(h, path, query, [{"sha": sha, "url": f"{self.url}{repo}/commits/{sha}"} for sha in pr["commits"]])
+            else:
+                n = int(m.group(1))
+                self._send(h, 200, {"number": n, "url": f"{self.url}{repo}/pulls/{n}", "state": "open",
+                                    "issue_url": f"{self.url}{repo}/issues/{n}",
+                                    "head": {"sha": pr["head"], "ref": "feature"}, "base": {"sha": "0" * 40, "ref": "main"}})
+            return
+        m = re.fullmatch(re.escape(repo) + r"/issues/(\d+)/comments", path)
+        if m:
+            n = int(m.group(1))
+            if n not in self.pulls:
+                self._send(h, 404, {"message": "Not Found"})
+            elif method == "GET":
+                items = sorted((c for c in self._comments.values() if c["pr"] == n), key=lambda c: c["id"])
+                self._page(h, path, query, [self._comment_json(c) for c in items])
+            elif method == "POST":
+                if not isinstance(payload.get("body"), str) or len(payload["body"]) > 65536:
+                    self._send(h, 422, {"message": "Validation Failed", "errors": [{"field": "body"}]})
+                    return
+                self._send(h, 201, self._comment_json(self._new_comment(n, payload["body"], login)))
+            return
+        m = re.fullmatch(re.escape(repo) + r"/issues/comments/(\d+)", path)
+        if m:
+            comment = self._comments.get(int(m.group(1)))
+            if comment is None:
+                self._send(h, 404, {"message": "Not Found"})
+            elif comment["login"] != login and method != "GET":
+                self._send(h, 403, {"message": "Must have admin rights to Repository."})
+            elif method == "PATCH":
+                if not isinstance(payload.get("body"), str) or len(payload["body"]) > 65536:
+                    self._send(h, 422, {"message": "Validation Failed", "errors": [{"field": "body"}]})
+                    return
+                comment["body"] = payload["body"]
+                comment["updated_at"] = self._tick()
+                self._send(h, 200, self._comment_json(comment))
+            elif method == "DELETE":
+                del self._comments[comment["id"]]
+                self._send(h, 204)
+            else:
+                self._send(h, 200, self._comment_json(comment))
+            return
+        m = re.fullmatch(re.escape(repo) + r"/statuses/([0-9a-f]{40})", path)
+        if m and method == "POST":
+            desc = payload.get("description")
+            if payload.get("state") not in STATES:
+                self._send(h, 422, {"message": "Validation Failed",
+                                    "errors": [{"field": "state", "code": "invalid"}]})
+            elif desc is not None and (not isinstance(desc, str) or len(desc) > 140):
+                self._send(h, 422, {"message": "Validation Failed",
+                                    "errors": [{"field": "description", "code": "custom",
+                                                "message": "description is too long (maximum is 140 characters)"}]})
+            else:
+                self._send(h, 201, self._status_json(self._new_status(m.group(1), payload, login)))
+            return
+        m = re.fullmatch(re.escape(repo) + r"/commits/([0-9a-f]{40})/(statuses|status)", path)
+        if m and method == "GET":
+            sha = m.group(1)
+            mine = [s for s in self._statuses if s["sha"] == sha]
+            if m.group(2) == "statuses":
+                self._page(h, path, query, [self._status_json(s) for s in reversed(mine)])
+            else:
+                latest: dict[str, dict[str, Any]] = {}
+                for s in mine:
+                    latest[s["context"]] = s
+                states = {s["state"] for s in latest.values()}
+                overall = ("failure" if states & {"failure", "error"} else "pending" if "pending" in states or not states
+                           else "success")
+                self._send(h, 200, {"state": overall, "sha": sha, "total_count": len(latest),
+                                    "statuses": [self._status_json(s) for s in latest.values()]})
+            return
+        self._send(h, 404, {"message": "Not Found", "path": path})
