@@ -258,6 +258,15 @@ class _Run:
                 observed.append(Observed(index, repeat, log))
         return observed
 
+    @staticmethod
+    def _unclean_stop(server: Server | None) -> str | None:
+        if server is None or not server.needed_kill:
+            return None
+        return (
+            f"{server.label}: server did not stop within --stop-timeout after SIGTERM and was killed with SIGKILL; "
+            "a server that does not shut down cleanly gives no trustworthy verdict"
+        )
+
     def _server_timing(self, arm: str, q: int | None, server: Server | None, t0: float) -> None:
         self.doc["timings"]["servers"].append({
             "arm": arm, "q": q,
@@ -281,6 +290,9 @@ class _Run:
                 observed = self._serve(server, key)
         finally:
             self._server_timing(policy.TARGET_ONLY, None, server, t0)
+        unclean = self._unclean_stop(server)
+        if unclean:
+            self.doc["reasons"].append(unclean)
         return observed, f"servers/{key}/stderr.log"
 
     def run_width(self, q: int, env: policy.ArmEnvironment, reference: Any) -> dict[str, Any]:
@@ -311,6 +323,10 @@ class _Run:
             width["prompts"].append(cell)
         width["verdict"] = worst([c["verdict"] for c in width["prompts"]])
         width["reasons"] = [r for c in width["prompts"] for r in c["reasons"]]
+        unclean = self._unclean_stop(server)
+        if unclean:
+            width["verdict"] = worst([width["verdict"], ERROR])
+            width["reasons"].append(unclean)
         return width
 
     def run_arms(self) -> None:
@@ -369,15 +385,17 @@ class _Run:
         doc["evidence"]["dir"] = str(final)
         if verdict != PASS:
             doc["evidence"]["diagnostics"] = str(final / "servers")
-        doc["evidence"]["manifest_sha256"] = evidence.seal(self.attempt, self.inputs)
-        results.write_atomic(self.attempt.path / evidence.RESULTS, doc)
         try:
+            doc["evidence"]["manifest_sha256"] = evidence.seal(self.attempt, self.inputs)
+            results.write_atomic(self.attempt.path / evidence.RESULTS, doc)
             final = evidence.promote(self.attempt, verdict)
-        except NoVerdictError as exc:
-            # The evidence stays complete in attempts/; the verdict can no longer be trusted as final.
+        except (OSError, NoVerdictError) as exc:
+            # The attempt stays in attempts/ (never a partial final directory); no verdict can stand.
+            detail = exc if isinstance(exc, NoVerdictError) else f"{exc.strerror or exc} ({exc.filename or ''})"
             doc["verdict"], doc["exit_code"] = ERROR, EXIT_ERROR
-            doc["reasons"] = [*doc["reasons"], str(exc)][:200]
+            doc["reasons"] = [*doc["reasons"], f"evidence could not be sealed and promoted: {detail}"][:200]
             doc["evidence"]["dir"] = str(self.attempt.path)
+            doc["evidence"]["manifest_sha256"] = None
             with contextlib.suppress(OSError):
                 results.write_atomic(self.attempt.path / evidence.RESULTS, doc)
             final = self.attempt.path
@@ -408,5 +426,8 @@ def run_gate(cfg: GateConfig, progress: Progress = stderr_progress) -> GateOutco
             run.run_checks()
         except Ds4ciError as exc:
             run.doc["reasons"].append(str(exc))
+            progress(f"no verdict: {exc}")
+        except OSError as exc:  # evidence could not be written mid-run (disk full, read-only, ...)
+            run.doc["reasons"].append(f"I/O error during the run: {exc.strerror or exc} ({exc.filename or ''})")
             progress(f"no verdict: {exc}")
         return run.finish()

@@ -168,6 +168,7 @@ class Server:
         self._http = requests.Session()
         self._http.trust_env = False  # never route loopback traffic through a proxy from the environment
         self._startup_log_end = 0
+        self.needed_kill = False
 
     # -- lifecycle -------------------------------------------------------------------------
     def start(self) -> None:
@@ -263,6 +264,7 @@ class Server:
             with contextlib.suppress(ProcessLookupError):
                 os.killpg(pgid, signal.SIGTERM)
             if not self._wait_gone(proc, pgid, self.settings.stop_timeout_s):
+                self.needed_kill = True
                 self.progress(f"{self.label}: still running {self.settings.stop_timeout_s:g} s after SIGTERM; SIGKILL")
                 with contextlib.suppress(ProcessLookupError):
                     os.killpg(pgid, signal.SIGKILL)

@@ -151,6 +151,16 @@ def wait_ready(sim: Sim, timeout: float = 20.0) -> None:
     raise TimeoutError(f"simulator not ready within {timeout}s:\n{sim.log()}")
 
 
+def wait_log(sim: Sim, text: str, timeout: float = 20.0) -> None:
+    """Wait until the simulator's stderr contains ``text`` (e.g. its start-up line, after which
+    its signal handlers are installed)."""
+    deadline = time.monotonic() + timeout
+    while text not in sim.log():
+        if sim.proc.poll() is not None or time.monotonic() > deadline:
+            raise SimExited(f"simulator never logged {text!r} (exit {sim.proc.poll()}):\n{sim.log()}")
+        time.sleep(0.02)
+
+
 def chat_body(prompt: str, max_tokens: int = 96, seed: int = 1234) -> dict[str, Any]:
     return {
         "model": "target",
@@ -162,7 +172,9 @@ def chat_body(prompt: str, max_tokens: int = 96, seed: int = 1234) -> dict[str, 
     }
 
 
-def ask(sim: Sim, prompt: str, max_tokens: int = 96, seed: int = 1234, timeout: float = 30.0) -> tuple[requests.Response, list[str]]:
+def ask(
+    sim: Sim, prompt: str, max_tokens: int = 96, seed: int = 1234, timeout: float = 30.0
+) -> tuple[requests.Response, list[str]]:
     """One completion and the log lines the simulator wrote while it was in flight."""
     start = sim.stderr_path.stat().st_size
     response = requests.post(f"{sim.url}/v1/chat/completions", json=chat_body(prompt, max_tokens, seed), timeout=timeout)

@@ -184,7 +184,9 @@ def nvidia_box() -> dict[str, ProbeResult]:
 def amd_box() -> dict[str, ProbeResult]:
     return {
         "nvidia-smi": missing("nvidia-smi"),
-        "rocminfo": ok("rocminfo", read(GFX / "rocminfo-jax-234-header.txt") + read(GFX / "rocminfo-voicestudio-1274-agent2.txt")),
+        "rocminfo": ok(
+            "rocminfo", read(GFX / "rocminfo-jax-234-header.txt") + read(GFX / "rocminfo-voicestudio-1274-agent2.txt")
+        ),
         "hipconfig": ok("hipconfig", read(HIP / "hipconfig-full-rocm-6.2-hip-3521.txt")),
     }
 
