@@ -295,8 +295,8 @@ def load(config_file: Path | None, overrides: Mapping[str, Any]) -> GateConfig:
         if not os.access(server_bin.path, os.X_OK):
             raise UsageError(f"server binary {server_bin.path} is not executable")
 
-    evidence_dir = path_of("evidence_dir", required=True)
-    assert evidence_dir is not None  # required=True guarantees it
+    # Default: ./ds4ci-evidence in the working directory (never a shared temp dir).
+    evidence_dir = path_of("evidence_dir", required=False) or Path("ds4ci-evidence")
     results_out = path_of("results_out", required=False)
 
     runner = _pick(overrides, file_gate, "runner") or runner_section.get("name") or socket.gethostname()

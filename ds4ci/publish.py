@@ -136,7 +136,7 @@ def upsert_comment(
     client: Client,
     pr: int,
     identity: str,
-    build: "BodyBuilder",
+    build: BodyBuilder,
     wanted: Sequence[Section] | None = None,
 ) -> UpsertOutcome:
     """Create or edit the one sticky comment, merging other runners' sections; converge on races.

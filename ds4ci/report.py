@@ -105,7 +105,7 @@ def load_all(paths: Sequence[Path]) -> list[Results]:
         raise UsageError(f"{len(paths)} results files given; at most {MAX_RUNNERS} runners fit one comment")
     docs = [load(p) for p in paths]
     seen: dict[str, Path] = {}
-    for path, doc in zip(paths, docs):
+    for path, doc in zip(paths, docs, strict=True):
         name = doc["runner"]["name"]
         if name in seen:
             raise UsageError(
@@ -167,10 +167,8 @@ def _gate_rows(doc: Results) -> list[dict[str, Any]]:
     for width in doc["widths"]:
         prompts = width["prompts"]
         snaps = [p["full_snap"] for p in prompts]
-        if not prompts or any(s is None for s in snaps):
-            full_snap = "—"
-        else:
-            full_snap = "1" if all(snaps) else "0"
+        unknown = not prompts or any(s is None for s in snaps)
+        full_snap = "—" if unknown else ("1" if all(snaps) else "0")
         matched = _sum_or_none(p["matched"] for p in prompts) if prompts else None
         offered = _sum_or_none(p["offered"] for p in prompts) if prompts else None
         rows.append(
@@ -299,7 +297,7 @@ def environment(template_dir: Path | None = None) -> Any:
     loaders.append(jinja2.FileSystemLoader(str(_bundled_template_dir())))
     env = jinja2.Environment(
         loader=jinja2.ChoiceLoader(loaders),
-        autoescape=False,  # Markdown, not HTML: escaping is done by finalize and the filters below
+        autoescape=False,  # noqa: S701 - Markdown, not HTML: finalize and the filters below escape
         finalize=markdown.finalize,
         undefined=jinja2.StrictUndefined,
         trim_blocks=True,
@@ -311,7 +309,7 @@ def environment(template_dir: Path | None = None) -> Any:
             "esc": markdown.text,
             "code": markdown.code,
             "codeblock": markdown.code_block,
-            "link": lambda label, url: markdown.link(label, url),
+            "link": markdown.link,
             "short": _short,
             "bytes": _bytes,
             "num": _fmt_int,

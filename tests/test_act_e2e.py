@@ -23,7 +23,6 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-
 from fakegithub import WRITE_TOKEN, FakeGitHub
 
 ROOT = Path(__file__).resolve().parent.parent
