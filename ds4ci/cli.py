@@ -77,7 +77,10 @@ def gate(
     ] = None,
     evidence_dir: Annotated[
         Path | None,
-        typer.Option(help="Directory that keeps every attempt; finished runs are promoted here and never replaced."),
+        typer.Option(
+            help="Directory that keeps every attempt; finished runs are promoted here and never replaced. "
+            "Default: ./ds4ci-evidence."
+        ),
     ] = None,
     results_out: Annotated[
         Path | None, typer.Option(help="Also write results.json here (the evidence keeps its own copy).")

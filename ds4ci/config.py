@@ -89,7 +89,7 @@ _GATE_KEYS = {
     "max_ctx", "chunk", "mmvq_max_ncols", "startup_timeout", "request_timeout", "stop_timeout",
     "hash_cache", "hash_cache_path", "stale_override_files", "source_dir", "base_ref", "upstream_ref",
 }
-_TOP_KEYS = {"gate", "runner", "checks"}
+_TOP_KEYS = {"gate", "runner", "runners", "checks"}
 _RUNNER_KEYS = {"name", "role", "negative_control_for"}
 _CHECK_KEYS = {"name", "command", "parser", "report", "timeout", "cwd"}
 
@@ -255,6 +255,23 @@ def load(config_file: Path | None, overrides: Mapping[str, Any]) -> GateConfig:
         raise UsageError(f"{config_file}: [gate] and [runner] must be tables")
     _unknown(file_gate, _GATE_KEYS, "[gate]")
     _unknown(runner_section, _RUNNER_KEYS, "[runner]")
+    # Per-runner overrides: [runners.<name>] may hold any [gate] key plus role/negative_control_for,
+    # e.g. target_device = "cuda:0" on the NVIDIA runner. Precedence: CLI > [runners.<name>] > [gate].
+    runner_name = overrides.get("runner") or file_gate.get("runner") or runner_section.get("name")
+    per_runner = doc.get("runners", {})
+    if not isinstance(per_runner, dict) or not all(isinstance(v, dict) for v in per_runner.values()):
+        raise UsageError(f"{config_file}: [runners.<name>] entries must be tables")
+    if runner_name is None and per_runner:
+        runner_name = socket.gethostname()
+    own = per_runner.get(runner_name, {}) if runner_name is not None else {}
+    if per_runner and runner_name not in per_runner:
+        raise UsageError(
+            f"{config_file}: runner {runner_name!r} has no [runners.{runner_name}] table; "
+            f"configured runners: {', '.join(sorted(per_runner))}"
+        )
+    _unknown(own, (_GATE_KEYS - {"runner"}) | (_RUNNER_KEYS - {"name"}), f"[runners.{runner_name}]")
+    file_gate = {**file_gate, **{k: v for k, v in own.items() if k in _GATE_KEYS}}
+    runner_section = {**runner_section, **{k: v for k, v in own.items() if k in _RUNNER_KEYS}}
     base = config_file.resolve().parent if config_file is not None else None
 
     # Paths that came from the CLI are relative to the working directory; from the file, to the file.

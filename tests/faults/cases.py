@@ -7,6 +7,7 @@ Each case is a real ``ds4ci gate`` process against real server processes.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import resource
 import signal
@@ -19,7 +20,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from gatekit import DS4CI, FOREIGN_SERVER, Workspace, evidence_listing, processes_mentioning  # noqa: E402
+from gatekit import DS4CI, FOREIGN_SERVER, Workspace, evidence_listing, processes_mentioning
 
 
 @dataclass(frozen=True)
@@ -78,10 +79,8 @@ def run_port_stranger(ws: Workspace, case: Case) -> Outcome:
         result = ws.gate(widths="2")
     finally:
         if pidfile.exists():
-            try:
+            with contextlib.suppress(ProcessLookupError):
                 os.kill(int(pidfile.read_text()), signal.SIGKILL)
-            except ProcessLookupError:
-                pass
     return _outcome(ws, result.code, result.results, result.stderr)
 
 
