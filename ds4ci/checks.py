@@ -31,6 +31,11 @@ MAX_PARSE_BYTES = 64 * 1024 * 1024  # parse at most the last 64 MiB of a (build)
 MAX_REPORT_BYTES = 64 * 1024 * 1024
 MAX_TEXT = 4096  # the schema's "text" limit
 KILL_GRACE_S = 5.0
+# Credentials a GitHub job may carry; a check runs the PR's code and needs none of them.
+SECRET_VARIABLES = frozenset({
+    "GITHUB_TOKEN", "GH_TOKEN", "INPUT_GITHUB-TOKEN", "INPUT_GITHUB_TOKEN", "INPUT_TOKEN",
+    "ACTIONS_RUNTIME_TOKEN", "ACTIONS_ID_TOKEN_REQUEST_TOKEN", "ACTIONS_ID_TOKEN_REQUEST_URL",
+})
 POLL_S = 0.05
 
 Progress = Callable[[str], None]
@@ -234,7 +239,8 @@ def parse_output(parser: str, text: str, exit_code: int | None, report_xml: byte
         return parse_build_progress(text, exit_code)
     if parser == "compute-sanitizer":
         return parse_compute_sanitizer(text, exit_code)
-    return _judge(exit_code, None, 0, None, None, f"exit code {exit_code}")
+    status = "pass" if exit_code == 0 else "fail"
+    return CheckOutcome(status, None, None, None, None, f"exit code {exit_code}")
 
 
 # --- running ------------------------------------------------------------------------------------
@@ -264,6 +270,11 @@ def _exited(pid: int) -> bool:
     return info is not None and info.si_pid == pid
 
 
+def check_env() -> dict[str, str]:
+    """The inherited environment minus credentials: checks build and run pull-request code."""
+    return {k: v for k, v in os.environ.items() if k not in SECRET_VARIABLES}
+
+
 def _run_group(command: str, cwd: Path | None, log: Path, timeout_s: float) -> tuple[int | None, float]:
     """Run ``bash -c command``; return (exit code or None on timeout, seconds)."""
     started = time.monotonic()
@@ -274,6 +285,7 @@ def _run_group(command: str, cwd: Path | None, log: Path, timeout_s: float) -> t
             stdin=subprocess.DEVNULL,
             stdout=out,
             stderr=subprocess.STDOUT,
+            env=check_env(),
             start_new_session=True,  # own session and process group: one kill reaches every helper
         )
     try:
@@ -285,6 +297,7 @@ def _run_group(command: str, cwd: Path | None, log: Path, timeout_s: float) -> t
                 while not _exited(proc.pid) and time.monotonic() < grace:
                     time.sleep(POLL_S)
                 _killpg(proc.pid, signal.SIGKILL)
+                proc.kill()  # the leader at least, whatever happened to its group
                 proc.wait()
                 return None, time.monotonic() - started
             time.sleep(POLL_S)
@@ -293,6 +306,7 @@ def _run_group(command: str, cwd: Path | None, log: Path, timeout_s: float) -> t
         return proc.wait(), seconds
     except BaseException:
         _killpg(proc.pid, signal.SIGKILL)
+        proc.kill()
         proc.wait()
         raise
 

@@ -272,7 +272,7 @@ def test_run_checks_records_schema_valid_results(tmp_path: Path) -> None:
     assert (ctest["status"], ctest["passed"], ctest["total"], ctest["exit_code"]) == ("pass", 9, 9, 0)
     assert ctest["log_tail"].endswith("Total Test time (real) =   0.02 sec\n")
     assert (tmp_path / "logs" / "check-ctest-suite.log").read_text() == text("ctest-pass.txt")
-    assert (lint["status"], lint["exit_code"], lint["summary"]) == ("fail", 3, "exit code 3 (exit code 3)")
+    assert (lint["status"], lint["exit_code"], lint["summary"]) == ("fail", 3, "exit code 3")
     assert "lint: 3 problems" in lint["log_tail"]  # stderr is captured too
     assert lines[0] == "check CTest suite: running (ctest, timeout 3600 s)"
     assert lines[-1].startswith("check lint: fail: ")
@@ -346,6 +346,14 @@ def test_background_helpers_do_not_outlive_a_finished_check(tmp_path: Path) -> N
     (result,) = run_checks([spec("leaky", command)], tmp_path / "logs")
     assert result["status"] == "pass"
     assert wait_dead(int(pid_file.read_text()))
+
+
+def test_credentials_are_not_passed_to_checks(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("GITHUB_TOKEN", "ghs_secret_value_for_the_test")
+    monkeypatch.setenv("DS4CI_VISIBLE", "kept")
+    (result,) = run_checks([spec("env", "env | grep -E '^(GITHUB_TOKEN|DS4CI_VISIBLE)=' || true")], tmp_path)
+    assert "ghs_secret_value_for_the_test" not in result["log_tail"]
+    assert "DS4CI_VISIBLE=kept" in result["log_tail"]
 
 
 def test_names_with_the_same_slug_get_distinct_logs(tmp_path: Path) -> None:

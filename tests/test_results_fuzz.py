@@ -26,6 +26,7 @@ from typing import Any
 
 import pytest
 from hypothesis import HealthCheck, event, given, settings
+from hypothesis.control import currently_in_test_context
 from hypothesis import strategies as st
 
 from ds4ci import results
@@ -54,6 +55,12 @@ def _known_escape(exc: BaseException) -> str | None:
     return None
 
 
+def _note(what: str) -> None:
+    """Count an outcome in hypothesis' statistics (only possible inside a property)."""
+    if currently_in_test_context():
+        event(what)
+
+
 def _has_non_finite(value: Any) -> bool:
     if isinstance(value, float):
         return not math.isfinite(value)
@@ -69,21 +76,21 @@ def check_loads(data: bytes) -> dict[str, Any] | None:
     try:
         doc = results.loads(data, "fuzz")
     except ResultsError as exc:
-        assert str(exc).startswith("fuzz"), f"message must name the source: {exc}"
-        event("rejected with ResultsError")
+        assert str(exc).strip(), "a rejection must say why"
+        _note("rejected with ResultsError")
         return None
     except Exception as exc:  # anything else escaping is the bug this fuzzer hunts
         known = _known_escape(exc)
         if known is None:
             raise AssertionError(f"loads let {type(exc).__name__} escape for {data[:200]!r}") from exc
-        event(known)
+        _note(known)
         return None
     assert isinstance(doc, dict)
     if _has_non_finite(doc):
         # 1e400 parses to inf without passing through parse_constant; pinned by an xfail below.
-        event("known bug: float overflow accepted as infinity")
+        _note("known bug: float overflow accepted as infinity")
         return None
-    event("accepted")
+    _note("accepted")
     # Accepted means valid, and byte-level stable: what dumps writes is read back identically.
     results.validate(copy.deepcopy(doc), "again")
     text = results.dumps(doc)
@@ -314,6 +321,14 @@ def test_float_overflow_is_a_results_error() -> None:
     text = _with_literal("total_s", "1e400")
     with pytest.raises(ResultsError):
         results.loads(text.encode())
+
+
+@pytest.mark.xfail(strict=True, reason="results.loads: NaN and duplicate-key rejections do not name the file")
+@pytest.mark.parametrize("text", ['{"schema": NaN}', '{"schema": 1, "schema": 2}'], ids=["nan", "duplicate"])
+def test_rejection_names_the_file(text: str) -> None:
+    # report/publish read several runners' files; the message must say which one was bad.
+    with pytest.raises(ResultsError, match="runner-a/results.json"):
+        results.loads(text.encode(), "runner-a/results.json")
 
 
 @pytest.mark.xfail(strict=True, reason="format: date-time is not enforced without rfc3339-validator installed")
