@@ -314,8 +314,13 @@ def identify(
 
     # Stat everything first so a typo in the last path fails in milliseconds, not after 86 GB.
     stats = [_stat_regular(f.role, f.path) for f in files]
-    cache_file = cache_path if cache_path is not None else default_cache_path()
-    entries = load_cache(cache_file, say) if use_cache else {}
+    cache_file = cache_path
+    if cache_file is None:
+        try:
+            cache_file = default_cache_path()
+        except (RuntimeError, KeyError):  # no home directory to be found: hash without a cache
+            say("warning: no home directory for the hash cache; every file will be read")
+    entries = load_cache(cache_file, say) if use_cache and cache_file is not None else {}
 
     # One job per distinct realpath: two roles naming the same file are read once.
     unique: dict[str, PinnedFile] = {}
@@ -363,7 +368,7 @@ def identify(
 
     fresh = {d.key.realpath: {**d.key.fields(), "sha256": d.sha256} for d in digests.values() if d.cacheable}
     # use_cache=False still refreshes the cache: a forced re-read is the most trustworthy entry.
-    if fresh:
+    if fresh and cache_file is not None:
         save_cache(cache_file, fresh, say)
 
     out: list[FileIdentity] = []

@@ -1,0 +1,83 @@
+"""Helpers shared by the bench scripts: machine description, medians, figures as JSON.
+
+Every script prints its figures and, with ``--json-out PATH``, writes them as JSON with the
+machine and the exact command line, so docs/benchmarks.md can quote where each number came from.
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime as dt
+import json
+import os
+import platform
+import shlex
+import statistics
+import subprocess
+import sys
+import time
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+REPO = Path(__file__).resolve().parent.parent
+BIN = Path(sys.executable).parent
+
+
+def machine() -> dict[str, Any]:
+    cpu = ""
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                cpu = line.split(":", 1)[1].strip()
+                break
+    except OSError:
+        pass
+    return {
+        "date": dt.datetime.now(dt.timezone.utc).strftime("%Y-%m-%d %H:%M UTC"),
+        "nproc": os.cpu_count(),
+        "cpu": cpu,
+        "python": platform.python_version(),
+        "platform": platform.platform(),
+        "loadavg_at_start": os.getloadavg(),
+    }
+
+
+def parser(description: str) -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(description=description)
+    p.add_argument("--full", action="store_true", help="the full sizes of docs/benchmarks.md (slower)")
+    p.add_argument("--json-out", type=Path, help="also write the figures here as JSON")
+    return p
+
+
+def median(values: Sequence[float]) -> float:
+    return statistics.median(values)
+
+
+def timed(cmd: Sequence[str], **kwargs: Any) -> tuple[float, subprocess.CompletedProcess[str]]:
+    """Wall time of one subprocess (start to exit) and its completed process."""
+    t0 = time.perf_counter()
+    proc = subprocess.run(list(cmd), capture_output=True, text=True, check=False, **kwargs)
+    return time.perf_counter() - t0, proc
+
+
+def verdict(met: bool) -> str:
+    return "MET" if met else "NOT MET"
+
+
+def emit(name: str, args: argparse.Namespace, figures: dict[str, Any]) -> None:
+    """Print the figures (already printed line by line by the caller) and write the JSON if asked."""
+    doc = {
+        "bench": name,
+        "command": " ".join(shlex.quote(a) for a in [Path(sys.executable).name, *sys.argv]),
+        "machine": machine(),
+        "figures": figures,
+    }
+    if args.json_out is not None:
+        args.json_out.parent.mkdir(parents=True, exist_ok=True)
+        args.json_out.write_text(json.dumps(doc, indent=2, sort_keys=True) + "\n")
+        print(f"[{name}] figures written to {args.json_out}")
+
+
+def say(name: str, line: str) -> None:
+    print(f"[{name}] {line}", flush=True)
