@@ -10,6 +10,8 @@ import contextlib
 import hashlib
 import os
 import shlex
+import shutil
+import subprocess
 import sys
 import tempfile
 from collections.abc import Iterator
@@ -44,6 +46,7 @@ def make_demo_inputs(workspace: Path) -> dict[str, Any]:
     draft.write_bytes(b"GGUF demo draft " + bytes(reversed(range(256))) * 16)
     prompt.write_text(DEMO_PROMPT, encoding="utf-8")
     server = write_sim_wrapper(workspace / "ds4ci-sim-server")
+    source = make_demo_source(workspace / "source")
 
     def sha(path: Path) -> str:
         return hashlib.sha256(path.read_bytes()).hexdigest()
@@ -62,7 +65,33 @@ def make_demo_inputs(workspace: Path) -> dict[str, Any]:
         "request_timeout": 60.0,
         "stop_timeout": 5.0,
         "hash_cache_path": workspace / "hash-cache.json",
+        "source_dir": source,
+        "base_ref": "main" if source is not None else None,
     }
+
+
+def make_demo_source(path: Path) -> Path | None:
+    """A tiny git repository standing in for the server's source, so the demo records revisions
+    (head, base, merge base, synthetic merge) like a real PR run. Skipped when git is missing."""
+    git = shutil.which("git")
+    if git is None:
+        return None
+    path.mkdir(parents=True)
+    env = {**os.environ, "GIT_AUTHOR_NAME": "ds4ci demo", "GIT_AUTHOR_EMAIL": "demo@ds4ci.invalid",
+           "GIT_COMMITTER_NAME": "ds4ci demo", "GIT_COMMITTER_EMAIL": "demo@ds4ci.invalid", "GIT_CONFIG_NOSYSTEM": "1"}
+
+    def run(*args: str) -> None:
+        subprocess.run([git, "-C", str(path), *args], env=env, check=True, capture_output=True, timeout=60)
+
+    run("init", "-q", "-b", "main")
+    (path / "server.c").write_text("/* reference-exact verifier */\n", encoding="utf-8")
+    run("add", "server.c")
+    run("commit", "-q", "-m", "base: server source")
+    run("checkout", "-q", "-b", "pr")
+    (path / "verify.c").write_text("/* sequential target verification */\n", encoding="utf-8")
+    run("add", "verify.c")
+    run("commit", "-q", "-m", "pr: reference-exact speculation")
+    return path
 
 
 @contextlib.contextmanager

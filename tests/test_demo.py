@@ -1,0 +1,45 @@
+"""`ds4ci demo` (the README's quick start) and the reporting commands on its real results."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+BIN = Path(sys.executable).parent
+
+
+def run(*args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([str(BIN / "ds4ci"), *args], capture_output=True, text=True, timeout=300, check=False)
+
+
+def test_demo_passes_catches_the_leak_and_its_results_report_and_dry_run_publish(tmp_path: Path) -> None:
+    keep = tmp_path / "demo"
+    demo = run("demo", "--keep", str(keep))
+    assert demo.returncode == 0, demo.stdout + demo.stderr
+    assert "clean run passed; leaked approximate verifier was caught" in demo.stdout
+    good = json.loads((keep / "demo-sim.results.json").read_text())
+    leak = json.loads((keep / "demo-sim-leak.results.json").read_text())
+    assert (good["verdict"], leak["verdict"]) == ("pass", "fail")
+    assert [w["q"] for w in good["widths"]] == [2, 3, 4]
+    head = good["revisions"]["head"]["sha"]
+    assert good["revisions"]["synthetic_merge"]["status"] == "clean"
+
+    files = [str(keep / "demo-sim.results.json"), str(keep / "demo-sim-leak.results.json")]
+    report = run("report", *files)
+    assert report.returncode == 0, report.stderr
+    assert "<!-- ds4ci:sticky-comment -->" in report.stdout and "demo-sim-leak" in report.stdout
+
+    dry = run("publish", *files, "--repo", "owner/name", "--sha", head, "--dry-run")
+    assert dry.returncode == 0, dry.stderr
+    assert f"ds4ci/demo-sim=success on {head}" in dry.stdout
+    assert f"ds4ci/demo-sim-leak=failure on {head}" in dry.stdout
+
+    stale = run("publish", *files, "--repo", "owner/name", "--sha", "0" * 40, "--dry-run")
+    assert stale.returncode != 0 and "success" not in stale.stdout
+
+
+def test_demo_refuses_an_existing_keep_directory(tmp_path: Path) -> None:
+    result = run("demo", "--keep", str(tmp_path))
+    assert result.returncode == 2 and "expected a new directory" in result.stderr
