@@ -70,10 +70,13 @@ def gate(
     draft_sha256: Annotated[str | None, typer.Option(help="Pinned SHA-256 of the draft model (required).")] = None,
     prompt_file: Annotated[
         list[Path] | None,
-        typer.Option(help="Prompt text file; repeat for several prompts, each paired in order with --prompt-sha256."),
+        typer.Option(
+            metavar="PATH", help="Prompt text file; repeat for several prompts, each paired in order with --prompt-sha256."
+        ),
     ] = None,
     prompt_sha256: Annotated[
-        list[str] | None, typer.Option(help="Pinned SHA-256 of the prompt file given in the same position.")
+        list[str] | None,
+        typer.Option(metavar="HEX", help="Pinned SHA-256 of the prompt file given in the same position."),
     ] = None,
     evidence_dir: Annotated[
         Path | None,
