@@ -7,9 +7,12 @@ size limit first, strict JSON (no duplicate keys, no NaN/Infinity), then the JSO
 from __future__ import annotations
 
 import json
+import math
 import os
+import re
 import tempfile
 from collections.abc import Iterable
+from datetime import datetime
 from importlib import resources
 from pathlib import Path
 from typing import Any
@@ -28,17 +31,45 @@ def schema() -> dict[str, Any]:
     return loaded
 
 
-def _reject_duplicate_keys(pairs: Iterable[tuple[str, Any]]) -> dict[str, Any]:
-    out: dict[str, Any] = {}
-    for key, value in pairs:
-        if key in out:
-            raise ResultsError(f"duplicate key {key!r} in results JSON: a results file must be unambiguous")
-        out[key] = value
-    return out
+def _strict_hooks(source: str) -> dict[str, Any]:
+    """json.loads hooks that refuse what JSON allows but a results file must not contain."""
+
+    def pairs(items: Iterable[tuple[str, Any]]) -> dict[str, Any]:
+        out: dict[str, Any] = {}
+        for key, value in items:
+            if key in out:
+                raise ResultsError(f"{source}: duplicate key {key!r}; a results file must be unambiguous")
+            out[key] = value
+        return out
+
+    def constant(name: str) -> Any:
+        raise ResultsError(f"{source}: non-standard JSON constant {name}; expected finite numbers only")
+
+    def finite(text: str) -> float:
+        value = float(text)
+        if not math.isfinite(value):
+            raise ResultsError(f"{source}: number {text[:40]} overflows; expected finite numbers only")
+        return value
+
+    return {"object_pairs_hook": pairs, "parse_constant": constant, "parse_float": finite}
 
 
-def _reject_constant(name: str) -> Any:
-    raise ResultsError(f"non-standard JSON constant {name} in results file; expected finite numbers only")
+_DATE_TIME = re.compile(r"^(\d{4})-(\d{2})-(\d{2})[Tt](\d{2}):(\d{2}):(\d{2})(\.\d+)?([Zz]|[+-]\d{2}:\d{2})$")
+
+
+def _is_date_time(value: object) -> bool:
+    """RFC 3339 date-time, checked here so validation never depends on optional packages."""
+    if not isinstance(value, str):
+        return True  # the type keyword reports non-strings
+    match = _DATE_TIME.match(value)
+    if match is None:
+        return False
+    year, month, day, hour, minute, second = (int(g) for g in match.groups()[:6])
+    try:
+        datetime(year, month, day, hour, minute, min(second, 59))
+    except ValueError:
+        return False
+    return second <= 60
 
 
 def validate(doc: Any, source: str = "results") -> Results:
@@ -49,7 +80,9 @@ def validate(doc: Any, source: str = "results") -> Results:
         raise ResultsError(f"{source}: expected a JSON object at the top level, found {type(doc).__name__}")
     if doc.get("schema") != SCHEMA_ID:
         raise ResultsError(f"{source}: expected \"schema\": \"{SCHEMA_ID}\", found {doc.get('schema')!r}")
-    validator = jsonschema.Draft202012Validator(schema(), format_checker=jsonschema.FormatChecker())
+    checker = jsonschema.FormatChecker(formats=())
+    checker.checks("date-time")(_is_date_time)
+    validator = jsonschema.Draft202012Validator(schema(), format_checker=checker)
     errors = sorted(validator.iter_errors(doc), key=lambda e: list(e.absolute_path))
     if errors:
         first = errors[0]
@@ -67,9 +100,13 @@ def loads(data: bytes, source: str = "results") -> Results:
     except UnicodeDecodeError as exc:
         raise ResultsError(f"{source}: not UTF-8 ({exc})") from exc
     try:
-        doc = json.loads(text, object_pairs_hook=_reject_duplicate_keys, parse_constant=_reject_constant)
+        doc = json.loads(text, **_strict_hooks(source))
     except json.JSONDecodeError as exc:
         raise ResultsError(f"{source}: not valid JSON ({exc})") from exc
+    except RecursionError as exc:
+        raise ResultsError(f"{source}: JSON nested too deeply to be a results file") from exc
+    except ValueError as exc:  # e.g. an integer literal longer than Python's conversion limit
+        raise ResultsError(f"{source}: unreadable JSON value ({str(exc)[:200]})") from exc
     return validate(doc, source)
 
 

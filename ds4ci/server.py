@@ -307,7 +307,7 @@ class Server:
                 f"last log lines:\n{self.log_tail()}"
             ) from exc
         except requests.RequestException as exc:
-            code = self.proc.poll()
+            code = self._exit_code_soon()
             state = f"server exited with code {code}" if code is not None else "server still running"
             raise NoVerdictError(
                 f"{self.label}: request failed ({exc.__class__.__name__}; {state}); last log lines:\n{self.log_tail()}"
@@ -320,6 +320,14 @@ class Server:
             )
         end = self._settled_log_end()
         return Exchange(body, response, tuple(self.read_log(before, end)), elapsed)
+
+    def _exit_code_soon(self, grace_s: float = 2.0) -> int | None:
+        """The server's exit code if it is exiting (a dropped connection often precedes the exit)."""
+        assert self.proc is not None
+        try:
+            return self.proc.wait(timeout=grace_s)
+        except subprocess.TimeoutExpired:
+            return None
 
     def _settled_log_end(self) -> int:
         """Log size once it has stopped growing for a moment (bounded), cut at a line boundary."""
