@@ -32,7 +32,8 @@ from ds4ci.errors import NoVerdictError
 
 HOST = "127.0.0.1"
 _PR_SET_PDEATHSIG = 1
-_SETTLE_QUIET_S = 0.05
+_SETTLE_QUIET_S = 0.01
+_HEALTH_POLL_S = 0.01
 _SETTLE_MAX_S = 0.5
 _LOG_TAIL_BYTES = 4000
 
@@ -226,12 +227,12 @@ class Server:
             try:
                 answer = self._http.get(url, timeout=2.0)
             except requests.RequestException:
-                time.sleep(0.05)
+                time.sleep(_HEALTH_POLL_S)
                 continue
             if answer.status_code == 200 and _json_or_none(answer) == {"status": "ok"}:
                 self._check_listener_is_ours()
                 return
-            time.sleep(0.05)
+            time.sleep(_HEALTH_POLL_S)
 
     def _check_listener_is_ours(self) -> None:
         assert self.proc is not None
@@ -335,7 +336,7 @@ class Server:
         size = self.stderr_path.stat().st_size
         quiet_since = time.monotonic()
         while time.monotonic() < deadline:
-            time.sleep(0.01)
+            time.sleep(0.005)
             now = self.stderr_path.stat().st_size
             if now != size:
                 size, quiet_since = now, time.monotonic()

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import os
+
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
@@ -117,7 +119,7 @@ _fragments = st.sampled_from([
 _lines = st.lists(_fragments, max_size=30).map("".join) | st.text(max_size=200)
 
 
-@settings(max_examples=400, deadline=None)
+@settings(max_examples=int(os.environ.get("DS4CI_FUZZ_EXAMPLES", "400")), deadline=None)
 @given(st.lists(_lines, max_size=20))
 def test_fuzz_parser_never_crashes(lines: list[str]) -> None:
     try:

@@ -8,10 +8,9 @@ and a document it accepts must survive a round trip through ``dumps`` unchanged.
 Example counts are bounded for CI (200 per property); ``DS4CI_FUZZ_EXAMPLES=N`` raises them for the
 longer run described in docs/fuzzing.md (``bench/fuzz_long.py`` drives it).
 
-Known bugs found by this fuzzer are pinned by the strict ``xfail`` tests at the bottom. The
-properties tolerate exactly those escapes (and count them with ``hypothesis.event``) so that the
-search keeps looking for new ones; once results.py is fixed, the xfail tests turn into failures
-(XPASS strict) and the tolerance below must be removed with them.
+The bugs this fuzzer found (deep nesting, huge integer literals, float overflow, unchecked
+date-time, rejections not naming the file; fixed in results.py) are pinned by the regression
+tests at the bottom.
 """
 
 from __future__ import annotations
@@ -26,8 +25,8 @@ from typing import Any
 
 import pytest
 from hypothesis import HealthCheck, event, given, settings
-from hypothesis.control import currently_in_test_context
 from hypothesis import strategies as st
+from hypothesis.control import currently_in_test_context
 
 from ds4ci import results
 from ds4ci.errors import ResultsError
@@ -44,15 +43,6 @@ FUZZ = settings(
 
 
 # --- the oracle ---------------------------------------------------------------------------------
-
-
-def _known_escape(exc: BaseException) -> str | None:
-    """Name of a known, reported bug this exception is, or None (docs/fuzzing.md, 'Findings')."""
-    if isinstance(exc, RecursionError):
-        return "known bug: deep nesting escapes as RecursionError"
-    if isinstance(exc, ValueError) and not isinstance(exc, ResultsError) and "integer string conversion" in str(exc):
-        return "known bug: integer literal over 4300 digits escapes as ValueError"
-    return None
 
 
 def _note(what: str) -> None:
@@ -80,16 +70,9 @@ def check_loads(data: bytes) -> dict[str, Any] | None:
         _note("rejected with ResultsError")
         return None
     except Exception as exc:  # anything else escaping is the bug this fuzzer hunts
-        known = _known_escape(exc)
-        if known is None:
-            raise AssertionError(f"loads let {type(exc).__name__} escape for {data[:200]!r}") from exc
-        _note(known)
-        return None
+        raise AssertionError(f"loads let {type(exc).__name__} escape for {data[:200]!r}") from exc
     assert isinstance(doc, dict)
-    if _has_non_finite(doc):
-        # 1e400 parses to inf without passing through parse_constant; pinned by an xfail below.
-        _note("known bug: float overflow accepted as infinity")
-        return None
+    assert not _has_non_finite(doc), "an accepted document must hold finite numbers only"
     _note("accepted")
     # Accepted means valid, and byte-level stable: what dumps writes is read back identically.
     results.validate(copy.deepcopy(doc), "again")
@@ -193,7 +176,8 @@ def mutated_documents(draw: st.DrawFn) -> bytes:
         elif kind == "number-literal":
             # Literals json.dumps never writes, in a place where a number is valid.
             literal = draw(st.sampled_from(["NaN", "-Infinity", "1e999", "-1E+400", "1" * 4400, "1e-400", "-0.0"]))
-            text = re.sub(r'"(total_s|hashing_s|seed|max_tokens)": -?[0-9][0-9.eE+-]*', lambda m: f'"{m[1]}": {literal}', text, count=1)
+            number = r'"(total_s|hashing_s|seed|max_tokens)": -?[0-9][0-9.eE+-]*'
+            text = re.sub(number, lambda m, lit=literal: f'"{m[1]}": {lit}', text, count=1)
     return text.encode("utf-8", errors=draw(st.sampled_from(["surrogatepass", "replace"])))
 
 
@@ -275,14 +259,7 @@ def test_every_base_document_is_valid_and_round_trips(tmp_path: Path) -> None:
         assert results.load(tmp_path / name) == doc
 
 
-def test_oracle_rejects_an_escape_it_does_not_know() -> None:
-    # The oracle itself must fail on a new kind of escape, or every property above is vacuous.
-    assert _known_escape(TypeError("x")) is None
-    assert _known_escape(ValueError("something else")) is None
-
-
-# --- bugs found by the fuzzer (reported; see docs/fuzzing.md). Strict: a fix turns these red,
-# --- then delete the xfail mark and the matching branch of _known_escape / _has_non_finite.
+# --- regression tests for the bugs the fuzzer found (docs/fuzzing.md, "Findings") ------------
 
 
 def _with_literal(key: str, literal: str) -> str:
@@ -296,42 +273,37 @@ def _with_literal(key: str, literal: str) -> str:
 
 
 def test_literal_helper_makes_valid_documents() -> None:
-    # Guards the xfail tests below: with an ordinary literal the document is valid, so only the
+    # Guards the regression tests below: with an ordinary literal the document is valid, so only the
     # literal itself can be what they observe.
     assert results.loads(_with_literal("seed", "9" * 40).encode())["settings"]["seed"] == int("9" * 40)
     assert results.loads(_with_literal("total_s", "1e300").encode())["timings"]["total_s"] == 1e300
 
 
-@pytest.mark.xfail(strict=True, raises=RecursionError, reason="results.loads: deep nesting escapes as RecursionError")
 @pytest.mark.parametrize("data", [b"[" * 100_000, b'{"a":' * 50_000], ids=["array", "object"])
 def test_deep_nesting_is_a_results_error(data: bytes) -> None:
     with pytest.raises(ResultsError):
         results.loads(data)
 
 
-@pytest.mark.xfail(strict=True, raises=ValueError, reason="results.loads: int literal > 4300 digits escapes as ValueError")
 def test_huge_integer_literal_is_a_results_error() -> None:
     text = _with_literal("seed", "9" * 5000)
     with pytest.raises(ResultsError):
         results.loads(text.encode())
 
 
-@pytest.mark.xfail(strict=True, reason="results.loads: 1e400 becomes inf, which dumps then refuses")
 def test_float_overflow_is_a_results_error() -> None:
     text = _with_literal("total_s", "1e400")
     with pytest.raises(ResultsError):
         results.loads(text.encode())
 
 
-@pytest.mark.xfail(strict=True, reason="results.loads: NaN and duplicate-key rejections do not name the file")
 @pytest.mark.parametrize("text", ['{"schema": NaN}', '{"schema": 1, "schema": 2}'], ids=["nan", "duplicate"])
 def test_rejection_names_the_file(text: str) -> None:
     # report/publish read several runners' files; the message must say which one was bad.
-    with pytest.raises(ResultsError, match="runner-a/results.json"):
+    with pytest.raises(ResultsError, match=r"runner-a/results\.json"):
         results.loads(text.encode(), "runner-a/results.json")
 
 
-@pytest.mark.xfail(strict=True, reason="format: date-time is not enforced without rfc3339-validator installed")
 def test_malformed_timestamp_is_a_results_error() -> None:
     doc = copy.deepcopy(BASES["pass.json"])
     doc["started_at"] = "yesterday, roughly"
