@@ -21,6 +21,8 @@ _UINT = re.compile(r"^[0-9]+$")
 _RATIO = re.compile(r"^[0-9]+/[0-9]+$")
 _SUMMARY_REQUIRED = ("gen", "steps", "matched", "offered", "mean_accept", "q_cap", "full_snap")
 MAX_IDS_PER_TRACE = 1_000_000
+# One request has one trace and one summary; a flood is kept bounded in memory (and fails the gate).
+MAX_RECORDS_PER_REQUEST = 64
 
 
 @dataclass(frozen=True)
@@ -143,6 +145,13 @@ def parse_request_log(lines: Iterable[str]) -> RequestLog:
     banners = 0
     for raw in lines:
         line = raw.rstrip("\r\n")
+        if len(traces) + len(summaries) >= MAX_RECORDS_PER_REQUEST and (
+            line.startswith((TRACE_TAG, SUMMARY_PREFIX))
+        ):
+            flood = f"more than {MAX_RECORDS_PER_REQUEST} trace/summary lines in one request; the rest were not kept"
+            if flood not in problems:
+                problems.append(flood)
+            continue
         if line.startswith(TRACE_TAG):
             try:
                 traces.append(parse_trace(line[len(TRACE_TAG):]))

@@ -136,3 +136,10 @@ def test_fuzz_parser_never_crashes(lines: list[str]) -> None:
         if line.startswith("[ds4-exact-verify-trace]") or (line.startswith("[ds4-spec] gen=") and "=" in line)
     )
     assert len(log.traces) + len(log.summaries) + len(log.problems) >= recognised
+
+
+def test_a_flood_of_trusted_lines_stays_bounded_and_is_a_problem() -> None:
+    log = parse_request_log([TRACE] * 10_000)
+    assert len(log.traces) == 64
+    assert any("more than 64" in p for p in log.problems)
+    assert len(log.problems) == 1
