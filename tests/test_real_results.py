@@ -9,7 +9,7 @@ from pathlib import Path
 
 from ds4ci import results
 
-REAL = Path(__file__).parent / "data" / "results" / "h200-sim-cuda.results.json"
+REAL = Path(__file__).parent / "data" / "real" / "h200-sim-cuda.results.json"
 
 
 def test_real_h200_results_validate_and_carry_the_fingerprint() -> None:
