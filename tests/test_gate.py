@@ -185,3 +185,35 @@ def test_reruns_and_concurrent_runs_never_overwrite_evidence(ws: Workspace) -> N
     assert len(listing["runs"]) == 3 and listing["attempts"] == [] and listing["failed"] == []
     dirs = {r.results["evidence"]["dir"] for r in runs if r.results} | {first.results["evidence"]["dir"]}  # type: ignore[index]
     assert len(dirs) == 3
+
+
+def _checks_config(ws: Workspace, body: str) -> Path:
+    config = ws.root / "ds4ci.toml"
+    config.write_text(body)
+    return config
+
+
+def test_negative_control_runner_runs_checks_only(ws: Workspace) -> None:
+    config = _checks_config(ws, (
+        '[runner]\nrole = "negative-control"\nnegative_control_for = "gfx1151"\n'
+        '[[checks]]\nname = "build"\ncommand = "echo \'[465/465] Linking dflash_server\'"\nparser = "build-progress"\n'
+    ))
+    run = ws.gate("--config", str(config))
+    assert run.code == 0, run.stdout + run.stderr
+    doc = run.results
+    assert doc is not None
+    assert doc["runner"] == {"name": "test-runner", "role": "negative-control", "negative_control_for": "gfx1151"}
+    assert doc["widths"] == [] and doc["timings"]["servers"] == []
+    assert [(c["name"], c["status"]) for c in doc["checks"]] == [("build", "pass")]
+    assert processes_mentioning(str(ws.root)) == []
+
+
+def test_a_failing_extra_check_fails_an_otherwise_passing_gate(ws: Workspace) -> None:
+    config = _checks_config(ws, (
+        '[[checks]]\nname = "unit"\ncommand = \'echo "========= ERROR SUMMARY: 2 errors"\'\nparser = "compute-sanitizer"\n'
+    ))
+    run = ws.gate("--config", str(config), widths="2")
+    assert run.code == 1, run.stdout + run.stderr
+    assert run.results is not None
+    assert run.results["widths"][0]["verdict"] == "pass"
+    assert "check 'unit': fail" in run.reasons()
