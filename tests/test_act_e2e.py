@@ -19,7 +19,6 @@ import shutil
 import subprocess
 import sys
 import textwrap
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -150,15 +149,6 @@ def _stand_ins(tmp: Path, remote: Path, store: Path) -> dict[str, Path]:
                 for dir in "{store}"/$PATTERN; do cp -a "$dir" "$DEST/"; done
         """)
     return {CHECKOUT: checkout, UPLOAD: upload, DOWNLOAD: download}
-
-
-@pytest.fixture()
-def fake() -> Iterator[FakeGitHub]:
-    server = FakeGitHub(owner="acme", repo="engine").start()
-    try:
-        yield server
-    finally:
-        server.stop()
 
 
 def _make_repo(tmp: Path, models: Path) -> tuple[Path, str]:

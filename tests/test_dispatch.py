@@ -9,7 +9,6 @@ import json
 import os
 import subprocess
 import sys
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -20,15 +19,6 @@ from ds4ci import dispatch
 DS4CI = str(Path(sys.executable).parent / "ds4ci")
 HEAD = "a" * 40
 OTHER = "b" * 40
-
-
-@pytest.fixture()
-def fake() -> Iterator[FakeGitHub]:
-    server = FakeGitHub(owner="acme", repo="engine").start()
-    try:
-        yield server
-    finally:
-        server.stop()
 
 
 def _check(*args: str, event: str = "workflow_dispatch", env: dict[str, str] | None = None,
