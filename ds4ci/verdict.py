@@ -178,6 +178,8 @@ def judge_width_prompt(
 
     parity = 0
     mismatch: Mismatch | None = None
+    # Requests that differ in the same way are reported once, naming all of them.
+    differing: dict[str, list[int]] = {}
     if target_ids is not None:
         for check, obs in zip(checks, runs, strict=True):
             if check.trace is None:
@@ -187,7 +189,10 @@ def judge_width_prompt(
                 parity += 1
             else:
                 mismatch = mismatch or found
-                reasons.append(f"q={q} prompt {prompt_index} request {obs.repeat + 1}: token IDs differ: {found.describe()}")
+                differing.setdefault(found.describe(), []).append(obs.repeat + 1)
+    for description, requests in differing.items():
+        which = f"request {requests[0]}" if len(requests) == 1 else f"requests {', '.join(map(str, requests))}"
+        reasons.append(f"q={q} prompt {prompt_index} {which}: token IDs differ: {description}")
 
     present = [t for t in traces if t is not None]
     repeats_identical = len(present) == len(runs) and all(t.ids == present[0].ids for t in present)
