@@ -25,17 +25,15 @@ from pathlib import Path
 from typing import Any
 
 from ds4ci.config import CHECK_PARSERS, CheckSpec
+from ds4ci.policy import CREDENTIAL_VARIABLES
 
 LOG_TAIL_BYTES = 4096
 MAX_PARSE_BYTES = 64 * 1024 * 1024  # parse at most the last 64 MiB of a (build) log
 MAX_REPORT_BYTES = 64 * 1024 * 1024
 MAX_TEXT = 4096  # the schema's "text" limit
 KILL_GRACE_S = 5.0
-# Credentials a GitHub job may carry; a check runs the PR's code and needs none of them.
-SECRET_VARIABLES = frozenset({
-    "GITHUB_TOKEN", "GH_TOKEN", "INPUT_GITHUB-TOKEN", "INPUT_GITHUB_TOKEN", "INPUT_TOKEN",
-    "ACTIONS_RUNTIME_TOKEN", "ACTIONS_ID_TOKEN_REQUEST_TOKEN", "ACTIONS_ID_TOKEN_REQUEST_URL",
-})
+# A check runs the PR's code and needs none of the job's credentials.
+SECRET_VARIABLES = CREDENTIAL_VARIABLES
 POLL_S = 0.05
 
 Progress = Callable[[str], None]

@@ -28,6 +28,13 @@ ACTIVATION_VARIABLES = frozenset({
 })
 
 
+# Credentials a GitHub job may carry. The server under test is built from the PR and needs none.
+CREDENTIAL_VARIABLES = frozenset({
+    "GITHUB_TOKEN", "GH_TOKEN", "INPUT_GITHUB-TOKEN", "INPUT_GITHUB_TOKEN", "INPUT_TOKEN",
+    "ACTIONS_RUNTIME_TOKEN", "ACTIONS_ID_TOKEN_REQUEST_TOKEN", "ACTIONS_ID_TOKEN_REQUEST_URL",
+})
+
+
 def is_policy(name: str) -> bool:
     return name in POLICY_NAMES or name.startswith(POLICY_PREFIXES)
 
@@ -57,7 +64,7 @@ def common_policy(mmvq_max_ncols: int) -> dict[str, str]:
 
 
 def _sanitised(inherited: Mapping[str, str]) -> dict[str, str]:
-    return {k: v for k, v in inherited.items() if not is_policy(k)}
+    return {k: v for k, v in inherited.items() if not is_policy(k) and k not in CREDENTIAL_VARIABLES}
 
 
 def target_only_env(inherited: Mapping[str, str], mmvq_max_ncols: int) -> ArmEnvironment:

@@ -61,3 +61,9 @@ def test_removed_lists_names_only_and_policy_part_is_sorted() -> None:
     part = policy.target_only_env(INHERITED, 4).policy()
     assert list(part) == sorted(part)
     assert part == policy.common_policy(4)
+
+
+def test_job_credentials_never_reach_the_server_under_test() -> None:
+    inherited = {**INHERITED, "GITHUB_TOKEN": "ghs_x", "ACTIONS_RUNTIME_TOKEN": "y", "GH_TOKEN": "z"}
+    for arm in (policy.target_only_env(inherited, 4), policy.reference_exact_env(inherited, 4, "/d", 2)):
+        assert not {"GITHUB_TOKEN", "ACTIONS_RUNTIME_TOKEN", "GH_TOKEN"} & set(arm.env)
