@@ -32,8 +32,6 @@ MAX_PARSE_BYTES = 64 * 1024 * 1024  # parse at most the last 64 MiB of a (build)
 MAX_REPORT_BYTES = 64 * 1024 * 1024
 MAX_TEXT = 4096  # the schema's "text" limit
 KILL_GRACE_S = 5.0
-# A check runs the PR's code and needs none of the job's credentials.
-SECRET_VARIABLES = CREDENTIAL_VARIABLES
 POLL_S = 0.05
 
 Progress = Callable[[str], None]
@@ -270,7 +268,7 @@ def _exited(pid: int) -> bool:
 
 def check_env() -> dict[str, str]:
     """The inherited environment minus credentials: checks build and run pull-request code."""
-    return {k: v for k, v in os.environ.items() if k not in SECRET_VARIABLES}
+    return {k: v for k, v in os.environ.items() if k not in CREDENTIAL_VARIABLES}  # a check runs PR code
 
 
 def _run_group(command: str, cwd: Path | None, log: Path, timeout_s: float) -> tuple[int | None, float]:
