@@ -300,6 +300,11 @@ def load(config_file: Path | None, overrides: Mapping[str, Any]) -> GateConfig:
     target = pinned("target", required_sha=True)
     draft = pinned("draft", required_sha=True)
     prompts = _prompts(file_gate.get("prompts"), overrides.get("prompt_files"), overrides.get("prompt_sha256s"), base)
+    seen_prompts: dict[Path, int] = {}
+    for i, prompt in enumerate(prompts):
+        first = seen_prompts.setdefault(prompt.path.resolve(), i)
+        if first != i:
+            raise UsageError(f"prompt file {prompt.path} is given twice (#{first + 1} and #{i + 1}); list each prompt once")
     if needs_models:
         if not prompts:
             raise UsageError("missing --prompt-file/--prompt-sha256 (or gate.prompts in the config file)")

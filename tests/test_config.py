@@ -96,3 +96,10 @@ def test_unpinned_model_and_non_executable_server_are_usage_errors(tmp_path: Pat
     (tmp_path / "server").chmod(0o644)
     with pytest.raises(UsageError, match="not executable"):
         config.load(path, {})
+
+
+def test_a_prompt_given_twice_is_a_usage_error(tmp_path: Path) -> None:
+    write_models(tmp_path)
+    prompt = tmp_path / "m" / "p.txt"
+    with pytest.raises(UsageError, match="given twice"):
+        config.load(toml(tmp_path), {"prompt_files": [prompt, prompt], "prompt_sha256s": [SHA, SHA]})
