@@ -12,7 +12,6 @@ with a reason, never a pass (a test runner that crashed before its summary prove
 
 from __future__ import annotations
 
-import contextlib
 import os
 import re
 import signal
@@ -25,6 +24,7 @@ from pathlib import Path
 from typing import Any
 
 from ds4ci.config import CHECK_PARSERS, CheckSpec
+from ds4ci.fileio import signal_group
 from ds4ci.policy import CREDENTIAL_VARIABLES
 
 LOG_TAIL_BYTES = 4096
@@ -251,11 +251,6 @@ def _clip(text: str) -> str:
     return text if len(text) <= MAX_TEXT else text[: MAX_TEXT - 1] + "…"
 
 
-def _killpg(pgid: int, sig: int) -> None:
-    with contextlib.suppress(ProcessLookupError, PermissionError):
-        os.killpg(pgid, sig)
-
-
 def _exited(pid: int) -> bool:
     """True once ``pid`` has exited, without reaping it.
 
@@ -288,20 +283,20 @@ def _run_group(command: str, cwd: Path | None, log: Path, timeout_s: float) -> t
         deadline = started + timeout_s
         while not _exited(proc.pid):
             if time.monotonic() >= deadline:
-                _killpg(proc.pid, signal.SIGTERM)
+                signal_group(proc.pid, signal.SIGTERM)
                 grace = time.monotonic() + KILL_GRACE_S
                 while not _exited(proc.pid) and time.monotonic() < grace:
                     time.sleep(POLL_S)
-                _killpg(proc.pid, signal.SIGKILL)
+                signal_group(proc.pid, signal.SIGKILL)
                 proc.kill()  # the leader at least, whatever happened to its group
                 proc.wait()
                 return None, time.monotonic() - started
             time.sleep(POLL_S)
         seconds = time.monotonic() - started
-        _killpg(proc.pid, signal.SIGKILL)  # background helpers must not outlive the check
+        signal_group(proc.pid, signal.SIGKILL)  # background helpers must not outlive the check
         return proc.wait(), seconds
     except BaseException:
-        _killpg(proc.pid, signal.SIGKILL)
+        signal_group(proc.pid, signal.SIGKILL)
         proc.kill()
         proc.wait()
         raise

@@ -7,6 +7,7 @@ that need them, so ``ds4ci --help`` stays fast.
 from __future__ import annotations
 
 import sys
+from collections.abc import Callable
 from pathlib import Path
 from typing import Annotated, NoReturn
 
@@ -32,9 +33,14 @@ app = typer.Typer(
 )
 
 
-def _fail(exc: Ds4ciError) -> NoReturn:
-    typer.echo(f"ds4ci: error: {exc}", err=True)
-    raise typer.Exit(exc.exit_code)
+def _exit_with(command: Callable[[], int]) -> NoReturn:
+    """Run one command's library call; its exit code, or a Ds4ciError's, ends the process."""
+    try:
+        code = command()
+    except Ds4ciError as exc:
+        typer.echo(f"ds4ci: error: {exc}", err=True)
+        raise typer.Exit(exc.exit_code) from exc
+    raise typer.Exit(code)
 
 
 def _version_callback(value: bool) -> None:
@@ -55,9 +61,7 @@ def _root(
 
 @app.command()
 def gate(
-    config: Annotated[
-        Path | None, typer.Option(help="ds4ci.toml with the gate settings; flags below override it.")
-    ] = None,
+    config: Annotated[Path | None, typer.Option(help="ds4ci.toml with the gate settings; flags below override it.")] = None,
     server_bin: Annotated[
         Path | None, typer.Option(help="The inference server binary (dflash_server, or any program speaking its protocol).")
     ] = None,
@@ -161,11 +165,7 @@ def gate(
         "base_ref": base_ref,
         "upstream_ref": upstream_ref,
     }
-    try:
-        code = run_gate_command(config, overrides)
-    except Ds4ciError as exc:
-        _fail(exc)
-    raise typer.Exit(code)
+    _exit_with(lambda: run_gate_command(config, overrides))
 
 
 @app.command()
@@ -180,11 +180,7 @@ def demo(
     """
     from ds4ci.commands.demo import run_demo
 
-    try:
-        code = run_demo(keep)
-    except Ds4ciError as exc:
-        _fail(exc)
-    raise typer.Exit(code)
+    _exit_with(lambda: run_demo(keep))
 
 
 @app.command()
@@ -193,20 +189,14 @@ def report(
     format: Annotated[
         str, typer.Option("--format", help="comment (PR comment, <= 60,000 bytes) or summary (job summary).")
     ] = "comment",
-    template_dir: Annotated[
-        Path | None, typer.Option(help="Directory of Jinja2 templates overriding the bundled ones.")
-    ] = None,
+    template_dir: Annotated[Path | None, typer.Option(help="Directory of Jinja2 templates overriding the bundled ones.")] = None,
     output: Annotated[Path | None, typer.Option(help="Write here instead of standard output.")] = None,
     run_url: Annotated[str | None, typer.Option(help="Link to the workflow run, shown in the footer.")] = None,
 ) -> None:
     """Render one or more runners' results.json as Markdown (escaped, size-bounded)."""
     from ds4ci.commands.report import run_report
 
-    try:
-        code = run_report(results, fmt=format, template_dir=template_dir, output=output, run_url=run_url)
-    except Ds4ciError as exc:
-        _fail(exc)
-    raise typer.Exit(code)
+    _exit_with(lambda: run_report(results, fmt=format, template_dir=template_dir, output=output, run_url=run_url))
 
 
 @app.command()
@@ -227,9 +217,7 @@ def publish(
         bool, typer.Option("--pending", help="Post a pending ds4ci/<runner> status (job start); needs --runner and --sha.")
     ] = False,
     runner: Annotated[str | None, typer.Option(help="Runner name for --pending.")] = None,
-    template_dir: Annotated[
-        Path | None, typer.Option(help="Directory of Jinja2 templates overriding the bundled ones.")
-    ] = None,
+    template_dir: Annotated[Path | None, typer.Option(help="Directory of Jinja2 templates overriding the bundled ones.")] = None,
     summary_file: Annotated[
         Path | None,
         typer.Option(help="Where the job summary goes. Default: $GITHUB_STEP_SUMMARY when set."),
@@ -241,8 +229,8 @@ def publish(
     """
     from ds4ci.commands.publish import run_publish
 
-    try:
-        code = run_publish(
+    _exit_with(
+        lambda: run_publish(
             results or [],
             repo=repo,
             pr=pr,
@@ -258,9 +246,7 @@ def publish(
             template_dir=template_dir,
             summary_file=summary_file,
         )
-    except Ds4ciError as exc:
-        _fail(exc)
-    raise typer.Exit(code)
+    )
 
 
 @app.command()
@@ -277,11 +263,7 @@ def preflight(
     """
     from ds4ci.commands.preflight import run_preflight
 
-    try:
-        code = run_preflight(config=config, runner=runner, as_json=json_out, deadline_s=deadline)
-    except Ds4ciError as exc:
-        _fail(exc)
-    raise typer.Exit(code)
+    _exit_with(lambda: run_preflight(config=config, runner=runner, as_json=json_out, deadline_s=deadline))
 
 
 @app.command()
@@ -294,11 +276,7 @@ def revisions(
     """Print head, base, upstream, merge base and a synthetic merge analysis as JSON."""
     from ds4ci.commands.revisions import run_revisions
 
-    try:
-        code = run_revisions(repo_dir=repo_dir, head_ref=head_ref, base_ref=base_ref, upstream_ref=upstream_ref)
-    except Ds4ciError as exc:
-        _fail(exc)
-    raise typer.Exit(code)
+    _exit_with(lambda: run_revisions(repo_dir=repo_dir, head_ref=head_ref, base_ref=base_ref, upstream_ref=upstream_ref))
 
 
 @app.command("dispatch-check")
@@ -330,8 +308,8 @@ def dispatch_check(
     """
     from ds4ci.commands.dispatch import run_dispatch_check
 
-    try:
-        code = run_dispatch_check(
+    _exit_with(
+        lambda: run_dispatch_check(
             pr=pr,
             head_sha=head_sha,
             widths=widths,
@@ -343,9 +321,7 @@ def dispatch_check(
             event_name=event_name,
             github_output=github_output,
         )
-    except Ds4ciError as exc:
-        _fail(exc)
-    raise typer.Exit(code)
+    )
 
 
 def main() -> None:

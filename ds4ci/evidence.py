@@ -15,7 +15,6 @@ from __future__ import annotations
 
 import ctypes
 import errno
-import hashlib
 import json
 import os
 import secrets
@@ -26,6 +25,7 @@ from pathlib import Path
 from typing import Any
 
 from ds4ci.errors import NoVerdictError
+from ds4ci.identity import hash_file
 
 ATTEMPTS = "attempts"
 RUNS = "runs"
@@ -46,14 +46,6 @@ def write_lines(path: Path, lines: Iterable[str]) -> None:
     with path.open("w", encoding="utf-8") as fh:
         for line in lines:
             fh.write(line + "\n")
-
-
-def sha256_of(path: Path) -> str:
-    digest = hashlib.sha256()
-    with path.open("rb") as fh:
-        while chunk := fh.read(1 << 20):
-            digest.update(chunk)
-    return digest.hexdigest()
 
 
 def rename_noreplace(src: Path, dst: Path) -> None:
@@ -108,7 +100,7 @@ def build_manifest(attempt_dir: Path, inputs: list[dict[str, Any]]) -> dict[str,
         rel = path.relative_to(attempt_dir).as_posix()
         if rel in (MANIFEST, RESULTS):
             continue
-        files.append({"path": rel, "size": path.stat().st_size, "sha256": sha256_of(path)})
+        files.append({"path": rel, "size": path.stat().st_size, "sha256": hash_file(path)})
     return {"schema": "ds4ci/manifest/v1", "inputs": inputs, "evidence": files}
 
 
@@ -116,7 +108,7 @@ def seal(attempt: Attempt, inputs: list[dict[str, Any]]) -> str:
     """Write manifest.json into the attempt and return its SHA-256 (the evidence bundle digest)."""
     manifest_path = attempt.path / MANIFEST
     write_json(manifest_path, build_manifest(attempt.path, inputs))
-    return sha256_of(manifest_path)
+    return hash_file(manifest_path)
 
 
 def promote(attempt: Attempt, verdict: str) -> Path:

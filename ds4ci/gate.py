@@ -11,6 +11,7 @@ Order, failing closed at every step (issue 2):
 from __future__ import annotations
 
 import contextlib
+import hashlib
 import os
 import shlex
 import signal
@@ -152,7 +153,6 @@ class _Run:
             "checks": [],
             "reproduce": reproduce_command(cfg),
         }
-        self.inputs: list[dict[str, Any]] = []
         self.prompts: list[str] = []
 
     # -- steps ------------------------------------------------------------------------------
@@ -166,20 +166,15 @@ class _Run:
         t0 = time.monotonic()
         found = identify(files, cache_path=cfg.hash_cache_path, use_cache=cfg.hash_cache, progress=self.progress)
         self.doc["timings"]["hashing_s"] = round(time.monotonic() - t0, 3)
-        by_role = {f.role: f.to_json() for f in found}
+        by_role = {f.role: f for f in found}
         self.doc["identities"] = {
-            "server_bin": by_role["server_bin"],
-            "target": by_role["target"],
-            "draft": by_role["draft"],
-            "prompts": [by_role[p.role] for p in cfg.prompts],
+            "server_bin": by_role["server_bin"].to_json(),
+            "target": by_role["target"].to_json(),
+            "draft": by_role["draft"].to_json(),
+            "prompts": [by_role[p.role].to_json() for p in cfg.prompts],
         }
-        self.inputs = [f.to_json() for f in found]
         evidence.write_json(self.attempt.path / "identities.json", self.doc["identities"])
-        for prompt in cfg.prompts:
-            try:
-                self.prompts.append(prompt.path.read_text(encoding="utf-8"))
-            except (OSError, UnicodeDecodeError) as exc:
-                raise NoVerdictError(f"prompt file {prompt.path} is not readable UTF-8 text: {exc}") from exc
+        self.prompts = [_read_verified_prompt(p.path, by_role[p.role].sha256) for p in cfg.prompts]
 
     def record_fingerprint(self) -> None:
         from ds4ci.preflight import fingerprint
@@ -280,9 +275,8 @@ class _Run:
         server: Server | None = None
         try:
             with launch(self._settings(), env.env, self.attempt.path / "servers" / key, self.progress, key) as server:
-                props = server.props or {}
-                info = props.get("server") if isinstance(props.get("server"), dict) else {}
-                assert isinstance(info, dict)
+                info = (server.props or {}).get("server")
+                info = info if isinstance(info, dict) else {}
                 self.doc["server"] = {
                     "name": _text_or_none(info.get("name")),
                     "version": _text_or_none(info.get("version")),
@@ -386,7 +380,7 @@ class _Run:
         if verdict != PASS:
             doc["evidence"]["diagnostics"] = str(final / "servers")
         try:
-            doc["evidence"]["manifest_sha256"] = evidence.seal(self.attempt, self.inputs)
+            doc["evidence"]["manifest_sha256"] = evidence.seal(self.attempt, _inputs(doc["identities"]))
             results.write_atomic(self.attempt.path / evidence.RESULTS, doc)
             final = evidence.promote(self.attempt, verdict)
         except (OSError, NoVerdictError) as exc:
@@ -400,6 +394,26 @@ class _Run:
                 results.write_atomic(self.attempt.path / evidence.RESULTS, doc)
             final = self.attempt.path
         return GateOutcome(doc, doc["exit_code"], final)
+
+
+def _read_verified_prompt(path: Path, sha256: str) -> str:
+    """The prompt text sent to the servers: exactly the bytes whose SHA-256 was just verified."""
+    try:
+        data = path.read_bytes()
+    except OSError as exc:
+        raise NoVerdictError(f"prompt file {path} became unreadable after it was verified: {exc.strerror or exc}") from exc
+    if hashlib.sha256(data).hexdigest() != sha256:
+        raise NoVerdictError(f"prompt file {path} changed after its SHA-256 was verified; refusing to send it")
+    try:
+        return data.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        raise NoVerdictError(f"prompt file {path} is not UTF-8 text ({exc.reason} at byte {exc.start})") from exc
+
+
+def _inputs(identities: dict[str, Any]) -> list[dict[str, Any]]:
+    """Every input file's identity for the manifest (none before hashing ran)."""
+    singles = [identities[k] for k in ("server_bin", "target", "draft") if identities[k] is not None]
+    return [*singles, *identities["prompts"]]
 
 
 def _text_or_none(value: Any) -> str | None:

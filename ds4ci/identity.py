@@ -21,7 +21,6 @@ import hashlib
 import json
 import os
 import stat
-import tempfile
 import threading
 import time
 from collections.abc import Callable, Sequence
@@ -32,6 +31,7 @@ from typing import Any
 
 from ds4ci.config import PinnedFile
 from ds4ci.errors import NoVerdictError, UsageError
+from ds4ci.fileio import write_text_atomic
 
 BUFFER_SIZE = 8 * 1024 * 1024
 CACHE_FORMAT = "ds4ci/hash-cache/v1"
@@ -263,23 +263,12 @@ def save_cache(path: Path, fresh: dict[str, dict[str, Any]], progress: Progress 
         keep = sorted(merged.items(), key=lambda kv: kv[1]["ctime_ns"], reverse=True)[:MAX_CACHE_ENTRIES]
         merged = dict(keep)
     text = json.dumps({"format": CACHE_FORMAT, "entries": merged}, indent=1, sort_keys=True) + "\n"
-    tmp: str | None = None
     try:
-        path.parent.mkdir(parents=True, exist_ok=True)
-        fd, tmp = tempfile.mkstemp(prefix=".hash-cache-", suffix=".json", dir=path.parent)
-        with os.fdopen(fd, "w", encoding="utf-8") as fh:
-            fh.write(text)
-            fh.flush()
-            os.fsync(fh.fileno())
-        Path(tmp).replace(path)
-        tmp = None
+        write_text_atomic(path, text)
     except OSError as exc:
         # The cache only saves time; failing to write it must not fail the gate.
         if progress is not None:
             progress(f"warning: could not write hash cache {path} ({exc.strerror or exc})")
-    finally:
-        if tmp is not None:
-            Path(tmp).unlink(missing_ok=True)
 
 
 # --- identify -----------------------------------------------------------------------------------

@@ -18,7 +18,6 @@ many of them are stuck. Output read back is bounded.
 
 from __future__ import annotations
 
-import contextlib
 import os
 import shutil
 import signal
@@ -30,6 +29,8 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import IO, Literal
+
+from ds4ci.fileio import signal_group
 
 ProbeStatus = Literal["ok", "missing", "timeout", "failed"]
 
@@ -79,8 +80,7 @@ Killer = Callable[[int], None]
 
 def kill_group(pgid: int) -> None:
     """SIGKILL a probe's whole process group; a group already gone is fine."""
-    with contextlib.suppress(ProcessLookupError, PermissionError):
-        os.killpg(pgid, signal.SIGKILL)
+    signal_group(pgid, signal.SIGKILL)
 
 
 def resolve(command: str, env: Mapping[str, str], fallback_dirs: Sequence[Path]) -> str | None:

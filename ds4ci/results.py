@@ -8,9 +8,7 @@ from __future__ import annotations
 
 import json
 import math
-import os
 import re
-import tempfile
 from collections.abc import Iterable
 from datetime import datetime
 from importlib import resources
@@ -18,6 +16,7 @@ from pathlib import Path
 from typing import Any
 
 from ds4ci.errors import ResultsError
+from ds4ci.fileio import write_text_atomic
 
 SCHEMA_ID = "ds4ci/result/v1"
 MAX_RESULTS_BYTES = 8 * 1024 * 1024
@@ -130,15 +129,4 @@ def dumps(doc: Results) -> str:
 def write_atomic(path: Path, doc: Results) -> None:
     """Write validated results to ``path`` via a temporary file and rename (never half-written)."""
     validate(doc, str(path))
-    text = dumps(doc)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=".results-", suffix=".json", dir=path.parent)
-    try:
-        with os.fdopen(fd, "w", encoding="utf-8") as fh:
-            fh.write(text)
-            fh.flush()
-            os.fsync(fh.fileno())
-        Path(tmp).replace(path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
+    write_text_atomic(path, dumps(doc))

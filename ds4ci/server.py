@@ -29,6 +29,7 @@ from typing import Any
 import requests
 
 from ds4ci.errors import NoVerdictError
+from ds4ci.fileio import signal_group
 
 HOST = "127.0.0.1"
 _PR_SET_PDEATHSIG = 1
@@ -262,13 +263,11 @@ class Server:
             return
         pgid = proc.pid
         if proc.poll() is None or group_alive(pgid):
-            with contextlib.suppress(ProcessLookupError):
-                os.killpg(pgid, signal.SIGTERM)
+            signal_group(pgid, signal.SIGTERM)
             if not self._wait_gone(proc, pgid, self.settings.stop_timeout_s):
                 self.needed_kill = True
                 self.progress(f"{self.label}: still running {self.settings.stop_timeout_s:g} s after SIGTERM; SIGKILL")
-                with contextlib.suppress(ProcessLookupError):
-                    os.killpg(pgid, signal.SIGKILL)
+                signal_group(pgid, signal.SIGKILL)
                 if not self._wait_gone(proc, pgid, 10.0):
                     raise NoVerdictError(f"{self.label}: process group {pgid} survived SIGKILL")
         with contextlib.suppress(subprocess.TimeoutExpired):

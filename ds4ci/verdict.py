@@ -9,11 +9,12 @@ from __future__ import annotations
 import hashlib
 from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, TypeVar
 
 from ds4ci.protocol import Mismatch, RequestLog, SpecSummary, Trace, first_mismatch
 
 PASS, FAIL, ERROR, NOT_RUN = "pass", "fail", "error", "not_run"
+T = TypeVar("T")
 _SEVERITY = {PASS: 0, NOT_RUN: 1, ERROR: 2, FAIL: 3}
 
 
@@ -42,16 +43,20 @@ class RequestCheck:
     reasons: list[str] = field(default_factory=list)
 
 
+def _first_of_exactly_one(items: Sequence[T], what: str, where: str, reasons: list[str]) -> T | None:
+    """The first record, with a reason unless there was exactly one (a duplicate is judged too)."""
+    if len(items) != 1:
+        reasons.append(f"{where}: expected exactly one {what} line, found {len(items)}")
+    return items[0] if items else None
+
+
 def check_trace(obs: Observed, where: str, reference_exact: int, speculation: int) -> RequestCheck:
     """Clause 2: exactly one trace, n equals the number of IDs, not empty, flags match the arm."""
     result = RequestCheck()
     result.reasons.extend(f"{where}: {p}" for p in obs.log.problems)
-    traces = obs.log.traces
-    if len(traces) != 1:
-        result.reasons.append(f"{where}: expected exactly one [ds4-exact-verify-trace] line, found {len(traces)}")
-        if not traces:
-            return result
-    trace = traces[0]
+    trace = _first_of_exactly_one(obs.log.traces, "[ds4-exact-verify-trace]", where, result.reasons)
+    if trace is None:
+        return result
     result.trace = trace
     if trace.n != len(trace.ids):
         result.reasons.append(f"{where}: trace declares n={trace.n} but lists {len(trace.ids)} IDs")
@@ -80,12 +85,9 @@ def check_spec_request(obs: Observed, q: int) -> RequestCheck:
     """Clauses 2, 4 and 5 for one reference-exact request (the banner is judged per server)."""
     where = f"q={q} prompt {obs.prompt_index} request {obs.repeat + 1}"
     result = check_trace(obs, where, 1, 1)
-    summaries = obs.log.summaries
-    if len(summaries) != 1:
-        result.reasons.append(f"{where}: expected exactly one [ds4-spec] gen=... summary line, found {len(summaries)}")
-        if not summaries:
-            return result
-    summary = summaries[0]
+    summary = _first_of_exactly_one(obs.log.summaries, "[ds4-spec] gen=... summary", where, result.reasons)
+    if summary is None:
+        return result
     result.summary = summary
     if summary.steps <= 0:
         result.reasons.append(f"{where}: steps={summary.steps}; speculation did not run (expected steps > 0)")
