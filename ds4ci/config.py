@@ -12,7 +12,7 @@ import re
 import socket
 import sys
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -80,7 +80,6 @@ class GateConfig:
     base_ref: str | None = None
     upstream_ref: str | None = None
     config_file: Path | None = None
-    extra_server_args: tuple[str, ...] = field(default=())
 
 
 _GATE_KEYS = {

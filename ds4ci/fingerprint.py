@@ -32,7 +32,6 @@ NVIDIA_SMI_QUERY = (
 ROCMINFO = ("rocminfo",)
 HIPCONFIG = ("hipconfig", "--full")
 NVCC = ("nvcc", "--version")
-GPU_HEALTH_PROBES = ("nvidia-smi", "rocminfo")
 
 MAX_GPUS = 16  # schema: gpus.maxItems
 TEXT_MAX = 4096  # schema: $defs/text maxLength

@@ -43,7 +43,6 @@ class GateInterrupted(NoVerdictError):
 class GateOutcome:
     results: dict[str, Any]
     exit_code: int
-    evidence_path: Path
 
 
 def _now() -> str:
@@ -382,7 +381,7 @@ class _Run:
         try:
             doc["evidence"]["manifest_sha256"] = evidence.seal(self.attempt, _inputs(doc["identities"]))
             results.write_atomic(self.attempt.path / evidence.RESULTS, doc)
-            final = evidence.promote(self.attempt, verdict)
+            evidence.promote(self.attempt, verdict)
         except (OSError, NoVerdictError) as exc:
             # The attempt stays in attempts/ (never a partial final directory); no verdict can stand.
             detail = exc if isinstance(exc, NoVerdictError) else f"{exc.strerror or exc} ({exc.filename or ''})"
@@ -392,8 +391,7 @@ class _Run:
             doc["evidence"]["manifest_sha256"] = None
             with contextlib.suppress(OSError):
                 results.write_atomic(self.attempt.path / evidence.RESULTS, doc)
-            final = self.attempt.path
-        return GateOutcome(doc, doc["exit_code"], final)
+        return GateOutcome(doc, doc["exit_code"])
 
 
 def _read_verified_prompt(path: Path, sha256: str) -> str:

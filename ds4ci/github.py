@@ -151,7 +151,6 @@ class Client:
 
     def __init__(self, gh: Github, repo: str) -> None:
         self._gh = gh
-        self._repo = repo
         self._base = f"/repos/{repo}"
 
     def identity(self) -> str:

@@ -69,11 +69,6 @@ class ProbeResult:
     detail: str
     truncated: bool = False
 
-    @property
-    def answered(self) -> bool:
-        """The command ran to completion in time (whatever its exit status)."""
-        return self.status in ("ok", "failed") and self.returncode is not None
-
 
 Killer = Callable[[int], None]
 

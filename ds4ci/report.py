@@ -32,7 +32,6 @@ COMMENT_LIMIT_BYTES = 60_000  # GitHub allows 65,536 characters; keep a margin
 SUMMARY_LIMIT_BYTES = 1_000_000  # $GITHUB_STEP_SUMMARY takes up to 1 MiB per step
 MAX_RUNNERS = 32
 STATES = ("pass", "fail", "error", "not_run", "pending")
-ROLES = ("gate", "negative-control")
 
 _RUNNER_RE = r"[A-Za-z0-9][A-Za-z0-9._-]{0,62}"
 _SECTION_RE = re.compile(
