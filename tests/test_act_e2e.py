@@ -213,6 +213,10 @@ def _act(tmp: Path, repo: Path, fake: FakeGitHub, wheelhouse: Path, models: Path
         str(ACT), "workflow_dispatch", "-W", ".github/workflows/gate.yml",
         "-P", "ubuntu-latest=-self-hosted", "-P", "self-hosted=-self-hosted",
         "--action-cache-path", str(tmp / "actcache"),
+        # Host mode runs every job on this one machine and in one $RUNNER_TEMP and $HOME; real
+        # runners are separate machines. One job at a time keeps the jobs from racing on shared
+        # local state that GitHub-hosted or self-hosted runners do not share.
+        "--concurrent-jobs", "1",
         "-s", f"GITHUB_TOKEN={WRITE_TOKEN}",
         "--env", f"GITHUB_API_URL={fake.url}",
         "--env", "PIP_NO_INDEX=1", "--env", f"PIP_FIND_LINKS={wheelhouse}",
@@ -229,8 +233,11 @@ def _act(tmp: Path, repo: Path, fake: FakeGitHub, wheelhouse: Path, models: Path
 
 
 def _log(proc: subprocess.CompletedProcess[str]) -> str:
-    Path(os.environ.get("DS4CI_ACT_LOG", os.devnull)).write_text(proc.stdout + proc.stderr)
-    return (proc.stdout + proc.stderr)[-15000:]
+    """The failing steps of every job first, then the tail (the whole log goes to DS4CI_ACT_LOG)."""
+    text = proc.stdout + proc.stderr
+    Path(os.environ.get("DS4CI_ACT_LOG", os.devnull)).write_text(text)
+    failures = [line for line in text.splitlines() if any(m in line for m in ("❌", "::error", "Failure -"))]
+    return "\n".join(["failing steps:", *failures[-40:], "", "tail of the act log:", text[-12000:]])
 
 
 def test_dispatch_runs_gate_on_both_runners_and_publishes_one_comment(
