@@ -88,7 +88,7 @@ def main() -> int:
         f"Recorded {date.today().isoformat()} on {platform.node() or 'this machine'} "
         f"(Python {platform.python_version()}, {len(CASES)} cases in {elapsed:.0f} s).",
         "",
-        "Columns: *clause* is the contract clause of design.md section 3 (or the lifecycle/evidence guarantee)",
+        "Columns: *clause* is the exactness contract clause of docs/protocol.md (or the lifecycle/evidence guarantee)",
         "the case attacks; *left over* counts processes still running that mention the test's directory after",
         "the gate exited; *evidence* counts promoted passing runs, failed attempts kept with their diagnostics,",
         "and unpromoted attempt directories (only a SIGKILLed or unsealable run may leave one, never a partial",

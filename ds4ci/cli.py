@@ -40,6 +40,10 @@ def _exit_with(command: Callable[[], int]) -> NoReturn:
     except Ds4ciError as exc:
         typer.echo(f"ds4ci: error: {exc}", err=True)
         raise typer.Exit(exc.exit_code) from exc
+    except Exception as exc:  # a bug in ds4ci: one line and exit 3 (no verdict), never a traceback or exit 1
+        first = str(exc).splitlines()[0] if str(exc) else ""
+        typer.echo(f"ds4ci: internal error (a bug in ds4ci, please report it): {type(exc).__name__}: {first}", err=True)
+        raise typer.Exit(EXIT_ERROR) from exc
     raise typer.Exit(code)
 
 
@@ -116,7 +120,22 @@ def gate(
     ] = None,
     request_timeout: Annotated[float | None, typer.Option(help="Seconds one completion request may take. Default: 600.")] = None,
     stop_timeout: Annotated[
-        float | None, typer.Option(help="Seconds between SIGTERM and SIGKILL of a server's process group. Default: 10.")
+        float | None,
+        typer.Option(
+            help="Seconds between SIGTERM and SIGKILL of a server's process group (freeing an 86 GB model takes "
+            "tens of seconds). Default: 60."
+        ),
+    ] = None,
+    server_arg: Annotated[
+        list[str] | None,
+        typer.Option(
+            metavar="ARG",
+            help="Extra server argument, appended after the device defaults; repeat for several "
+            "(write --server-arg=--flag for values starting with '-'). Config: server_args.",
+        ),
+    ] = None,
+    log_cap_mib: Annotated[
+        int | None, typer.Option(help="Cap on each server log stream in MiB; reaching it is an error (log flood). Default: 512.")
     ] = None,
     no_hash_cache: Annotated[
         bool, typer.Option("--no-hash-cache", help="Re-read every file instead of trusting the hash cache.")
@@ -160,6 +179,8 @@ def gate(
         "startup_timeout": startup_timeout,
         "request_timeout": request_timeout,
         "stop_timeout": stop_timeout,
+        "server_args": server_arg,
+        "log_cap_mib": log_cap_mib,
         "hash_cache": False if no_hash_cache else None,
         "source_dir": source_dir,
         "base_ref": base_ref,

@@ -7,6 +7,7 @@ error, never an empty string.
 
 from __future__ import annotations
 
+import math
 import os
 import re
 import socket
@@ -24,6 +25,15 @@ else:  # pragma: no cover - exercised on 3.10 only
     import tomli as tomllib  # type: ignore[import-not-found, unused-ignore]
 
 DEFAULT_STALE_OVERRIDE_FILES = ("/tmp/ds4_spec_q", "/tmp/ds4_awidth")  # noqa: S108 - the server reads these
+ENV_PREFIXES = ("DFLASH_", "LUCE_")  # builds read DFLASH_DS4_* (older) or LUCE_DS4_* (newer), no fallback
+# Arguments that depend on the device kind: --ds4-fused-decode exists only for single-device HIP
+# DeepSeek4; a CUDA server refuses it and exits 2 before listening.
+HIP_DEVICE_ARGS = ("--ds4-fused-decode", "--ds4-prefill", "exact")
+OTHER_DEVICE_ARGS = ("--ds4-prefill", "exact")
+# ds4ci sets these itself on every server; server_args may not repeat them.
+OWNED_SERVER_FLAGS = ("--host", "--port", "--max-ctx", "--chunk", "--target-device")
+MAX_SECONDS = 7 * 24 * 3600.0
+MAX_SEED = 2**64 - 1  # the server reads seed as uint64
 CHECK_PARSERS = ("junit", "ctest", "build-progress", "compute-sanitizer", "exit-code")
 RUNNER_ROLES = ("gate", "negative-control")
 _HEX64 = re.compile(r"^[0-9a-f]{64}$")
@@ -75,11 +85,23 @@ class GateConfig:
     hash_cache: bool
     hash_cache_path: Path | None
     stale_override_files: tuple[Path, ...]
+    device_args: tuple[str, ...] = OTHER_DEVICE_ARGS
+    server_args: tuple[str, ...] = ()
+    env_prefixes: tuple[str, ...] = ENV_PREFIXES
+    log_cap_mib: int = 512
     checks: tuple[CheckSpec, ...] = ()
     source_dir: Path | None = None
     base_ref: str | None = None
     upstream_ref: str | None = None
     config_file: Path | None = None
+
+    def server_args_all(self) -> tuple[str, ...]:
+        """Every argument after the ones ds4ci owns: the device defaults (or their replacement), then extras."""
+        return (*self.device_args, *self.server_args)
+
+
+def default_device_args(target_device: str) -> tuple[str, ...]:
+    return HIP_DEVICE_ARGS if target_device.startswith("hip:") else OTHER_DEVICE_ARGS
 
 
 _GATE_KEYS = {
@@ -87,6 +109,7 @@ _GATE_KEYS = {
     "evidence_dir", "results_out", "runner", "widths", "max_tokens", "seed", "repeats", "target_device",
     "max_ctx", "chunk", "mmvq_max_ncols", "startup_timeout", "request_timeout", "stop_timeout",
     "hash_cache", "hash_cache_path", "stale_override_files", "source_dir", "base_ref", "upstream_ref",
+    "device_args", "server_args", "env_prefixes", "log_cap_mib",
 }
 _TOP_KEYS = {"gate", "runner", "runners", "checks"}
 _RUNNER_KEYS = {"name", "role", "negative_control_for"}
@@ -94,6 +117,8 @@ _CHECK_KEYS = {"name", "command", "parser", "report", "timeout", "cwd"}
 
 
 def read_toml(path: Path) -> dict[str, Any]:
+    if path.is_dir():
+        raise UsageError(f"config file {path} is a directory; expected a ds4ci.toml file")
     try:
         with path.open("rb") as fh:
             loaded: dict[str, Any] = tomllib.load(fh)
@@ -149,9 +174,49 @@ def _int(value: Any, where: str, minimum: int) -> int:
 
 
 def _seconds(value: Any, where: str) -> float:
-    if isinstance(value, bool) or not isinstance(value, int | float) or value <= 0:
-        raise UsageError(f"{where}: expected a positive number of seconds, found {value!r}")
+    if isinstance(value, bool) or not isinstance(value, int | float) or not math.isfinite(value) or value <= 0:
+        raise UsageError(f"{where}: expected a positive, finite number of seconds, found {value!r}")
+    if value > MAX_SECONDS:
+        raise UsageError(f"{where}: expected at most {MAX_SECONDS:g} seconds (7 days), found {value!r}")
     return float(value)
+
+
+def _strings(value: Any, where: str) -> tuple[str, ...]:
+    if not isinstance(value, list | tuple) or not all(isinstance(v, str) and v for v in value):
+        raise UsageError(f"{where}: expected a list of non-empty strings, found {value!r}")
+    return tuple(value)
+
+
+def _server_args(value: Any, where: str) -> tuple[str, ...]:
+    args = _strings(value, where)
+    owned = [a for a in args if a.split("=", 1)[0] in OWNED_SERVER_FLAGS]
+    if owned:
+        raise UsageError(
+            f"{where}: {', '.join(owned)} is set by ds4ci itself (from target, max_ctx, chunk, target_device); "
+            "remove it from the extra arguments"
+        )
+    return args
+
+
+def _env_prefixes(value: Any) -> tuple[str, ...]:
+    prefixes = _strings(value, "env_prefixes")
+    wrong = [p for p in prefixes if p not in ENV_PREFIXES]
+    if wrong or not prefixes or len(set(prefixes)) != len(prefixes):
+        raise UsageError(
+            f"env_prefixes: expected one or both of {', '.join(ENV_PREFIXES)} (each once), found {list(prefixes)}"
+        )
+    return prefixes
+
+
+def _nonempty_prompts(prompts: Sequence[PinnedFile]) -> None:
+    """An empty or whitespace-only prompt proves nothing: refuse it before any work."""
+    for prompt in prompts:
+        try:
+            data = prompt.path.read_bytes()
+        except OSError as exc:
+            raise UsageError(f"{prompt.role} file {prompt.path} cannot be read: {exc.strerror or exc}") from exc
+        if not data.strip():
+            raise UsageError(f"{prompt.role} file {prompt.path} is empty or whitespace only; a prompt needs text")
 
 
 def parse_widths(value: Any, where: str = "widths") -> tuple[int, ...]:
@@ -288,16 +353,18 @@ def load(config_file: Path | None, overrides: Mapping[str, Any]) -> GateConfig:
         raise UsageError(f"runner.role: expected one of {', '.join(RUNNER_ROLES)}, found {role!r}")
     needs_models = role == "gate"
 
-    def pinned(key: str, required_sha: bool) -> PinnedFile:
+    def pinned(key: str, required_sha: bool, sha_key: str) -> PinnedFile:
         path = path_of(key, needs_models)
-        sha = _sha(_pick(overrides, file_gate, f"{key}_sha256"), f"{key}_sha256")
+        sha = _sha(_pick(overrides, file_gate, sha_key), sha_key)
         if needs_models and required_sha and sha is None:
             raise UsageError(f"missing --{key}-sha256: the {key} file must be pinned by SHA-256")
         return PinnedFile(key, path if path is not None else Path(), sha)
 
-    server_bin = pinned("server_bin", required_sha=False)
-    target = pinned("target", required_sha=True)
-    draft = pinned("draft", required_sha=True)
+    # The binary hashed is the binary run: an absolute path, never looked up on PATH.
+    server_bin = pinned("server_bin", required_sha=False, sha_key="server_sha256")
+    server_bin = PinnedFile(server_bin.role, server_bin.path.absolute(), server_bin.sha256)
+    target = pinned("target", required_sha=True, sha_key="target_sha256")
+    draft = pinned("draft", required_sha=True, sha_key="draft_sha256")
     prompts = _prompts(file_gate.get("prompts"), overrides.get("prompt_files"), overrides.get("prompt_sha256s"), base)
     seen_prompts: dict[Path, int] = {}
     for i, prompt in enumerate(prompts):
@@ -315,10 +382,13 @@ def load(config_file: Path | None, overrides: Mapping[str, Any]) -> GateConfig:
                 raise UsageError(f"{item.role} file {item.path} does not exist or is not a regular file")
         if not os.access(server_bin.path, os.X_OK):
             raise UsageError(f"server binary {server_bin.path} is not executable")
+        _nonempty_prompts(prompts)
 
     # Default: ./ds4ci-evidence in the working directory (never a shared temp dir).
     evidence_dir = path_of("evidence_dir", required=False) or Path("ds4ci-evidence")
     results_out = path_of("results_out", required=False)
+    if results_out is not None and results_out.is_dir():
+        raise UsageError(f"--results-out {results_out} is a directory; expected a file path such as results.json")
 
     runner = _pick(overrides, file_gate, "runner") or runner_section.get("name") or socket.gethostname()
     if not isinstance(runner, str) or not _RUNNER_NAME.match(runner):
@@ -328,7 +398,9 @@ def load(config_file: Path | None, overrides: Mapping[str, Any]) -> GateConfig:
 
     widths = parse_widths(_pick(overrides, file_gate, "widths", [2, 3, 4]))
     max_tokens = _int(_pick(overrides, file_gate, "max_tokens", 96), "max_tokens", 2)
-    seed = _int(_pick(overrides, file_gate, "seed", 1234), "seed", -(2**63))
+    seed = _int(_pick(overrides, file_gate, "seed", 1234), "seed", 0)
+    if seed > MAX_SEED:
+        raise UsageError(f"seed: the server reads it as an unsigned 64-bit integer; expected at most {MAX_SEED}, found {seed}")
     repeats = _int(_pick(overrides, file_gate, "repeats", 2), "repeats", 1)
     mmvq = _int(_pick(overrides, file_gate, "mmvq_max_ncols", max(widths)), "mmvq_max_ncols", 1)
     if mmvq < max(widths):
@@ -344,6 +416,9 @@ def load(config_file: Path | None, overrides: Mapping[str, Any]) -> GateConfig:
     target_device = _pick(overrides, file_gate, "target_device", "hip:0")
     if not isinstance(target_device, str) or not re.match(r"^[a-z]+:\d+$", target_device):
         raise UsageError(f"target_device: expected a device like hip:0 or cuda:0, found {target_device!r}")
+    device_args = file_gate.get("device_args")
+    server_args = overrides.get("server_args") or file_gate.get("server_args", [])
+    log_cap_mib = _int(_pick(overrides, file_gate, "log_cap_mib", 512), "log_cap_mib", 1)
     negative_for = runner_section.get("negative_control_for")
     if negative_for is not None and not isinstance(negative_for, str):
         raise UsageError("runner.negative_control_for: expected a runner name")
@@ -372,10 +447,16 @@ def load(config_file: Path | None, overrides: Mapping[str, Any]) -> GateConfig:
         mmvq_max_ncols=mmvq,
         startup_timeout_s=_seconds(_pick(overrides, file_gate, "startup_timeout", 600), "startup_timeout"),
         request_timeout_s=_seconds(_pick(overrides, file_gate, "request_timeout", 600), "request_timeout"),
-        stop_timeout_s=_seconds(_pick(overrides, file_gate, "stop_timeout", 10), "stop_timeout"),
+        stop_timeout_s=_seconds(_pick(overrides, file_gate, "stop_timeout", 60), "stop_timeout"),
         hash_cache=hash_cache,
         hash_cache_path=path_of("hash_cache_path", required=False),
         stale_override_files=tuple(Path(expand_vars(s, "gate.stale_override_files")) for s in stale),
+        device_args=(
+            _server_args(device_args, "device_args") if device_args is not None else default_device_args(target_device)
+        ),
+        server_args=_server_args(server_args, "server_args"),
+        env_prefixes=_env_prefixes(_pick(overrides, file_gate, "env_prefixes", list(ENV_PREFIXES))),
+        log_cap_mib=log_cap_mib,
         checks=_checks(doc.get("checks"), base),
         source_dir=path_of("source_dir", required=False),
         base_ref=_pick(overrides, file_gate, "base_ref"),

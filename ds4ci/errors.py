@@ -1,6 +1,6 @@
 """One error hierarchy for ds4ci.
 
-Every error carries the exit code the CLI returns for it (design.md section 5) and a message
+Every error carries the exit code the CLI returns for it (docs/protocol.md, "Exit codes") and a message
 that tells the user what was expected, what was found and, where possible, what to do.
 """
 

@@ -1,11 +1,13 @@
 """The parity gate: identities, then 1 target-only server + 1 reference-exact server per width.
 
-Order, failing closed at every step (issue 2):
+Order, failing closed at every step:
 1. a fresh attempt directory (evidence of every attempt, even one that stops at step 2);
 2. every pinned SHA-256 verified, and stale override files refused, before any server starts;
 3. one target-only server answers every prompt ``repeats`` times, interleaved (A, B, ..., A, B);
 4. one reference-exact server per width does the same;
-5. verdicts per width and prompt (``verdict.py``), results.json, manifest, atomic promotion.
+5. after each server has stopped: override files checked again, and its raw evidence judged by
+   ``judge`` (the same code ``ds4ci verify`` runs on a sealed bundle);
+6. results.json, manifest, atomic promotion.
 """
 
 from __future__ import annotations
@@ -24,12 +26,11 @@ from pathlib import Path
 from types import FrameType
 from typing import Any
 
-from ds4ci import __version__, evidence, policy, results
+from ds4ci import __version__, evidence, judge, policy, results
 from ds4ci.config import GateConfig
 from ds4ci.errors import EXIT_ERROR, EXIT_FAIL, EXIT_PASS, Ds4ciError, NoVerdictError
-from ds4ci.protocol import parse_request_log
 from ds4ci.server import Server, ServerSettings, launch
-from ds4ci.verdict import ERROR, FAIL, NOT_RUN, PASS, Observed, ids_digest, judge_target_only, judge_width_prompt, worst
+from ds4ci.verdict import ERROR, FAIL, NOT_RUN, PASS
 
 Progress = Callable[[str], None]
 EXIT_FOR_VERDICT = {PASS: EXIT_PASS, FAIL: EXIT_FAIL, ERROR: EXIT_ERROR, NOT_RUN: EXIT_ERROR}
@@ -74,24 +75,27 @@ def _signals_raise() -> Iterator[None]:
 
 
 def reproduce_command(cfg: GateConfig) -> str:
+    """A command that re-runs this gate when pasted (absolute paths: it may be pasted anywhere)."""
     parts = ["ds4ci", "gate"]
     if cfg.config_file is not None:
-        parts += ["--config", str(cfg.config_file)]
+        parts += ["--config", str(cfg.config_file.absolute())]
     parts += [
         "--server-bin", str(cfg.server_bin.path),
-        "--target", str(cfg.target.path), "--target-sha256", cfg.target.sha256 or "",
-        "--draft", str(cfg.draft.path), "--draft-sha256", cfg.draft.sha256 or "",
+        "--target", str(cfg.target.path.absolute()), "--target-sha256", cfg.target.sha256 or "",
+        "--draft", str(cfg.draft.path.absolute()), "--draft-sha256", cfg.draft.sha256 or "",
     ]
     if cfg.server_bin.sha256:
         parts += ["--server-sha256", cfg.server_bin.sha256]
     for prompt in cfg.prompts:
-        parts += ["--prompt-file", str(prompt.path), "--prompt-sha256", prompt.sha256 or ""]
+        parts += ["--prompt-file", str(prompt.path.absolute()), "--prompt-sha256", prompt.sha256 or ""]
     parts += [
         "--runner", cfg.runner, "--widths", ",".join(str(q) for q in cfg.widths),
         "--max-tokens", str(cfg.max_tokens), "--seed", str(cfg.seed), "--repeats", str(cfg.repeats),
         "--target-device", cfg.target_device, "--max-ctx", str(cfg.max_ctx), "--chunk", str(cfg.chunk),
         "--mmvq-max-ncols", str(cfg.mmvq_max_ncols), "--evidence-dir", str(cfg.evidence_dir),
     ]
+    for arg in cfg.server_args:
+        parts.append(f"--server-arg={arg}")
     text = shlex.join(parts)
     return text if len(text) <= 4000 else text[:3996] + " ..."
 
@@ -109,11 +113,23 @@ def _settings_json(cfg: GateConfig) -> dict[str, Any]:
         "startup_timeout_s": cfg.startup_timeout_s,
         "request_timeout_s": cfg.request_timeout_s,
         "stop_timeout_s": cfg.stop_timeout_s,
+        "server_args": list(cfg.server_args_all()),
+        "env_prefixes": list(cfg.env_prefixes),
+        "log_cap_mib": cfg.log_cap_mib,
+        "request_body": judge.request_body("<prompt>", cfg.seed, cfg.max_tokens),
     }
 
 
+def judge_settings(cfg: GateConfig, prompt_sha256s: list[str]) -> judge.Settings:
+    return judge.Settings(cfg.widths, cfg.repeats, cfg.seed, cfg.max_tokens, tuple(prompt_sha256s))
+
+
+def present_overrides(cfg: GateConfig) -> list[str]:
+    return [str(p) for p in cfg.stale_override_files if p.exists() or p.is_symlink()]
+
+
 def refuse_stale_overrides(cfg: GateConfig) -> None:
-    present = [str(p) for p in cfg.stale_override_files if p.exists() or p.is_symlink()]
+    present = present_overrides(cfg)
     if present:
         raise NoVerdictError(
             "stale override file(s) present that silently change server policy: "
@@ -142,7 +158,12 @@ class _Run:
             "timings": {"total_s": 0.0, "hashing_s": 0.0, "servers": []},
             "identities": {"server_bin": None, "target": None, "draft": None, "prompts": []},
             "settings": _settings_json(cfg),
-            "policy": {"common": policy.common_policy(cfg.mmvq_max_ncols), "removed": [], "arms": {}, "difference": []},
+            "policy": {
+                "common": policy.common_policy(cfg.mmvq_max_ncols, cfg.env_prefixes),
+                "removed": [], "arms": {}, "difference": [],
+            },
+            "provenance": {"inherited": policy.provenance(os.environ)},
+            "warnings": [],
             "server": {"name": None, "version": None},
             "target_only": {"verdict": NOT_RUN, "reasons": [], "deterministic": False, "prompts": [], "server_log": None},
             "widths": [],
@@ -182,13 +203,15 @@ class _Run:
         evidence.write_json(self.attempt.path / "preflight.json", self.doc["fingerprint"])
 
     def record_revisions(self) -> None:
-        if self.cfg.source_dir is None:
-            return
-        from ds4ci.revisions import collect
+        """The source's revisions: --source-dir, else the working directory when it is a git checkout."""
+        from ds4ci.revisions import collect, is_work_tree
 
-        self.doc["revisions"] = collect(
-            self.cfg.source_dir, base_ref=self.cfg.base_ref, upstream_ref=self.cfg.upstream_ref
-        )
+        source = self.cfg.source_dir
+        if source is None:
+            if not is_work_tree(Path.cwd()):
+                return
+            source = Path.cwd()
+        self.doc["revisions"] = collect(source, base_ref=self.cfg.base_ref, upstream_ref=self.cfg.upstream_ref)
         evidence.write_json(self.attempt.path / "revisions.json", self.doc["revisions"])
 
     def run_checks(self) -> None:
@@ -206,17 +229,20 @@ class _Run:
             target_device=cfg.target_device,
             max_ctx=cfg.max_ctx,
             chunk=cfg.chunk,
+            args=cfg.server_args_all(),
             startup_timeout_s=cfg.startup_timeout_s,
             request_timeout_s=cfg.request_timeout_s,
             stop_timeout_s=cfg.stop_timeout_s,
+            log_cap_bytes=cfg.log_cap_mib << 20,
         )
 
     def arm_environments(self) -> tuple[policy.ArmEnvironment, dict[int, policy.ArmEnvironment]]:
         cfg = self.cfg
         inherited = dict(os.environ)
-        target_env = policy.target_only_env(inherited, cfg.mmvq_max_ncols)
+        target_env = policy.target_only_env(inherited, cfg.mmvq_max_ncols, cfg.env_prefixes)
         spec_envs = {
-            q: policy.reference_exact_env(inherited, cfg.mmvq_max_ncols, str(cfg.draft.path), q) for q in cfg.widths
+            q: policy.reference_exact_env(inherited, cfg.mmvq_max_ncols, cfg.env_prefixes, str(cfg.draft.path), q)
+            for q in cfg.widths
         }
         arms = {policy.TARGET_ONLY: target_env.policy()}
         difference: list[str] = []
@@ -230,142 +256,99 @@ class _Run:
                 difference.append(entry)
         self.doc["policy"].update({"removed": policy.removed_policy(inherited), "arms": arms, "difference": difference})
         evidence.write_json(self.attempt.path / "env" / "policy.json", self.doc["policy"])
+        evidence.write_json(self.attempt.path / "env" / "provenance.json", self.doc["provenance"])
         return target_env, spec_envs
 
-    def _serve(self, server: Server, key: str) -> list[Observed]:
-        """Every prompt, ``repeats`` times, interleaved; each request's log slice saved as evidence."""
-        observed = []
+    def _serve(self, server: Server, key: str, entries: list[dict[str, Any]]) -> None:
+        """Every prompt, ``repeats`` times, interleaved; each exchange recorded as it happens."""
         for repeat in range(self.cfg.repeats):
             for index, prompt in enumerate(self.prompts):
-                exchange = server.complete(prompt, self.cfg.seed, self.cfg.max_tokens)
-                stem = self.attempt.path / "requests" / key / f"p{index}-r{repeat + 1}"
-                evidence.write_json(stem.with_suffix(".request.json"), exchange.request)
-                evidence.write_json(stem.with_suffix(".response.json"), exchange.response)
-                evidence.write_lines(stem.with_suffix(".log"), exchange.log_lines)
-                log = parse_request_log(exchange.log_lines)
-                evidence.write_json(stem.with_suffix(".tokens.json"), [list(t.ids) for t in log.traces])
-                n = f"{len(log.traces[0].ids)} IDs" if len(log.traces) == 1 else f"{len(log.traces)} traces"
+                stem = f"{judge.REQUESTS}/{key}/p{index}-r{repeat + 1}"
+                entry: dict[str, Any] = {
+                    "index": len(entries), "prompt_index": index, "repeat": repeat,
+                    "request": f"{stem}.request.json", "response": f"{stem}.response.json", "answered": False,
+                }
+                body = judge.request_body(prompt, self.cfg.seed, self.cfg.max_tokens)
+                evidence.write_json(self.attempt.path / entry["request"], body)
+                entries.append(entry)
+                exchange = server.complete(body)
+                evidence.write_json(self.attempt.path / entry["response"], exchange.response)
+                entry.update({
+                    "answered": True, "elapsed_s": round(exchange.elapsed_s, 3),
+                    "stderr_range": list(exchange.stderr_range), "stdout_range": list(exchange.stdout_range),
+                })
                 self.progress(
-                    f"{server.label}: prompt {index} request {repeat + 1}/{self.cfg.repeats}: "
-                    f"{n} in {exchange.elapsed_s:.2f} s"
+                    f"{server.label}: prompt {index} request {repeat + 1}/{self.cfg.repeats}: answered in "
+                    f"{exchange.elapsed_s:.2f} s ({_completion_tokens(exchange.response)} completion tokens)"
                 )
-                observed.append(Observed(index, repeat, log))
-        return observed
 
-    @staticmethod
-    def _unclean_stop(server: Server | None) -> str | None:
-        if server is None or not server.needed_kill:
-            return None
-        return (
-            f"{server.label}: server did not stop within --stop-timeout after SIGTERM and was killed with SIGKILL; "
-            "a server that does not shut down cleanly gives no trustworthy verdict"
-        )
+    def _run_server(self, q: int | None, env: policy.ArmEnvironment) -> None:
+        """Start one server, send every request, stop it, and record its lifecycle (never judges)."""
+        key, label = judge.server_key(q), judge.server_label(q)
+        server_dir = self.attempt.path / judge.SERVERS / key
+        life: dict[str, Any] = {"key": key, "q": q, "requests": [], "error": None}
+        t0 = time.monotonic()
+        server: Server | None = None
+        try:
+            with launch(self._settings(), env.env, server_dir, self.progress, label) as server:
+                self._serve(server, key, life["requests"])
+        except NoVerdictError as exc:
+            if isinstance(exc, GateInterrupted):
+                life["error"] = str(exc)
+                raise
+            life["error"] = str(exc)
+            self.progress(f"{label}: no verdict: {str(exc).splitlines()[0]}")
+        finally:
+            self._server_timing(env.arm, q, server, t0)
+            if server is not None:
+                life.update({
+                    "pid": server.proc.pid if server.proc else None, "port": server.port, "ready_s": _rounded(server.ready_s),
+                    "props": server.props,
+                    "stop": {
+                        "needed_kill": server.needed_kill, "in_flight": server.in_flight,
+                        "timeout_s": self.cfg.stop_timeout_s, "exit_code": server.exit_code, "stop_s": _rounded(server.stop_s),
+                    },
+                    "log_cap_bytes": self.cfg.log_cap_mib << 20,
+                    "log_flood": {
+                        stream: _size(server_dir / f"{stream}.log") >= self.cfg.log_cap_mib << 20 for stream in judge.STREAMS
+                    },
+                })
+            life["overrides_after"] = present_overrides(self.cfg)
+            if server_dir.is_dir():
+                evidence.write_json(server_dir / judge.LIFECYCLE, life)
+        if q is None:
+            info = (server.props or {}).get("server") if server is not None else None
+            info = info if isinstance(info, dict) else {}
+            self.doc["server"] = {"name": _text_or_none(info.get("name")), "version": _text_or_none(info.get("version"))}
 
     def _server_timing(self, arm: str, q: int | None, server: Server | None, t0: float) -> None:
         self.doc["timings"]["servers"].append({
             "arm": arm, "q": q,
-            "ready_s": round(server.ready_s, 3) if server and server.ready_s is not None else None,
+            "ready_s": _rounded(server.ready_s) if server else None,
             "run_s": round(time.monotonic() - t0, 3),
         })
 
-    def run_target_only(self, env: policy.ArmEnvironment) -> tuple[list[Observed], str]:
-        key = "target-only"
-        t0 = time.monotonic()
-        server: Server | None = None
-        try:
-            with launch(self._settings(), env.env, self.attempt.path / "servers" / key, self.progress, key) as server:
-                info = (server.props or {}).get("server")
-                info = info if isinstance(info, dict) else {}
-                self.doc["server"] = {
-                    "name": _text_or_none(info.get("name")),
-                    "version": _text_or_none(info.get("version")),
-                }
-                observed = self._serve(server, key)
-        finally:
-            self._server_timing(policy.TARGET_ONLY, None, server, t0)
-        unclean = self._unclean_stop(server)
-        if unclean:
-            self.doc["reasons"].append(unclean)
-        return observed, f"servers/{key}/stderr.log"
-
-    def run_width(self, q: int, env: policy.ArmEnvironment, reference: Any) -> dict[str, Any]:
-        key = f"q{q}"
-        label = f"reference-exact q={q}"
-        t0 = time.monotonic()
-        server: Server | None = None
-        width: dict[str, Any] = {
-            "q": q, "verdict": ERROR, "reasons": [], "prompts": [],
-            "server_log": f"servers/{key}/stderr.log", "server_start_s": None,
-        }
-        try:
-            with launch(self._settings(), env.env, self.attempt.path / "servers" / key, self.progress, label) as server:
-                observed = self._serve(server, key)
-                startup = parse_request_log(server.startup_log())
-                banner = startup.banners > 0 or any(o.log.banners > 0 for o in observed)
-                width["server_start_s"] = round(server.ready_s or 0.0, 3)
-        except NoVerdictError as exc:
-            if isinstance(exc, GateInterrupted):
-                raise
-            width["reasons"].append(str(exc))
-            self.progress(f"{label}: no verdict: {str(exc).splitlines()[0]}")
-            return width
-        finally:
-            self._server_timing(policy.REFERENCE_EXACT, q, server, t0)
-        for index, prompt in enumerate(self.cfg.prompts):
-            cell = judge_width_prompt(q, index, prompt.sha256 or "", observed, reference, banner)
-            width["prompts"].append(cell)
-        width["verdict"] = worst([c["verdict"] for c in width["prompts"]])
-        width["reasons"] = [r for c in width["prompts"] for r in c["reasons"]]
-        unclean = self._unclean_stop(server)
-        if unclean:
-            width["verdict"] = worst([width["verdict"], ERROR])
-            width["reasons"].append(unclean)
-        return width
-
     def run_arms(self) -> None:
         target_env, spec_envs = self.arm_environments()
-        target_observed, target_log = self.run_target_only(target_env)
-        reference = judge_target_only(target_observed, len(self.prompts))
-        self.doc["target_only"] = {
-            "verdict": reference.verdict,
-            "reasons": reference.reasons,
-            "deterministic": reference.deterministic,
-            "server_log": target_log,
-            "prompts": [
-                {
-                    "prompt_index": i,
-                    "n": len(reference.ids[i]) if i in reference.ids else None,
-                    "ids_sha256": ids_digest(reference.ids[i]) if i in reference.ids else None,
-                }
-                for i in range(len(self.prompts))
-            ],
-        }
+        settings = judge_settings(self.cfg, [p["sha256"] for p in self.doc["identities"]["prompts"]])
+        self._run_server(None, target_env)
+        target = judge.judge_target(self.attempt.path, settings)
+        self.doc["target_only"] = target.doc
+        self.doc["warnings"] += target.warnings
+        if target.errors:  # without a target-only reference no width can be judged
+            self.doc["reasons"] += target.errors
+            return
         for q in self.cfg.widths:
-            self.doc["widths"].append(self.run_width(q, spec_envs[q], reference))
+            self._run_server(q, spec_envs[q])
+            width, warnings = judge.judge_width(self.attempt.path, q, settings, target.reference)
+            self.doc["widths"].append(width)
+            self.doc["warnings"] += warnings
 
     # -- verdict and evidence ---------------------------------------------------------------
     def overall(self) -> tuple[str, list[str]]:
         doc = self.doc
-        if doc["reasons"]:  # an error that stopped the run before it could judge
-            return ERROR, list(doc["reasons"])
-        verdicts: list[str] = []
-        reasons: list[str] = []
-        if self.cfg.role == "gate":
-            target = doc["target_only"]
-            if not target["deterministic"] and target["verdict"] == ERROR:
-                return ERROR, list(target["reasons"])
-            verdicts.append(target["verdict"])
-            reasons.extend(target["reasons"])
-            for width in doc["widths"]:
-                verdicts.append(width["verdict"])
-                reasons.extend(width["reasons"])
-        for check in doc["checks"]:
-            verdicts.append({"pass": PASS, "fail": FAIL}.get(check["status"], ERROR))
-            if check["status"] != "pass":
-                reasons.append(f"check {check['name']!r}: {check['status']}: {check['summary']}")
-        if not verdicts:
-            return ERROR, ["nothing was run: a negative-control runner needs [[checks]]"]
-        return worst(verdicts), reasons
+        target = doc["target_only"] if self.cfg.role == "gate" else None
+        return judge.overall(doc["reasons"], target, doc["widths"], doc["checks"])
 
     def finish(self) -> GateOutcome:
         verdict, reasons = self.overall()
@@ -418,6 +401,23 @@ def _text_or_none(value: Any) -> str | None:
     return value[:4096] if isinstance(value, str) else None
 
 
+def _rounded(value: float | None) -> float | None:
+    return round(value, 3) if value is not None else None
+
+
+def _size(path: Path) -> int:
+    try:
+        return path.stat().st_size
+    except OSError:
+        return 0
+
+
+def _completion_tokens(response: dict[str, Any]) -> str:
+    usage = response.get("usage")
+    count = usage.get("completion_tokens") if isinstance(usage, dict) else None
+    return str(count) if isinstance(count, int) else "?"
+
+
 def run_gate(cfg: GateConfig, progress: Progress = stderr_progress) -> GateOutcome:
     """Run the whole gate. Never raises for a verdict; raises only if no attempt could be created."""
     attempt = evidence.start_attempt(cfg.evidence_dir, cfg.runner)
@@ -442,4 +442,8 @@ def run_gate(cfg: GateConfig, progress: Progress = stderr_progress) -> GateOutco
         except OSError as exc:  # evidence could not be written mid-run (disk full, read-only, ...)
             run.doc["reasons"].append(f"I/O error during the run: {exc.strerror or exc} ({exc.filename or ''})")
             progress(f"no verdict: {exc}")
+        except Exception as exc:  # a bug in ds4ci: still no verdict, the attempt kept, never a traceback
+            message = f"internal error (a bug in ds4ci, please report it): {type(exc).__name__}: {exc}"
+            run.doc["reasons"].append(message.splitlines()[0][:1000])
+            progress(f"no verdict: {message.splitlines()[0]}")
         return run.finish()

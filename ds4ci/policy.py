@@ -1,4 +1,4 @@
-"""Environment sanitisation and the arms' environments (design.md section 2).
+"""Environment sanitisation and the arms' environments (docs/protocol.md).
 
 Every arm starts from the inherited environment with all server *policy* removed, then gets the
 same fixed common policy, then only its own activation variables. The evidence records each
@@ -8,8 +8,9 @@ contract allows.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
+from typing import Any
 
 TARGET_ONLY = "target-only"
 REFERENCE_EXACT = "reference-exact"
@@ -20,12 +21,14 @@ POLICY_PREFIXES = (
 )
 POLICY_NAMES = frozenset({
     "DFLASH_MMQ_SUB_BATCH", "GGML_BATCH_PEER_COPIES", "GGML_CUDA_BATCH_PEER_COPIES", "LUCE_MMVQ_MAX_NCOLS",
+    "DFLASH_ADAPTIVE_SPEC_WIDTH", "LUCE_ADAPTIVE_SPEC_WIDTH",
 })
-# Variables the two arms may differ in. DFLASH_DS4_SPEC_Q is read by the speculative path only, so a
-# target-only server shared by all widths may lack it (design.md section 2).
-ACTIVATION_VARIABLES = frozenset({
-    "DFLASH_DS4_SPEC", "DFLASH_DS4_DRAFT", "DFLASH_DS4_SPEC_REFERENCE_EXACT", "DFLASH_DS4_SPEC_Q",
-})
+# What follows the build's prefix (DFLASH_ or LUCE_) in the variables the two arms may differ in.
+# DS4_SPEC_Q is read by the speculative path only, so the target-only server may lack it.
+ACTIVATION_SUFFIXES = ("DS4_SPEC", "DS4_DRAFT", "DS4_SPEC_REFERENCE_EXACT", "DS4_SPEC_Q")
+# Inherited variables of these families are recorded (name and value) as provenance: the ones that
+# are passed through change numerics in both arms alike, and a reviewer must see them.
+PROVENANCE_PREFIXES = ("DFLASH_", "LUCE_", "GGML_", "HIP_", "HSA_", "ROCR_", "ROCM_", "CUDA_", "NVIDIA_")
 
 
 # Credentials a GitHub job may carry. The server under test is built from the PR and needs none.
@@ -54,34 +57,50 @@ def removed_policy(inherited: Mapping[str, str]) -> list[str]:
     return sorted(k for k in inherited if is_policy(k))
 
 
-def common_policy(mmvq_max_ncols: int) -> dict[str, str]:
-    """The fixed policy every arm shares."""
-    return {
-        "DFLASH_DS4_EXACT_VERIFY_TRACE": "1",
-        "DFLASH_DS4_ADAPTIVE_WIDTH": "0",
-        "LUCE_MMVQ_MAX_NCOLS": str(mmvq_max_ncols),
-    }
+def common_policy(mmvq_max_ncols: int, prefixes: Sequence[str]) -> dict[str, str]:
+    """The fixed policy every arm shares: trace on, fixed width, MMVQ columns for the widest q."""
+    policy = {"LUCE_MMVQ_MAX_NCOLS": str(mmvq_max_ncols)}
+    for prefix in prefixes:
+        policy[f"{prefix}DS4_EXACT_VERIFY_TRACE"] = "1"
+        policy[f"{prefix}DS4_ADAPTIVE_WIDTH"] = "0"
+    return policy
+
+
+def activation(prefixes: Sequence[str], draft: str, q: int) -> dict[str, str]:
+    """The reference-exact arm's activation, under every configured prefix."""
+    values = {"DS4_SPEC": "1", "DS4_DRAFT": draft, "DS4_SPEC_Q": str(q), "DS4_SPEC_REFERENCE_EXACT": "1"}
+    return {f"{prefix}{suffix}": values[suffix] for prefix in prefixes for suffix in ACTIVATION_SUFFIXES}
+
+
+def is_activation(name: str) -> bool:
+    return any(name == f"{prefix}{suffix}" for prefix in ("DFLASH_", "LUCE_") for suffix in ACTIVATION_SUFFIXES)
 
 
 def _sanitised(inherited: Mapping[str, str]) -> dict[str, str]:
     return {k: v for k, v in inherited.items() if not is_policy(k) and k not in CREDENTIAL_VARIABLES}
 
 
-def target_only_env(inherited: Mapping[str, str], mmvq_max_ncols: int) -> ArmEnvironment:
+def provenance(inherited: Mapping[str, str]) -> list[dict[str, Any]]:
+    """Every inherited variable of the provenance families: name, value, and whether servers get it."""
+    return [
+        {"name": name, "value": value, "passed": not is_policy(name)}
+        for name, value in sorted(inherited.items())
+        if name.startswith(PROVENANCE_PREFIXES)
+    ]
+
+
+def target_only_env(inherited: Mapping[str, str], mmvq_max_ncols: int, prefixes: Sequence[str]) -> ArmEnvironment:
     env = _sanitised(inherited)
-    env.update(common_policy(mmvq_max_ncols))
+    env.update(common_policy(mmvq_max_ncols, prefixes))
     return ArmEnvironment(TARGET_ONLY, None, env)
 
 
-def reference_exact_env(inherited: Mapping[str, str], mmvq_max_ncols: int, draft: str, q: int) -> ArmEnvironment:
+def reference_exact_env(
+    inherited: Mapping[str, str], mmvq_max_ncols: int, prefixes: Sequence[str], draft: str, q: int
+) -> ArmEnvironment:
     env = _sanitised(inherited)
-    env.update(common_policy(mmvq_max_ncols))
-    env.update({
-        "DFLASH_DS4_SPEC": "1",
-        "DFLASH_DS4_DRAFT": draft,
-        "DFLASH_DS4_SPEC_Q": str(q),
-        "DFLASH_DS4_SPEC_REFERENCE_EXACT": "1",
-    })
+    env.update(common_policy(mmvq_max_ncols, prefixes))
+    env.update(activation(prefixes, draft, q))
     return ArmEnvironment(REFERENCE_EXACT, q, env)
 
 
@@ -93,4 +112,4 @@ def difference(a: ArmEnvironment, b: ArmEnvironment) -> list[str]:
 
 def check_only_activation_differs(a: ArmEnvironment, b: ArmEnvironment) -> list[str]:
     """Variables that differ although the contract forbids it (empty when the arms are sound)."""
-    return [name for name in difference(a, b) if name not in ACTIVATION_VARIABLES]
+    return [name for name in difference(a, b) if not is_activation(name)]

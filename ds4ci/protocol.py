@@ -1,28 +1,57 @@
-"""Parsing the server's per-request log into typed records, and the first-mismatch diff.
+"""Reading the server's protocol lines into typed records, and the first-mismatch diff.
 
-Only three line families are trusted (design.md section 2); their formats are exact. Every other
-line, ``[ds4-spec-t]`` timing traces included, is ignored. A line that starts like a trusted one
-but does not parse is never skipped silently: it becomes a *problem* that fails the request.
+The formats are facts of the real server (docs/protocol.md). Four line families are trusted:
+
+- the trace ``[ds4-exact-verify-trace] reference_exact=<0|1> speculation=<0|1> n=<N> ids=[...]``;
+- the banner ``[ds4-spec] reference-exact verifier: <free text>``;
+- the summary ``[ds4-spec] gen=...``: ``gen steps matched offered q_cap full_snap`` each exactly
+  once as integers, ``mean_accept`` optional as ``<number>/<number>`` (``1.25/3.00``), any other
+  ``key=value`` field or trailing text kept as extra, never a reason to fail;
+- the failure lines (``[ds4-spec] snapshot restore failed`` ...), each of which fails its request.
+
+Every other line, ``[ds4-spec-t]`` timing traces included, is ignored. A line that starts like a
+trusted one but does not parse is never skipped: it becomes a *malformed* record that fails.
+
+Logs are read in one streaming pass (``scan_log``): memory stays bounded whatever the log holds,
+a line of hundreds of megabytes without a newline included.
 """
 
 from __future__ import annotations
 
 import re
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
+from pathlib import Path
 
 TRACE_TAG = "[ds4-exact-verify-trace]"
+SPEC_TAG = "[ds4-spec] "
 BANNER_PREFIX = "[ds4-spec] reference-exact verifier:"
 SUMMARY_PREFIX = "[ds4-spec] gen="
+# What follows "[ds4-spec] " on the lines that mean speculation or rollback broke.
+FAILURE_MESSAGES = (
+    "snapshot failed",
+    "snapshot restore failed",
+    "replay verify failed",
+    "verify failed",
+    "drafter forward failed",
+    "restore after verify failure failed",
+    "no CPU snapshot backend",
+)
+SUMMARY_INTEGERS = ("gen", "steps", "matched", "offered", "q_cap", "full_snap")
+NO_COUNTERS = (
+    "this server build prints no matched/offered counters: it predates reference-exact verification, "
+    "so it cannot prove that rejected drafts were rolled back"
+)
 
 _TRACE = re.compile(r"reference_exact=(\d+) speculation=(\d+) n=(\d+) ids=\[([^\]]*)\]")
-_FIELD = re.compile(r"([A-Za-z_][A-Za-z0-9_]*)=(\S+)")
-_UINT = re.compile(r"^[0-9]+$")
-_RATIO = re.compile(r"^[0-9]+/[0-9]+$")
-_SUMMARY_REQUIRED = ("gen", "steps", "matched", "offered", "mean_accept", "q_cap", "full_snap")
+_FIELD = re.compile(r"([A-Za-z_][A-Za-z0-9_]*)=(\S*)")
+_UINT = re.compile(r"[0-9]+")
+_RATIO = re.compile(r"[0-9]+(?:\.[0-9]+)?/[0-9]+(?:\.[0-9]+)?")
 MAX_IDS_PER_TRACE = 1_000_000
-# One request has one trace and one summary; a flood is kept bounded in memory (and fails the gate).
-MAX_RECORDS_PER_REQUEST = 64
+# Longest line kept for parsing; a longer one is kept as a prefix and, if trusted, fails as malformed.
+MAX_LINE_BYTES = 8 << 20
+_READ_CHUNK = 1 << 20
+_SHORT = 160
 
 
 @dataclass(frozen=True)
@@ -39,18 +68,43 @@ class SpecSummary:
     steps: int
     matched: int
     offered: int
-    mean_accept: str
+    mean_accept: str | None
     q_cap: int
     full_snap: int
-    extra: tuple[tuple[str, str], ...] = ()
+    extra: tuple[tuple[str, str], ...] = ()  # other key=value fields, in order
+    tail: str = ""  # trailing text that is not key=value (e.g. "sample=0.12 ms/step")
 
     def counters(self) -> tuple[int, int, int, int, int, int]:
         return (self.gen, self.steps, self.matched, self.offered, self.q_cap, self.full_snap)
 
 
+TRACE, BANNER, SUMMARY, FAILURE, MALFORMED = "trace", "banner", "summary", "failure", "malformed"
+
+
+@dataclass(frozen=True)
+class LogRecord:
+    """One trusted line of one log stream, where it stood, and what it said."""
+
+    kind: str  # TRACE | BANNER | SUMMARY | FAILURE | MALFORMED
+    stream: str  # the stream's name, e.g. "stderr"
+    offset: int  # byte offset of the line's start in that stream
+    text: str  # the line, shortened for messages
+    trace: Trace | None = None
+    summary: SpecSummary | None = None
+    reason: str = ""  # why a MALFORMED line did not parse
+
+
+@dataclass(frozen=True)
+class LogScan:
+    stream: str
+    size: int  # bytes read
+    records: tuple[LogRecord, ...]
+    dropped: int  # trusted records beyond max_records (not kept; a flood)
+
+
 @dataclass(frozen=True)
 class RequestLog:
-    """Everything trusted that the log gained while one request was in flight."""
+    """Everything trusted that belongs to one request (attributed by order, see ``attribute``)."""
 
     traces: tuple[Trace, ...]
     banners: int
@@ -76,8 +130,8 @@ class Mismatch:
         )
 
 
-def _short(line: str) -> str:
-    return line if len(line) <= 160 else line[:157] + "..."
+def shorten(line: str) -> str:
+    return line if len(line) <= _SHORT else line[: _SHORT - 3] + "..."
 
 
 def parse_trace(body: str) -> Trace:
@@ -91,8 +145,8 @@ def parse_trace(body: str) -> Trace:
     parts = raw_ids.split()
     if len(parts) > MAX_IDS_PER_TRACE:
         raise ValueError(f"more than {MAX_IDS_PER_TRACE} IDs in one trace")
-    if not all(_UINT.match(p) for p in parts):
-        bad = next(p for p in parts if not _UINT.match(p))
+    bad = next((p for p in parts if not _UINT.fullmatch(p)), None)
+    if bad is not None:
         raise ValueError(f"token IDs must be non-negative integers, found {bad[:40]!r}")
     if raw_ids.strip() and " ".join(parts) != raw_ids.strip():
         raise ValueError("token IDs must be separated by single spaces")
@@ -100,75 +154,124 @@ def parse_trace(body: str) -> Trace:
 
 
 def parse_summary(body: str) -> SpecSummary:
-    """Parse ``gen=... full_snap=...`` (text after ``[ds4-spec] ``). Extra trailing fields are kept."""
-    tokens = body.split()
-    fields: dict[str, str] = {}
-    for token in tokens:
+    """Parse the text after ``[ds4-spec] `` of a ``gen=...`` line. Raises ValueError with the reason."""
+    fields: dict[str, list[str]] = {}
+    extra: list[tuple[str, str]] = []
+    tail: list[str] = []
+    for token in body.split():
         match = _FIELD.fullmatch(token)
-        if match is None:
-            raise ValueError(f"expected key=value fields, found {token[:40]!r}")
+        if match is None or tail:  # once plain text starts, everything after it is tail text
+            tail.append(token)
+            continue
         key, value = match.groups()
-        if key in fields:
-            raise ValueError(f"field {key} appears twice")
-        fields[key] = value
-    missing = [k for k in _SUMMARY_REQUIRED if k not in fields]
+        if key in SUMMARY_INTEGERS or key == "mean_accept":
+            fields.setdefault(key, []).append(value)
+        else:
+            extra.append((key, value))
+    twice = [k for k, values in fields.items() if len(values) > 1]
+    if twice:
+        raise ValueError(f"field(s) {', '.join(twice)} appear more than once")
+    if "matched" not in fields and "offered" not in fields and "gen" in fields and "steps" in fields:
+        raise ValueError(NO_COUNTERS)
+    missing = [k for k in SUMMARY_INTEGERS if k not in fields]
     if missing:
         raise ValueError(f"required field(s) missing: {', '.join(missing)}")
-    order = [t.split("=", 1)[0] for t in tokens[: len(_SUMMARY_REQUIRED)]]
-    if order != list(_SUMMARY_REQUIRED):
-        raise ValueError(f"fields out of the documented order {' '.join(_SUMMARY_REQUIRED)}")
-    for key in ("gen", "steps", "matched", "offered", "q_cap", "full_snap"):
-        if not _UINT.match(fields[key]):
-            raise ValueError(f"{key} must be a non-negative integer, found {fields[key][:40]!r}")
-    if not _RATIO.match(fields["mean_accept"]):
-        raise ValueError(f"mean_accept must be <a>/<b>, found {fields['mean_accept'][:40]!r}")
-    if fields["full_snap"] not in ("0", "1"):
-        raise ValueError(f"full_snap must be 0 or 1, found {fields['full_snap']}")
-    extra = tuple((k, v) for k, v in fields.items() if k not in _SUMMARY_REQUIRED)
+    value = {k: fields[k][0] for k in fields}
+    for key in SUMMARY_INTEGERS:
+        if not _UINT.fullmatch(value[key]):
+            raise ValueError(f"{key} must be a non-negative integer, found {value[key][:40]!r}")
+    if value["full_snap"] not in ("0", "1"):
+        raise ValueError(f"full_snap must be 0 or 1, found {value['full_snap'][:40]}")
+    mean = value.get("mean_accept")
+    if mean is not None and not _RATIO.fullmatch(mean):
+        raise ValueError(f"mean_accept must be <number>/<number> like 1.25/3.00, found {mean[:40]!r}")
     return SpecSummary(
-        gen=int(fields["gen"]),
-        steps=int(fields["steps"]),
-        matched=int(fields["matched"]),
-        offered=int(fields["offered"]),
-        mean_accept=fields["mean_accept"],
-        q_cap=int(fields["q_cap"]),
-        full_snap=int(fields["full_snap"]),
-        extra=extra,
+        gen=int(value["gen"]),
+        steps=int(value["steps"]),
+        matched=int(value["matched"]),
+        offered=int(value["offered"]),
+        mean_accept=mean,
+        q_cap=int(value["q_cap"]),
+        full_snap=int(value["full_snap"]),
+        extra=tuple(extra),
+        tail=" ".join(tail),
     )
 
 
-def parse_request_log(lines: Iterable[str]) -> RequestLog:
-    """Read one request's slice of the server log. Never raises on content: problems are returned."""
-    traces: list[Trace] = []
-    summaries: list[SpecSummary] = []
-    problems: list[str] = []
-    banners = 0
-    for raw in lines:
-        line = raw.rstrip("\r\n")
-        if len(traces) + len(summaries) >= MAX_RECORDS_PER_REQUEST and (
-            line.startswith((TRACE_TAG, SUMMARY_PREFIX))
-        ):
-            flood = f"more than {MAX_RECORDS_PER_REQUEST} trace/summary lines in one request; the rest were not kept"
-            if flood not in problems:
-                problems.append(flood)
+def classify(line: str, stream: str = "stderr", offset: int = 0, truncated: bool = False) -> LogRecord | None:
+    """The record a line stands for, or None for a line the gate does not trust (ignored)."""
+    line = line.rstrip("\r\n")
+    kind: str | None = None
+    if line.startswith(TRACE_TAG):
+        kind = TRACE
+    elif line.startswith(BANNER_PREFIX):
+        return LogRecord(BANNER, stream, offset, shorten(line))
+    elif line.startswith(SUMMARY_PREFIX):
+        kind = SUMMARY
+    elif line.startswith(SPEC_TAG) and line[len(SPEC_TAG):].startswith(FAILURE_MESSAGES):
+        return LogRecord(FAILURE, stream, offset, shorten(line))
+    if kind is None:
+        return None
+    if truncated:
+        return LogRecord(MALFORMED, stream, offset, shorten(line), reason=f"line longer than {MAX_LINE_BYTES} bytes")
+    try:
+        if kind == TRACE:
+            return LogRecord(TRACE, stream, offset, shorten(line), trace=parse_trace(line[len(TRACE_TAG):]))
+        return LogRecord(SUMMARY, stream, offset, shorten(line), summary=parse_summary(line[len(SPEC_TAG):]))
+    except ValueError as exc:
+        return LogRecord(MALFORMED, stream, offset, shorten(line), reason=str(exc))
+
+
+def _lines(path: Path) -> Iterator[tuple[int, bytes, bool]]:
+    """(offset, line without newline, truncated) for every line; linear time, bounded memory.
+
+    A line longer than MAX_LINE_BYTES yields its first MAX_LINE_BYTES bytes with truncated=True;
+    the rest of it is skipped without being kept. A last line without a newline is yielded too.
+    """
+    offset = 0  # of the line being assembled
+    pending = bytearray()
+    overflow = False
+    position = 0
+    with path.open("rb") as fh:
+        while chunk := fh.read(_READ_CHUNK):
+            start = 0
+            while True:
+                cut = chunk.find(b"\n", start)
+                piece = chunk[start:] if cut < 0 else chunk[start:cut]
+                room = MAX_LINE_BYTES - len(pending)
+                if len(piece) > room:
+                    overflow = True
+                    piece = piece[:max(room, 0)]
+                pending += piece
+                if cut < 0:
+                    break
+                yield offset, bytes(pending), overflow
+                offset = position + cut + 1
+                pending.clear()
+                overflow = False
+                start = cut + 1
+            position += len(chunk)
+    if pending or overflow:
+        yield offset, bytes(pending), overflow
+
+
+def scan_log(path: Path, stream: str, max_records: int) -> LogScan:
+    """Every trusted record of one log stream, in order (at most max_records kept)."""
+    records: list[LogRecord] = []
+    dropped = 0
+    size = 0
+    for offset, raw, truncated in _lines(path):
+        size = offset + len(raw)
+        if not raw.startswith(b"["):  # cheap filter: every trusted line starts with a tag
             continue
-        if line.startswith(TRACE_TAG):
-            try:
-                traces.append(parse_trace(line[len(TRACE_TAG):]))
-            except ValueError as exc:
-                problems.append(f"malformed trace line ({exc}): {_short(line)}")
-        elif line.startswith(BANNER_PREFIX):
-            banners += 1
-        elif line.startswith("[ds4-spec] ") and "=" in line.split(" ", 2)[1]:
-            # A summary-shaped line (possibly an older or broken format): it must parse in full.
-            if not line.startswith(SUMMARY_PREFIX):
-                problems.append(f"malformed speculation summary (expected it to start with gen=): {_short(line)}")
-                continue
-            try:
-                summaries.append(parse_summary(line[len("[ds4-spec] "):]))
-            except ValueError as exc:
-                problems.append(f"malformed speculation summary ({exc}): {_short(line)}")
-    return RequestLog(tuple(traces), banners, tuple(summaries), tuple(problems))
+        record = classify(raw.decode("utf-8", errors="replace"), stream, offset, truncated)
+        if record is None:
+            continue
+        if len(records) >= max_records:
+            dropped += 1
+            continue
+        records.append(record)
+    return LogScan(stream, path.stat().st_size if path.exists() else size, tuple(records), dropped)
 
 
 def first_mismatch(target: Sequence[int], spec: Sequence[int], context: int = 4) -> Mismatch | None:

@@ -140,6 +140,21 @@ def synthetic_merge(repo_dir: Path, head_sha: str, other_sha: str, timeout_s: fl
     return {"status": "conflict", "tree": None, "conflicts": paths}
 
 
+def is_work_tree(directory: Path, timeout_s: float = 10.0) -> bool:
+    """Whether ``directory`` is inside a git work tree (False when git is missing or says no)."""
+    try:
+        proc = git(directory, ["rev-parse", "--is-inside-work-tree"], timeout_s)
+    except (UsageError, NoVerdictError):
+        return False
+    return proc.returncode == 0 and _text(proc.stdout).strip() == "true"
+
+
+def is_dirty(repo_dir: Path, timeout_s: float) -> bool | None:
+    """Uncommitted changes to tracked files (untracked files do not count); None if git cannot tell."""
+    proc = git(repo_dir, ["status", "--porcelain", "--untracked-files=no"], timeout_s)
+    return bool(proc.stdout.strip()) if proc.returncode == 0 else None
+
+
 def collect(
     repo_dir: Path,
     *,
@@ -173,4 +188,5 @@ def collect(
         "merge_base": mb,
         "synthetic_merge": merge,
         "last_validated_predecessor": None,
+        "dirty": is_dirty(repo_dir, timeout_s),
     }

@@ -7,8 +7,11 @@ Guarantees the gate relies on:
   parent-death signal), covering ``kill -9`` of ds4ci;
 - readiness is only believed when the process listening on the port belongs to that group, so a
   stranger that grabbed the port can never answer for our server;
-- the log (stderr) goes to a file, and each request gets the bytes the log gained while it was in
-  flight (plus a short settle window for lines flushed right after the response).
+- stdout and stderr each go to one file, written once and never copied; a request records only
+  the byte range each stream grew by while it was in flight (for diagnostics: attribution of
+  log lines to requests happens by order once the server has stopped, see ``attribution``);
+- each log file is capped by the kernel (RLIMIT_FSIZE in the child): a server that floods its
+  log is stopped by the limit instead of filling the runner's disk.
 """
 
 from __future__ import annotations
@@ -17,6 +20,7 @@ import contextlib
 import ctypes
 import json
 import os
+import resource
 import signal
 import socket
 import subprocess
@@ -33,9 +37,7 @@ from ds4ci.fileio import signal_group
 
 HOST = "127.0.0.1"
 _PR_SET_PDEATHSIG = 1
-_SETTLE_QUIET_S = 0.01
 _HEALTH_POLL_S = 0.01
-_SETTLE_MAX_S = 0.5
 _LOG_TAIL_BYTES = 4000
 
 
@@ -46,19 +48,22 @@ class ServerSettings:
     target_device: str
     max_ctx: int
     chunk: int
+    args: tuple[str, ...]  # device-dependent defaults (or their replacement) plus extra server_args
     startup_timeout_s: float
     request_timeout_s: float
     stop_timeout_s: float
+    log_cap_bytes: int
 
 
 @dataclass(frozen=True)
 class Exchange:
-    """One completion request: what was sent, what came back, and its slice of the log."""
+    """One completion request: what was sent, what came back, and how far each log grew meanwhile."""
 
     request: dict[str, Any]
     response: dict[str, Any]
-    log_lines: tuple[str, ...]
     elapsed_s: float
+    stderr_range: tuple[int, int]
+    stdout_range: tuple[int, int]
 
 
 def pick_free_port() -> int:
@@ -79,18 +84,24 @@ def port_is_free(port: int) -> bool:
 
 
 def server_command(settings: ServerSettings, port: int) -> list[str]:
+    """The argv: what ds4ci owns (model, address, context, device), then the configured arguments."""
     return [
         str(settings.binary), str(settings.target),
         "--host", HOST, "--port", str(port),
         "--max-ctx", str(settings.max_ctx), "--chunk", str(settings.chunk),
         "--target-device", settings.target_device,
-        "--ds4-fused-decode", "--ds4-prefill", "exact",
+        *settings.args,
     ]
 
 
-def _die_with_parent() -> None:  # runs in the child between fork and exec
-    with contextlib.suppress(Exception):
-        ctypes.CDLL(None, use_errno=True).prctl(_PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)
+def _child_setup(log_cap_bytes: int) -> Callable[[], None]:
+    def setup() -> None:  # runs in the child between fork and exec
+        with contextlib.suppress(Exception):
+            ctypes.CDLL(None, use_errno=True).prctl(_PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)
+        with contextlib.suppress(Exception):
+            resource.setrlimit(resource.RLIMIT_FSIZE, (log_cap_bytes, log_cap_bytes))
+
+    return setup
 
 
 def _listening_inodes(port: int) -> set[str]:
@@ -169,8 +180,10 @@ class Server:
         self.props: dict[str, Any] | None = None
         self._http = requests.Session()
         self._http.trust_env = False  # never route loopback traffic through a proxy from the environment
-        self._startup_log_end = 0
         self.needed_kill = False
+        self.in_flight = False
+        self.exit_code: int | None = None
+        self.stop_s: float | None = None
 
     # -- lifecycle -------------------------------------------------------------------------
     def start(self) -> None:
@@ -196,7 +209,7 @@ class Server:
                     stdout=out,
                     stderr=err,
                     start_new_session=True,
-                    preexec_fn=_die_with_parent,  # noqa: PLW1509 - single-threaded at this point
+                    preexec_fn=_child_setup(self.settings.log_cap_bytes),  # noqa: PLW1509 - single-threaded here
                     close_fds=True,
                 )
             except OSError as exc:
@@ -204,7 +217,6 @@ class Server:
         self.progress(f"{self.label}: server pid {self.proc.pid} starting on {HOST}:{port}")
         self._wait_ready(started)
         self.ready_s = time.monotonic() - started
-        self._startup_log_end = self.stderr_path.stat().st_size
         self.progress(f"{self.label}: ready in {self.ready_s:.2f} s")
         self.props = self._get_props()
         (self.log_dir / "props.json").write_text(json.dumps(self.props, indent=2) + "\n", encoding="utf-8")
@@ -262,7 +274,9 @@ class Server:
         if proc is None:
             return
         pgid = proc.pid
+        t0 = time.monotonic()
         if proc.poll() is None or group_alive(pgid):
+            self.progress(f"{self.label}: stopping (SIGTERM; the server may take a while to free the GPU)")
             signal_group(pgid, signal.SIGTERM)
             if not self._wait_gone(proc, pgid, self.settings.stop_timeout_s):
                 self.needed_kill = True
@@ -272,6 +286,8 @@ class Server:
                     raise NoVerdictError(f"{self.label}: process group {pgid} survived SIGKILL")
         with contextlib.suppress(subprocess.TimeoutExpired):
             proc.wait(timeout=1.0)
+        self.exit_code = proc.returncode
+        self.stop_s = time.monotonic() - t0
 
     @staticmethod
     def _wait_gone(proc: subprocess.Popen[bytes], pgid: int, timeout: float) -> bool:
@@ -285,18 +301,15 @@ class Server:
         return not group_alive(pgid)
 
     # -- requests --------------------------------------------------------------------------
-    def complete(self, prompt: str, seed: int, max_tokens: int) -> Exchange:
+    def _sizes(self) -> tuple[int, int]:
+        return self.stderr_path.stat().st_size, self.stdout_path.stat().st_size
+
+    def complete(self, body: dict[str, Any]) -> Exchange:
+        """Send one completion request (the exact body given) and wait for its answer."""
         assert self.proc is not None
-        body = {
-            "model": "ds4",
-            "messages": [{"role": "user", "content": prompt}],
-            "temperature": 0,
-            "seed": seed,
-            "max_tokens": max_tokens,
-            "stream": False,
-        }
-        before = self.stderr_path.stat().st_size
+        before = self._sizes()
         started = time.monotonic()
+        self.in_flight = True
         try:
             answer = self._http.post(
                 f"http://{HOST}:{self.port}/v1/chat/completions", json=body, timeout=self.settings.request_timeout_s
@@ -316,10 +329,12 @@ class Server:
         response = _json_or_none(answer)
         if answer.status_code != 200 or not isinstance(response, dict):
             raise NoVerdictError(
-                f"{self.label}: /v1/chat/completions answered HTTP {answer.status_code}, expected 200 with JSON"
+                f"{self.label}: /v1/chat/completions answered HTTP {answer.status_code}, expected 200 with JSON; "
+                f"last log lines:\n{self.log_tail()}"
             )
-        end = self._settled_log_end()
-        return Exchange(body, response, tuple(self.read_log(before, end)), elapsed)
+        self.in_flight = False
+        after = self._sizes()
+        return Exchange(body, response, elapsed, (before[0], after[0]), (before[1], after[1]))
 
     def _exit_code_soon(self, grace_s: float = 2.0) -> int | None:
         """The server's exit code if it is exiting (a dropped connection often precedes the exit)."""
@@ -329,46 +344,19 @@ class Server:
         except subprocess.TimeoutExpired:
             return None
 
-    def _settled_log_end(self) -> int:
-        """Log size once it has stopped growing for a moment (bounded), cut at a line boundary."""
-        deadline = time.monotonic() + _SETTLE_MAX_S
-        size = self.stderr_path.stat().st_size
-        quiet_since = time.monotonic()
-        while time.monotonic() < deadline:
-            time.sleep(0.005)
-            now = self.stderr_path.stat().st_size
-            if now != size:
-                size, quiet_since = now, time.monotonic()
-            elif time.monotonic() - quiet_since >= _SETTLE_QUIET_S:
-                break
-        return size
-
-    def read_log(self, start: int, end: int) -> Iterator[str]:
-        """Whole lines of the log between two byte offsets (a partial last line stays for the next cut)."""
-        with self.stderr_path.open("rb") as fh:
-            fh.seek(start)
-            remaining = end - start
-            pending = b""
-            while remaining > 0:
-                chunk = fh.read(min(remaining, 1 << 20))
-                if not chunk:
-                    break
-                remaining -= len(chunk)
-                *lines, pending = (pending + chunk).split(b"\n")
-                for line in lines:
-                    yield line.decode("utf-8", errors="replace")
-            # A line without its newline yet is still in flight; it is not attributed here.
-
-    def startup_log(self) -> list[str]:
-        return list(self.read_log(0, self._startup_log_end))
-
     def log_tail(self) -> str:
-        try:
-            with self.stderr_path.open("rb") as fh:
-                fh.seek(max(0, fh.seek(0, os.SEEK_END) - _LOG_TAIL_BYTES))
-                return fh.read().decode("utf-8", errors="replace").rstrip() or "(empty log)"
-        except OSError:
-            return "(no log)"
+        """The end of both streams, for messages (stderr first: most diagnostics are there)."""
+        parts = []
+        for path in (self.stderr_path, self.stdout_path):
+            try:
+                with path.open("rb") as fh:
+                    fh.seek(max(0, fh.seek(0, os.SEEK_END) - _LOG_TAIL_BYTES))
+                    text = fh.read().decode("utf-8", errors="replace").rstrip()
+            except OSError:
+                text = ""
+            if text:
+                parts.append(f"[{path.stem}] {text}")
+        return "\n".join(parts) or "(empty logs)"
 
 
 def _json_or_none(answer: requests.Response) -> Any:

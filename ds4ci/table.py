@@ -56,5 +56,7 @@ def render(doc: dict[str, Any]) -> str:
             parts.append(f"      ... ({len(lines) - 8} more lines in results.json)")
     if len(doc["reasons"]) > 20:
         parts.append(f"  ... {len(doc['reasons']) - 20} more reason(s) in results.json")
+    for warning in doc.get("warnings", [])[:20]:
+        parts.append(f"  warning: {warning.splitlines()[0] if warning else ''}")
     parts.append(f"evidence: {doc['evidence']['dir']}")
     return "\n".join(parts)

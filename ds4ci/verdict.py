@@ -1,4 +1,4 @@
-"""Judging recorded requests against the exactness contract (design.md section 3).
+"""Judging recorded requests against the exactness contract (docs/protocol.md).
 
 Pure functions over parsed records: no processes, no files. Each check appends a human reason;
 a verdict is ``pass`` only when no reason was found.
@@ -34,6 +34,7 @@ class Observed:
     prompt_index: int
     repeat: int
     log: RequestLog
+    attributed: bool = True  # False when the server's log could not be split by order (its problems say why)
 
 
 @dataclass
@@ -54,6 +55,8 @@ def check_trace(obs: Observed, where: str, reference_exact: int, speculation: in
     """Clause 2: exactly one trace, n equals the number of IDs, not empty, flags match the arm."""
     result = RequestCheck()
     result.reasons.extend(f"{where}: {p}" for p in obs.log.problems)
+    if not obs.attributed and not obs.log.traces:  # the server-wide problems say why
+        return result
     trace = _first_of_exactly_one(obs.log.traces, "[ds4-exact-verify-trace]", where, result.reasons)
     if trace is None:
         return result
@@ -72,19 +75,16 @@ def check_trace(obs: Observed, where: str, reference_exact: int, speculation: in
 
 def check_target_only_request(obs: Observed) -> RequestCheck:
     where = f"target-only prompt {obs.prompt_index} request {obs.repeat + 1}"
-    result = check_trace(obs, where, 0, 0)
-    if obs.log.summaries or obs.log.banners:
-        result.reasons.append(
-            f"{where}: target-only arm shows speculation "
-            f"({len(obs.log.summaries)} summary line(s), {obs.log.banners} banner(s))"
-        )
-    return result
+    # Speculation shown by the target-only server is judged server-wide (attribution.attribute).
+    return check_trace(obs, where, 0, 0)
 
 
 def check_spec_request(obs: Observed, q: int) -> RequestCheck:
     """Clauses 2, 4 and 5 for one reference-exact request (the banner is judged per server)."""
     where = f"q={q} prompt {obs.prompt_index} request {obs.repeat + 1}"
     result = check_trace(obs, where, 1, 1)
+    if not obs.attributed and not obs.log.summaries:
+        return result
     summary = _first_of_exactly_one(obs.log.summaries, "[ds4-spec] gen=... summary", where, result.reasons)
     if summary is None:
         return result
@@ -117,8 +117,10 @@ class TargetReference:
     deterministic: bool
 
 
-def judge_target_only(observed: Sequence[Observed], prompt_count: int) -> TargetReference:
-    reasons: list[str] = []
+def judge_target_only(
+    observed: Sequence[Observed], prompt_count: int, server_problems: Sequence[str] = ()
+) -> TargetReference:
+    reasons: list[str] = [f"target-only: {p}" for p in server_problems]
     ids: dict[int, tuple[int, ...]] = {}
     deterministic = True
     for index in range(prompt_count):
@@ -165,11 +167,13 @@ def _mismatch_json(m: Mismatch) -> dict[str, Any]:
 def judge_width_prompt(
     q: int, prompt_index: int, prompt_sha256: str, observed: Sequence[Observed], reference: TargetReference,
     banner_seen: bool,
+    server_problems: Sequence[str] = (),
 ) -> dict[str, Any]:
     """One width x prompt cell of the results: clauses 1-5 and 7."""
     runs = [o for o in observed if o.prompt_index == prompt_index]
     checks = [check_spec_request(o, q) for o in runs]
-    reasons = [r for c in checks for r in c.reasons]
+    reasons = [f"q={q}: {p}" for p in server_problems]
+    reasons += list(dict.fromkeys(r for c in checks for r in c.reasons))
     target_ids = reference.ids.get(prompt_index)
     traces = [c.trace for c in checks]
     summaries = [c.summary for c in checks]

@@ -12,7 +12,7 @@ import pytest
 from gatekit import FOREIGN_SERVER, GateRun, Workspace, evidence_listing, processes_mentioning
 
 from ds4ci import results
-from ds4ci.protocol import parse_request_log
+from ds4ci.protocol import scan_log
 
 
 @pytest.fixture
@@ -58,7 +58,7 @@ def test_requests_are_interleaved_across_prompts(tmp_path: Path) -> None:
     assert run.code == 0, run.stderr
     assert run.results is not None
     log = Path(run.results["evidence"]["dir"]) / "servers" / "q2" / "stderr.log"
-    traces = parse_request_log(log.read_text().splitlines()).traces
+    traces = [r.trace for r in scan_log(log, "stderr", 100).records if r.trace is not None]
     a, b = traces[0].ids, traces[1].ids
     assert a != b
     assert [t.ids for t in traces] == [a, b, a, b]
@@ -78,7 +78,10 @@ def test_arms_differ_only_in_activation_and_inherited_policy_is_stripped(ws: Wor
     assert pol["arms"]["target-only"] == pol["common"]
     assert pol["common"]["LUCE_MMVQ_MAX_NCOLS"] == "4"
     changed = {entry.split(" ", 1)[0] for entry in pol["difference"]}
-    assert changed == {"DFLASH_DS4_SPEC", "DFLASH_DS4_DRAFT", "DFLASH_DS4_SPEC_Q", "DFLASH_DS4_SPEC_REFERENCE_EXACT"}
+    # Activation under both prefixes by default, so older (DFLASH_) and newer (LUCE_) builds both see it.
+    assert changed == {
+        f"{prefix}DS4_{name}" for prefix in ("DFLASH_", "LUCE_") for name in ("SPEC", "DRAFT", "SPEC_Q", "SPEC_REFERENCE_EXACT")
+    }
     for q in (2, 3, 4):
         spec = pol["arms"][f"reference-exact q={q}"]
         assert {k: v for k, v in spec.items() if k in pol["common"]} == pol["common"]

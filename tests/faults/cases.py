@@ -47,7 +47,8 @@ class Case:
 
 def _outcome(ws: Workspace, code: int, doc: dict[str, object] | None, stderr: str) -> Outcome:
     time.sleep(0.2)  # let a killed group finish dying before we look for leftovers
-    reasons = "\n".join(doc["reasons"]) if doc else stderr  # type: ignore[arg-type]
+    # Warnings count too: some faults must end as a pass that says what happened.
+    reasons = "\n".join([*doc["reasons"], *doc.get("warnings", [])]) if doc else stderr  # type: ignore[arg-type, attr-defined]
     return Outcome(
         code=code,
         verdict=doc["verdict"] if doc else None,  # type: ignore[arg-type]
@@ -178,14 +179,15 @@ CASES: list[Case] = [
     Case("server hangs on a request", "lifecycle", 3, "error", "no answer within 2 s", "hang-request",
          {"request_timeout": 2}),
     Case("server answers HTTP 500", "lifecycle", 3, "error", "HTTP 500", "http-error"),
-    Case("server ignores SIGTERM", "lifecycle", 3, "error", "killed with SIGKILL", "ignore-sigterm",
-         {"stop_timeout": 1}),
-    Case("server forks a helper that keeps the port", "lifecycle", 3, "error", "killed with SIGKILL", "fork-helper",
-         {"stop_timeout": 1}),
+    # A kill after every request was answered and logged changes no token: a warning, not an error.
+    Case("server ignores SIGTERM", "lifecycle", 0, "pass", "killed with SIGKILL after every request was answered",
+         "ignore-sigterm", {"stop_timeout": 1}),
+    Case("server forks a helper that keeps the port", "lifecycle", 0, "pass",
+         "killed with SIGKILL after every request was answered", "fork-helper", {"stop_timeout": 1}),
     Case("port taken by a stranger", "lifecycle", 3, "error", "refusing to talk to a stranger", run=run_port_stranger),
     # clause 2: one well-formed trace per request, n = len(ids), not empty, flags match the arm
-    Case("no trace line", "2", 1, "fail", "expected exactly one [ds4-exact-verify-trace] line, found 0", "no-trace"),
-    Case("duplicate trace", "2", 1, "fail", "found 2", "duplicate-trace"),
+    Case("no trace line", "2", 1, "fail", "holds 0 [ds4-exact-verify-trace] line(s) for 2 request(s)", "no-trace"),
+    Case("duplicate trace", "2", 1, "fail", "holds 4 [ds4-exact-verify-trace] line(s) for 2 request(s)", "duplicate-trace"),
     Case("trace count off by one", "2", 1, "fail", "but lists", "trace-count-off"),
     Case("empty trace", "2", 1, "fail", "trace is empty", "empty-trace"),
     Case("malformed trace", "2", 1, "fail", "malformed trace line", "malformed-trace"),
@@ -193,17 +195,18 @@ CASES: list[Case] = [
     # clause 3: banner
     Case("missing banner", "3", 1, "fail", "activation banner", "no-banner"),
     # clause 4: one summary, integer counters, steps > 0, offered > 0, a rejection
-    Case("no summary", "4", 1, "fail", "summary line, found 0", "no-summary"),
-    Case("duplicate summary", "4", 1, "fail", "summary line, found 2", "duplicate-summary"),
+    Case("no summary", "4", 1, "fail", "holds 0 [ds4-spec] gen=... summary line(s) for 2 request(s)", "no-summary"),
+    Case("duplicate summary", "4", 1, "fail", "holds 4 [ds4-spec] gen=... summary line(s) for 2 request(s)",
+         "duplicate-summary"),
     Case("all drafts accepted", "4", 1, "fail", "no rejection observed", "all-accepted"),
     Case("zero steps", "4", 1, "fail", "steps=0", "zero-steps"),
-    Case("summary without matched/offered (older format)", "4", 1, "fail", "required field(s) missing: matched, offered",
+    Case("summary without matched/offered (older format)", "4", 1, "fail", "predates reference-exact verification",
          "old-summary"),
     Case("non-integer counters", "4", 1, "fail", "must be a non-negative integer", "float-counters"),
     # clause 5
     Case("full_snap=0", "5", 1, "fail", "full_snap=0", "no-full-snap"),
     # target-only arm
-    Case("target-only arm shows speculation", "arm", 1, "fail", "target-only arm shows speculation",
+    Case("target-only arm shows speculation", "arm", 1, "fail", "speculation was active in the arm that must be plain",
          "target-shows-spec"),
     Case("target-only nondeterministic", "arm", 3, "error", "target-only decoding is not deterministic",
          "nondeterministic-target"),
