@@ -29,7 +29,7 @@ from typing import Any
 from ds4ci import __version__, evidence, judge, policy, results
 from ds4ci.config import GateConfig
 from ds4ci.errors import EXIT_ERROR, EXIT_FAIL, EXIT_PASS, Ds4ciError, NoVerdictError
-from ds4ci.server import Server, ServerSettings, launch
+from ds4ci.server import Server, ServerSettings
 from ds4ci.verdict import ERROR, FAIL, NOT_RUN, PASS
 
 Progress = Callable[[str], None]
@@ -288,10 +288,13 @@ class _Run:
         server_dir = self.attempt.path / judge.SERVERS / key
         life: dict[str, Any] = {"key": key, "q": q, "requests": [], "error": None}
         t0 = time.monotonic()
-        server: Server | None = None
+        server = Server(self._settings(), env.env, server_dir, self.progress, label)
         try:
-            with launch(self._settings(), env.env, server_dir, self.progress, label) as server:
+            try:
+                server.start()
                 self._serve(server, key, life["requests"])
+            finally:
+                server.stop()
         except NoVerdictError as exc:
             if isinstance(exc, GateInterrupted):
                 life["error"] = str(exc)
@@ -300,7 +303,7 @@ class _Run:
             self.progress(f"{label}: no verdict: {str(exc).splitlines()[0]}")
         finally:
             self._server_timing(env.arm, q, server, t0)
-            if server is not None:
+            if server.proc is not None:
                 life.update({
                     "pid": server.proc.pid if server.proc else None, "port": server.port, "ready_s": _rounded(server.ready_s),
                     "props": server.props,
@@ -317,7 +320,7 @@ class _Run:
             if server_dir.is_dir():
                 evidence.write_json(server_dir / judge.LIFECYCLE, life)
         if q is None:
-            info = (server.props or {}).get("server") if server is not None else None
+            info = (server.props or {}).get("server")
             info = info if isinstance(info, dict) else {}
             self.doc["server"] = {"name": _text_or_none(info.get("name")), "version": _text_or_none(info.get("version"))}
 

@@ -111,8 +111,8 @@ class Workspace:
             env=env or self.env(faults), capture_output=True, text=True, timeout=timeout, check=False,
         )
         results_path = Path(overrides.get("results_out") or self.root / "results.json")
-        results = json.loads(results_path.read_text()) if results_path.exists() else None
-        if results_path.exists():
+        results = json.loads(results_path.read_text()) if results_path.is_file() else None
+        if results_path.is_file():
             results_path.unlink()  # each run must write its own
         return GateRun(proc.returncode, proc.stdout, proc.stderr, results, self.root / "evidence")
 
