@@ -96,6 +96,10 @@ def gate(
     results_out: Annotated[
         Path | None, typer.Option(help="Also write results.json here (the evidence keeps its own copy).")
     ] = None,
+    bundle_out: Annotated[
+        Path | None,
+        typer.Option(help="Also write the sealed evidence as one .tar.gz here, for `ds4ci verify` elsewhere."),
+    ] = None,
     runner: Annotated[
         str | None, typer.Option(help="Runner name, used in the status context ds4ci/<runner>. Default: host name.")
     ] = None,
@@ -167,6 +171,7 @@ def gate(
         "prompt_sha256s": prompt_sha256,
         "evidence_dir": evidence_dir,
         "results_out": results_out,
+        "bundle_out": bundle_out,
         "runner": runner,
         "widths": widths,
         "max_tokens": max_tokens,
@@ -187,6 +192,32 @@ def gate(
         "upstream_ref": upstream_ref,
     }
     _exit_with(lambda: run_gate_command(config, overrides))
+
+
+@app.command()
+def verify(
+    bundles: Annotated[
+        list[Path], typer.Argument(help="Evidence bundles: promoted attempt directories or .tar.gz archives of them.")
+    ],
+    json_out: Annotated[bool, typer.Option("--json", help="Print the recomputed documents as JSON.")] = False,
+    expect_config: Annotated[
+        Path | None,
+        typer.Option(
+            help="Trusted ds4ci.toml (e.g. the base branch's): its widths, max_tokens, seed, repeats and pins "
+            "must be what each bundle ran."
+        ),
+    ] = None,
+) -> None:
+    """Re-derive each bundle's verdict from its raw evidence; trust nothing in results.json.
+
+    Checks every file against manifest.json, re-parses every server log, recomputes every verdict
+    with the gate's own judging code and compares with results.json field by field.
+    Exit 0: every bundle intact, consistent and passing; 1: intact and consistent, some failing;
+    3: something does not verify (the message says what).
+    """
+    from ds4ci.commands.verify import run_verify
+
+    _exit_with(lambda: run_verify(bundles, as_json=json_out, expect_config=expect_config))
 
 
 @app.command()

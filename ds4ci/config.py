@@ -94,6 +94,7 @@ class GateConfig:
     base_ref: str | None = None
     upstream_ref: str | None = None
     config_file: Path | None = None
+    bundle_out: Path | None = None
 
     def server_args_all(self) -> tuple[str, ...]:
         """Every argument after the ones ds4ci owns: the device defaults (or their replacement), then extras."""
@@ -109,7 +110,7 @@ _GATE_KEYS = {
     "evidence_dir", "results_out", "runner", "widths", "max_tokens", "seed", "repeats", "target_device",
     "max_ctx", "chunk", "mmvq_max_ncols", "startup_timeout", "request_timeout", "stop_timeout",
     "hash_cache", "hash_cache_path", "stale_override_files", "source_dir", "base_ref", "upstream_ref",
-    "device_args", "server_args", "env_prefixes", "log_cap_mib",
+    "device_args", "server_args", "env_prefixes", "log_cap_mib", "bundle_out",
 }
 _TOP_KEYS = {"gate", "runner", "runners", "checks"}
 _RUNNER_KEYS = {"name", "role", "negative_control_for"}
@@ -389,6 +390,9 @@ def load(config_file: Path | None, overrides: Mapping[str, Any]) -> GateConfig:
     results_out = path_of("results_out", required=False)
     if results_out is not None and results_out.is_dir():
         raise UsageError(f"--results-out {results_out} is a directory; expected a file path such as results.json")
+    bundle_out = path_of("bundle_out", required=False)
+    if bundle_out is not None and (bundle_out.is_dir() or not bundle_out.name.endswith(".tar.gz")):
+        raise UsageError(f"--bundle-out {bundle_out}: expected a file path ending in .tar.gz")
 
     runner = _pick(overrides, file_gate, "runner") or runner_section.get("name") or socket.gethostname()
     if not isinstance(runner, str) or not _RUNNER_NAME.match(runner):
@@ -462,4 +466,5 @@ def load(config_file: Path | None, overrides: Mapping[str, Any]) -> GateConfig:
         base_ref=_pick(overrides, file_gate, "base_ref"),
         upstream_ref=_pick(overrides, file_gate, "upstream_ref"),
         config_file=config_file,
+        bundle_out=bundle_out,
     )

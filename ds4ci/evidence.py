@@ -18,6 +18,7 @@ import errno
 import json
 import os
 import secrets
+import stat
 import time
 from collections.abc import Iterable
 from dataclasses import dataclass
@@ -93,14 +94,37 @@ def start_attempt(evidence_dir: Path, runner: str) -> Attempt:
     return Attempt(evidence_dir, attempt_id, path)
 
 
+def regular_files(root: Path) -> tuple[dict[str, Path], list[str]]:
+    """Every regular file under root by relative path, and a problem for every entry that is not one.
+
+    Symbolic links are never followed (into the manifest, an archive, or a verification): a process
+    that planted one in the evidence could otherwise make ds4ci seal or read a file outside it.
+    """
+    files: dict[str, Path] = {}
+    problems: list[str] = []
+    for directory, dirnames, filenames in os.walk(root, followlinks=False):
+        for name in sorted([*dirnames, *filenames]):
+            path = Path(directory) / name
+            rel = path.relative_to(root).as_posix()
+            mode = path.lstat().st_mode
+            if stat.S_ISLNK(mode):
+                problems.append(f"{rel} is a symbolic link (never followed)")
+            elif stat.S_ISREG(mode):
+                files[rel] = path
+            elif not stat.S_ISDIR(mode):
+                problems.append(f"{rel} is not a regular file")
+    return files, problems
+
+
 def build_manifest(attempt_dir: Path, inputs: list[dict[str, Any]]) -> dict[str, Any]:
     """Path, size and SHA-256 of every input and of every evidence file (except the manifest and results)."""
-    files = []
-    for path in sorted(p for p in attempt_dir.rglob("*") if p.is_file()):
-        rel = path.relative_to(attempt_dir).as_posix()
-        if rel in (MANIFEST, RESULTS):
-            continue
-        files.append({"path": rel, "size": path.stat().st_size, "sha256": hash_file(path)})
+    found, problems = regular_files(attempt_dir)
+    if problems:
+        raise NoVerdictError("the evidence holds entries that are not regular files: " + "; ".join(problems[:10]))
+    files = [
+        {"path": rel, "size": path.stat().st_size, "sha256": hash_file(path)}
+        for rel, path in sorted(found.items()) if rel not in (MANIFEST, RESULTS)
+    ]
     return {"schema": "ds4ci/manifest/v1", "inputs": inputs, "evidence": files}
 
 
@@ -109,6 +133,12 @@ def seal(attempt: Attempt, inputs: list[dict[str, Any]]) -> str:
     manifest_path = attempt.path / MANIFEST
     write_json(manifest_path, build_manifest(attempt.path, inputs))
     return hash_file(manifest_path)
+
+
+def sealed_files(directory: Path) -> list[str]:
+    """The files of a sealed attempt: the manifest's evidence plus the manifest and results themselves."""
+    manifest = json.loads((directory / MANIFEST).read_text(encoding="utf-8"))
+    return [*(entry["path"] for entry in manifest["evidence"]), MANIFEST, RESULTS]
 
 
 def promote(attempt: Attempt, verdict: str) -> Path:

@@ -354,8 +354,9 @@ class _Run:
         return judge.overall(doc["reasons"], target, doc["widths"], doc["checks"])
 
     def finish(self) -> GateOutcome:
-        verdict, reasons = self.overall()
         doc = self.doc
+        doc["errors"] = list(doc["reasons"])[:200]  # run-level: verify recomputes the rest from the evidence
+        verdict, reasons = self.overall()
         doc["verdict"], doc["reasons"] = verdict, reasons[:200]
         doc["exit_code"] = EXIT_FOR_VERDICT[verdict]
         doc["finished_at"] = _now()

@@ -91,9 +91,10 @@ def validate(doc: Any, source: str = "results") -> Results:
     return doc
 
 
-def loads(data: bytes, source: str = "results") -> Results:
+def strict_json(data: bytes, source: str) -> Any:
+    """Parse untrusted JSON strictly (size limit, UTF-8, no duplicate keys, finite numbers only)."""
     if len(data) > MAX_RESULTS_BYTES:
-        raise ResultsError(f"{source}: {len(data)} bytes is over the {MAX_RESULTS_BYTES}-byte limit for results")
+        raise ResultsError(f"{source}: {len(data)} bytes is over the {MAX_RESULTS_BYTES}-byte limit")
     try:
         text = data.decode("utf-8")
     except UnicodeDecodeError as exc:
@@ -106,7 +107,11 @@ def loads(data: bytes, source: str = "results") -> Results:
         raise ResultsError(f"{source}: JSON nested too deeply to be a results file") from exc
     except ValueError as exc:  # e.g. an integer literal longer than Python's conversion limit
         raise ResultsError(f"{source}: unreadable JSON value ({str(exc)[:200]})") from exc
-    return validate(doc, source)
+    return doc
+
+
+def loads(data: bytes, source: str = "results") -> Results:
+    return validate(strict_json(data, source), source)
 
 
 def load(path: Path) -> Results:

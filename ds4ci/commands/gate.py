@@ -6,7 +6,7 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
-from ds4ci import config, results, table
+from ds4ci import bundle, config, evidence, results, table
 from ds4ci.errors import NoVerdictError
 from ds4ci.gate import run_gate
 
@@ -21,4 +21,13 @@ def run_gate_command(config_file: Path | None, overrides: Mapping[str, Any]) -> 
         except OSError as exc:
             raise NoVerdictError(f"cannot write --results-out {cfg.results_out}: {exc.strerror or exc}") from exc
         print(f"results: {cfg.results_out}")
+    if cfg.bundle_out is not None:
+        final = Path(outcome.results["evidence"]["dir"])
+        if outcome.results["evidence"]["manifest_sha256"] is None:
+            raise NoVerdictError(f"no sealed evidence to archive as --bundle-out {cfg.bundle_out}; see {final}")
+        try:
+            bundle.write_archive(final, cfg.bundle_out, evidence.sealed_files(final))
+        except OSError as exc:
+            raise NoVerdictError(f"cannot write --bundle-out {cfg.bundle_out}: {exc.strerror or exc}") from exc
+        print(f"bundle: {cfg.bundle_out}")
     return outcome.exit_code
