@@ -324,6 +324,44 @@ def dispatch_check(
     )
 
 
+@app.command("merge-check")
+def merge_check(
+    pr: Annotated[int, typer.Option(help="Pull request number.")],
+    repo: Annotated[str | None, typer.Option(help="OWNER/NAME. Default: $GITHUB_REPOSITORY.")] = None,
+    api_url: Annotated[
+        str | None, typer.Option(help="GitHub API base URL. Default: $GITHUB_API_URL or https://api.github.com.")
+    ] = None,
+    runner: Annotated[
+        list[str] | None,
+        typer.Option(metavar="NAME", help="Gate runner whose ds4ci/NAME status must be success; repeat for several."),
+    ] = None,
+    check: Annotated[
+        list[str] | None,
+        typer.Option(metavar="NAME", help="Check run name or commit status context that must succeed; repeatable."),
+    ] = None,
+    approvals: Annotated[
+        int | None, typer.Option(help="Approving reviews required on the head (default 1, or merge.approvals).")
+    ] = None,
+    json_out: Annotated[bool, typer.Option("--json", help="Print the conditions as JSON.")] = False,
+    config: Annotated[Path | None, typer.Option(help="ds4ci.toml whose [merge] table gives runners, checks, approvals.")] = None,
+) -> None:
+    """Is the pull request ready to merge on its exact current head?
+
+    Ready only when every gate runner and named check is green on the head, enough approvals are
+    on the head, no changes are requested, no review thread is unresolved, and the PR is open,
+    not a draft and mergeable. Token from $GITHUB_TOKEN. Exit 0 ready, 1 not ready (one line per
+    unmet condition), 2 usage error, 3 GitHub error.
+    """
+    from ds4ci.commands.merge_check import run_merge_check
+
+    _exit_with(
+        lambda: run_merge_check(
+            pr=pr, repo=repo, api_url=api_url, runners=runner, checks=check, approvals=approvals,
+            as_json=json_out, config=config,
+        )
+    )
+
+
 def main() -> None:
     try:
         app()

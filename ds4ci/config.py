@@ -88,7 +88,7 @@ _GATE_KEYS = {
     "max_ctx", "chunk", "mmvq_max_ncols", "startup_timeout", "request_timeout", "stop_timeout",
     "hash_cache", "hash_cache_path", "stale_override_files", "source_dir", "base_ref", "upstream_ref",
 }
-_TOP_KEYS = {"gate", "runner", "runners", "checks"}
+_TOP_KEYS = {"gate", "runner", "runners", "checks", "merge", "preflight"}  # [merge]: ds4ci.merge; [preflight]: ds4ci.busy
 _RUNNER_KEYS = {"name", "role", "negative_control_for"}
 _CHECK_KEYS = {"name", "command", "parser", "report", "timeout", "cwd"}
 
