@@ -255,15 +255,23 @@ def preflight(
     runner: Annotated[str | None, typer.Option(help="Runner name recorded with the fingerprint.")] = None,
     json_out: Annotated[bool, typer.Option("--json", help="Print the fingerprint and checks as JSON.")] = False,
     deadline: Annotated[float, typer.Option(help="Hard deadline in seconds for the GPU health probe.")] = 20.0,
+    busy_wait: Annotated[
+        float | None,
+        typer.Option(help="Seconds to wait for a GPU busy with another process to become free. "
+                     "Default: preflight.busy_wait of --config, else 0."),
+    ] = None,
 ) -> None:
     """Check that this runner is ready (GPU answers, files present, no stale overrides) and fingerprint it.
 
     A probe stuck in uninterruptible sleep cannot hold the job: the deadline is enforced here.
-    Exit 0 ready, 3 not ready.
+    A GPU used by a process that is not ds4ci's makes the runner busy (JSON key "busy").
+    Exit 0 ready, 3 not ready or busy.
     """
     from ds4ci.commands.preflight import run_preflight
 
-    _exit_with(lambda: run_preflight(config=config, runner=runner, as_json=json_out, deadline_s=deadline))
+    _exit_with(
+        lambda: run_preflight(config=config, runner=runner, as_json=json_out, deadline_s=deadline, busy_wait_s=busy_wait)
+    )
 
 
 @app.command()
