@@ -25,8 +25,7 @@ REPO = Path(__file__).resolve().parents[1]
 DATA = Path(__file__).parent / "data" / "busy"
 FINGERPRINT_QUERY = REPO / "tests" / "data" / "fingerprint" / "nvidia-h200" / "nvidia-smi-query-noheader.csv"
 THREE = ("pid", "process_name", "used_gpu_memory")
-H200_UUID = "GPU-c1d3e3e8-41a1-78f7-e2e0-b3fa84f21e77"
-ZERO_UUID = "GPU-00000000-0000-0000-0000-000000000000"  # the shared capture's uuid, zeroed
+ZERO_UUID = "GPU-00000000-0000-0000-0000-000000000000"  # the captures' GPU uuids are zeroed
 
 
 def read(name: str) -> str:
@@ -39,8 +38,8 @@ def read(name: str) -> str:
 @pytest.mark.parametrize(
     ("name", "fields", "expected"),
     [
-        ("h200-busy-apps.csv", busy.NVIDIA_APPS_FIELDS, [(671, "/tmp/gpu-holder", 1542, H200_UUID)]),
-        ("h200-busy-apps-noheader.csv", busy.NVIDIA_APPS_FIELDS, [(671, "/tmp/gpu-holder", 1542, H200_UUID)]),
+        ("h200-busy-apps.csv", busy.NVIDIA_APPS_FIELDS, [(671, "/tmp/gpu-holder", 1542, ZERO_UUID)]),
+        ("h200-busy-apps-noheader.csv", busy.NVIDIA_APPS_FIELDS, [(671, "/tmp/gpu-holder", 1542, ZERO_UUID)]),
         ("h200-busy-apps-noheader-nounits.csv", THREE, [(671, "/tmp/gpu-holder", 1542, None)]),
         ("nvidia-smi-compute-apps.csv", busy.NVIDIA_APPS_FIELDS,
          [(574, "python3", 1634, "GPU-00000000-0000-0000-0000-000000000000")]),
