@@ -307,15 +307,23 @@ def preflight(
     runner: Annotated[str | None, typer.Option(help="Runner name recorded with the fingerprint.")] = None,
     json_out: Annotated[bool, typer.Option("--json", help="Print the fingerprint and checks as JSON.")] = False,
     deadline: Annotated[float, typer.Option(help="Hard deadline in seconds for the GPU health probe.")] = 20.0,
+    busy_wait: Annotated[
+        float | None,
+        typer.Option(help="Seconds to wait for a GPU busy with another process to become free. "
+                     "Default: preflight.busy_wait of --config, else 0."),
+    ] = None,
 ) -> None:
     """Check that this runner is ready (GPU answers, files present, no stale overrides) and fingerprint it.
 
     A probe stuck in uninterruptible sleep cannot hold the job: the deadline is enforced here.
-    Exit 0 ready, 3 not ready.
+    A GPU used by a process that is not ds4ci's makes the runner busy (JSON key "busy").
+    Exit 0 ready, 3 not ready or busy.
     """
     from ds4ci.commands.preflight import run_preflight
 
-    _exit_with(lambda: run_preflight(config=config, runner=runner, as_json=json_out, deadline_s=deadline))
+    _exit_with(
+        lambda: run_preflight(config=config, runner=runner, as_json=json_out, deadline_s=deadline, busy_wait_s=busy_wait)
+    )
 
 
 @app.command()
@@ -372,6 +380,44 @@ def dispatch_check(
             token_env=token_env,
             event_name=event_name,
             github_output=github_output,
+        )
+    )
+
+
+@app.command("merge-check")
+def merge_check(
+    pr: Annotated[int, typer.Option(help="Pull request number.")],
+    repo: Annotated[str | None, typer.Option(help="OWNER/NAME. Default: $GITHUB_REPOSITORY.")] = None,
+    api_url: Annotated[
+        str | None, typer.Option(help="GitHub API base URL. Default: $GITHUB_API_URL or https://api.github.com.")
+    ] = None,
+    runner: Annotated[
+        list[str] | None,
+        typer.Option(metavar="NAME", help="Gate runner whose ds4ci/NAME status must be success; repeat for several."),
+    ] = None,
+    check: Annotated[
+        list[str] | None,
+        typer.Option(metavar="NAME", help="Check run name or commit status context that must succeed; repeatable."),
+    ] = None,
+    approvals: Annotated[
+        int | None, typer.Option(help="Approving reviews required on the head (default 1, or merge.approvals).")
+    ] = None,
+    json_out: Annotated[bool, typer.Option("--json", help="Print the conditions as JSON.")] = False,
+    config: Annotated[Path | None, typer.Option(help="ds4ci.toml whose [merge] table gives runners, checks, approvals.")] = None,
+) -> None:
+    """Is the pull request ready to merge on its exact current head?
+
+    Ready only when every gate runner and named check is green on the head, enough approvals are
+    on the head, no changes are requested, no review thread is unresolved, and the PR is open,
+    not a draft and mergeable. Token from $GITHUB_TOKEN. Exit 0 ready, 1 not ready (one line per
+    unmet condition), 2 usage error, 3 GitHub error.
+    """
+    from ds4ci.commands.merge_check import run_merge_check
+
+    _exit_with(
+        lambda: run_merge_check(
+            pr=pr, repo=repo, api_url=api_url, runners=runner, checks=check, approvals=approvals,
+            as_json=json_out, config=config,
         )
     )
 

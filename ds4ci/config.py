@@ -112,7 +112,7 @@ _GATE_KEYS = {
     "hash_cache", "hash_cache_path", "stale_override_files", "source_dir", "base_ref", "upstream_ref",
     "device_args", "server_args", "env_prefixes", "log_cap_mib", "bundle_out",
 }
-_TOP_KEYS = {"gate", "runner", "runners", "checks"}
+_TOP_KEYS = {"gate", "runner", "runners", "checks", "merge", "preflight"}  # [merge]: ds4ci.merge; [preflight]: ds4ci.busy
 _RUNNER_KEYS = {"name", "role", "negative_control_for"}
 _CHECK_KEYS = {"name", "command", "parser", "report", "timeout", "cwd"}
 

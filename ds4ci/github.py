@@ -194,6 +194,33 @@ class Client:
 
         return _call(f"list the commits of pull request #{number}", call)
 
+    # ----- reads for merge-check (raw JSON; ds4ci.mergefacts validates the shapes) -----
+    def pull(self, number: int) -> dict[str, Any]:
+        data = self._json("GET", f"{self._base}/pulls/{number}", f"read pull request #{number}")
+        if not isinstance(data, dict):
+            raise PublishError(f"pull request #{number}: GitHub's answer is not a JSON object")
+        return data
+
+    def _pages(self, url: str, action: str, list_item: str | None = None) -> list[Any]:
+        def call() -> list[Any]:
+            extra: dict[str, Any] = {"list_item": list_item} if list_item else {}
+            items: PaginatedList[Any] = PaginatedList(_RawItem, self._gh.requester, url, None, **extra)
+            return [item.raw_data for item in items]
+
+        return _call(action, call)
+
+    def check_runs(self, sha: str) -> list[Any]:
+        """The latest check run of each name on ``sha`` (every page)."""
+        return self._pages(f"{self._base}/commits/{sha}/check-runs", f"list the check runs of {sha[:12]}", "check_runs")
+
+    def latest_statuses(self, sha: str) -> list[Any]:
+        """The combined status of ``sha``: the latest status of each context (every page)."""
+        return self._pages(f"{self._base}/commits/{sha}/status", f"read the combined status of {sha[:12]}", "statuses")
+
+    def reviews(self, number: int) -> list[Any]:
+        """The reviews of a pull request, oldest first (every page)."""
+        return self._pages(f"{self._base}/pulls/{number}/reviews", f"list the reviews of pull request #{number}")
+
     def combined_states(self, sha: str) -> dict[str, str]:
         data = self._json("GET", f"{self._base}/commits/{sha}/status", f"read the statuses of {sha[:12]}")
         statuses = data.get("statuses", []) if isinstance(data, dict) else []

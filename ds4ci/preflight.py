@@ -3,7 +3,8 @@
 ``check_ready`` is the cheap, file-only part the gate also calls before starting any server;
 ``preflight`` adds the fingerprint (GPU health with a hard deadline) and yields one report.
 A missing tool is only recorded; a real problem (not ready, unhealthy, a probe that hangs)
-makes the runner not ready, which the CLI turns into exit 3.
+makes the runner not ready, which the CLI turns into exit 3. A GPU held by a process that is not
+ours makes the runner "busy" (``ds4ci.busy``); ``busy_wait_s`` waits for it to become free.
 """
 
 from __future__ import annotations
@@ -16,6 +17,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from ds4ci import busy
 from ds4ci.config import DEFAULT_STALE_OVERRIDE_FILES, GateConfig
 from ds4ci.fingerprint import fingerprint
 
@@ -29,18 +31,22 @@ class PreflightReport:
     runner: str
     problems: tuple[str, ...]
     fingerprint: dict[str, Any]
+    busy: dict[str, Any] | None = None  # ds4ci.busy record, set only when the runner ended busy
 
     @property
     def ready(self) -> bool:
         return not self.problems
 
     def to_json(self) -> dict[str, Any]:
-        return {
+        doc = {
             "runner": self.runner,
             "ready": self.ready,
             "problems": list(self.problems),
             "fingerprint": self.fingerprint,
         }
+        if self.busy is not None:
+            doc["busy"] = self.busy
+        return doc
 
 
 def stale_override_problems(paths: Iterable[Path]) -> list[str]:
@@ -139,9 +145,11 @@ def preflight(
     runner: str | None,
     deadline_s: float,
     progress: Callable[[str], None] | None = None,
+    busy_wait_s: float = 0.0,
 ) -> PreflightReport:
     """Readiness of this runner: ``check_ready`` (or only the default stale overrides without a
-    config) plus the fingerprint, whose probes are bounded by ``deadline_s``."""
+    config) plus the fingerprint, whose probes are bounded by ``deadline_s``, plus the busy check
+    (waiting up to ``busy_wait_s`` for a foreign GPU process to go, unless already not ready)."""
     if config is not None:
         name = runner or config.runner
         problems = check_ready(config)
@@ -149,7 +157,13 @@ def preflight(
         name = runner or socket.gethostname()
         problems = stale_override_problems(Path(p) for p in DEFAULT_STALE_OVERRIDE_FILES)
     fp = fingerprint(deadline_s, progress)
-    return PreflightReport(name, (*problems, *health_problems(fp)), fp)
+    problems = [*problems, *health_problems(fp)]
+    outcome = busy.wait_until_free(
+        lambda: busy.detect(deadline_s), runner=name, busy_wait_s=0.0 if problems else busy_wait_s,
+        progress=progress or (lambda _message: None),
+    )
+    problems += outcome.problems()
+    return PreflightReport(name, tuple(problems), fp, outcome.record() if outcome.busy else None)
 
 
 def render_table(report: PreflightReport) -> str:
@@ -170,6 +184,9 @@ def render_table(report: PreflightReport) -> str:
         for key, value in fp[section].items():
             lines.append(f"{section:<10} {key:<14} {value if value is not None else '-'}")
     lines.append("probes     " + ", ".join(f"{k}={v}" for k, v in fp["probes"].items()))
+    if report.busy is not None:
+        lines.extend(f"busy       pid {p['pid']} {p['name']}, {p['memory_mib'] if p['memory_mib'] is not None else '?'} MiB, "
+                     f"user {p['user'] or '?'}" for p in report.busy["processes"])
     if report.problems:
         lines.append("problems:")
         lines.extend(f"  - {problem}" for problem in report.problems)

@@ -5,13 +5,21 @@ paginates with Link headers like GitHub, validates statuses like GitHub (422), k
 token, a read-only token ("Resource not accessible by integration") and an App-style token
 that cannot read /user, and can inject faults into the next requests. Tests assert on the
 resulting state (``comments()``, ``statuses()``); ``requests`` is the log for counting.
+
+For merge gating it also serves check runs and the combined status of a commit, a pull
+request's reviews, its draft/mergeable/state fields (``mergeable`` may answer null a few times
+first, as GitHub does while it computes it), and ``POST /graphql`` answering the
+``reviewThreads`` query with cursor pagination (``graphql_page_size`` threads per page).
+Shapes follow GitHub's OpenAPI description (@octokit/openapi) and GraphQL schema.
 """
 
 from __future__ import annotations
 
+import base64
 import json
 import re
 import threading
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
@@ -47,6 +55,13 @@ class FakeGitHub:
         self.pulls: dict[int, dict[str, Any]] = {}
         self._comments: dict[int, dict[str, Any]] = {}
         self._statuses: list[dict[str, Any]] = []
+        self._check_runs: list[dict[str, Any]] = []
+        self._reviews: dict[int, list[dict[str, Any]]] = {}
+        self._threads: dict[int, list[dict[str, Any]]] = {}
+        self.graphql_page_size = 100
+        self.graphql_queries: list[dict[str, Any]] = []
+        # Called (under the lock: mutate state directly) on every GraphQL query, e.g. to push mid-check.
+        self.on_graphql: Callable[[FakeGitHub], None] | None = None
         self._next_id = 1000
         self._clock = 0
         self.faults: list[Fault] = []
@@ -87,9 +102,45 @@ class FakeGitHub:
         return f"http://127.0.0.1:{self._server.server_address[1]}"
 
     # ----- state set-up and accessors -------------------------------------------------------
-    def add_pull(self, number: int, head: str, commits: list[str] | None = None) -> None:
+    def add_pull(self, number: int, head: str, commits: list[str] | None = None, *, state: str = "open",
+                 draft: bool = False, merged: bool = False, mergeable: bool | None = True,
+                 mergeable_state: str = "clean") -> None:
         with self.lock:
-            self.pulls[number] = {"head": head, "commits": list(commits or [head])}
+            self.pulls[number] = {"head": head, "commits": list(commits or [head]), "state": state, "draft": draft,
+                                  "merged": merged, "mergeable": [mergeable], "mergeable_state": mergeable_state}
+
+    def set_mergeable(self, number: int, *answers: bool | None) -> None:
+        """Successive reads of the PR answer these values; the last one then sticks."""
+        with self.lock:
+            self.pulls[number]["mergeable"] = list(answers)
+
+    def move_head(self, number: int, sha: str) -> None:
+        """A push to the PR: the new head becomes the newest commit."""
+        with self.lock:
+            self.pulls[number]["head"] = sha
+            self.pulls[number]["commits"].append(sha)
+
+    def add_check_run(self, sha: str, name: str, status: str = "completed", conclusion: str | None = "success",
+                      app: str = "github-actions") -> None:
+        with self.lock:
+            self._next_id += 1
+            self._check_runs.append({"id": self._next_id, "sha": sha, "name": name, "status": status,
+                                     "conclusion": conclusion if status == "completed" else None, "app": app})
+
+    def add_review(self, number: int, login: str, state: str, commit_id: str | None,
+                   association: str = "MEMBER") -> None:
+        with self.lock:
+            self._next_id += 1
+            self._reviews.setdefault(number, []).append(
+                {"id": self._next_id, "login": login, "state": state, "commit_id": commit_id,
+                 "association": association, "submitted_at": self._tick()})
+
+    def add_thread(self, number: int, path: str, line: int | None, *, resolved: bool = False,
+                   outdated: bool = False, original_line: int | None = None) -> None:
+        with self.lock:
+            self._threads.setdefault(number, []).append(
+                {"isResolved": resolved, "isOutdated": outdated, "path": path, "line": line,
+                 "originalLine": original_line if original_line is not None else line})
 
     def add_comment(self, number: int, body: str, login: str = "someone") -> int:
         with self.lock:
@@ -158,6 +209,60 @@ class FakeGitHub:
                 "target_url": s["target_url"], "creator": {"login": s["creator"], "id": 1},
                 "created_at": s["created_at"], "updated_at": s["created_at"]}
 
+    def _review_json(self, n: int, r: dict[str, Any]) -> dict[str, Any]:
+        base = f"{self.url}/repos/{self.owner}/{self.repo}"
+        return {"id": r["id"], "node_id": f"PRR_{r['id']}", "user": {"login": r["login"], "id": 2, "type": "User"},
+                "body": "", "state": r["state"], "html_url": f"https://github.invalid/{self.owner}/{self.repo}/pull/{n}",
+                "pull_request_url": f"{base}/pulls/{n}", "_links": {}, "submitted_at": r["submitted_at"],
+                "commit_id": r["commit_id"], "author_association": r["association"]}
+
+    def _check_run_json(self, r: dict[str, Any]) -> dict[str, Any]:
+        return {"id": r["id"], "name": r["name"], "head_sha": r["sha"], "status": r["status"],
+                "conclusion": r["conclusion"], "node_id": f"CR_{r['id']}", "external_id": "",
+                "url": f"{self.url}/repos/{self.owner}/{self.repo}/check-runs/{r['id']}",
+                "html_url": None, "details_url": None, "started_at": "2026-11-29T12:00:00Z",
+                "completed_at": "2026-11-29T12:05:00Z" if r["status"] == "completed" else None,
+                "output": {"title": None, "summary": None, "text": None, "annotations_count": 0, "annotations_url": ""},
+                "check_suite": {"id": 1}, "app": {"slug": r["app"], "name": r["app"]}, "pull_requests": []}
+
+    def _graphql(self, h: BaseHTTPRequestHandler, payload: dict[str, Any]) -> None:
+        """Just the reviewThreads query: repository(owner, name).pullRequest(number).reviewThreads(first, after)."""
+        query, variables = payload.get("query"), payload.get("variables") or {}
+        self.graphql_queries.append({"query": query, "variables": dict(variables)})
+        if self.on_graphql is not None:
+            self.on_graphql(self)
+        if not isinstance(query, str) or "reviewThreads" not in query:
+            self._send(h, 200, {"errors": [{"message": "fake: only the reviewThreads query is served"}]})
+            return
+        if (variables.get("owner"), variables.get("name")) != (self.owner, self.repo):
+            full = f"{variables.get('owner')}/{variables.get('name')}"
+            self._send(h, 200, {"data": {"repository": None}, "errors": [
+                {"type": "NOT_FOUND", "path": ["repository"],
+                 "message": f"Could not resolve to a Repository with the name '{full}'."}]})
+            return
+        number = variables.get("number")
+        if number not in self.pulls:
+            self._send(h, 200, {"data": {"repository": {"pullRequest": None}}, "errors": [
+                {"type": "NOT_FOUND", "path": ["repository", "pullRequest"],
+                 "message": f"Could not resolve to a PullRequest with the number of {number}."}]})
+            return
+        first = re.search(r"reviewThreads\(first:\s*(\d+)", query)
+        size = min(int(first.group(1)) if first else 100, self.graphql_page_size)
+        cursor = variables.get("cursor")
+        start = 0
+        if cursor is not None:
+            try:
+                start = int(base64.b64decode(cursor).decode().rsplit(":", 1)[1])
+            except (ValueError, IndexError):
+                self._send(h, 200, {"errors": [{"message": f"`{cursor}` does not appear to be a valid cursor."}]})
+                return
+        threads = self._threads.get(number, [])
+        chunk = threads[start: start + size]
+        end = start + len(chunk)
+        info = {"hasNextPage": end < len(threads),
+                "endCursor": base64.b64encode(f"cursor:v2:{end}".encode()).decode() if chunk else None}
+        self._send(h, 200, {"data": {"repository": {"pullRequest": {"reviewThreads": {"pageInfo": info, "nodes": chunk}}}}})
+
     def _send(self, h: BaseHTTPRequestHandler, status: int, data: Any = None,
               headers: dict[str, str] | None = None) -> None:
         body = b"" if data is None else json.dumps(data).encode()
@@ -170,7 +275,9 @@ class FakeGitHub:
         h.end_headers()
         h.wfile.write(body)
 
-    def _page(self, h: BaseHTTPRequestHandler, path: str, query: dict[str, list[str]], items: list[Any]) -> None:
+    def _page(self, h: BaseHTTPRequestHandler, path: str, query: dict[str, list[str]], items: list[Any],
+              list_item: str | None = None, extra: dict[str, Any] | None = None) -> None:
+        """One page of ``items``; with ``list_item`` wrapped as GitHub does: {total_count, <list_item>: [...]}."""
         per_page = max(1, min(int(query.get("per_page", ["30"])[0]), 100))
         page = max(1, int(query.get("page", ["1"])[0]))
         last = max(1, -(-len(items) // per_page))
@@ -182,7 +289,8 @@ class FakeGitHub:
         if page > 1:
             links.append(f'<{self.url}{path}?per_page={per_page}&page=1>; rel="first"')
             links.append(f'<{self.url}{path}?per_page={per_page}&page={page - 1}>; rel="prev"')
-        self._send(h, 200, chunk, {"Link": ", ".join(links)} if links else None)
+        body: Any = chunk if list_item is None else {**(extra or {}), "total_count": len(items), list_item: chunk}
+        self._send(h, 200, body, {"Link": ", ".join(links)} if links else None)
 
     def _dispatch(self, h: BaseHTTPRequestHandler) -> None:
         method = h.command
@@ -208,7 +316,7 @@ class FakeGitHub:
         except ValueError:
             self._send(h, 400, {"message": "Problems parsing JSON"})
             return
-        if method in ("POST", "PATCH", "DELETE") and not may_write:
+        if method in ("POST", "PATCH", "DELETE") and not may_write and path != "/graphql":
             self._send(h, 403, {"message": "Resource not accessible by integration",
                                 "documentation_url": "https://docs.github.com/rest"})
             return
@@ -218,6 +326,9 @@ class FakeGitHub:
     def _route(self, h: BaseHTTPRequestHandler, method: str, path: str, query: dict[str, list[str]],
                payload: dict[str, Any], login: str, may_read_user: bool) -> None:
         repo = f"/repos/{self.owner}/{self.repo}"
+        if path == "/graphql" and method == "POST":
+            self._graphql(h, payload)
+            return
         if path == "/user" and method == "GET":
             if not may_read_user:
                 self._send(h, 403, {"message": "Resource not accessible by integration"})
@@ -237,9 +348,31 @@ class FakeGitHub:
                 self._page(h, path, query, [{"sha": sha, "url": f"{self.url}{repo}/commits/{sha}"} for sha in pr["commits"]])
             else:
                 n = int(m.group(1))
-                self._send(h, 200, {"number": n, "url": f"{self.url}{repo}/pulls/{n}", "state": "open",
-                                    "issue_url": f"{self.url}{repo}/issues/{n}",
+                answers = pr["mergeable"]
+                mergeable = answers.pop(0) if len(answers) > 1 else answers[0]
+                self._send(h, 200, {"number": n, "url": f"{self.url}{repo}/pulls/{n}", "state": pr["state"],
+                                    "issue_url": f"{self.url}{repo}/issues/{n}", "draft": pr["draft"],
+                                    "merged": pr["merged"], "mergeable": mergeable,
+                                    "mergeable_state": "unknown" if mergeable is None else pr["mergeable_state"],
                                     "head": {"sha": pr["head"], "ref": "feature"}, "base": {"sha": "0" * 40, "ref": "main"}})
+            return
+        m = re.fullmatch(re.escape(repo) + r"/pulls/(\d+)/reviews", path)
+        if m and method == "GET":
+            n = int(m.group(1))
+            if n not in self.pulls:
+                self._send(h, 404, {"message": "Not Found"})
+            else:
+                self._page(h, path, query, [self._review_json(n, r) for r in self._reviews.get(n, [])])
+            return
+        m = re.fullmatch(re.escape(repo) + r"/commits/([0-9a-f]{40})/check-runs", path)
+        if m and method == "GET":
+            runs = [r for r in self._check_runs if r["sha"] == m.group(1)]
+            if query.get("filter", ["latest"])[0] == "latest":
+                latest: dict[str, dict[str, Any]] = {}
+                for r in runs:
+                    latest[r["name"]] = r
+                runs = list(latest.values())
+            self._page(h, path, query, [self._check_run_json(r) for r in runs], list_item="check_runs")
             return
         m = re.fullmatch(re.escape(repo) + r"/issues/(\d+)/comments", path)
         if m:
@@ -295,13 +428,13 @@ class FakeGitHub:
             if m.group(2) == "statuses":
                 self._page(h, path, query, [self._status_json(s) for s in reversed(mine)])
             else:
-                latest: dict[str, dict[str, Any]] = {}
+                latest_status: dict[str, dict[str, Any]] = {}
                 for s in mine:
-                    latest[s["context"]] = s
-                states = {s["state"] for s in latest.values()}
+                    latest_status[s["context"]] = s
+                states = {s["state"] for s in latest_status.values()}
                 overall = ("failure" if states & {"failure", "error"} else "pending" if "pending" in states or not states
                            else "success")
-                self._send(h, 200, {"state": overall, "sha": sha, "total_count": len(latest),
-                                    "statuses": [self._status_json(s) for s in latest.values()]})
+                self._page(h, path, query, [self._status_json(s) for s in latest_status.values()], list_item="statuses",
+                           extra={"state": overall, "sha": sha})
             return
         self._send(h, 404, {"message": "Not Found", "path": path})

@@ -7,6 +7,7 @@ import math
 import sys
 from pathlib import Path
 
+from ds4ci import busy
 from ds4ci import config as config_mod
 from ds4ci.errors import EXIT_ERROR, EXIT_PASS, UsageError
 from ds4ci.preflight import preflight, render_table
@@ -16,11 +17,17 @@ def _progress(message: str) -> None:
     print(f"ds4ci preflight: {message}", file=sys.stderr, flush=True)
 
 
-def run_preflight(config: Path | None, runner: str | None, as_json: bool, deadline_s: float) -> int:
+def run_preflight(
+    config: Path | None, runner: str | None, as_json: bool, deadline_s: float, busy_wait_s: float | None = None
+) -> int:
     if not math.isfinite(deadline_s) or deadline_s <= 0:
         raise UsageError(f"--deadline: expected a positive number of seconds, found {deadline_s}")
+    if busy_wait_s is not None:
+        busy_wait_s = busy.parse_busy_wait(busy_wait_s, "--busy-wait")
+    elif config is not None:
+        busy_wait_s = busy.load_busy_wait(config)
     gate_config = config_mod.load(config, {"runner": runner}) if config is not None else None
-    report = preflight(gate_config, runner, deadline_s, _progress)
+    report = preflight(gate_config, runner, deadline_s, _progress, busy_wait_s or 0.0)
     if as_json:
         sys.stdout.write(json.dumps(report.to_json(), indent=2, sort_keys=True, allow_nan=False) + "\n")
     else:
