@@ -331,3 +331,21 @@ def test_an_internal_error_is_exit_3_with_one_line_and_the_attempt_kept(tmp_path
     assert outcome.exit_code == 3
     assert outcome.results["reasons"] == ["internal error (a bug in ds4ci, please report it): KeyError: 'boom'"]
     assert Path(outcome.results["evidence"]["dir"]).parent.name == "failed"
+
+
+@pytest.mark.parametrize("variable", ["GITHUB_TOKEN", "GH_TOKEN", "ACTIONS_RUNTIME_TOKEN", "ACTIONS_ID_TOKEN_REQUEST_TOKEN"])
+def test_under_actions_a_write_credential_in_the_gates_environment_is_refused(tmp_path: Path, variable: str) -> None:
+    ws = Workspace.create(tmp_path)
+    run = ws.gate(widths="2", env=ws.env(GITHUB_ACTIONS="true", **{variable: "ghs_" + "x" * 36}))
+    assert run.code == 2, run.stdout + run.stderr
+    assert variable in run.stderr and "/proc/<pid>/environ" in run.stderr
+    assert not (tmp_path / "evidence").exists()  # refused before any work: no server started
+
+
+def test_outside_actions_a_credential_is_a_warning(tmp_path: Path) -> None:
+    ws = Workspace.create(tmp_path)
+    env = ws.env(GH_TOKEN="ghp_" + "x" * 36)
+    env.pop("GITHUB_ACTIONS", None)
+    run = ws.gate(widths="2", env=env)
+    assert run.code == 0, run.stderr
+    assert "warning: GH_TOKEN is set" in run.stderr

@@ -2,16 +2,38 @@
 
 from __future__ import annotations
 
+import os
+import sys
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
 from ds4ci import bundle, config, evidence, results, table
-from ds4ci.errors import NoVerdictError
+from ds4ci.errors import NoVerdictError, UsageError
 from ds4ci.gate import run_gate
+
+# Write credentials a GitHub job may carry. The gate runs the pull request's code (the server it
+# builds) as the same user, which can read ds4ci's environment through /proc/<pid>/environ.
+WRITE_CREDENTIALS = ("GITHUB_TOKEN", "GH_TOKEN", "ACTIONS_RUNTIME_TOKEN", "ACTIONS_ID_TOKEN_REQUEST_TOKEN")
+
+
+def refuse_credentials(environ: Mapping[str, str]) -> None:
+    """Under Actions a credential in ds4ci's own environment is refused; elsewhere it is a warning."""
+    present = [name for name in WRITE_CREDENTIALS if environ.get(name)]
+    if not present:
+        return
+    message = (
+        f"{', '.join(present)} is set in the gate's environment, where the server under test (code from the "
+        "pull request) could read it from /proc/<pid>/environ; remove it from this job's env (the gate job "
+        "needs no token: publish from a separate job with `ds4ci verify` + `ds4ci publish`)"
+    )
+    if environ.get("GITHUB_ACTIONS") == "true":
+        raise UsageError(message)
+    print(f"ds4ci: warning: {message}", file=sys.stderr)
 
 
 def run_gate_command(config_file: Path | None, overrides: Mapping[str, Any]) -> int:
+    refuse_credentials(os.environ)
     cfg = config.load(config_file, overrides)
     outcome = run_gate(cfg)
     print(table.render(outcome.results))
