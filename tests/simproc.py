@@ -4,12 +4,13 @@
 
     target, draft = make_models(tmp_path)
     sim = start_sim(tmp_path, env=spec_env(draft, q=3))      # waits for /health 200
-    response, lines = ask(sim, "hello", max_tokens=96)        # lines = its log window
+    response, lines = ask(sim, "hello", max_tokens=96)        # lines = its stderr window
     stop_sim(sim)                                             # TERM, then KILL of its group
 
-``start_sim`` returns a ``Sim`` (a NamedTuple: ``proc, port, stderr_path``), so
-``proc, port, stderr_path = start_sim(...)`` works too. The simulator runs in its own process
-group (``start_new_session``) so ``stop_sim``/``kill_group`` reach helpers it forks.
+``start_sim`` returns a ``Sim`` (a NamedTuple: ``proc, port, stderr_path, stdout_path``). The
+simulator runs in its own process group (``start_new_session``) so ``stop_sim``/``kill_group``
+reach helpers it forks into that group. Requests from ``chat_body`` state every sampler field
+(greedy, neutral penalties), so the model card's defaults never apply unless a test omits them.
 """
 
 from __future__ import annotations
@@ -37,7 +38,7 @@ TRACE = re.compile(
 )
 SUMMARY = re.compile(
     r"^\[ds4-spec\] gen=(?P<gen>\d+) steps=(?P<steps>\d+) matched=(?P<matched>\d+) offered=(?P<offered>\d+) "
-    r"mean_accept=(?P<a>\d+)/(?P<b>\d+) q_cap=(?P<q>\d+) full_snap=(?P<snap>[01])(?P<extra>( \S+)*)$"
+    r"mean_accept=(?P<a>\d+\.\d\d)/(?P<b>\d+\.\d\d) q_cap=(?P<q>\d+) full_snap=(?P<snap>[01])(?P<extra>( \S+)*)$"
 )
 BANNER_PREFIX = "[ds4-spec] reference-exact verifier: "
 
@@ -46,6 +47,7 @@ class Sim(NamedTuple):
     proc: subprocess.Popen[bytes]
     port: int
     stderr_path: Path
+    stdout_path: Path
 
     @property
     def url(self) -> str:
@@ -53,6 +55,9 @@ class Sim(NamedTuple):
 
     def log(self) -> str:
         return self.stderr_path.read_text(encoding="utf-8", errors="replace")
+
+    def out(self) -> str:
+        return self.stdout_path.read_text(encoding="utf-8", errors="replace")
 
 
 class SimExited(RuntimeError):
@@ -94,7 +99,10 @@ def spec_env(draft: Path, q: int, *, reference_exact: bool = True) -> dict[str, 
 
 
 def child_env(env: Mapping[str, str] | None) -> dict[str, str]:
+    """os.environ without policy variables, plus ``env``. The per-request override files are read
+    from a directory that does not exist (``env`` may name another), never from the shared /tmp."""
     base = {k: v for k, v in os.environ.items() if not k.startswith(_STRIPPED_PREFIXES)}
+    base["DS4SIM_OVERRIDE_DIR"] = "/nonexistent/ds4ci-sim-overrides"
     return {**base, **(env or {})}
 
 
@@ -122,17 +130,19 @@ def start_sim(
             "--target-device", "hip:0", "--ds4-fused-decode", "--ds4-prefill", "exact",
         ]
     )
-    stderr_path = tmp_path / f"sim-{port}-{time.monotonic_ns()}.log"
-    with stderr_path.open("wb") as stderr:
+    stamp = f"{port}-{time.monotonic_ns()}"
+    stderr_path = tmp_path / f"sim-{stamp}.log"
+    stdout_path = tmp_path / f"sim-{stamp}.out"
+    with stderr_path.open("wb") as stderr, stdout_path.open("wb") as stdout:
         proc = subprocess.Popen(
             [*sim_command(), str(target), *flags],
             stdin=subprocess.DEVNULL,
-            stdout=subprocess.DEVNULL,
+            stdout=stdout,
             stderr=stderr,
             env=child_env(env),
             start_new_session=True,
         )
-    sim = Sim(proc, port, stderr_path)
+    sim = Sim(proc, port, stderr_path, stdout_path)
     if wait:
         wait_ready(sim, timeout)
     return sim
@@ -161,23 +171,34 @@ def wait_log(sim: Sim, text: str, timeout: float = 20.0) -> None:
         time.sleep(0.02)
 
 
-def chat_body(prompt: str, max_tokens: int = 96, seed: int = 1234) -> dict[str, Any]:
-    return {
+def chat_body(prompt: str, max_tokens: int = 96, seed: int = 1234, **fields: Any) -> dict[str, Any]:
+    """A request that states every sampler field (greedy, neutral penalties); ``fields`` add to or
+    replace them, and a field given as ``None`` is left out (so the model card's default applies)."""
+    body: dict[str, Any] = {
         "model": "target",
         "messages": [{"role": "user", "content": prompt}],
         "temperature": 0,
+        "top_p": 1,
+        "top_k": 0,
+        "frequency_penalty": 0,
+        "presence_penalty": 0,
+        "repetition_penalty": 1,
         "seed": seed,
         "max_tokens": max_tokens,
         "stream": False,
     }
+    body.update(fields)
+    return {k: v for k, v in body.items() if v is not None}
 
 
 def ask(
-    sim: Sim, prompt: str, max_tokens: int = 96, seed: int = 1234, timeout: float = 30.0
+    sim: Sim, prompt: str, max_tokens: int = 96, seed: int = 1234, timeout: float = 30.0, **fields: Any
 ) -> tuple[requests.Response, list[str]]:
-    """One completion and the log lines the simulator wrote while it was in flight."""
+    """One completion and the stderr lines the simulator wrote until it was answered."""
     start = sim.stderr_path.stat().st_size
-    response = requests.post(f"{sim.url}/v1/chat/completions", json=chat_body(prompt, max_tokens, seed), timeout=timeout)
+    response = requests.post(
+        f"{sim.url}/v1/chat/completions", json=chat_body(prompt, max_tokens, seed, **fields), timeout=timeout
+    )
     with sim.stderr_path.open("rb") as handle:
         handle.seek(start)
         window = handle.read().decode("utf-8", errors="replace")

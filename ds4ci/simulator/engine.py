@@ -1,122 +1,73 @@
-"""One chat completion: parse the request, decode, print the per-request log lines, answer.
+"""One chat completion: decode, print the per-request log lines, build the answer.
 
-Requests run one at a time under a lock, like the real single-slot server, and every log line a
-request produces is on stderr before its HTTP response is sent, so the gate's per-request cut
-of the log sees all of it. Fault switches act here, at the exact place the real bug would.
+Only the server's single worker calls ``Engine.complete``, one request at a time, like the real
+server. By default every protocol line (banner, summary, trace) is on its stream before the
+HTTP response is sent; the ``summary-after-response`` fault hands them back to be written after
+it. Fault switches act here, at the exact place the real bug would.
 """
 
 from __future__ import annotations
 
-import hashlib
-import json
 import os
+import re
 import threading
 import time
 from dataclasses import dataclass, replace
+from pathlib import Path
 from typing import Any
 
-from ds4ci import __version__
-from ds4ci.errors import ProtocolError
-from ds4ci.simulator.logs import Log, banner_line, summary_line, trace_line
+from ds4ci.simulator.faults import FAILURE_LINES
+from ds4ci.simulator.logs import BANNER, Log, Pending, SummaryStyle, summary_line, trace_line
 from ds4ci.simulator.model import (
     VOCAB_SIZE,
     Decoded,
     Prompt,
     ToyModel,
+    decode_sampled,
     decode_spec,
     decode_target,
     detokenize,
     tokenize,
 )
-from ds4ci.simulator.settings import SimSettings
+from ds4ci.simulator.request import ChatRequest
+from ds4ci.simulator.settings import FAST_PATH_MAX_Q, MAX_Q, SimSettings
 
-DEFAULT_MAX_TOKENS = 128
-_ROLES = ("system", "user", "assistant")
-
-
-class BadRequest(ProtocolError):
-    """The client's request does not have the documented shape (HTTP 400)."""
-
-    status = 400
-
-
-@dataclass(frozen=True)
-class ChatRequest:
-    model: str
-    prompt_text: str
-    max_tokens: int
-    seed: int | None
+_SCANF_INT = re.compile(r"^\s*([+-]?[0-9]+)")
+SIM_STEP_MS = 0.42  # the simulated verify time per step, for the timing chatter only
 
 
 @dataclass(frozen=True)
 class Answer:
     status: int
     body: dict[str, Any]
+    after: tuple[Pending, ...] = ()  # lines to write once the response is sent
+    done_line: str = ""  # the worker's closing chatter, written after the response
 
 
-def _is_int(value: object) -> bool:
-    return isinstance(value, int) and not isinstance(value, bool)
-
-
-def render_chat(messages: list[dict[str, str]]) -> str:
-    """The simulator's chat template: the text that is tokenised byte by byte."""
-    parts = [f"<|{m['role']}|>\n{m['content']}\n" for m in messages]
-    return "".join(parts) + "<|assistant|>\n"
-
-
-def parse_request(body: bytes, max_ctx: int) -> ChatRequest:
-    try:
-        data = json.loads(body)
-    except (UnicodeDecodeError, json.JSONDecodeError) as exc:
-        raise BadRequest(f"request body is not valid JSON: {exc}") from None
-    if not isinstance(data, dict):
-        raise BadRequest("request body must be a JSON object")
-    messages = data.get("messages")
-    if not isinstance(messages, list) or not messages:
-        raise BadRequest("'messages' must be a non-empty array of {role, content} objects")
-    checked: list[dict[str, str]] = []
-    for i, message in enumerate(messages):
-        if (
-            not isinstance(message, dict)
-            or message.get("role") not in _ROLES
-            or not isinstance(message.get("content"), str)
-        ):
-            raise BadRequest(f"messages[{i}] must be {{'role': system|user|assistant, 'content': string}}")
-        checked.append({"role": message["role"], "content": message["content"]})
-    if not any(m["role"] == "user" for m in checked):
-        raise BadRequest("'messages' holds no user message")
-    temperature = data.get("temperature", 0)
-    if isinstance(temperature, bool) or not isinstance(temperature, (int, float)) or temperature != 0:
-        raise BadRequest(f"only greedy decoding is simulated: 'temperature' must be 0, got {temperature!r}")
-    max_tokens = data.get("max_tokens", DEFAULT_MAX_TOKENS)
-    if not _is_int(max_tokens) or max_tokens < 1:
-        raise BadRequest(f"'max_tokens' must be a positive integer, got {max_tokens!r}")
-    seed = data.get("seed")
-    if seed is not None and not _is_int(seed):
-        raise BadRequest(f"'seed' must be an integer, got {seed!r}")
-    if data.get("stream", False) is not False:
-        raise BadRequest("'stream' must be false: streaming is not simulated")
-    model = data.get("model", "")
-    if not isinstance(model, str):
-        raise BadRequest(f"'model' must be a string, got {model!r}")
-    text = render_chat(checked)
-    n_prompt = len(text.encode("utf-8")) + 1
-    if n_prompt + max_tokens > max_ctx:
-        raise BadRequest(
-            f"prompt ({n_prompt} tokens) plus max_tokens ({max_tokens}) exceeds the context size "
-            f"--max-ctx {max_ctx}"
-        )
-    return ChatRequest(model=model, prompt_text=text, max_tokens=max_tokens, seed=seed)
-
-
-def error_body(status: int, message: str, kind: str) -> dict[str, Any]:
-    return {"error": {"code": status, "message": message, "type": kind}}
+def error_body(message: str) -> dict[str, Any]:
+    """The real server's error shape."""
+    return {"error": {"message": message, "type": "invalid_request_error"}}
 
 
 def _nudge(ids: tuple[int, ...], position: int, by: int) -> tuple[int, ...]:
     changed = list(ids)
     changed[position] = (changed[position] + by) % VOCAB_SIZE
     return tuple(changed)
+
+
+def _read_override(path: Path) -> int | None:
+    """An override file as the real server reads it (``fscanf("%d")``); None when absent or unreadable."""
+    try:
+        text = path.read_text(encoding="ascii", errors="replace")
+    except OSError:
+        return None
+    match = _SCANF_INT.match(text)
+    return int(match.group(1)) if match else None
+
+
+def _cut_at_stop(text: str, stops: tuple[str, ...]) -> tuple[str, bool]:
+    hits = [i for i in (text.find(s) for s in stops) if i >= 0]
+    return (text[: min(hits)], True) if hits else (text, False)
 
 
 class Engine:
@@ -131,78 +82,80 @@ class Engine:
         self._requests = 0
         self._seen: dict[str, int] = {}
 
-    def complete(self, request: ChatRequest) -> Answer:
+    def complete(self, request: ChatRequest, response_id: str) -> Answer:
         with self._lock:
             index = self._requests
             self._requests += 1
             seen = self._seen.get(request.prompt_text, 0)
             self._seen[request.prompt_text] = seen + 1
-            return self._complete_locked(request, index, seen)
+            return self._complete_locked(request, response_id, index, seen)
 
-    def _complete_locked(self, request: ChatRequest, index: int, seen: int) -> Answer:
+    def _complete_locked(self, request: ChatRequest, response_id: str, index: int, seen: int) -> Answer:
         s = self._s
-        prompt = tokenize(request.prompt_text)
-        self._log.line(
-            f"slot 0: id {index} | new task, n_prompt_tokens={len(prompt.ids)} n_predict={request.max_tokens}"
-        )
         if s.fault("http-error"):
-            self._log.line("slot 0: error: simulated internal failure (fault http-error)")
-            return Answer(500, error_body(500, "simulated internal server error", "server_error"))
+            self._log.line("[server] error: simulated internal failure (fault http-error)")
+            return Answer(500, error_body("simulated internal server error"))
         if s.fault("exit-mid-request"):
             self._log.line("GGML_ASSERT: simulated device fault while decoding (fault exit-mid-request)")
             os._exit(1)
         if s.fault("hang-request"):
-            self._log.line("slot 0: decoding stalled (fault hang-request)")
+            self._log.line("[server] decoding stalled (fault hang-request)")
             threading.Event().wait()  # never set: this request is never answered
 
-        decoded = self._decode(prompt, request.max_tokens)
+        prompt = tokenize(request.prompt_text)
+        q_cap, decoded = self._decode(prompt, request)
         decoded = self._apply_token_faults(decoded, index, seen)
-        if s.token_delay_s > 0:
+        if s.knobs.token_delay_s > 0:
             # One sleep of exactly tokens x delay: benchmarks subtract this floor.
-            time.sleep(len(decoded.ids) * s.token_delay_s)
-        self._emit(decoded)
-        self._log.line(f"slot 0: id {index} | stop processing: n_tokens={len(decoded.ids)} truncated=0")
+            time.sleep(len(decoded.ids) * s.knobs.token_delay_s)
+        late = s.fault("summary-after-response")
+        after: list[Pending] = []
+        for pending in self._lines(decoded, q_cap):
+            if late and pending.protocol:
+                after.append(pending)
+            else:
+                self._log.line(pending.text, stdout=pending.stdout)
+        return self._answer(request, response_id, prompt, decoded, tuple(after))
 
-        text = detokenize(decoded.ids)
-        n_prompt = len(prompt.ids)
-        ident = hashlib.sha256(request.prompt_text.encode("utf-8") + bytes(str(decoded.ids), "ascii"))
-        body: dict[str, Any] = {
-            "id": f"chatcmpl-{ident.hexdigest()[:24]}",
-            "object": "chat.completion",
-            "created": int(time.time()),
-            "model": request.model or s.args.target.name,
-            "system_fingerprint": f"ds4ci-sim-{__version__}",
-            "choices": [
-                {
-                    "index": 0,
-                    "message": {"role": "assistant", "content": text},
-                    "finish_reason": "length",
-                }
-            ],
-            "usage": {
-                "prompt_tokens": n_prompt,
-                "completion_tokens": len(decoded.ids),
-                "total_tokens": n_prompt + len(decoded.ids),
-            },
-        }
-        return Answer(200, body)
+    # --- decoding ---------------------------------------------------------------------------------
 
-    def _decode(self, prompt: Prompt, max_tokens: int) -> Decoded:
+    def _decode(self, prompt: Prompt, request: ChatRequest) -> tuple[int, Decoded]:
         s = self._s
-        if not s.spec or self._draft is None:
-            return decode_target(self._target, prompt, max_tokens)
-        return decode_spec(
+        if request.sampler.needs_logit_processing():
+            # Sampling or penalties: the real server's greedy-only verifier is skipped (plain AR).
+            return s.policy.q, decode_sampled(self._target, prompt, request.max_tokens, request.sampler)
+        if self._draft is None or request.max_tokens < 2:
+            return s.policy.q, decode_target(self._target, prompt, request.max_tokens)
+        q_cap, adaptive = self._per_request_width()
+        return q_cap, decode_spec(
             self._target,
             self._draft,
             prompt,
-            max_tokens,
-            s.q,
+            request.max_tokens,
+            q_cap,
             # Reference-exact verification unless the approximate fused verifier is on (set or leaked).
-            exact=s.reference_exact and not s.fused_verify,
-            adaptive=s.adaptive_width,
+            exact=s.policy.reference_exact and not s.fused_verify,
+            adaptive=adaptive,
             draft_always_agrees=s.fault("all-accepted"),
             capture_runner_up=s.fault("capture-token0"),
         )
+
+    def _per_request_width(self) -> tuple[int, bool]:
+        """The width and adaptive policy of one request: the real decoder reads two override
+        files on every request (here in DS4SIM_OVERRIDE_DIR, by default /tmp)."""
+        policy = self._s.policy
+        q_cap, adaptive = policy.q, policy.adaptive_width
+        directory = self._s.knobs.override_dir
+        awidth = _read_override(directory / "ds4_awidth")
+        if awidth is not None:
+            adaptive = awidth != 0
+        spec_q = _read_override(directory / "ds4_spec_q")
+        if spec_q is not None and 1 <= spec_q <= MAX_Q:
+            q_cap = spec_q if policy.full_snap else min(spec_q, FAST_PATH_MAX_Q)
+        if policy.seq_verify and q_cap > FAST_PATH_MAX_Q:
+            self._log.line(f"[ds4-spec] sequential verify supports q<=4; capping requested q={q_cap} to 4")
+            q_cap = FAST_PATH_MAX_Q
+        return q_cap, adaptive and not policy.seq_verify
 
     def _apply_token_faults(self, d: Decoded, index: int, seen: int) -> Decoded:
         s = self._s
@@ -215,62 +168,129 @@ class Engine:
             ids = _nudge(ids, len(ids) // 2, seen)
         d = replace(d, ids=ids)
         if s.fault("repeat-counters-differ") and seen > 0 and d.matched > 0:
-            # Same tokens, same gen = 1 + steps + matched, but other counters than the first time.
+            # Same tokens, same gen, but other counters than the first time.
             d = replace(d, steps=d.steps + 1, matched=d.matched - 1)
+        if s.fault("target-shows-spec") and not d.speculation:
+            # A target-only server that claims to have speculated.
+            steps = max(1, d.gen // 2)
+            d = replace(d, steps=steps, matched=d.gen - steps, offered=steps, speculation=True)
         return d
 
-    def _emit(self, d: Decoded) -> None:
-        s = self._s
-        spec_view = s.spec or s.fault("target-shows-spec")
-        if s.spec:
-            for step in range(1, min(d.steps, 3) + 1):
-                # Timing chatter that shares key names with the summary: the gate must ignore it.
-                self._log.line(f"[ds4-spec-t] step={step} matched=1 offered={s.q - 1} verify_ms=0.{40 + step}")
-        if s.trace:
-            self._emit_trace(d.ids, spec_view)
-        if not spec_view or s.fault("no-summary"):
-            return
-        if s.spec and s.reference_exact and not s.fault("no-banner"):
-            self._log.line(banner_line(s.q))
-        if not s.spec:
-            # target-shows-spec: a target-only server that claims to have speculated.
-            steps = max(1, len(d.ids) // 2)
-            d = replace(d, steps=steps, matched=len(d.ids) - 1 - steps, offered=steps, gen=len(d.ids))
-        line = self._summary(d)
-        self._log.line(line)
-        if s.fault("duplicate-summary"):
-            self._log.line(line)
-        self._log.line(f"[ds4-spec-t] total verify_ms={0.42 * max(d.steps, 1):.2f} draft_ms=0.10")
+    # --- log lines --------------------------------------------------------------------------------
 
-    def _emit_trace(self, ids: tuple[int, ...], speculation: bool) -> None:
+    def _lines(self, d: Decoded, q_cap: int) -> list[Pending]:
+        """The request's log lines in order: protocol lines plus the decoder's chatter."""
         s = self._s
-        reference_exact = s.reference_exact
+        lines: list[Pending] = []
+        if d.speculation:
+            if s.spec and s.policy.reference_exact and not s.fault("no-banner"):
+                lines.append(Pending(BANNER))
+            if s.policy.timing:
+                lines.extend(
+                    Pending(
+                        f"[ds4-spec-t] step={step} q={q_cap} acc={min(q_cap, 2)} | draft=0.1 head=0.0 save=0.1 "
+                        f"verify={SIM_STEP_MS:.1f} apply=0.0 feat=0.0 ms (cum means)",
+                        protocol=False,
+                    )
+                    for step in range(1, min(d.steps, 4) + 1)
+                )
+            lines.extend(Pending(line) for name, line in FAILURE_LINES.items() if s.fault(name))
+            if not s.fault("no-summary"):
+                summary = Pending(self._summary(d, q_cap))
+                lines.extend([summary, summary] if s.fault("duplicate-summary") else [summary])
+            if d.steps > 0:
+                total = SIM_STEP_MS * d.steps
+                lines.append(Pending(
+                    f"[ds4-spec-t] TOTAL {total:.1f} ms, {d.steps} steps ({SIM_STEP_MS:.1f} ms/step), {d.gen} tok "
+                    f"({d.gen * 1000.0 / total:.1f} tok/s) | means: draft=0.1 head=0.0 save=0.1 verify=0.4 apply=0.0 "
+                    "feat=0.0 ms",
+                    protocol=False,
+                ))
+            rate = d.matched / d.offered if d.offered else 0.0
+            lines.append(Pending(
+                f"[deepseek4] DSpark decode: {len(d.ids)} tok in 0.001s (96000.0 tok/s) accept_rate={rate:.2f}",
+                protocol=False,
+            ))
+        if s.trace:
+            lines.extend(self._trace(d))
+        return lines
+
+    def _trace(self, d: Decoded) -> list[Pending]:
+        s = self._s
+        reference_exact, speculation = s.policy.reference_exact, d.speculation
         if s.fault("wrong-flags"):
             reference_exact, speculation = not reference_exact, not speculation
-        shown: tuple[object, ...] = ids
-        n = len(ids)
+        shown: tuple[object, ...] = d.ids
+        n = len(d.ids)
         if s.fault("trace-count-off"):
             n += 1
         if s.fault("empty-trace"):
             shown, n = (), 0
-        if s.fault("malformed-trace") and ids:
-            shown = (*ids[:-1], f"{ids[-1]}x")
-        line = trace_line(reference_exact, speculation, n, shown)
-        self._log.line(line)
-        if s.fault("duplicate-trace"):
-            self._log.line(line)
+        if s.fault("malformed-trace") and d.ids:
+            shown = (*d.ids[:-1], f"{d.ids[-1]}x")
+        line = Pending(trace_line(reference_exact, speculation, n, shown), stdout=s.fault("trace-stdout"))
+        return [line, line] if s.fault("duplicate-trace") else [line]
 
-    def _summary(self, d: Decoded) -> str:
+    def _summary(self, d: Decoded, q_cap: int) -> str:
         s = self._s
-        floats = s.fault("float-counters")
+        no_counters = s.fault("no-counters") or s.fault("old-summary")
+        if s.fused_verify:
+            mode = "fused"
+        elif s.policy.reference_exact:
+            mode = "sequential"
+        else:
+            mode = "batched"
+        style = SummaryStyle(
+            counters=not no_counters,
+            old_mean=s.fault("old-mean") or s.fault("old-summary"),
+            float_counters=s.fault("float-counters"),
+            verify_mode=mode if s.fault("verify-field") else None,
+            tail=(" sampling=greedy draft=toy" if s.fault("extra-summary-fields") else "")
+            + (" sampling=0 sample=0.12 ms/step" if s.fault("ms-step-tail") else ""),
+        )
         return summary_line(
             gen=d.gen,
             steps=0 if s.fault("zero-steps") else d.steps,
-            matched=f"{d.matched}.0" if floats else d.matched,
-            offered=f"{d.offered}.0" if floats else d.offered,
-            mean_accept=(d.matched, max(d.steps, 1)),
-            q_cap=s.q,
-            full_snap=s.reference_exact and not s.fault("no-full-snap"),
-            old_format=s.fault("old-summary"),
-            extra="sampling=greedy draft=toy" if s.fault("extra-summary-fields") else "",
+            matched=d.matched,
+            offered=d.offered,
+            mean_steps=d.steps,
+            q_cap=q_cap,
+            full_snap=s.policy.full_snap and not s.fault("no-full-snap"),
+            style=style,
         )
+
+    # --- the response -----------------------------------------------------------------------------
+
+    def _answer(
+        self, request: ChatRequest, response_id: str, prompt: Prompt, d: Decoded, after: tuple[Pending, ...]
+    ) -> Answer:
+        text, stopped = _cut_at_stop(detokenize(d.ids), request.stop)
+        n_prompt, n_out = len(prompt.ids), len(d.ids)
+        finish = "stop" if stopped or n_out < request.max_tokens else "length"
+        accept_rate = round(d.matched / d.offered, 6) if d.offered else 0.0
+        decode_s = max(n_out * self._s.knobs.token_delay_s, 0.001)
+        body: dict[str, Any] = {
+            "id": response_id,
+            "object": "chat.completion",
+            "created": int(time.time()),
+            "model": request.model or self._s.args.target.name,
+            "choices": [{"index": 0, "message": {"role": "assistant", "content": text}, "finish_reason": finish}],
+            "usage": {
+                "prompt_tokens": n_prompt,
+                "completion_tokens": n_out,
+                "total_tokens": n_prompt + n_out,
+                "completion_tokens_details": {"reasoning_tokens": 0},
+                "timings": {
+                    "prefill_ms": 0.1,
+                    "decode_ms": round(decode_s * 1000.0, 1),
+                    "decode_tokens_per_sec": round(n_out / decode_s, 1),
+                },
+                "accept_rate": accept_rate,
+            },
+        }
+        done = (
+            f"[server] chat DONE {response_id} ok=true in={n_prompt} effective_in={n_prompt} out={n_out} "
+            f"{decode_s:.1f}s {n_out / decode_s:.1f} tok/s finish={finish} restore=false slot=0 prefix_len=0 "
+            f"prefill=0.0s decode={decode_s:.1f}s({n_out / decode_s:.1f}tok/s) error=- detail=-"
+        )
+        return Answer(200, body, after=after, done_line=done)

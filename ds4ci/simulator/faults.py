@@ -1,11 +1,12 @@
 """Fault switches: ``DS4SIM_FAULTS=name[@scope][,name[@scope]...]``.
 
-Each fault reproduces one way a real server can break the exactness contract (design.md
-section 3) or the process lifecycle the gate relies on. A fault acts only in the arm it
-concerns: lifecycle faults in every server, target-only faults in the target-only server,
-everything else in the speculation server. A ``@scope`` suffix narrows or moves that:
-``@any``, ``@target``, ``@spec`` or ``@qN`` (the speculation server of width N only), so a
-test can break a single width while the others pass.
+Each fault reproduces one way a real server can break the exactness contract, one variant of
+the real server's build (another log format, another stream, another variable family), or one
+way its process lifecycle can go wrong. A fault acts only in the arm it concerns: lifecycle and
+build faults in every server, target-only faults in the target-only server, everything else in
+the speculation server. A ``@scope`` suffix narrows or moves that: ``@any``, ``@target``,
+``@spec`` or ``@qN`` (the speculation server of width N only), so a test can break a single
+width while the others pass.
 
 The names are read from ``DS4SIM_FAULTS`` because the gate strips only ``DFLASH_``/``LUCE_``
 policy variables; the switch therefore reaches every arm the gate starts.
@@ -22,17 +23,37 @@ ANY = "any"
 TARGET = "target"
 SPEC = "spec"
 
-# name -> (default scope, what it breaks). The text is shown by ``ds4ci-sim --list-faults``.
+# The failure lines of the real server's speculative decoder, by fault name.
+FAILURE_LINES: dict[str, str] = {
+    "fail-snapshot": "[ds4-spec] snapshot failed",
+    "fail-snapshot-restore": "[ds4-spec] snapshot restore failed",
+    "fail-replay-verify": "[ds4-spec] replay verify failed",
+    "fail-verify": "[ds4-spec] verify failed",
+    "fail-drafter-forward": "[ds4-spec] drafter forward failed",
+    "fail-restore-after-verify": "[ds4-spec] restore after verify failure failed",
+    "fail-no-snapshot-backend": "[ds4-spec] no CPU snapshot backend",
+}
+
+# name -> (default scope, what it does). The text is shown by ``ds4ci-sim --list-faults``.
 FAULTS: dict[str, tuple[str, str]] = {
     # lifecycle: the gate must reach "no verdict" (exit 3) and leave no process behind
-    "exit-before-ready": (ANY, "exits 1 during start-up, before /health ever answers 200"),
+    "exit-before-ready": (ANY, "exits 1 at the end of the model load, before it ever listens"),
+    "loading-503": (ANY, "listens during the model load and answers 503 until it is loaded"),
     "exit-mid-request": (ANY, "dies (exit 1) while the first completion is in flight, no response"),
-    "hang-request": (ANY, "accepts a completion and never answers it"),
+    "hang-request": (ANY, "accepts a completion and never answers it (SIGTERM then waits for it forever)"),
     "ignore-sigterm": (ANY, "ignores SIGTERM; only SIGKILL ends it"),
+    "slow-teardown": (ANY, "after SIGTERM, answers what is in flight, then frees weights for 120 s"),
     "fork-helper": (ANY, "forks a helper that keeps the listening socket, ignores TERM and outlives it"),
+    "setsid-helper": (ANY, "double-forks a setsid daemon outside its process group (exits by itself in 50 s)"),
     "http-error": (ANY, "answers every completion with HTTP 500 and a JSON error"),
+    # build variants: where and how the lines are written, which variables are read
+    "luce-prefix": (ANY, "newer server: reads LUCE_DS4_* first, DFLASH_DS4_* only as fallback"),
+    "luce-only": (ANY, "newer server: reads LUCE_DS4_* only, DFLASH_DS4_* are ignored"),
+    "trace-stdout": (ANY, "writes the trace line to stdout instead of stderr"),
+    "summary-after-response": (ANY, "writes banner, summary and trace just after the HTTP response"),
+    "draft-load-fails": (SPEC, "the draft does not load: serves without speculation (no banner, no summary)"),
     # contract clause 2: exactly one well-formed trace per request with matching flags
-    "no-trace": (SPEC, "ignores DFLASH_DS4_EXACT_VERIFY_TRACE: no trace line"),
+    "no-trace": (SPEC, "ignores the trace variable: no trace line"),
     "duplicate-trace": (SPEC, "prints the trace line twice per request"),
     "trace-count-off": (SPEC, "trace declares n one more than the ids it lists"),
     "empty-trace": (SPEC, "trace says n=0 ids=[]"),
@@ -40,14 +61,19 @@ FAULTS: dict[str, tuple[str, str]] = {
     "wrong-flags": (SPEC, "trace reference_exact/speculation flags inverted (do not match the arm)"),
     # clause 3: banner
     "no-banner": (SPEC, "no reference-exact activation banner"),
-    # clause 4: one summary with integer counters, steps>0, offered>0, a rejection
+    # clause 4: one summary with integer counters, steps>0, offered>0, a rejection, no failure line
     "no-summary": (SPEC, "no speculation summary line"),
     "duplicate-summary": (SPEC, "prints the speculation summary twice per request"),
     "all-accepted": (SPEC, "the draft always agrees: matched == offered, no rejection (tokens exact)"),
     "zero-steps": (SPEC, "summary reports steps=0"),
-    "old-summary": (SPEC, "older summary format without matched= and offered="),
+    "no-counters": (SPEC, "summary without matched=/offered= (the build before reference-exact counters)"),
+    "old-summary": (SPEC, "older build: no matched=/offered= and the %.2f/%d mean_accept"),
+    "old-mean": (SPEC, "older mean_accept format %.2f/%d (counters present: must still pass)"),
     "float-counters": (SPEC, "summary counters printed as floats (matched=46.0 offered=49.0)"),
+    "verify-field": (SPEC, "extra verify=<mode> field before full_snap (must still pass)"),
+    "ms-step-tail": (SPEC, "trailing ' sampling=0 sample=0.12 ms/step' text (must still pass)"),
     "extra-summary-fields": (SPEC, "appends sampling=greedy draft=toy after full_snap (must still pass)"),
+    **{name: (SPEC, f"prints '{line}' once per request, all else intact") for name, line in FAILURE_LINES.items()},
     # clause 5
     "no-full-snap": (SPEC, "summary reports full_snap=0"),
     # target-only arm must look like plain greedy decoding and be deterministic
@@ -60,9 +86,10 @@ FAULTS: dict[str, tuple[str, str]] = {
     # clause 7: repeated requests identical
     "second-request-differs": (SPEC, "a prompt asked again answers differently (state leaks)"),
     "repeat-counters-differ": (SPEC, "a prompt asked again gives the same tokens but other counters"),
-    # environment family
-    "luce-prefix": (ANY, "newer server: reads LUCE_DS4_* first, DFLASH_DS4_* only as fallback"),
 }
+
+# These decide which variables say whether this is a speculation arm, so they cannot depend on the arm.
+UNSCOPED = ("luce-prefix", "luce-only")
 
 _ENTRY = re.compile(r"^(?P<name>[a-z0-9-]+)(?:@(?P<scope>any|target|spec|q(?P<q>[0-9]+)))?$")
 
@@ -91,6 +118,10 @@ class FaultSet:
     def active(self, name: str, arm: Arm) -> bool:
         return any(f.name == name and _in_scope(f.scope, arm) for f in self.faults)
 
+    def has(self, name: str) -> bool:
+        """Named at all, whatever the scope (for the unscoped build switches)."""
+        return any(f.name == name for f in self.faults)
+
 
 def _in_scope(scope: str, arm: Arm) -> bool:
     if scope == ANY:
@@ -118,9 +149,10 @@ def parse_faults(text: str) -> FaultSet:
             )
         name = match.group("name")
         scope = match.group("scope") or FAULTS[name][0]
-        if name == "luce-prefix" and scope != ANY:
-            # The prefix decides which variables say whether this is a speculation arm, so it
-            # cannot itself depend on the arm.
-            raise UsageError(f"DS4SIM_FAULTS: {entry!r}: luce-prefix acts in every arm; drop the @{scope}")
+        if name in UNSCOPED and scope != ANY:
+            raise UsageError(f"DS4SIM_FAULTS: {entry!r}: {name} acts in every arm; drop the @{scope}")
         faults.append(Fault(name=name, scope=scope))
-    return FaultSet(tuple(faults))
+    found = FaultSet(tuple(faults))
+    if all(found.has(name) for name in UNSCOPED):
+        raise UsageError("DS4SIM_FAULTS: luce-prefix and luce-only contradict each other; choose one")
+    return found

@@ -1,8 +1,7 @@
-"""Stderr logging and the exact log-line formats of the real server (design.md section 2).
+"""Log writing and the exact log-line formats of the real server.
 
-Every line is written whole and flushed at once under a lock, because the gate cuts the log
-file per request by offset: a line still sitting in a buffer when the response goes out would
-land in the next request's window.
+Every line is written whole and flushed at once under a lock (the real server writes its stderr
+unbuffered), so a line is in the file before the HTTP response that follows it is sent.
 """
 
 from __future__ import annotations
@@ -10,18 +9,34 @@ from __future__ import annotations
 import sys
 import threading
 from collections.abc import Sequence
+from dataclasses import dataclass
 from typing import TextIO
+
+BANNER = "[ds4-spec] reference-exact verifier: sequential target replay with full rollback snapshots"
 
 
 class Log:
-    def __init__(self, stream: TextIO | None = None) -> None:
-        self._stream = stream if stream is not None else sys.stderr
+    """Writes lines to stderr (the protocol stream) or stdout (some diagnostics)."""
+
+    def __init__(self, stderr: TextIO | None = None, stdout: TextIO | None = None) -> None:
+        self._stderr = stderr if stderr is not None else sys.stderr
+        self._stdout = stdout if stdout is not None else sys.stdout
         self._lock = threading.Lock()
 
-    def line(self, text: str) -> None:
+    def line(self, text: str, *, stdout: bool = False) -> None:
+        stream = self._stdout if stdout else self._stderr
         with self._lock:
-            self._stream.write(text + "\n")
-            self._stream.flush()
+            stream.write(text + "\n")
+            stream.flush()
+
+
+@dataclass(frozen=True)
+class Pending:
+    """A log line decided now and written later (before or after the response)."""
+
+    text: str
+    stdout: bool = False
+    protocol: bool = True  # banner, summary, trace, failure line: what a build may write late
 
 
 def _flag(value: bool) -> str:
@@ -36,25 +51,36 @@ def trace_line(reference_exact: bool, speculation: bool, n: int, ids: Sequence[o
     )
 
 
-def banner_line(q: int) -> str:
-    return f"[ds4-spec] reference-exact verifier: sequential target verification, full rollback snapshots, q={q}"
+@dataclass(frozen=True)
+class SummaryStyle:
+    """How this build prints its summary; the default is the reference-exact build's format."""
+
+    counters: bool = True  # matched= and offered= present
+    old_mean: bool = False  # mean_accept as %.2f/%d instead of %.2f/%.2f
+    float_counters: bool = False
+    verify_mode: str | None = None  # an extra verify=<mode> before full_snap
+    tail: str = ""  # anything appended after full_snap
+
+
+def mean_accept(matched: int, offered: int, steps: int, old: bool = False) -> str:
+    """accept_sum/steps and offered_sum/steps, as the real printf formats them."""
+    if steps <= 0:
+        return "0.00/0" if old else "0.00/0.00"
+    if old:
+        return f"{matched / steps:.2f}/{offered // steps}"
+    return f"{matched / steps:.2f}/{offered / steps:.2f}"
 
 
 def summary_line(
-    *,
-    gen: int,
-    steps: object,
-    matched: object,
-    offered: object,
-    mean_accept: tuple[int, int],
-    q_cap: int,
-    full_snap: bool,
-    old_format: bool = False,
-    extra: str = "",
+    *, gen: int, steps: int, matched: int, offered: int, mean_steps: int, q_cap: int, full_snap: bool,
+    style: SummaryStyle = SummaryStyle(),
 ) -> str:
-    counters = "" if old_format else f" matched={matched} offered={offered}"
-    line = (
-        f"[ds4-spec] gen={gen} steps={steps}{counters} mean_accept={mean_accept[0]}/{mean_accept[1]} "
-        f"q_cap={q_cap} full_snap={_flag(full_snap)}"
+    """``mean_steps`` is the real step count the means divide by (``steps`` may be falsified)."""
+    point = ".0" if style.float_counters else ""
+    counters = f" matched={matched}{point} offered={offered}{point}"
+    verify = f" verify={style.verify_mode}" if style.verify_mode else ""
+    return (
+        f"[ds4-spec] gen={gen} steps={steps}{counters if style.counters else ''} "
+        f"mean_accept={mean_accept(matched, offered, mean_steps, style.old_mean)} "
+        f"q_cap={q_cap}{verify} full_snap={_flag(full_snap)}{style.tail}"
     )
-    return line + (f" {extra}" if extra else "")

@@ -1,4 +1,4 @@
-"""The toy target and draft models and the three ways of decoding with them.
+"""The toy target and draft models and the four ways of decoding with them.
 
 No real logits exist: for a context the target's keyed hash names the arg-max token, the
 runner-up token and how close the two are (a "near tie" for about one position in ten). That is
@@ -11,6 +11,8 @@ different models and the same file always gives the same one.
   so its tokens are the target-only tokens by construction; drafts that disagree are rejected.
 - Approximate (fused) verification takes the runner-up at near ties, as a numerically different
   batched graph may, so its tokens drift away from target-only ones.
+- Sampled decoding (temperature or penalties: the real server's logit processing) is
+  autoregressive and departs from the arg-max where a penalty or a seeded draw says so.
 """
 
 from __future__ import annotations
@@ -49,7 +51,8 @@ class Decoded:
     steps: int = 0
     matched: int = 0
     offered: int = 0
-    gen: int = 0  # tokens produced before truncation to max_tokens: 1 + steps + matched
+    gen: int = 0  # tokens generated after the seed token: n - 1
+    speculation: bool = False  # the speculative decoder ran (it prints the summary)
 
 
 def tokenize(text: str) -> Prompt:
@@ -134,7 +137,56 @@ def decode_target(target: ToyModel, prompt: Prompt, max_tokens: int) -> Decoded:
     out = [_first_token(target, prompt, runner_up=False)]
     while len(out) < max_tokens:
         out.append(pick(out))
-    return Decoded(ids=tuple(out[:max_tokens]), gen=len(out))
+    return Decoded(ids=tuple(out), gen=len(out) - 1)
+
+
+@dataclass(frozen=True)
+class Sampler:
+    """The request's sampler fields, after the model card's defaults were applied."""
+
+    temperature: float = 0.0
+    top_p: float = 1.0
+    top_k: int = 0
+    seed: int = 0
+    frequency_penalty: float = 0.0
+    presence_penalty: float = 0.0
+    repetition_penalty: float = 1.0
+
+    def penalised(self) -> bool:
+        return self.repetition_penalty > 1.0 or self.frequency_penalty != 0.0 or self.presence_penalty != 0.0
+
+    def needs_logit_processing(self) -> bool:
+        """The real server's rule: sampling or any penalty means the CPU sampler chain, which the
+        greedy-only speculative verifier cannot run, so such a request decodes autoregressively."""
+        return self.temperature > 0.0 or self.penalised()
+
+
+REPETITION_WINDOW = 256
+SAMPLE_RUNNER_UP_BELOW = 13  # a sampled position takes the runner-up for ~5% of draws (or half of near ties)
+
+
+def decode_sampled(target: ToyModel, prompt: Prompt, max_tokens: int, sampler: Sampler) -> Decoded:
+    """Autoregressive decoding with logit processing (token 0 comes from prefill, as greedy).
+
+    Penalties: the arg-max is replaced by the runner-up when it already occurs among the last
+    256 generated tokens. Temperature > 0 (unless top_k is 1): the runner-up is drawn for about
+    half of the near ties and one position in twenty, by a hash of (seed, position), so the seed
+    changes the answer and the same seed repeats it.
+    """
+    out = [_first_token(target, prompt, runner_up=False)]
+    sampling = sampler.temperature > 0.0 and sampler.top_k != 1
+    seed = sampler.seed.to_bytes(8, "little")
+    while len(out) < max_tokens:
+        c = target.candidates(prompt, out)
+        token = c.best
+        if sampler.penalised() and token in out[-REPETITION_WINDOW:]:
+            token = c.runner_up
+        if sampling:
+            draw = hashlib.blake2b(seed + len(out).to_bytes(4, "little"), digest_size=1, key=target.key).digest()[0]
+            if draw < (128 if c.near_tie else SAMPLE_RUNNER_UP_BELOW):
+                token = c.runner_up if token == c.best else c.best
+        out.append(token)
+    return Decoded(ids=tuple(out), gen=len(out) - 1)
 
 
 def decode_spec(
@@ -149,35 +201,46 @@ def decode_spec(
     draft_always_agrees: bool = False,
     capture_runner_up: bool = False,
 ) -> Decoded:
-    """Speculative decoding at width q: each step drafts up to q-1 tokens, verifies them in order,
-    keeps the agreeing prefix plus one target token (the correction, or a bonus when all agree).
+    """Speculative decoding at width q, counted the way the real decoder counts.
+
+    Token 0 (the seed) comes from prefill; then each step verifies the seed plus up to q-1
+    drafted candidates in order, keeps the agreeing candidates plus one target token (the
+    correction, or a bonus when all agree), and stops emitting once max_tokens - 1 tokens
+    followed the seed. ``gen`` is that number (n - 1); the last step counts in full in
+    ``steps``/``matched``/``offered`` even where its output was cut. Width 1 drafts nothing.
+    Adaptive width uses the real decoder's policy: at most int(ewma) + 2, where
+    ewma <- 0.7 ewma + 0.3 matched, starting at 1.5.
 
     ``capture_runner_up`` models the bug the gate exists for: the q=1 feature-capture pass that
     produces token 0 runs a different graph and picks the runner-up token.
     """
     verify = _exact_picker(target, prompt) if exact else _approximate_picker(target, prompt)
     out = [_first_token(target, prompt, runner_up=capture_runner_up)]
+    n_gen = max_tokens - 1
     steps = matched = offered = 0
-    width = q
-    while len(out) < max_tokens:
+    ewma = 1.5
+    while len(out) - 1 < n_gen:
+        width = min(q, int(ewma) + 2) if adaptive else q
         drafts: list[int] = []
         for _ in range(width - 1):
             context = out + drafts
             truth = verify(context)
             drafts.append(truth if draft_always_agrees else draft.draft(prompt, context, truth))
-        steps += 1
-        offered += len(drafts)
+        committed: list[int] = []
         accepted = 0
         for proposal in drafts:
-            token = verify(out)
-            out.append(token)
+            token = verify(out + committed)
+            committed.append(token)
             if proposal != token:
                 break  # rejected: the target's token replaces it and the rest of the step is dropped
             accepted += 1
         else:
-            out.append(verify(out))  # every draft accepted: the bonus token
+            committed.append(verify(out + committed))  # every draft accepted (or none drafted): the bonus token
+        out.extend(committed[: n_gen - (len(out) - 1)])
+        steps += 1
         matched += accepted
-        if adaptive:
-            # Adaptive width narrows after early rejections and widens again after acceptance.
-            width = max(2, min(q, accepted + 2))
-    return Decoded(ids=tuple(out[:max_tokens]), steps=steps, matched=matched, offered=offered, gen=len(out))
+        offered += len(drafts)
+        ewma = 0.7 * ewma + 0.3 * accepted
+    return Decoded(
+        ids=tuple(out), steps=steps, matched=matched, offered=offered, gen=len(out) - 1, speculation=steps > 0
+    )

@@ -1,36 +1,38 @@
-"""Start-up settings of the simulator: command line plus the environment read once at start.
+"""Start-up settings of the simulator: the command line, then the environment read once at start.
 
-The command line is the real server's (design.md section 2). Unknown flags are refused by
-argparse with exit 2, like the real binary. Environment problems the real server would die on
-(missing draft, ``LUCE_MMVQ_MAX_NCOLS`` below the width) exit 1; broken simulator knobs
-(``DS4SIM_*``) are usage errors, exit 2.
+The command line is the real server's. Unknown flags are refused by argparse with exit 2, like
+the real binary, and so is ``--ds4-fused-decode`` on a target device that is not HIP. The policy
+variables are parsed the way the real server parses them: a flag is on when it is set, not empty
+and not ``0``; a number is read like C's ``atoi`` and ignored when out of range. Nothing in them
+makes the real server refuse to start, so nothing makes the simulator refuse either. Broken
+simulator knobs (``DS4SIM_*``) are usage errors, exit 2.
 """
 
 from __future__ import annotations
 
 import argparse
-import hashlib
 import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
 from ds4ci import __version__
-from ds4ci.errors import Ds4ciError, UsageError
+from ds4ci.errors import UsageError
+from ds4ci.simulator.card import ModelCard
 from ds4ci.simulator.faults import FAULTS, Arm, FaultSet, parse_faults
 
 DFLASH_PREFIX = "DFLASH_DS4_"
 LUCE_PREFIX = "LUCE_DS4_"
-DEFAULT_Q = 2
-MAX_Q = 16
+TOY_BLOCK = 15  # the toy drafter's block size: widths 2..16
+MAX_Q = TOY_BLOCK + 1
+FAST_PATH_MAX_Q = 4  # without full snapshots the real decoder caps the width at 4
+DEFAULT_TEARDOWN_S = 0.2
+SLOW_TEARDOWN_S = 120.0
+FUSED_DECODE_REFUSAL = (
+    "[server] --ds4-fused-decode and --ds4-expert-top-k currently require single-device HIP DeepSeek4"
+)
 _DEVICE = re.compile(r"^(hip|cuda|cpu):[0-9]+$")
-_HASH_BUFFER = 1 << 20
-
-
-class SimStartupError(Ds4ciError):
-    """The simulated server refuses to start, as the real one would (exit 1)."""
-
-    exit_code = 1
+_ATOI = re.compile(r"^\s*([+-]?[0-9]+)")
 
 
 @dataclass(frozen=True)
@@ -46,27 +48,73 @@ class Args:
 
 
 @dataclass(frozen=True)
-class SimSettings:
-    args: Args
-    target_sha256: str
-    spec: bool
-    draft: Path | None
-    draft_sha256: str | None
-    q: int
+class Policy:
+    """The server's policy variables as this build reads them (once, at start-up)."""
+
+    prefixes: tuple[str, ...]  # the families read, in order
+    spec: bool  # speculation requested
+    draft: str | None  # the draft path named, if any
+    q: int  # q_cap from the environment
     reference_exact: bool
-    fused_verify: bool  # effective: the variable, or the leak-fused-verify fault
-    trace: bool  # effective: the variable, unless the no-trace fault
+    full_snap: bool
+    seq_verify: bool
+    timing: bool
+    fused_verify: bool  # the variable itself (the leak fault is applied in SimSettings)
+    trace: bool
     adaptive_width: bool
-    mmvq_max_ncols: int | None
-    env_prefix: str  # the family actually read: DFLASH_DS4_ or LUCE_DS4_ (then DFLASH_DS4_)
+    mmvq_max_ncols: str | None  # recorded only: the toy model has no kernels to choose
+
+
+@dataclass(frozen=True)
+class Knobs:
+    """Simulator-only settings (``DS4SIM_*``), never stripped by the gate."""
+
     faults: FaultSet
-    arm: Arm
     startup_delay_s: float
     token_delay_s: float
-    listen_late: bool
+    teardown_delay_s: float
+    override_dir: Path
+    helper_pid_file: Path | None
+
+
+@dataclass(frozen=True)
+class SimSettings:
+    args: Args
+    policy: Policy
+    knobs: Knobs
+    target_sha256: str
+    draft_sha256: str | None  # None: no draft loaded, so no speculation
+    card: ModelCard
+
+    @property
+    def arm(self) -> Arm:
+        return Arm(spec=self.policy.spec, q=self.policy.q)
+
+    @property
+    def faults(self) -> FaultSet:
+        return self.knobs.faults
 
     def fault(self, name: str) -> bool:
-        return self.faults.active(name, self.arm)
+        return self.knobs.faults.active(name, self.arm)
+
+    @property
+    def spec(self) -> bool:
+        """Speculation available: requested and the draft loaded."""
+        return self.draft_sha256 is not None
+
+    @property
+    def fused_verify(self) -> bool:
+        return self.policy.fused_verify or (self.policy.spec and self.fault("leak-fused-verify"))
+
+    @property
+    def trace(self) -> bool:
+        return self.policy.trace and not self.fault("no-trace")
+
+    @property
+    def teardown_delay_s(self) -> float:
+        """Freeing the weights after the last answer; the slow-teardown fault makes it long."""
+        slow = SLOW_TEARDOWN_S if self.fault("slow-teardown") else 0.0
+        return max(self.knobs.teardown_delay_s, slow)
 
 
 def _device(text: str) -> str:
@@ -107,12 +155,14 @@ def build_parser() -> argparse.ArgumentParser:
         allow_abbrev=False,  # the real binary matches flags exactly; so must we
     )
     parser.add_argument("target", type=Path, metavar="TARGET.gguf", help="target model file (its bytes key the toy model)")
-    parser.add_argument("--host", default="127.0.0.1", help="address to bind (default 127.0.0.1)")
+    parser.add_argument("--host", default="127.0.0.1", help="IPv4 address to bind (default 127.0.0.1; the real one: 0.0.0.0)")
     parser.add_argument("--port", type=_port, default=8080, help="port to bind (default 8080)")
-    parser.add_argument("--max-ctx", type=_positive, default=4096, help="context size in tokens (default 4096)")
+    parser.add_argument("--max-ctx", type=_positive, default=131072, help="context size in tokens (default 131072)")
     parser.add_argument("--chunk", type=_positive, default=512, help="prefill chunk size (default 512)")
-    parser.add_argument("--target-device", type=_device, default="cuda:0", help="hip:N or cuda:N (default cuda:0)")
-    parser.add_argument("--ds4-fused-decode", action="store_true", help="fused decode kernels (recorded only)")
+    parser.add_argument(
+        "--target-device", type=_device, default="cuda:0", help="hip:N, cuda:N or cpu:N (default cuda:0: a CUDA build)"
+    )
+    parser.add_argument("--ds4-fused-decode", action="store_true", help="fused decode kernels (HIP only)")
     parser.add_argument("--ds4-prefill", choices=("exact", "fast"), default="exact", help="prefill mode (recorded only)")
     parser.add_argument("--version", action="version", version=f"ds4ci-sim {__version__}")
     parser.add_argument(
@@ -130,7 +180,7 @@ class _ListFaults(argparse.Action):
         option_string: str | None = None,
     ) -> None:
         for name, (scope, text) in FAULTS.items():
-            print(f"{name:24} [{scope:6}] {text}")
+            print(f"{name:26} [{scope:6}] {text}")
         parser.exit(0)
 
 
@@ -148,55 +198,84 @@ def parse_args(argv: Sequence[str]) -> Args:
     )
 
 
-def sha256_file(path: Path, what: str) -> str:
-    digest = hashlib.sha256()
-    try:
-        with path.open("rb") as handle:
-            while chunk := handle.read(_HASH_BUFFER):
-                digest.update(chunk)
-    except OSError as exc:
-        raise SimStartupError(f"failed to load {what} model {str(path)!r}: {exc.strerror or exc}") from None
-    return digest.hexdigest()
+def fused_decode_refused(args: Args) -> bool:
+    """The real server allows fused decode only on a single HIP device (a monolithic target)."""
+    return args.fused_decode and not args.target_device.startswith("hip:")
+
+
+def atoi(text: str) -> int:
+    """C's atoi: the leading integer, 0 when there is none."""
+    match = _ATOI.match(text)
+    return int(match.group(1)) if match else 0
 
 
 class _Env:
-    """Reads the server's policy family under the prefix(es) this server version knows."""
+    """Reads the server's policy family under the prefix(es) this build knows, first found wins."""
 
-    def __init__(self, environ: Mapping[str, str], luce: bool) -> None:
+    def __init__(self, environ: Mapping[str, str], prefixes: tuple[str, ...]) -> None:
         self._environ = environ
-        self._prefixes = (LUCE_PREFIX, DFLASH_PREFIX) if luce else (DFLASH_PREFIX,)
+        self._prefixes = prefixes
 
-    def raw(self, name: str) -> tuple[str, str] | None:
+    def raw(self, name: str) -> str | None:
         for prefix in self._prefixes:
             if prefix + name in self._environ:
-                return prefix + name, self._environ[prefix + name]
+                return self._environ[prefix + name]
         return None
 
     def flag(self, name: str, default: bool = False) -> bool:
-        found = self.raw(name)
-        if found is None:
+        """On when set, not empty and not starting with '0' (the decoder's flag rule)."""
+        value = self.raw(name)
+        if value is None or (default and not value):
             return default
-        var, value = found
-        if value.strip() not in ("0", "1"):
-            raise SimStartupError(f"{var} must be 0 or 1, got {value!r}")
-        return value.strip() == "1"
+        return bool(value) and not value.startswith("0")
 
-    def integer(self, name: str) -> int | None:
-        found = self.raw(name)
-        return None if found is None else _int_var(*found)
+    def spec_flag(self) -> bool:
+        """SPEC itself: on when set, not empty and not exactly '0' (the backend's flag rule)."""
+        value = self.raw("SPEC")
+        return bool(value) and value != "0"
 
 
-def _int_var(var: str, value: str) -> int:
-    try:
-        return int(value.strip())
-    except ValueError:
-        raise SimStartupError(f"{var} must be an integer, got {value!r}") from None
+def _q_cap(env: _Env, full_snap: bool) -> int:
+    q = MAX_Q if full_snap else FAST_PATH_MAX_Q
+    text = env.raw("SPEC_Q")
+    if text is not None:
+        value = atoi(text)
+        if 2 <= value <= MAX_Q:
+            q = value if full_snap else min(value, FAST_PATH_MAX_Q)
+    return q
 
 
-def _seconds(environ: Mapping[str, str], var: str) -> float:
+def read_policy(environ: Mapping[str, str], faults: FaultSet) -> Policy:
+    if faults.has("luce-only"):
+        prefixes: tuple[str, ...] = (LUCE_PREFIX,)
+    elif faults.has("luce-prefix"):
+        prefixes = (LUCE_PREFIX, DFLASH_PREFIX)
+    else:
+        prefixes = (DFLASH_PREFIX,)
+    env = _Env(environ, prefixes)
+    reference_exact = env.flag("SPEC_REFERENCE_EXACT")
+    # The reference-exact verifier rolls back with full snapshots; FULL_SNAP asks for them alone.
+    full_snap = env.flag("FULL_SNAP") or reference_exact
+    return Policy(
+        prefixes=prefixes,
+        spec=env.spec_flag(),
+        draft=env.raw("DRAFT") or None,
+        q=_q_cap(env, full_snap),
+        reference_exact=reference_exact,
+        full_snap=full_snap,
+        seq_verify=env.flag("SEQ_VERIFY"),
+        timing=env.flag("TIMING"),
+        fused_verify=env.flag("FUSED_VERIFY"),
+        trace=env.flag("EXACT_VERIFY_TRACE"),
+        adaptive_width=env.flag("ADAPTIVE_WIDTH", default=True),
+        mmvq_max_ncols=environ.get("LUCE_MMVQ_MAX_NCOLS"),
+    )
+
+
+def _seconds(environ: Mapping[str, str], var: str, default: float = 0.0) -> float:
     text = environ.get(var, "").strip()
     if not text:
-        return 0.0
+        return default
     try:
         value = float(text)
     except ValueError:
@@ -206,59 +285,14 @@ def _seconds(environ: Mapping[str, str], var: str) -> float:
     return value
 
 
-def load_settings(args: Args, environ: Mapping[str, str]) -> SimSettings:
-    """Validate the environment exactly once, at start-up, as the real server does."""
+def read_knobs(environ: Mapping[str, str]) -> Knobs:
     faults = parse_faults(environ.get("DS4SIM_FAULTS", ""))
-    startup_delay = _seconds(environ, "DS4SIM_STARTUP_DELAY")
-    token_delay = _seconds(environ, "DS4SIM_TOKEN_DELAY")
-    listen_late = environ.get("DS4SIM_LISTEN_LATE", "0").strip() == "1"
-    luce = any(f.name == "luce-prefix" for f in faults.faults)
-    env = _Env(environ, luce)
-
-    spec = env.flag("SPEC")
-    q = env.integer("SPEC_Q")
-    q = DEFAULT_Q if q is None else q
-    if spec and not 2 <= q <= MAX_Q:
-        raise SimStartupError(f"speculation width q must be 2..{MAX_Q}, got {q}")
-    arm = Arm(spec=spec, q=q)
-    reference_exact = env.flag("SPEC_REFERENCE_EXACT")
-    fused_verify = env.flag("FUSED_VERIFY") or (spec and faults.active("leak-fused-verify", arm))
-    trace = env.flag("EXACT_VERIFY_TRACE") and not faults.active("no-trace", arm)
-    adaptive = env.flag("ADAPTIVE_WIDTH", default=True)
-    ncols_text = environ.get("LUCE_MMVQ_MAX_NCOLS")
-    ncols = None if ncols_text is None else _int_var("LUCE_MMVQ_MAX_NCOLS", ncols_text)
-    if spec and ncols is not None and ncols < q:
-        raise SimStartupError(
-            f"LUCE_MMVQ_MAX_NCOLS={ncols} is below the speculation width q={q}: the verifier "
-            f"needs q columns per matrix-vector product; set LUCE_MMVQ_MAX_NCOLS >= {q}"
-        )
-
-    target_sha = sha256_file(args.target, "target")
-    draft: Path | None = None
-    draft_sha: str | None = None
-    if spec:
-        found = env.raw("DRAFT")
-        if found is None or not found[1]:
-            raise SimStartupError(f"speculation is on but {DFLASH_PREFIX}DRAFT names no draft model")
-        draft = Path(found[1])
-        draft_sha = sha256_file(draft, "draft")
-
-    return SimSettings(
-        args=args,
-        target_sha256=target_sha,
-        spec=spec,
-        draft=draft,
-        draft_sha256=draft_sha,
-        q=q,
-        reference_exact=reference_exact,
-        fused_verify=fused_verify,
-        trace=trace,
-        adaptive_width=adaptive,
-        mmvq_max_ncols=ncols,
-        env_prefix=LUCE_PREFIX if luce else DFLASH_PREFIX,
+    pid_file = environ.get("DS4SIM_HELPER_PID_FILE", "").strip()
+    return Knobs(
         faults=faults,
-        arm=arm,
-        startup_delay_s=startup_delay,
-        token_delay_s=token_delay,
-        listen_late=listen_late,
+        startup_delay_s=_seconds(environ, "DS4SIM_STARTUP_DELAY"),
+        token_delay_s=_seconds(environ, "DS4SIM_TOKEN_DELAY"),
+        teardown_delay_s=_seconds(environ, "DS4SIM_TEARDOWN_DELAY", DEFAULT_TEARDOWN_S),
+        override_dir=Path(environ.get("DS4SIM_OVERRIDE_DIR", "").strip() or "/tmp"),  # noqa: S108 - the real server's path
+        helper_pid_file=Path(pid_file) if pid_file else None,
     )
