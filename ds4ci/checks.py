@@ -1,9 +1,9 @@
 """Extra checks from ``[[checks]]``: run a maintainer's command, read its outcome, never guess.
 
 Each check runs ``bash -c COMMAND`` (the command is maintainer-written configuration, not PR
-input) in its own process group with a deadline; the whole group is killed on timeout and any
-helper left behind is killed when the command ends, so no process outlives the check. Output goes
-to ``log_dir/check-<slug>.log``.
+input) under ``ds4ci.supervisor`` with a deadline: on timeout it gets SIGTERM, then SIGKILL, and
+whatever it started (helpers, double-forked daemons) is killed and reaped when it ends, so no
+process outlives the check. Output goes to ``log_dir/check-<slug>.log``.
 
 A parser turns the output into counts. The status is "pass" only when the command exited 0,
 the parser found what it needs and nothing failed; a parser that finds nothing is an "error"
@@ -14,17 +14,14 @@ from __future__ import annotations
 
 import os
 import re
-import signal
-import subprocess
-import time
 import xml.etree.ElementTree as ET
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from ds4ci import supervisor
 from ds4ci.config import CHECK_PARSERS, CheckSpec
-from ds4ci.fileio import signal_group
 from ds4ci.policy import CREDENTIAL_VARIABLES
 
 LOG_TAIL_BYTES = 4096
@@ -32,7 +29,6 @@ MAX_PARSE_BYTES = 64 * 1024 * 1024  # parse at most the last 64 MiB of a (build)
 MAX_REPORT_BYTES = 64 * 1024 * 1024
 MAX_TEXT = 4096  # the schema's "text" limit
 KILL_GRACE_S = 5.0
-POLL_S = 0.05
 
 Progress = Callable[[str], None]
 
@@ -251,55 +247,24 @@ def _clip(text: str) -> str:
     return text if len(text) <= MAX_TEXT else text[: MAX_TEXT - 1] + "…"
 
 
-def _exited(pid: int) -> bool:
-    """True once ``pid`` has exited, without reaping it.
-
-    While the leader is an unreaped zombie its process-group id cannot be reused, so killing
-    the group afterwards can only ever hit the command's own leftovers.
-    """
-    info = os.waitid(os.P_PID, pid, os.WEXITED | os.WNOHANG | os.WNOWAIT)
-    return info is not None and info.si_pid == pid
-
-
 def check_env() -> dict[str, str]:
     """The inherited environment minus credentials: checks build and run pull-request code."""
     return {k: v for k, v in os.environ.items() if k not in CREDENTIAL_VARIABLES}  # a check runs PR code
 
 
-def _run_group(command: str, cwd: Path | None, log: Path, timeout_s: float) -> tuple[int | None, float]:
-    """Run ``bash -c command``; return (exit code or None on timeout, seconds)."""
-    started = time.monotonic()
-    with log.open("wb") as out:
-        proc = subprocess.Popen(
-            ["bash", "-c", command],
-            cwd=cwd,
-            stdin=subprocess.DEVNULL,
-            stdout=out,
-            stderr=subprocess.STDOUT,
-            env=check_env(),
-            start_new_session=True,  # own session and process group: one kill reaches every helper
-        )
-    try:
-        deadline = started + timeout_s
-        while not _exited(proc.pid):
-            if time.monotonic() >= deadline:
-                signal_group(proc.pid, signal.SIGTERM)
-                grace = time.monotonic() + KILL_GRACE_S
-                while not _exited(proc.pid) and time.monotonic() < grace:
-                    time.sleep(POLL_S)
-                signal_group(proc.pid, signal.SIGKILL)
-                proc.kill()  # the leader at least, whatever happened to its group
-                proc.wait()
-                return None, time.monotonic() - started
-            time.sleep(POLL_S)
-        seconds = time.monotonic() - started
-        signal_group(proc.pid, signal.SIGKILL)  # background helpers must not outlive the check
-        return proc.wait(), seconds
-    except BaseException:
-        signal_group(proc.pid, signal.SIGKILL)
-        proc.kill()
-        proc.wait()
-        raise
+def _run_group(
+    command: str, cwd: Path | None, log: Path, timeout_s: float, sup: supervisor.Supervisor
+) -> supervisor.RunResult:
+    """Run ``bash -c command`` with stdout and stderr in ``log``; everything it started is swept."""
+    return sup.run(
+        ["bash", "-c", command],
+        timeout_s,
+        cwd=cwd,
+        env=check_env(),
+        stdout=log,
+        stderr=supervisor.STDOUT,
+        grace_s=KILL_GRACE_S,
+    )
 
 
 def _tail(path: Path, limit: int) -> bytes:
@@ -336,20 +301,33 @@ def _read_report(path: Path | None, stamp_before: tuple[int, int, int, int] | No
         return None
 
 
-def run_check(spec: CheckSpec, log: Path) -> dict[str, Any]:
+def run_check(
+    spec: CheckSpec, log: Path, sup: supervisor.Supervisor | None = None, progress: Progress | None = None
+) -> dict[str, Any]:
     """Run one check and return the schema's ``check`` object."""
     report_before = _report_stamp(spec.report)
+    exit_code: int | None = None
+    seconds = 0.0
     try:
-        exit_code, seconds = _run_group(spec.command, spec.cwd, log, spec.timeout_s)
-    except OSError as exc:
-        outcome = _error(f"could not start the command in {spec.cwd or Path.cwd()}: {exc.strerror or exc}")
-        exit_code, seconds = None, 0.0
+        run = _run_group(spec.command, spec.cwd, log, spec.timeout_s, sup or supervisor.default())
+    except (OSError, supervisor.SupervisorError) as exc:
+        why = exc.strerror if isinstance(exc, OSError) and exc.strerror else str(exc)
+        outcome = _error(f"could not start the command in {spec.cwd or Path.cwd()}: {why}")
     else:
+        seconds = run.duration_s
+        exit_code = None if run.timed_out else run.returncode
         text = _tail(log, MAX_PARSE_BYTES).decode("utf-8", errors="replace")
-        if exit_code is None:
-            outcome = _error(f"timed out after {spec.timeout_s:g} s; its process group was killed")
+        if run.abandoned:
+            outcome = _error(f"{'timed out; ' if run.timed_out else ''}a process it started survived SIGKILL "
+                             "(uninterruptible sleep?) and was abandoned")
+        elif run.timed_out:
+            outcome = _error(f"timed out after {spec.timeout_s:g} s; it and everything it started were killed")
         else:
             outcome = parse_output(spec.parser, text, exit_code, _read_report(spec.report, report_before))
+        if progress is not None and run.killed:
+            more = f"; and {len(run.killed) - 5} more" if len(run.killed) > 5 else ""
+            shown = "; ".join(str(k) for k in run.killed[:5]) + more
+            progress(f"check {spec.name}: killed {len(run.killed)} process(es) it left running: {shown}")
     tail = _tail(log, LOG_TAIL_BYTES).decode("utf-8", errors="replace")
     return {
         "name": _clip(spec.name),
@@ -368,9 +346,16 @@ def run_check(spec: CheckSpec, log: Path) -> dict[str, Any]:
 
 
 def run_checks(
-    specs: Sequence[CheckSpec], log_dir: Path, progress: Progress | None = None
+    specs: Sequence[CheckSpec],
+    log_dir: Path,
+    progress: Progress | None = None,
+    sup: supervisor.Supervisor | None = None,
 ) -> list[dict[str, Any]]:
-    """Run every check in order (each is judged on its own); logs go to ``log_dir``."""
+    """Run every check in order (each is judged on its own); logs go to ``log_dir``.
+
+    ``sup`` is the supervisor to run them under (default: the process-wide one), whose
+    ``containment`` says what held.
+    """
     log_dir.mkdir(parents=True, exist_ok=True)
     results = []
     used: set[str] = set()
@@ -382,7 +367,7 @@ def run_checks(
         used.add(unique)
         if progress is not None:
             progress(f"check {spec.name}: running ({spec.parser}, timeout {spec.timeout_s:g} s)")
-        result = run_check(spec, log_dir / f"check-{unique}.log")
+        result = run_check(spec, log_dir / f"check-{unique}.log", sup, progress)
         if progress is not None:
             progress(f"check {spec.name}: {result['status']}: {result['summary']} ({result['duration_s']:.1f} s)")
         results.append(result)

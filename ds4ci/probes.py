@@ -4,11 +4,12 @@ A wedged ROCm runner can leave ``rocminfo`` in uninterruptible sleep (D state): 
 every signal, SIGKILL included, until the kernel lets go, so ``wait()`` on it can block for the
 rest of the job. Hence every probe here:
 
-- runs in its own session (own process group) with stdout/stderr going to anonymous temporary
-  files, so nobody has to drain a pipe and a grandchild holding the output open cannot hang us;
-- is polled, never waited on, until the shared deadline; then its group gets SIGKILL, and if the
-  process still has not exited after a short grace it is *abandoned*: a daemon thread keeps
-  reaping it and we report ``timeout`` and go on;
+- runs under ``ds4ci.supervisor`` (own process group, PID namespace where the kernel allows)
+  with stdout/stderr going to anonymous temporary files, so nobody has to drain a pipe and a
+  grandchild holding the output open cannot hang us;
+- is waited on only until the shared deadline; then it and everything it started get SIGKILL,
+  and if it still has not exited after a short grace it is *abandoned*: a daemon thread waits
+  for it, sweeps what is left, and we report ``timeout`` and go on;
 - is started from its own daemon thread, so even a hang inside ``exec`` (a binary on a stuck
   mount) or a file read from a stuck sysfs node cannot hold the caller past the deadline.
 
@@ -20,8 +21,6 @@ from __future__ import annotations
 
 import os
 import shutil
-import signal
-import subprocess
 import tempfile
 import threading
 import time
@@ -30,7 +29,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import IO, Literal
 
-from ds4ci.fileio import signal_group
+from ds4ci import supervisor
 
 ProbeStatus = Literal["ok", "missing", "timeout", "failed"]
 
@@ -70,12 +69,12 @@ class ProbeResult:
     truncated: bool = False
 
 
-Killer = Callable[[int], None]
+Killer = Callable[[supervisor.Child], None]
 
 
-def kill_group(pgid: int) -> None:
-    """SIGKILL a probe's whole process group; a group already gone is fine."""
-    signal_group(pgid, signal.SIGKILL)
+def kill_child(child: supervisor.Child) -> None:
+    """SIGKILL a probe and everything it started."""
+    child.kill()
 
 
 def resolve(command: str, env: Mapping[str, str], fallback_dirs: Sequence[Path]) -> str | None:
@@ -104,10 +103,12 @@ def _tail(text: str, limit: int = _TEXT_LIMIT) -> str:
     return text if len(text) <= limit else "..." + text[-limit:]
 
 
-def _reap_in_background(proc: subprocess.Popen[bytes]) -> None:
-    # The process may stay in D state for minutes or forever; a daemon thread can wait on it
-    # without holding anyone, and reaps it if the kernel ever lets it go (no zombie left).
-    threading.Thread(target=proc.wait, name=f"reap-{proc.pid}", daemon=True).start()
+def _finish(child: supervisor.Child, grace_s: float) -> None:
+    """Sweep what the probe left; hand it to a daemon thread if something ignores SIGKILL."""
+    try:
+        child.sweep(kill_wait_s=grace_s)
+    except supervisor.Unkillable:
+        child.abandon()
 
 
 def _run_command(
@@ -117,6 +118,7 @@ def _run_command(
     grace_s: float,
     max_bytes: int,
     killer: Killer,
+    sup: supervisor.Supervisor,
 ) -> ProbeResult:
     started = time.monotonic()
     exe = resolve(spec.argv[0], env, spec.fallback_dirs)
@@ -124,39 +126,35 @@ def _run_command(
         return ProbeResult(spec.name, "missing", "", "", None, 0.0, f"{spec.argv[0]} not found on PATH")
     with tempfile.TemporaryFile() as out, tempfile.TemporaryFile() as err:
         try:
-            proc = subprocess.Popen(
-                [exe, *spec.argv[1:]],
-                stdin=subprocess.DEVNULL,
-                stdout=out,
-                stderr=err,
-                env=dict(env),
-                start_new_session=True,  # own process group: SIGKILL reaches its children too
-                close_fds=True,
+            child = sup.spawn(
+                [exe, *spec.argv[1:]], env=env, stdout=out, stderr=err, start_timeout=max(0.0, end - started)
             )
         except FileNotFoundError:
             return ProbeResult(spec.name, "missing", "", "", None, 0.0, f"{exe} vanished before it could start")
-        except OSError as exc:
+        except supervisor.StartTimeout:
+            elapsed = time.monotonic() - started
+            detail = f"{spec.argv[0]} did not even start within {elapsed:.1f} s; killed"
+            return ProbeResult(spec.name, "timeout", "", "", None, elapsed, detail)
+        except (OSError, supervisor.SupervisorError) as exc:
             return ProbeResult(spec.name, "failed", "", "", None, 0.0, f"could not start {exe}: {exc}")
-        while proc.poll() is None and time.monotonic() < end:
-            time.sleep(_POLL_S)
-        code = proc.poll()
+        code = child.wait(max(0.0, end - time.monotonic()))
         elapsed = time.monotonic() - started
         if code is None:
-            killer(proc.pid)  # pgid == pid: start_new_session made it the group leader
-            give_up = time.monotonic() + grace_s
-            while proc.poll() is None and time.monotonic() < give_up:
-                time.sleep(_POLL_S)
+            killer(child)
+            gone = child.wait(grace_s) is not None
             stdout, cut_out = _read_bounded(out, max_bytes)
             stderr, cut_err = _read_bounded(err, max_bytes)
-            if proc.poll() is None:
-                _reap_in_background(proc)
+            if gone:
+                _finish(child, grace_s)
+                detail = f"{spec.argv[0]} did not answer within {elapsed:.1f} s; killed"
+            else:
+                child.abandon()
                 detail = (
                     f"{spec.argv[0]} did not answer within {elapsed:.1f} s and survived SIGKILL "
-                    f"(pid {proc.pid}, probably uninterruptible sleep in the driver); abandoned"
+                    f"(pid {child.pid}, probably uninterruptible sleep in the driver); abandoned"
                 )
-            else:
-                detail = f"{spec.argv[0]} did not answer within {elapsed:.1f} s; killed"
             return ProbeResult(spec.name, "timeout", stdout, stderr, None, elapsed, detail, cut_out or cut_err)
+        _finish(child, grace_s)
         stdout, cut_out = _read_bounded(out, max_bytes)
         stderr, cut_err = _read_bounded(err, max_bytes)
     if code == 0:
@@ -188,13 +186,15 @@ def run_probes(
     env: Mapping[str, str] | None = None,
     max_output_bytes: int = DEFAULT_MAX_OUTPUT_BYTES,
     kill_grace_s: float = DEFAULT_KILL_GRACE_S,
-    killer: Killer = kill_group,
+    killer: Killer = kill_child,
     progress: Callable[[str], None] | None = None,
+    sup: supervisor.Supervisor | None = None,
 ) -> dict[str, ProbeResult]:
     """Run all probes concurrently; return one result per probe name within ~deadline + grace.
 
     ``killer`` is the SIGKILL step; tests replace it to stand in for a process that the kernel
-    will not let die (D state), which cannot be produced on demand.
+    will not let die (D state), which cannot be produced on demand. ``sup`` is the supervisor
+    (default: the process-wide one).
     """
     if deadline_s <= 0:
         raise ValueError(f"deadline must be a positive number of seconds, found {deadline_s}")
@@ -202,6 +202,7 @@ def run_probes(
     if len(set(names)) != len(names):
         raise ValueError(f"probe names must be unique, found {names}")
     environ = dict(os.environ if env is None else env)
+    runner = sup or supervisor.default()
     started = time.monotonic()
     end = started + deadline_s
     results: dict[str, ProbeResult] = {}
@@ -211,7 +212,7 @@ def run_probes(
         if spec.path is not None:
             result = _read_file(spec, max_output_bytes)
         else:
-            result = _run_command(spec, environ, end, kill_grace_s, max_output_bytes, killer)
+            result = _run_command(spec, environ, end, kill_grace_s, max_output_bytes, killer, runner)
         with lock:
             results[spec.name] = result
         if progress is not None and result.status == "timeout":

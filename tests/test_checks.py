@@ -2,14 +2,14 @@
 
 from __future__ import annotations
 
-import os
+import re
 import shlex
 import sys
-import time
 from pathlib import Path
 
 import jsonschema
 import pytest
+from procscan import MARKER_VARIABLE, describe, new_marker, supervisor_or_skip, wait_unmarked
 
 from ds4ci import checks
 from ds4ci.checks import CheckOutcome, parse_output, run_checks
@@ -239,26 +239,6 @@ def spec(name: str, command: str, parser: str = "exit-code", **kw: object) -> Ch
     return CheckSpec(name=name, command=command, parser=parser, **kw)  # type: ignore[arg-type]
 
 
-def dead(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return True
-    try:  # an orphan nobody reaped yet is a zombie: dead, just not buried
-        return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0] == "Z"
-    except (OSError, IndexError):
-        return True
-
-
-def wait_dead(pid: int) -> bool:
-    # Waits for the kernel to finish a SIGKILL already sent; not a speed assertion.
-    for _ in range(200):
-        if dead(pid):
-            return True
-        time.sleep(0.05)
-    return False
-
-
 def test_run_checks_records_schema_valid_results(tmp_path: Path) -> None:
     lines: list[str] = []
     specs = [
@@ -326,26 +306,48 @@ def test_cwd_is_used_and_a_missing_cwd_is_an_error(tmp_path: Path) -> None:
     validate_check(missing)
 
 
-def test_timeout_kills_the_whole_process_group(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+def killed_count(lines: list[str]) -> int:
+    found = [re.search(r": killed (\d+) process\(es\)", line) for line in lines]
+    return sum(int(m.group(1)) for m in found if m)
+
+
+MODES = ["pid-namespace", "subreaper"]
+
+
+@pytest.mark.parametrize("mode", MODES)
+def test_timeout_kills_the_whole_process_group(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, mode: str) -> None:
     monkeypatch.setattr(checks, "KILL_GRACE_S", 0.5)
-    pids = tmp_path / "pids"
-    # A helper in the background, and a foreground that ignores SIGTERM: only SIGKILL to the
-    # whole group ends both.
-    command = f"sleep 300 & echo $! > {pids}; trap '' TERM; echo $$ >> {pids}; while :; do sleep 0.1; done"
-    (result,) = run_checks([spec("hang", command, timeout_s=1.0)], tmp_path / "logs")
+    marker = new_marker()
+    monkeypatch.setenv(MARKER_VARIABLE, marker)
+    # A helper in the background, and a foreground that ignores SIGTERM: only SIGKILL to
+    # everything the check started ends both.
+    command = "sleep 300 & trap '' TERM; echo started; while :; do sleep 0.1; done"
+    lines: list[str] = []
+    sup = supervisor_or_skip(mode)
+    (result,) = run_checks([spec("hang", command, timeout_s=1.0)], tmp_path / "logs", progress=lines.append, sup=sup)
     validate_check(result)
     assert result["status"] == "error" and result["exit_code"] is None
     assert "timed out after 1 s" in result["summary"]
-    helper, shell = (int(p) for p in pids.read_text().split())
-    assert wait_dead(helper) and wait_dead(shell)
+    assert "started" in result["log_tail"]
+    assert killed_count(lines) >= 2, lines  # the shell and its helper, at least
+    left = wait_unmarked(marker)
+    assert not left, describe(left)
 
 
-def test_background_helpers_do_not_outlive_a_finished_check(tmp_path: Path) -> None:
-    pid_file = tmp_path / "pid"
-    command = f"sleep 300 & echo $! > {pid_file}; echo started"
-    (result,) = run_checks([spec("leaky", command)], tmp_path / "logs")
+@pytest.mark.parametrize("mode", MODES)
+def test_background_helpers_do_not_outlive_a_finished_check(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, mode: str
+) -> None:
+    marker = new_marker()
+    monkeypatch.setenv(MARKER_VARIABLE, marker)
+    lines: list[str] = []
+    command = "sleep 300 & ( setsid sleep 301 & ) ; echo started"
+    sup = supervisor_or_skip(mode)
+    (result,) = run_checks([spec("leaky", command)], tmp_path / "logs", progress=lines.append, sup=sup)
     assert result["status"] == "pass"
-    assert wait_dead(int(pid_file.read_text()))
+    assert killed_count(lines) >= 2, lines  # both helpers were still there, and were killed
+    left = wait_unmarked(marker)
+    assert not left, describe(left)
 
 
 def test_credentials_are_not_passed_to_checks(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:

@@ -7,8 +7,6 @@ a captured output (tests/data/fingerprint/) or never returns.
 from __future__ import annotations
 
 import json
-import os
-import signal
 import subprocess
 import sys
 import time
@@ -17,11 +15,13 @@ from typing import Any
 
 import jsonschema
 import pytest
+from procscan import MARKER_VARIABLE, describe, new_marker, wait_unmarked
 
 from ds4ci import config as config_mod
 from ds4ci import results
 from ds4ci.preflight import check_ready, evidence_dir_problems, stale_override_problems
 from ds4ci.probes import ProbeSpec, run_probes
+from ds4ci.supervisor import Child
 
 REPO = Path(__file__).resolve().parents[1]
 DATA = Path(__file__).parent / "data" / "fingerprint"
@@ -111,6 +111,8 @@ def process_gone(pid: int) -> bool:
 def test_hung_rocminfo_is_abandoned_at_the_deadline_and_reported(box: dict[str, Any], body: str) -> None:
     pidfile = box["tmp"] / "rocminfo.pid"
     box["env"]["PIDFILE"] = str(pidfile)
+    marker = new_marker()
+    box["env"][MARKER_VARIABLE] = marker
     fake_tool(box["bin"], "rocminfo", body)
     fake_tool(box["bin"], "nvidia-smi", printing(DATA / "nvidia-h200" / "nvidia-smi-query-noheader.csv"))
     proc, elapsed = preflight(box, "--json", "--deadline", "2")
@@ -125,7 +127,9 @@ def test_hung_rocminfo_is_abandoned_at_the_deadline_and_reported(box: dict[str, 
     assert fp["gpus"][0]["name"] == "NVIDIA H200"  # what answered is still reported
     assert "rocminfo" in proc.stderr  # the diagnosis reaches the job log
     assert elapsed < 2 + SLACK_S
-    assert process_gone(int(pidfile.read_text()))  # the whole group got SIGKILL
+    assert pidfile.read_text().strip()  # it did start
+    left = wait_unmarked(marker)
+    assert not left, describe(left)  # it and everything it started got SIGKILL
 
 
 def test_many_hung_probes_share_one_deadline() -> None:
@@ -140,7 +144,7 @@ def test_many_hung_probes_share_one_deadline() -> None:
 def test_a_probe_that_survives_sigkill_is_abandoned_not_waited_for() -> None:
     # A D-state process ignores SIGKILL; that cannot be produced here, so the kill step is
     # replaced by one that the "kernel" does not honour, and the test cleans up afterwards.
-    survivors: list[int] = []
+    survivors: list[Child] = []
     started = time.monotonic()
     out = run_probes(
         [ProbeSpec("rocminfo", argv=("sleep", "100000"))], 0.5, kill_grace_s=0.2, killer=survivors.append
@@ -151,10 +155,10 @@ def test_a_probe_that_survives_sigkill_is_abandoned_not_waited_for() -> None:
         assert "abandoned" in result.detail
         assert "survived SIGKILL" in result.detail
         assert time.monotonic() - started < 0.5 + SLACK_S
-        assert len(survivors) == 1 and not process_gone(survivors[0])
+        assert len(survivors) == 1 and not process_gone(survivors[0].pid)
     finally:
-        for pgid in survivors:
-            os.killpg(pgid, signal.SIGKILL)
+        for child in survivors:
+            child.kill()
 
 
 def test_output_read_back_is_bounded(tmp_path: Path) -> None:

@@ -1,0 +1,338 @@
+"""One supervised command: start it through the keeper shim, watch it, stop it, sweep what it left."""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import select
+import signal
+import subprocess
+import sys
+import threading
+import time
+from collections.abc import Mapping, Sequence
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+from types import TracebackType
+from typing import IO, Union
+
+import psutil
+
+from ds4ci.supervisor import procs
+from ds4ci.supervisor.procs import KilledProcess
+
+SHIM = Path(__file__).with_name("shim.py")
+NAMESPACE = "pid-namespace"
+FALLBACK = "subreaper+sweep"
+STDOUT = subprocess.STDOUT
+DEFAULT_KILL_WAIT_S = 10.0
+_POLL_S = 0.02
+
+# Every keeper is started from this one long-lived thread: a parent-death signal fires when the
+# *thread* that forked the child ends, so a child started from a short-lived worker thread would
+# be killed with it. This thread ends only when the interpreter shuts down.
+_SPAWNER = ThreadPoolExecutor(max_workers=1, thread_name_prefix="ds4ci-spawner")
+
+# A path (truncated), an open file, a descriptor, STDOUT, or None (/dev/null).
+Output = Union[Path, IO[bytes], int, None]  # noqa: UP007 - a runtime alias, evaluated on 3.10 too
+
+
+class SupervisorError(RuntimeError):
+    """The supervisor could not start or contain a command (the message says what and why)."""
+
+
+class Unkillable(SupervisorError):
+    """A process survived SIGKILL (uninterruptible sleep in a driver, typically) and was given up on."""
+
+
+class StartTimeout(SupervisorError, TimeoutError):
+    """The command did not exec within the start timeout (a hung mount, typically); it was killed."""
+
+    def __init__(self, message: str, child: Child) -> None:
+        super().__init__(message)
+        self.child = child
+
+
+def _pidfd(pid: int, parent: int) -> int | None:
+    """A pidfd for ``pid`` if it is still ``parent``'s child (so not a reused pid), else None."""
+    try:
+        fd = os.pidfd_open(pid)
+    except (OSError, AttributeError):
+        return None
+    try:
+        if psutil.Process(pid).ppid() == parent:
+            return fd
+    except psutil.Error:
+        pass
+    os.close(fd)
+    return None
+
+
+class Child:
+    """A running command under supervision. Create with ``Supervisor.spawn``; see the package docstring."""
+
+    def __init__(self, proc: subprocess.Popen[bytes], report_fd: int, token: str, argv: Sequence[str]) -> None:
+        self._proc = proc
+        self._fd: int | None = report_fd
+        self._buffer = b""
+        self._pidfd: int | None = None
+        self._seen: set[int] = set()
+        self.argv = tuple(argv)
+        self.token = token
+        self.containment = ""
+        self.notes: list[str] = []
+        self.keeper_pid = 0
+        self.pid = 0
+        self.started = False
+        self.error: tuple[str, int, str] | None = None
+        self.returncode: int | None = None
+        self.killed: list[KilledProcess] = []
+        self.swept = False
+
+    # -- the report pipe -------------------------------------------------------------------
+    def _handle(self, line: str) -> None:
+        word, _, rest = line.partition(" ")
+        if word == "mode":
+            self.containment = rest
+        elif word == "note":
+            self.notes.append(rest)
+        elif word == "keeper" and rest.isdigit():
+            self.keeper_pid = int(rest)
+            if self.containment == NAMESPACE:
+                self._pidfd = _pidfd(self.keeper_pid, self._proc.pid)
+        elif word == "pid" and rest.isdigit():
+            self.pid = int(rest)
+        elif word == "started":
+            self.started = True
+        elif word == "error":
+            stage, _, tail = rest.partition(" ")
+            number, _, text = tail.partition(" ")
+            self.error = (stage, int(number) if number.isdigit() else 0, text)
+        elif word == "exit":
+            with contextlib.suppress(ValueError):
+                self.returncode = int(rest)
+
+    def _pump(self, timeout: float) -> None:
+        """Read what the keeper reported (waiting up to ``timeout``); at EOF settle the exit status."""
+        if self._fd is None:
+            return
+        if timeout > 0 and not select.select([self._fd], [], [], timeout)[0]:
+            return
+        while self._fd is not None:
+            try:
+                chunk = os.read(self._fd, 65536)
+            except BlockingIOError:
+                return
+            if not chunk:
+                os.close(self._fd)
+                self._fd = None
+                break
+            self._buffer += chunk
+            *lines, self._buffer = self._buffer.split(b"\n")
+            for line in lines:
+                self._handle(line.decode("utf-8", errors="replace"))
+
+    def _await_start(self, deadline: float | None) -> bool:
+        while not self.started and self.error is None and self._fd is not None:
+            left = 1.0 if deadline is None else deadline - time.monotonic()
+            if left <= 0:
+                return False
+            self._pump(min(left, 1.0))
+        return True
+
+    # -- state -----------------------------------------------------------------------------
+    def poll(self) -> int | None:
+        """The command's exit status as ``Popen.returncode`` (-N: killed by signal N), or None while it runs."""
+        self._pump(0)
+        if self.returncode is None and self._fd is None and self._proc.poll() is not None:
+            # The keeper is gone without reporting: it was SIGKILLed and the command went with
+            # it (outer exits only once the namespace is empty; in the fallback the command has
+            # a death signal of its own).
+            self.returncode = -signal.SIGKILL
+        return self.returncode
+
+    def wait(self, timeout: float | None = None) -> int | None:
+        """Wait for the command to exit; None if it still runs after ``timeout`` seconds."""
+        deadline = None if timeout is None else time.monotonic() + timeout
+        while self.poll() is None:
+            left = 1.0 if deadline is None else deadline - time.monotonic()
+            if left <= 0:
+                return None
+            if self._fd is None:
+                time.sleep(min(left, _POLL_S))  # report closed, outer still emptying its namespace
+            else:
+                self._pump(min(left, 1.0))
+        return self.returncode
+
+    def owns(self, pid: int) -> bool:
+        """Is host ``pid`` the command or one of its descendants (in its namespace), or does it carry our token?"""
+        if pid in (self._proc.pid, self.keeper_pid) or not self.keeper_pid:
+            return False
+        if procs.is_descendant(pid, self.keeper_pid):
+            return True
+        with contextlib.suppress(psutil.Error):
+            return psutil.Process(pid).environ().get(procs.TOKEN_VARIABLE) == self.token
+        return False
+
+    # -- stopping --------------------------------------------------------------------------
+    def send_signal(self, sig: int) -> None:
+        """Signal the command: the keeper forwards it to the whole namespace, or to the command's group."""
+        if self._proc.returncode is None:
+            with contextlib.suppress(ProcessLookupError):
+                self._proc.send_signal(sig)
+
+    def kill(self) -> None:
+        """SIGKILL the command and everything it started (namespace: its init, so the kernel kills all)."""
+        targets = [(p, "descendant") for p in procs.descendants(self.keeper_pid)] if self.keeper_pid else []
+        self.killed.extend(procs.kill_all(targets, self._seen))  # one by one first, to name them
+        if self._pidfd is not None:
+            with contextlib.suppress(OSError):
+                signal.pidfd_send_signal(self._pidfd, signal.SIGKILL)
+
+    def terminate(self, grace_s: float, kill_wait_s: float = DEFAULT_KILL_WAIT_S) -> bool:
+        """SIGTERM to the whole group or namespace, SIGKILL after ``grace_s``; True if the kill was needed.
+
+        Raises ``Unkillable`` if the command is still there ``kill_wait_s`` after SIGKILL.
+        """
+        if self.poll() is not None:
+            return False
+        self.send_signal(signal.SIGTERM)
+        if self.wait(grace_s) is not None:
+            return False
+        self.kill()
+        if self.wait(kill_wait_s) is None:
+            raise Unkillable(f"{self.argv[0]} (pid {self.pid}) survived SIGKILL for {kill_wait_s:g} s")
+        return True
+
+    def sweep(self, kill_wait_s: float = DEFAULT_KILL_WAIT_S) -> list[KilledProcess]:
+        """Kill and reap everything left (the command too, if it still runs); return what was killed.
+
+        Afterwards no descendant of the command and no process carrying its token is left, or
+        ``Unkillable`` is raised naming what survived SIGKILL.
+        """
+        deadline = time.monotonic() + kill_wait_s
+        self.poll()
+        while self._proc.poll() is None:
+            # The keeper exits by itself once the command is gone and it has no child left.
+            self.kill()
+            if time.monotonic() >= deadline:
+                left = ", ".join(str(p.pid) for p in procs.descendants(self.keeper_pid)) or "the keeper"
+                raise Unkillable(f"{self.argv[0]}: still running {kill_wait_s:g} s after SIGKILL: {left}")
+            time.sleep(_POLL_S)
+        self._pump(0)
+        # Descendants that escaped the keeper's tree (the keeper died early) still carry the token.
+        for _ in range(100):
+            holders = procs.token_holders(self.token, exclude=(self._proc.pid,))
+            if not holders:
+                break
+            self.killed.extend(procs.kill_all(((p, "token") for p in holders), self._seen))
+            psutil.wait_procs(holders, timeout=max(0.0, deadline - time.monotonic()))
+            procs.reap_adopted(p.pid for p in holders)
+            if time.monotonic() >= deadline:
+                raise Unkillable(f"{self.argv[0]}: processes with its token survived SIGKILL: {holders}")
+        procs.reap_adopted(self._seen)
+        self._close()
+        self.swept = True
+        return list(self.killed)
+
+    def abandon(self) -> None:
+        """Give up waiting (something ignores SIGKILL): a daemon thread waits, then sweeps until it can."""
+
+        def finish() -> None:
+            self.wait()
+            while True:
+                try:
+                    self.sweep(kill_wait_s=60.0)
+                    return
+                except Unkillable:
+                    continue
+
+        threading.Thread(target=finish, name=f"sweep-{self.pid}", daemon=True).start()
+
+    def _close(self) -> None:
+        if self._pidfd is not None:
+            os.close(self._pidfd)
+            self._pidfd = None
+        if self._fd is not None:
+            os.close(self._fd)
+            self._fd = None
+        if self.returncode is None:
+            self.returncode = -signal.SIGKILL
+
+    def __enter__(self) -> Child:
+        return self
+
+    def __exit__(
+        self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
+    ) -> None:
+        if not self.swept:
+            try:
+                self.terminate(0.0 if exc_type is not None else 5.0)
+            finally:
+                self.sweep()
+
+
+def _open_output(target: Output, stack: contextlib.ExitStack) -> IO[bytes] | int | None:
+    if isinstance(target, Path):
+        return stack.enter_context(target.open("wb"))
+    return subprocess.DEVNULL if target is None else target
+
+
+def spawn(
+    argv: Sequence[str],
+    mode: str,
+    *,
+    env: Mapping[str, str] | None = None,
+    cwd: Path | str | None = None,
+    stdout: Output = None,
+    stderr: Output = None,
+    start_timeout: float | None = None,
+) -> Child:
+    """Start ``argv`` through the keeper shim; return once it has exec'd (see ``Supervisor.spawn``)."""
+    if not argv:
+        raise ValueError("spawn needs a command, found an empty argv")
+    token = procs.new_token()
+    environ = dict(os.environ if env is None else env)
+    environ[procs.TOKEN_VARIABLE] = token
+    read_fd, write_fd = os.pipe()
+    shim_argv = [sys.executable, "-I", "-S", str(SHIM), str(write_fd), mode, str(os.getpid()), str(cwd or ""), "--", *argv]
+    try:
+        with contextlib.ExitStack() as stack:
+            out, err = _open_output(stdout, stack), _open_output(stderr, stack)
+            proc = _SPAWNER.submit(
+                subprocess.Popen,
+                shim_argv,
+                env=environ,
+                stdin=subprocess.DEVNULL,
+                stdout=out,
+                stderr=err,
+                pass_fds=(write_fd,),
+                start_new_session=True,
+                close_fds=True,
+            ).result()
+    except BaseException:
+        os.close(read_fd)
+        raise
+    finally:
+        os.close(write_fd)
+    os.set_blocking(read_fd, False)
+    child = Child(proc, read_fd, token, argv)
+    try:
+        if not child._await_start(None if start_timeout is None else time.monotonic() + start_timeout):
+            raise StartTimeout(f"{argv[0]} did not start within {start_timeout:g} s", child)
+    except BaseException:
+        try:
+            child.sweep()
+        except Unkillable:
+            child.abandon()
+        raise
+    if child.error is not None:
+        stage, number, text = child.error
+        child.sweep()
+        if stage in ("chdir", "exec") and number:
+            raise OSError(number, os.strerror(number), str(cwd) if stage == "chdir" else argv[0])
+        raise SupervisorError(f"cannot start {argv[0]}: {stage} failed: {text or os.strerror(number)}")
+    if not child.started:
+        child.sweep()
+        raise SupervisorError(f"cannot start {argv[0]}: the keeper exited before the command started")
+    return child

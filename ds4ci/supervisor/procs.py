@@ -1,0 +1,193 @@
+"""Finding, killing and reaping processes with psutil: tracking tokens, trees, stale runs, listeners."""
+
+from __future__ import annotations
+
+import contextlib
+import ctypes
+import os
+import secrets
+import time
+from collections.abc import Iterable
+from dataclasses import dataclass
+
+import psutil
+
+TOKEN_VARIABLE = "DS4CI_RUN_TOKEN"  # noqa: S105 - a variable name, not a secret
+_TOKEN_PREFIX = "v1"  # noqa: S105
+_PR_SET_CHILD_SUBREAPER = 36
+_CMDLINE_LIMIT = 300
+# Addresses whose listener also accepts connections to 127.0.0.1.
+_COVERS_LOOPBACK = frozenset({"127.0.0.1", "0.0.0.0", "::", "::ffff:127.0.0.1", "::ffff:0.0.0.0"})
+
+
+@dataclass(frozen=True)
+class KilledProcess:
+    """One process a sweep killed: host pid, name, command line (clipped) and why it was a target."""
+
+    pid: int
+    name: str
+    cmdline: str
+    reason: str  # "descendant" | "token" | "stale run"
+
+    def __str__(self) -> str:
+        return f"pid {self.pid} ({self.cmdline or self.name}; {self.reason})"
+
+
+@dataclass(frozen=True)
+class Listeners:
+    """Who listens on a TCP port reachable at 127.0.0.1: host pids, and sockets whose owner is unknown."""
+
+    pids: frozenset[int]
+    unidentified: int
+
+
+def become_subreaper() -> bool:
+    """Make this process a child subreaper (orphans below it are re-parented to it); False if refused."""
+    try:
+        libc = ctypes.CDLL(None, use_errno=True)
+        return int(libc.prctl(_PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0)) == 0
+    except (OSError, AttributeError):
+        return False
+
+
+def _start_stamp(proc: psutil.Process) -> str:
+    return f"{proc.create_time():.2f}"
+
+
+def new_token() -> str:
+    """``v1:<owner pid>:<owner start time>:<random>``: unique per child, and names the ds4ci that owns it."""
+    me = psutil.Process()
+    return f"{_TOKEN_PREFIX}:{me.pid}:{_start_stamp(me)}:{secrets.token_hex(12)}"
+
+
+def _owner_alive(token: str) -> bool:
+    """Is the ds4ci process named in a token still running? Unparseable tokens count as alive (left alone)."""
+    parts = token.split(":")
+    if len(parts) != 4 or parts[0] != _TOKEN_PREFIX or not parts[1].isdigit():
+        return True
+    try:
+        return _start_stamp(psutil.Process(int(parts[1]))) == parts[2]
+    except psutil.NoSuchProcess:
+        return False
+    except psutil.Error:
+        return True
+
+
+def _describe(proc: psutil.Process, reason: str) -> KilledProcess:
+    name, cmdline = "?", ""
+    with contextlib.suppress(psutil.Error):
+        name = proc.name()
+    with contextlib.suppress(psutil.Error):
+        cmdline = " ".join(proc.cmdline())
+    if len(cmdline) > _CMDLINE_LIMIT:
+        cmdline = cmdline[: _CMDLINE_LIMIT - 1] + "…"
+    return KilledProcess(proc.pid, name, cmdline, reason)
+
+
+def _token_of(proc: psutil.Process) -> str | None:
+    try:
+        return proc.environ().get(TOKEN_VARIABLE)
+    except psutil.Error:  # gone, a zombie, or another user's process
+        return None
+
+
+def token_holders(token: str, exclude: Iterable[int] = ()) -> list[psutil.Process]:
+    """Live processes whose environment carries ``DS4CI_RUN_TOKEN=token``."""
+    skip = {os.getpid(), *exclude}
+    return [p for p in psutil.process_iter() if p.pid not in skip and _token_of(p) == token]
+
+
+def stale_holders() -> list[psutil.Process]:
+    """Live processes carrying a token whose ds4ci owner no longer runs (left by a killed ds4ci)."""
+    found = []
+    for proc in psutil.process_iter():
+        token = _token_of(proc)
+        if token is not None and proc.pid != os.getpid() and not _owner_alive(token):
+            found.append(proc)
+    return found
+
+
+def descendants(pid: int) -> list[psutil.Process]:
+    """Every live descendant of ``pid`` (empty when it is gone)."""
+    try:
+        return [p for p in psutil.Process(pid).children(recursive=True) if _running(p)]
+    except psutil.Error:
+        return []
+
+
+def _running(proc: psutil.Process) -> bool:
+    try:
+        return proc.status() != psutil.STATUS_ZOMBIE
+    except psutil.Error:
+        return False
+
+
+def is_descendant(pid: int, ancestor: int) -> bool:
+    try:
+        return any(parent.pid == ancestor for parent in psutil.Process(pid).parents())
+    except psutil.Error:
+        return False
+
+
+def kill_all(targets: Iterable[tuple[psutil.Process, str]], seen: set[int]) -> list[KilledProcess]:
+    """SIGKILL each target (psutil refuses a pid that was reused); describe those not killed before."""
+    killed = []
+    for proc, reason in targets:
+        if proc.pid in seen or not _running(proc):
+            continue
+        record = _describe(proc, reason)
+        try:
+            proc.kill()
+        except psutil.Error:
+            continue
+        seen.add(proc.pid)
+        killed.append(record)
+    return killed
+
+
+def reap_adopted(pids: Iterable[int], wait_s: float = 2.0) -> None:
+    """Reap killed processes that were re-parented to us (we are a subreaper); never anyone else's child."""
+    me = os.getpid()
+    pending = set()
+    for pid in pids:
+        with contextlib.suppress(psutil.Error):
+            if psutil.Process(pid).ppid() == me:
+                pending.add(pid)
+    deadline = time.monotonic() + wait_s
+    while pending:
+        for pid in list(pending):
+            try:
+                done, _ = os.waitpid(pid, os.WNOHANG)
+            except ChildProcessError:
+                done = pid
+            if done == pid:
+                pending.discard(pid)
+        if not pending or time.monotonic() >= deadline:
+            return
+        time.sleep(0.01)
+
+
+def sweep_stale() -> list[KilledProcess]:
+    """Kill and reap what an earlier, killed ds4ci left behind (found by its tracking token)."""
+    seen: set[int] = set()
+    killed = kill_all(((p, "stale run") for p in stale_holders()), seen)
+    with contextlib.suppress(psutil.Error):
+        psutil.wait_procs([psutil.Process(k.pid) for k in killed if psutil.pid_exists(k.pid)], timeout=2.0)
+    reap_adopted(seen)
+    return killed
+
+
+def tcp_listeners(port: int) -> Listeners:
+    """Processes listening on ``port`` at an address that 127.0.0.1 reaches (IPv4 and IPv6 tables)."""
+    pids: set[int] = set()
+    unidentified = 0
+    for conn in psutil.net_connections(kind="tcp"):
+        if conn.status != psutil.CONN_LISTEN or not conn.laddr or conn.laddr.port != port:
+            continue
+        if conn.laddr.ip not in _COVERS_LOOPBACK:
+            continue
+        if conn.pid is None:
+            unidentified += 1
+        else:
+            pids.add(conn.pid)
+    return Listeners(frozenset(pids), unidentified)
