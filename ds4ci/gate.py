@@ -303,10 +303,10 @@ class _Run:
             self.progress(f"{label}: no verdict: {str(exc).splitlines()[0]}")
         finally:
             self._server_timing(env.arm, q, server, t0)
-            if server.proc is not None:
+            if server.child is not None:
                 life.update({
-                    "pid": server.proc.pid if server.proc else None, "port": server.port, "ready_s": _rounded(server.ready_s),
-                    "props": server.props,
+                    "pid": server.child.pid, "port": server.port, "ready_s": _rounded(server.ready_s),
+                    "props": server.props, "containment": server.child.containment, "swept": server.swept,
                     "stop": {
                         "needed_kill": server.needed_kill, "in_flight": server.in_flight,
                         "timeout_s": self.cfg.stop_timeout_s, "exit_code": server.exit_code, "stop_s": _rounded(server.stop_s),
@@ -356,6 +356,7 @@ class _Run:
     def finish(self) -> GateOutcome:
         doc = self.doc
         doc["errors"] = list(doc["reasons"])[:200]  # run-level: verify recomputes the rest from the evidence
+        doc["containment"] = _containment()
         verdict, reasons = self.overall()
         doc["verdict"], doc["reasons"] = verdict, reasons[:200]
         doc["exit_code"] = EXIT_FOR_VERDICT[verdict]
@@ -403,6 +404,13 @@ def _inputs(identities: dict[str, Any]) -> list[dict[str, Any]]:
 
 def _text_or_none(value: Any) -> str | None:
     return value[:4096] if isinstance(value, str) else None
+
+
+def _containment() -> str | None:
+    """Which containment held for every process this run started (None if it started none)."""
+    from ds4ci import supervisor
+
+    return supervisor.default().containment
 
 
 def _rounded(value: float | None) -> float | None:

@@ -1,12 +1,12 @@
 """One inference-server process: free loopback port, own process group, readiness, requests, stop.
 
 Guarantees the gate relies on:
-- the server runs in a new session (its own process group); stopping sends SIGTERM to the whole
-  group, then SIGKILL after ``stop_timeout``, and verifies the group is gone, so helpers the server
-  forked cannot outlive the gate. The direct child also gets SIGKILL if ds4ci itself dies (Linux
-  parent-death signal), covering ``kill -9`` of ds4ci;
-- readiness is only believed when the process listening on the port belongs to that group, so a
-  stranger that grabbed the port can never answer for our server;
+- the server runs under the process supervisor (``ds4ci.supervisor``): in a PID namespace where
+  the kernel allows, else under a subreaper with a sweep by a per-run tracking variable; stopping
+  sends SIGTERM, then SIGKILL after ``stop_timeout``, and everything it started (double-forked
+  ``setsid`` daemons included) is killed and reaped, also when ds4ci itself is SIGKILLed;
+- readiness is only believed when every process listening on the port is the server or one of
+  its descendants, so a stranger that grabbed the port can never answer for our server;
 - stdout and stderr each go to one file, written once and never copied; a request records only
   the byte range each stream grew by while it was in flight (for diagnostics: attribution of
   log lines to requests happens by order once the server has stopped, see ``attribution``);
@@ -16,27 +16,22 @@ Guarantees the gate relies on:
 
 from __future__ import annotations
 
-import contextlib
-import ctypes
 import json
 import os
-import resource
-import signal
 import socket
-import subprocess
 import time
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import requests
 
+from ds4ci import supervisor
 from ds4ci.errors import NoVerdictError
-from ds4ci.fileio import signal_group
+from ds4ci.supervisor import Child
 
 HOST = "127.0.0.1"
-_PR_SET_PDEATHSIG = 1
 _HEALTH_POLL_S = 0.01
 _LOG_TAIL_BYTES = 4000
 
@@ -94,68 +89,6 @@ def server_command(settings: ServerSettings, port: int) -> list[str]:
     ]
 
 
-def _child_setup(log_cap_bytes: int) -> Callable[[], None]:
-    def setup() -> None:  # runs in the child between fork and exec
-        with contextlib.suppress(Exception):
-            ctypes.CDLL(None, use_errno=True).prctl(_PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)
-        with contextlib.suppress(Exception):
-            resource.setrlimit(resource.RLIMIT_FSIZE, (log_cap_bytes, log_cap_bytes))
-
-    return setup
-
-
-def _listening_inodes(port: int) -> set[str]:
-    """Socket inodes listening on the port (IPv4 and IPv6), from /proc/net."""
-    inodes: set[str] = set()
-    wanted = f":{port:04X}"
-    for table in ("/proc/net/tcp", "/proc/net/tcp6"):
-        try:
-            lines = Path(table).read_text(encoding="ascii").splitlines()[1:]
-        except OSError:
-            continue
-        for line in lines:
-            fields = line.split()
-            if len(fields) > 9 and fields[1].endswith(wanted) and fields[3] == "0A":  # 0A = LISTEN
-                inodes.add(fields[9])
-    return inodes
-
-
-def _pids_holding(inodes: set[str]) -> set[int]:
-    targets = {f"socket:[{inode}]" for inode in inodes}
-    pids: set[int] = set()
-    for entry in Path("/proc").iterdir():
-        if not entry.name.isdigit():
-            continue
-        try:
-            for fd in (entry / "fd").iterdir():
-                with contextlib.suppress(OSError):
-                    if str(fd.readlink()) in targets:
-                        pids.add(int(entry.name))
-                        break
-        except OSError:
-            continue
-    return pids
-
-
-def listener_pgids(port: int) -> set[int]:
-    """Process groups of every process listening on the loopback port (Linux /proc)."""
-    pgids: set[int] = set()
-    for pid in _pids_holding(_listening_inodes(port)):
-        with contextlib.suppress(ProcessLookupError):
-            pgids.add(os.getpgid(pid))
-    return pgids
-
-
-def group_alive(pgid: int) -> bool:
-    try:
-        os.killpg(pgid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    return True
-
-
 class Server:
     """A started server. Use ``launch()``; always leave through ``stop()`` (the context manager does)."""
 
@@ -173,7 +106,7 @@ class Server:
         self.progress = progress
         self.label = label
         self.port = 0
-        self.proc: subprocess.Popen[bytes] | None = None
+        self.child: Child | None = None
         self.stderr_path = log_dir / "stderr.log"
         self.stdout_path = log_dir / "stdout.log"
         self.ready_s: float | None = None
@@ -184,6 +117,7 @@ class Server:
         self.in_flight = False
         self.exit_code: int | None = None
         self.stop_s: float | None = None
+        self.swept: list[str] = []  # what was still alive after the server stopped, and was killed
 
     # -- lifecycle -------------------------------------------------------------------------
     def start(self) -> None:
@@ -200,21 +134,17 @@ class Server:
             json.dumps({"argv": command, "port": port}, indent=2) + "\n", encoding="utf-8"
         )
         started = time.monotonic()
-        with self.stderr_path.open("wb") as err, self.stdout_path.open("wb") as out:
-            try:
-                self.proc = subprocess.Popen(
-                    command,
-                    env=self.env,
-                    stdin=subprocess.DEVNULL,
-                    stdout=out,
-                    stderr=err,
-                    start_new_session=True,
-                    preexec_fn=_child_setup(self.settings.log_cap_bytes),  # noqa: PLW1509 - single-threaded here
-                    close_fds=True,
-                )
-            except OSError as exc:
-                raise NoVerdictError(f"cannot start server {command[0]}: {exc.strerror or exc}") from exc
-        self.progress(f"{self.label}: server pid {self.proc.pid} starting on {HOST}:{port}")
+        try:
+            self.child = supervisor.default().spawn(
+                command, env=self.env, stdout=self.stdout_path, stderr=self.stderr_path,
+                start_timeout=self.settings.startup_timeout_s, file_size_limit=self.settings.log_cap_bytes,
+            )
+        except (OSError, supervisor.SupervisorError) as exc:
+            detail = exc.strerror if isinstance(exc, OSError) and exc.strerror else exc
+            raise NoVerdictError(f"cannot start server {command[0]}: {detail}") from exc
+        self.progress(
+            f"{self.label}: server pid {self.child.pid} starting on {HOST}:{port} (containment: {self.child.containment})"
+        )
         self._wait_ready(started)
         self.ready_s = time.monotonic() - started
         self.progress(f"{self.label}: ready in {self.ready_s:.2f} s")
@@ -222,11 +152,11 @@ class Server:
         (self.log_dir / "props.json").write_text(json.dumps(self.props, indent=2) + "\n", encoding="utf-8")
 
     def _wait_ready(self, started: float) -> None:
-        assert self.proc is not None
+        assert self.child is not None
         deadline = started + self.settings.startup_timeout_s
         url = f"http://{HOST}:{self.port}/health"
         while True:
-            code = self.proc.poll()
+            code = self.child.poll()
             if code is not None:
                 raise NoVerdictError(
                     f"{self.label}: server exited with code {code} before it was ready; "
@@ -248,13 +178,16 @@ class Server:
             time.sleep(_HEALTH_POLL_S)
 
     def _check_listener_is_ours(self) -> None:
-        assert self.proc is not None
-        pgids = listener_pgids(self.port)
-        if pgids != {self.proc.pid}:
-            found = ", ".join(str(p) for p in sorted(pgids)) or "none visible"
+        assert self.child is not None
+        listeners = supervisor.tcp_listeners(self.port)
+        strangers = sorted(pid for pid in listeners.pids if not self.child.owns(pid))
+        if strangers or listeners.unidentified or not listeners.pids:
+            found = ", ".join(str(p) for p in strangers) or (
+                f"{listeners.unidentified} unidentified socket(s)" if listeners.unidentified else "none visible"
+            )
             raise NoVerdictError(
                 f"{self.label}: port {self.port} answered /health, but the listening process is not our server "
-                f"(expected process group {self.proc.pid}, found {found}); refusing to talk to a stranger"
+                f"(expected pid {self.child.pid} or its descendants, found {found}); refusing to talk to a stranger"
             )
 
     def _get_props(self) -> dict[str, Any]:
@@ -268,37 +201,24 @@ class Server:
         return body
 
     def stop(self) -> None:
-        """TERM the whole group, KILL it after stop_timeout, and make sure nothing is left."""
+        """SIGTERM, SIGKILL after stop_timeout, then kill and reap everything the server left."""
         self._http.close()
-        proc = self.proc
-        if proc is None:
+        child = self.child
+        if child is None:
             return
-        pgid = proc.pid
         t0 = time.monotonic()
-        if proc.poll() is None or group_alive(pgid):
+        if child.poll() is None:
             self.progress(f"{self.label}: stopping (SIGTERM; the server may take a while to free the GPU)")
-            signal_group(pgid, signal.SIGTERM)
-            if not self._wait_gone(proc, pgid, self.settings.stop_timeout_s):
-                self.needed_kill = True
+        try:
+            self.needed_kill = child.terminate(self.settings.stop_timeout_s)
+            if self.needed_kill:
                 self.progress(f"{self.label}: still running {self.settings.stop_timeout_s:g} s after SIGTERM; SIGKILL")
-                signal_group(pgid, signal.SIGKILL)
-                if not self._wait_gone(proc, pgid, 10.0):
-                    raise NoVerdictError(f"{self.label}: process group {pgid} survived SIGKILL")
-        with contextlib.suppress(subprocess.TimeoutExpired):
-            proc.wait(timeout=1.0)
-        self.exit_code = proc.returncode
+            self.swept = [f"pid {k.pid}: {k.name}" for k in child.sweep()]
+        except supervisor.Unkillable as exc:
+            child.abandon()
+            raise NoVerdictError(f"{self.label}: processes survived SIGKILL: {exc}") from exc
+        self.exit_code = child.returncode
         self.stop_s = time.monotonic() - t0
-
-    @staticmethod
-    def _wait_gone(proc: subprocess.Popen[bytes], pgid: int, timeout: float) -> bool:
-        deadline = time.monotonic() + timeout
-        while time.monotonic() < deadline:
-            proc.poll()  # reap the leader so the group can empty
-            if not group_alive(pgid):
-                return True
-            time.sleep(0.02)
-        proc.poll()
-        return not group_alive(pgid)
 
     # -- requests --------------------------------------------------------------------------
     def _sizes(self) -> tuple[int, int]:
@@ -306,7 +226,7 @@ class Server:
 
     def complete(self, body: dict[str, Any]) -> Exchange:
         """Send one completion request (the exact body given) and wait for its answer."""
-        assert self.proc is not None
+        assert self.child is not None
         before = self._sizes()
         started = time.monotonic()
         self.in_flight = True
@@ -338,11 +258,8 @@ class Server:
 
     def _exit_code_soon(self, grace_s: float = 2.0) -> int | None:
         """The server's exit code if it is exiting (a dropped connection often precedes the exit)."""
-        assert self.proc is not None
-        try:
-            return self.proc.wait(timeout=grace_s)
-        except subprocess.TimeoutExpired:
-            return None
+        assert self.child is not None
+        return self.child.wait(grace_s)
 
     def log_tail(self) -> str:
         """The end of both streams, for messages (stderr first: most diagnostics are there)."""
@@ -364,19 +281,3 @@ def _json_or_none(answer: requests.Response) -> Any:
         return answer.json()
     except ValueError:
         return None
-
-
-@contextlib.contextmanager
-def launch(
-    settings: ServerSettings,
-    env: Mapping[str, str],
-    log_dir: Path,
-    progress: Callable[[str], None],
-    label: str,
-) -> Iterator[Server]:
-    server = Server(settings, env, log_dir, progress, label)
-    try:
-        server.start()
-        yield server
-    finally:
-        server.stop()

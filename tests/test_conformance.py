@@ -349,3 +349,20 @@ def test_outside_actions_a_credential_is_a_warning(tmp_path: Path) -> None:
     run = ws.gate(widths="2", env=env)
     assert run.code == 0, run.stderr
     assert "warning: GH_TOKEN is set" in run.stderr
+
+
+@pytest.mark.parametrize("containment", ["auto", "subreaper"])
+def test_a_setsid_daemon_of_the_server_does_not_outlive_the_gate(tmp_path: Path, containment: str) -> None:
+    """Both containment paths: the daemon leaves the server's process group and session, and is still killed."""
+    from gatekit import processes_mentioning
+
+    ws = Workspace.create(tmp_path)
+    pidfile = tmp_path / "daemon.pid"
+    env = ws.env("setsid-helper", DS4SIM_HELPER_PID_FILE=str(pidfile), DS4CI_CONTAINMENT=containment)
+    run = ws.gate(widths="2", env=env)
+    assert run.code == 0, run.stdout + run.stderr
+    assert run.results is not None
+    expected = "subreaper+sweep" if containment == "subreaper" else run.results["containment"]
+    assert run.results["containment"] == expected and expected in ("pid-namespace", "subreaper+sweep")
+    assert pidfile.exists()  # the daemon really started (its pid is a namespace pid in the namespace path)
+    assert processes_mentioning(str(tmp_path)) == []  # its argv names the workspace: nothing survived

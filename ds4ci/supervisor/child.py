@@ -4,13 +4,14 @@ from __future__ import annotations
 
 import contextlib
 import os
+import resource
 import select
 import signal
 import subprocess
 import sys
 import threading
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from types import TracebackType
@@ -272,6 +273,16 @@ class Child:
                 self.sweep()
 
 
+def _limit_file_size(limit: int | None) -> Callable[[], None] | None:
+    if limit is None:
+        return None
+
+    def apply() -> None:  # runs in the keeper between fork and exec; inherited by the command
+        resource.setrlimit(resource.RLIMIT_FSIZE, (limit, limit))
+
+    return apply
+
+
 def _open_output(target: Output, stack: contextlib.ExitStack) -> IO[bytes] | int | None:
     if isinstance(target, Path):
         return stack.enter_context(target.open("wb"))
@@ -287,6 +298,7 @@ def spawn(
     stdout: Output = None,
     stderr: Output = None,
     start_timeout: float | None = None,
+    file_size_limit: int | None = None,
 ) -> Child:
     """Start ``argv`` through the keeper shim; return once it has exec'd (see ``Supervisor.spawn``)."""
     if not argv:
@@ -309,6 +321,7 @@ def spawn(
                 pass_fds=(write_fd,),
                 start_new_session=True,
                 close_fds=True,
+                preexec_fn=_limit_file_size(file_size_limit),
             ).result()
     except BaseException:
         os.close(read_fd)

@@ -84,8 +84,12 @@ class Supervisor:
         stdout: Output = None,
         stderr: Output = None,
         start_timeout: float | None = None,
+        file_size_limit: int | None = None,
     ) -> Child:
         """Start ``argv`` and return once it has exec'd.
+
+        ``file_size_limit`` (bytes) caps every file the command and its descendants write
+        (RLIMIT_FSIZE): a server flooding its log is stopped by the kernel, not by the disk.
 
         Raises OSError (FileNotFoundError, PermissionError, ...) when ``cwd`` or the executable
         is not usable, StartTimeout if it has not exec'd within ``start_timeout`` (it is killed),
@@ -93,7 +97,8 @@ class Supervisor:
         """
         try:
             child = spawn(
-                argv, _mode(self._requested), env=env, cwd=cwd, stdout=stdout, stderr=stderr, start_timeout=start_timeout
+                argv, _mode(self._requested), env=env, cwd=cwd, stdout=stdout, stderr=stderr, start_timeout=start_timeout,
+                file_size_limit=file_size_limit,
             )
         except StartTimeout as exc:
             self._record(exc.child)
