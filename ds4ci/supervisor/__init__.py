@@ -27,7 +27,7 @@ held so far, the string the gate records in results.json):
     the next ds4ci start kills it (``Supervisor()`` runs ``sweep_stale()``).
 
 In both modes ds4ci makes itself a child subreaper too, and every command's environment carries
-``DS4CI_RUN_TOKEN=v1:<ds4ci pid>:<ds4ci start time>:<random>`` (unique per command), so what
+``DS4CI_RUN_TOKEN=v1:<pid ns>:<ds4ci pid>:<ds4ci start time>:<random>`` (unique per command), so what
 leaves the tree can still be found (psutil reads each process's initial environment). Trust
 limit: this contains accidents and ordinary daemons, not code that sets out to escape (it can
 exec with an empty environment, or, as root, reach the host through /proc or other services);

@@ -167,13 +167,18 @@ class Child:
 
     def owns(self, pid: int) -> bool:
         """Is host ``pid`` the command or one of its descendants (in its namespace), or does it carry our token?"""
-        if pid in (self._proc.pid, self.keeper_pid) or not self.keeper_pid:
+        if pid in self.keepers or not self.keeper_pid:
             return False
         if procs.is_descendant(pid, self.keeper_pid):
             return True
         with contextlib.suppress(psutil.Error):
             return psutil.Process(pid).environ().get(procs.TOKEN_VARIABLE) == self.token
         return False
+
+    @property
+    def keepers(self) -> frozenset[int]:
+        """Host pids of the shim processes (outer and, in a namespace, its init): ours, not the command."""
+        return frozenset(pid for pid in (self._proc.pid, self.keeper_pid) if pid)
 
     # -- stopping --------------------------------------------------------------------------
     def send_signal(self, sig: int) -> None:

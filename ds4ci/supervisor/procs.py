@@ -54,19 +54,32 @@ def _start_stamp(proc: psutil.Process) -> str:
     return f"{proc.create_time():.2f}"
 
 
+def _pid_namespace() -> str:
+    """This process's PID namespace (pids in a token only mean something there)."""
+    try:
+        return str(os.stat("/proc/self/ns/pid").st_ino)  # noqa: PTH116 - one stat, not /proc parsing
+    except OSError:
+        return "unknown"
+
+
 def new_token() -> str:
-    """``v1:<owner pid>:<owner start time>:<random>``: unique per child, and names the ds4ci that owns it."""
+    """``v1:<pid namespace>:<owner pid>:<owner start time>:<random>``, unique per child.
+
+    It names the ds4ci process that owns the child, so a later ds4ci can tell leftovers of a
+    killed run (owner gone) from processes of a run still going.
+    """
     me = psutil.Process()
-    return f"{_TOKEN_PREFIX}:{me.pid}:{_start_stamp(me)}:{secrets.token_hex(12)}"
+    return f"{_TOKEN_PREFIX}:{_pid_namespace()}:{me.pid}:{_start_stamp(me)}:{secrets.token_hex(12)}"
 
 
 def _owner_alive(token: str) -> bool:
-    """Is the ds4ci process named in a token still running? Unparseable tokens count as alive (left alone)."""
+    """Is the ds4ci named in a token still running? When that cannot be told (a token from another
+    PID namespace, whose pids mean other processes here, or one not made by us), assume it is."""
     parts = token.split(":")
-    if len(parts) != 4 or parts[0] != _TOKEN_PREFIX or not parts[1].isdigit():
+    if len(parts) != 5 or parts[0] != _TOKEN_PREFIX or parts[1] != _pid_namespace() or not parts[2].isdigit():
         return True
     try:
-        return _start_stamp(psutil.Process(int(parts[1]))) == parts[2]
+        return _start_stamp(psutil.Process(int(parts[2]))) == parts[3]
     except psutil.NoSuchProcess:
         return False
     except psutil.Error:
@@ -98,11 +111,16 @@ def token_holders(token: str, exclude: Iterable[int] = ()) -> list[psutil.Proces
 
 
 def stale_holders() -> list[psutil.Process]:
-    """Live processes carrying a token whose ds4ci owner no longer runs (left by a killed ds4ci)."""
+    """Live processes carrying a token whose ds4ci owner no longer runs (left by a killed ds4ci).
+
+    Our own token (ds4ci run under another ds4ci) is left alone: it marks our siblings, and the
+    direct children we started without the supervisor, which are not ours to kill or reap.
+    """
+    own = os.environ.get(TOKEN_VARIABLE)
     found = []
     for proc in psutil.process_iter():
         token = _token_of(proc)
-        if token is not None and proc.pid != os.getpid() and not _owner_alive(token):
+        if token is not None and token != own and proc.pid != os.getpid() and not _owner_alive(token):
             found.append(proc)
     return found
 
