@@ -34,7 +34,7 @@ def _sha256(path: Path) -> str:
     return digest.hexdigest()
 
 
-def _load_draft(policy: Policy, args: Args, draft_fails: bool, log: Log) -> str | None:
+def _load_draft(policy: Policy, draft_fails: bool, log: Log) -> str | None:
     """The draft's SHA-256 when it loaded, else None (the reason is logged)."""
     if not policy.spec:
         return None
@@ -72,7 +72,7 @@ def load_settings(args: Args, environ: Mapping[str, str], knobs: Knobs, log: Log
     )
     # The arm (and so the fault scopes) is known from the policy alone.
     draft_fails = knobs.faults.active("draft-load-fails", _arm(policy))
-    draft_sha = _load_draft(policy, args, draft_fails, log)
+    draft_sha = _load_draft(policy, draft_fails, log)
     return SimSettings(
         args=args,
         policy=policy,

@@ -1,16 +1,43 @@
 #!/usr/bin/env python3
-"""A server that is not ds4ci's: an independent, minimal speaker of the protocol in design.md.
+"""A server that is not ds4ci's: an independent, minimal speaker of the DS4 server protocol.
 
 Written separately from ds4ci-sim so the gate is proven against a program we did not design
-together with it. Behaviour knob: FOREIGN_BEHAVIOUR = good | mismatch | crash-on-request.
+together with it. Stdlib only. It speaks the real server's format: the trace (only with the
+trace variable set), the reference-exact banner and the summary with decimal mean_accept and
+gen = n - 1; it accepts the sampler fields (a penalty or a temperature means no speculation),
+closes every connection, refuses --ds4-fused-decode off HIP (exit 2), and on SIGTERM answers
+what is in flight before it exits 0.
+
+FOREIGN_BEHAVIOUR:
+  good                   the format above
+  mismatch               spec arm: token 5 differs
+  crash-on-request       exits 9 on the first completion
+  upstream-lines         prints exactly the upstream gate's example lines, whatever is asked
+  trace-stdout           the trace goes to stdout
+  luce-only              reads LUCE_DS4_* only (DFLASH_DS4_* are ignored)
+  summary-after-response trace, banner and summary are written after the response is sent
+  no-counters            summary without matched=/offered=
+  failure-line           spec arm: also prints FOREIGN_FAILURE_LINE (default "[ds4-spec] verify failed")
+  slow-teardown          after SIGTERM and the last answer, waits FOREIGN_TEARDOWN_S (default 120) s
+  no-draft               spec arm: the draft "does not load"; serves without speculation
 """
 
 import argparse
 import hashlib
 import json
 import os
+import signal
 import sys
+import time
 from http.server import BaseHTTPRequestHandler, HTTPServer
+
+UPSTREAM_TRACE_SPEC = "[ds4-exact-verify-trace] reference_exact=1 speculation=1 n=3 ids=[8 13 21]"
+UPSTREAM_TRACE_TARGET = "[ds4-exact-verify-trace] reference_exact=0 speculation=0 n=3 ids=[8 13 21]"
+UPSTREAM_BANNER = "[ds4-spec] reference-exact verifier: sequential target replay with full rollback snapshots"
+UPSTREAM_SUMMARY = "[ds4-spec] gen=9 steps=4 matched=5 offered=12 mean_accept=1.25/3.00 q_cap=4 full_snap=1"
+FUSED_REFUSAL = "[server] --ds4-fused-decode and --ds4-expert-top-k currently require single-device HIP DeepSeek4"
+
+stopping = False
 
 
 def tokens(prompt: str, count: int) -> list[int]:
@@ -22,21 +49,46 @@ def tokens(prompt: str, count: int) -> list[int]:
     return out
 
 
-def main() -> None:
+def env_flag(name: str, prefix: str) -> bool:
+    value = os.environ.get(prefix + name, "")
+    return value != "" and value != "0"
+
+
+def log(text: str, to_stdout: bool = False) -> None:
+    stream = sys.stdout if to_stdout else sys.stderr
+    stream.write(text + "\n")
+    stream.flush()
+
+
+def on_signal(signum: int, frame: object) -> None:
+    global stopping
+    stopping = True
+
+
+def main() -> int:
     parser = argparse.ArgumentParser()
     parser.add_argument("model")
-    parser.add_argument("--host", required=True)
-    parser.add_argument("--port", type=int, required=True)
-    parser.add_argument("--max-ctx", type=int)
-    parser.add_argument("--chunk", type=int)
-    parser.add_argument("--target-device")
+    parser.add_argument("--host", default="0.0.0.0")  # the real default
+    parser.add_argument("--port", type=int, default=8080)
+    parser.add_argument("--max-ctx", type=int, default=131072)
+    parser.add_argument("--chunk", type=int, default=512)
+    parser.add_argument("--target-device", default="cuda:0")
     parser.add_argument("--ds4-fused-decode", action="store_true")
     parser.add_argument("--ds4-prefill")
     args = parser.parse_args()
-    spec = os.environ.get("DFLASH_DS4_SPEC") == "1"
-    exact = os.environ.get("DFLASH_DS4_SPEC_REFERENCE_EXACT") == "1"
-    q = int(os.environ.get("DFLASH_DS4_SPEC_Q", "1"))
+    if args.ds4_fused_decode and not args.target_device.startswith("hip"):
+        log(FUSED_REFUSAL)
+        return 2
+
     behaviour = os.environ.get("FOREIGN_BEHAVIOUR", "good")
+    prefix = "LUCE_DS4_" if behaviour == "luce-only" else "DFLASH_DS4_"
+    spec_asked = env_flag("SPEC", prefix)
+    exact = env_flag("SPEC_REFERENCE_EXACT", prefix)
+    trace_on = env_flag("EXACT_VERIFY_TRACE", prefix)
+    q = int(os.environ.get(prefix + "SPEC_Q", "4") or "4")
+    spec = spec_asked and behaviour != "no-draft"
+    if spec_asked and not spec:
+        log(f"[deepseek4] DSpark drafter load FAILED: {os.environ.get(prefix + 'DRAFT', '')}: not a draft model")
 
     class Handler(BaseHTTPRequestHandler):
         def log_message(self, *a: object) -> None:
@@ -47,8 +99,11 @@ def main() -> None:
             self.send_response(code)
             self.send_header("Content-Type", "application/json")
             self.send_header("Content-Length", str(len(data)))
+            self.send_header("Connection", "close")
             self.end_headers()
             self.wfile.write(data)
+            self.wfile.flush()
+            self.close_connection = True
 
         def do_GET(self) -> None:
             if self.path == "/health":
@@ -56,30 +111,73 @@ def main() -> None:
             elif self.path == "/props":
                 self.reply(200, {"server": {"name": "foreign", "version": "9.9"}})
             else:
-                self.reply(404, {})
+                self.reply(404, {"error": {"message": "unknown endpoint"}})
+
+        def lines_for(self, body: dict) -> tuple[list[tuple[str, bool]], int]:
+            sampled = (
+                float(body.get("temperature", 0)) > 0
+                or float(body.get("presence_penalty", 0)) != 0
+                or float(body.get("frequency_penalty", 0)) != 0
+                or float(body.get("repetition_penalty", body.get("rep_pen", 1))) > 1
+            )
+            speculating = spec and not sampled
+            n = int(body["max_tokens"])
+            out: list[tuple[str, bool]] = []
+            if behaviour == "upstream-lines":
+                if spec:
+                    out += [(UPSTREAM_TRACE_SPEC, False), (UPSTREAM_BANNER, False), (UPSTREAM_SUMMARY, False)]
+                else:
+                    out.append((UPSTREAM_TRACE_TARGET, False))
+                return out, 3
+            ids = tokens(body["messages"][0]["content"], n)
+            if speculating and behaviour == "mismatch":
+                ids[5] += 1
+            if speculating:
+                gen = n - 1
+                steps = gen // q + 1
+                offered = steps * (q - 1)
+                matched = gen - steps
+                out.append(("[ds4-spec] reference-exact verifier: foreign sequential verify", False))
+                if behaviour == "failure-line":
+                    out.append((os.environ.get("FOREIGN_FAILURE_LINE", "[ds4-spec] verify failed"), False))
+                mean = f"{matched / steps:.2f}/{offered / steps:.2f}"
+                count = "" if behaviour == "no-counters" else f" matched={matched} offered={offered}"
+                out.append((f"[ds4-spec] gen={gen} steps={steps}{count} mean_accept={mean} q_cap={q} full_snap=1", False))
+            if trace_on:
+                flags = f"reference_exact={int(spec_asked and exact)} speculation={int(speculating)}"
+                out.append((f"[ds4-exact-verify-trace] {flags} n={n} ids=[{' '.join(map(str, ids))}]",
+                            behaviour == "trace-stdout"))
+            return out, n
 
         def do_POST(self) -> None:
             body = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
             if behaviour == "crash-on-request":
                 os._exit(9)
-            n = int(body["max_tokens"])
-            ids = tokens(body["messages"][0]["content"], n)
-            if spec and behaviour == "mismatch":
-                ids[5] += 1
-            flags = f"reference_exact={int(spec and exact)} speculation={int(spec)}"
-            print(f"[ds4-exact-verify-trace] {flags} n={n} ids=[{' '.join(map(str, ids))}]", file=sys.stderr)
-            if spec:
-                steps = (n - 1) // q + 1
-                offered = steps * (q - 1)
-                matched = n - 1 - steps
-                print("[ds4-spec] reference-exact verifier: foreign sequential verify", file=sys.stderr)
-                print(f"[ds4-spec] gen={n} steps={steps} matched={matched} offered={offered} "
-                      f"mean_accept={matched}/{offered} q_cap={q} full_snap=1", file=sys.stderr)
-            sys.stderr.flush()
-            self.reply(200, {"choices": [{"message": {"role": "assistant", "content": "x"}}]})
+            lines, n = self.lines_for(body)
+            late = behaviour == "summary-after-response"
+            if not late:
+                for text, to_stdout in lines:
+                    log(text, to_stdout)
+            self.reply(200, {
+                "object": "chat.completion",
+                "choices": [{"index": 0, "message": {"role": "assistant", "content": "x"}, "finish_reason": "length"}],
+                "usage": {"completion_tokens": n},
+            })
+            if late:
+                for text, to_stdout in lines:
+                    log(text, to_stdout)
 
-    HTTPServer((args.host, args.port), Handler).serve_forever()
+    server = HTTPServer((args.host, args.port), Handler)
+    server.timeout = 0.2
+    signal.signal(signal.SIGTERM, on_signal)
+    signal.signal(signal.SIGINT, on_signal)
+    while not stopping:
+        server.handle_request()  # one request at a time; a signal mid-request lets it finish
+    if behaviour == "slow-teardown":
+        time.sleep(float(os.environ.get("FOREIGN_TEARDOWN_S", "120")))
+    server.server_close()
+    return 0
 
 
 if __name__ == "__main__":
-    main()
+    sys.exit(main())
