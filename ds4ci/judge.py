@@ -154,6 +154,12 @@ def lifecycle_issues(attempt: Path, key: str) -> tuple[list[str], list[str]]:
             f"{label}: override file(s) {', '.join(map(str, appeared))} appeared while the server ran; the server reads "
             "them on every request, so the policy it ran under is unknown"
         )
+    swept = life.get("swept") or []
+    if swept:
+        warnings.append(
+            f"{label}: {len(swept)} process(es) the server started were still running after it stopped and were "
+            f"killed: {', '.join(map(str, swept[:5]))}"
+        )
     stop = life.get("stop") or {}
     if stop.get("needed_kill"):
         if stop.get("in_flight") or life.get("error"):
