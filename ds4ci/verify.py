@@ -137,9 +137,9 @@ def _sealed_settings(root: Path, recorded: Mapping[str, Any], problems: list[str
 
 def recompute(root: Path, recorded: Mapping[str, Any], problems: list[str]) -> dict[str, Any] | None:
     """The verdict-bearing part of results.json, recomputed from the raw evidence."""
-    if recorded["runner"]["role"] != "gate":
-        problems.append("only gate runners' bundles can be re-derived (a negative control runs checks only)")
-        return None
+    if recorded["runner"]["role"] != "gate":  # a negative control ran checks only: no server evidence
+        verdict, reasons = judge.overall(list(recorded.get("errors", [])), None, [], recorded["checks"])
+        return {"verdict": verdict, "reasons": reasons[:200], "target_only": recorded["target_only"], "widths": []}
     settings = _sealed_settings(root, recorded, problems)
     if settings is None:
         return None
