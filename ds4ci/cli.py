@@ -236,6 +236,32 @@ def demo(
 
 
 @app.command()
+def selftest(
+    device: Annotated[str, typer.Option(help="Reference server --target-device: cuda:N, hip:N or cpu.")] = "cuda:0",
+    runner: Annotated[str | None, typer.Option(help="Runner name. Default: selftest-<host name>.")] = None,
+    publish_dry_run: Annotated[
+        bool, typer.Option("--publish-dry-run", help="Also show what ds4ci publish would post (nothing is sent).")
+    ] = False,
+    workdir: Annotated[
+        Path | None, typer.Option(help="New or empty directory for models, evidence and results. Default: a temp dir.")
+    ] = None,
+    dtype: Annotated[str, typer.Option(help="Reference server dtype: bfloat16, float16 or float32.")] = "bfloat16",
+    prompts: Annotated[int, typer.Option(help="Prompts per gate run (1-8).")] = 4,
+    max_tokens: Annotated[int, typer.Option(help="Tokens per request.")] = 96,
+    widths: Annotated[str, typer.Option(help="Comma-separated draft widths.")] = "2,3,4",
+) -> None:
+    """Run the real gate twice against the PyTorch reference server (needs torch: ds4ci[selftest]).
+
+    Reference-exact speculation must pass; the approximate verifier leaked into the speculative
+    arm must be caught at a first differing position. Exits 0 only when both happen.
+    """
+    from ds4ci.commands.selftest import run_selftest
+
+    _exit_with(lambda: run_selftest(device=device, runner=runner, publish_dry_run=publish_dry_run, workdir=workdir,
+                                    dtype=dtype, prompts=prompts, max_tokens=max_tokens, widths=widths))
+
+
+@app.command()
 def report(
     results: Annotated[list[Path], typer.Argument(help="One results.json per runner.")],
     format: Annotated[

@@ -1,0 +1,101 @@
+"""The environment the reference server reads once at start.
+
+The DS4 activation and policy variables are read under both prefixes, ``DFLASH_DS4_`` and
+``LUCE_DS4_`` (older and newer builds of the real server): either works; both set to different
+values is refused. The ``DS4REF_`` variables belong to this server alone, so the gate (which strips
+the DS4 families before each arm) passes them through untouched:
+
+- ``DS4REF_DTYPE``: bfloat16 (default), float16 or float32;
+- ``DS4REF_THREADS``: CPU threads for PyTorch (default: PyTorch's own choice);
+- ``DS4REF_LEAK_FUSED_VERIFY=1``: a deliberate fault for the self-test. Speculative requests verify
+  approximately (they keep the batched verification's tokens) while still claiming reference-exact
+  verification in the trace and banner, which only the token comparison can catch.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+from pathlib import Path
+
+PREFIXES = ("DFLASH_DS4_", "LUCE_DS4_")
+DTYPES = {"bfloat16": "bfloat16", "bf16": "bfloat16", "float16": "float16", "fp16": "float16",
+          "float32": "float32", "fp32": "float32"}
+DEFAULT_Q = 2
+MAX_Q = 16
+
+
+class EnvError(ValueError):
+    """The environment holds something the server refuses to start with (exit 1)."""
+
+
+@dataclass(frozen=True)
+class RefEnv:
+    spec: bool
+    draft: Path | None
+    q: int
+    reference_exact: bool
+    trace: bool
+    fused_verify: bool
+    leak_fused_verify: bool
+    dtype: str
+    threads: int | None
+
+    @property
+    def approximate(self) -> bool:
+        """Speculative requests keep the batched verification's tokens (honestly or by the leak fault)."""
+        return self.fused_verify or self.leak_fused_verify or not self.reference_exact
+
+    @property
+    def claims_reference_exact(self) -> bool:
+        """What the trace and banner say: honest, except under the leak fault."""
+        return self.reference_exact and not self.fused_verify
+
+
+def _ds4(env: Mapping[str, str], name: str) -> str | None:
+    values = {f"{p}{name}": env[f"{p}{name}"] for p in PREFIXES if f"{p}{name}" in env}
+    if len(set(values.values())) > 1:
+        shown = " and ".join(f"{k}={v!r}" for k, v in values.items())
+        raise EnvError(f"{shown} disagree; set one value (the server reads either prefix)")
+    return next(iter(values.values()), None)
+
+
+def _flag(value: str | None, name: str) -> bool:
+    if value is None or value == "":
+        return False
+    if value not in ("0", "1"):
+        raise EnvError(f"{name} must be 0 or 1, found {value!r}")
+    return value == "1"
+
+
+def _int(value: str | None, name: str, low: int, high: int, default: int | None) -> int | None:
+    if value is None or value == "":
+        return default
+    try:
+        number = int(value, 10)
+    except ValueError:
+        raise EnvError(f"{name} must be an integer in {low}..{high}, found {value!r}") from None
+    if not low <= number <= high:
+        raise EnvError(f"{name} must be an integer in {low}..{high}, found {number}")
+    return number
+
+
+def read_env(env: Mapping[str, str]) -> RefEnv:
+    spec = _flag(_ds4(env, "SPEC"), "DS4_SPEC")
+    draft_text = _ds4(env, "DRAFT")
+    q = _int(_ds4(env, "SPEC_Q"), "DS4_SPEC_Q", 1, MAX_Q, DEFAULT_Q)
+    assert q is not None
+    dtype_text = env.get("DS4REF_DTYPE", "bfloat16")
+    if dtype_text not in DTYPES:
+        raise EnvError(f"DS4REF_DTYPE must be one of {', '.join(sorted(set(DTYPES.values())))}, found {dtype_text!r}")
+    return RefEnv(
+        spec=spec,
+        draft=Path(draft_text) if draft_text else None,
+        q=q,
+        reference_exact=_flag(_ds4(env, "SPEC_REFERENCE_EXACT"), "DS4_SPEC_REFERENCE_EXACT"),
+        trace=_flag(_ds4(env, "EXACT_VERIFY_TRACE"), "DS4_EXACT_VERIFY_TRACE"),
+        fused_verify=_flag(_ds4(env, "FUSED_VERIFY"), "DS4_FUSED_VERIFY"),
+        leak_fused_verify=_flag(env.get("DS4REF_LEAK_FUSED_VERIFY"), "DS4REF_LEAK_FUSED_VERIFY"),
+        dtype=DTYPES[dtype_text],
+        threads=_int(env.get("DS4REF_THREADS"), "DS4REF_THREADS", 1, 1024, None),
+    )
