@@ -200,6 +200,19 @@ def test_leaving_the_context_stops_and_sweeps(sup: Supervisor, tmp_path: Path, m
     assert not marked(marker), describe(marked(marker))
 
 
+def test_a_keeper_killed_from_outside_still_leaves_nothing(sup: Supervisor, tmp_path: Path, marker: str) -> None:
+    child = sup.spawn(leaky_command(tmp_path, marker, then="sleep 1000"))
+    wait_for(tmp_path / "daemon.up")
+    os.kill(child.keeper_pid, signal.SIGKILL)
+    assert child.wait(60) == -signal.SIGKILL  # the command dies with its keeper (namespace or death signal)
+    killed = child.sweep()
+    if child.containment == FALLBACK:
+        # The orphans left the keeper's tree when it died; the token still finds them.
+        assert any("daemon.py" in k.cmdline and k.reason == "token" for k in killed), killed
+    left = wait_unmarked(marker)
+    assert not left, describe(left)
+
+
 PARENT = """
 import sys, time
 from ds4ci.supervisor import Supervisor
