@@ -22,12 +22,12 @@ def new_marker() -> str:
     return f"ds4ci-test-{uuid.uuid4().hex}"
 
 
-def marked(marker: str) -> list[psutil.Process]:
+def marked(marker: str, exclude: frozenset[int] = frozenset()) -> list[psutil.Process]:
     """Live (non-zombie) processes whose command line or environment contains ``marker``."""
     found = []
     for proc in psutil.process_iter():
         try:
-            if proc.status() == psutil.STATUS_ZOMBIE:
+            if proc.pid in exclude or proc.status() == psutil.STATUS_ZOMBIE:
                 continue
             if any(marker in arg for arg in proc.cmdline()) or any(marker in v for v in proc.environ().values()):
                 found.append(proc)
@@ -58,11 +58,11 @@ def describe(procs: list[psutil.Process]) -> str:
     return "; ".join(lines) or "none"
 
 
-def wait_unmarked(marker: str, within_s: float = 20.0) -> list[psutil.Process]:
+def wait_unmarked(marker: str, within_s: float = 20.0, exclude: frozenset[int] = frozenset()) -> list[psutil.Process]:
     """Wait for every marked process to be gone (the kernel finishing kills); return what is left."""
     deadline = time.monotonic() + within_s
     while True:
-        left = marked(marker)
+        left = marked(marker, exclude)
         if not left or time.monotonic() >= deadline:
             return left
         time.sleep(0.05)

@@ -8,6 +8,7 @@ Tests that need a PID namespace skip, with the kernel's reason, only where it re
 from __future__ import annotations
 
 import contextlib
+import json
 import os
 import shutil
 import signal
@@ -18,6 +19,7 @@ import tempfile
 import time
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import psutil
 import pytest
@@ -105,7 +107,7 @@ def leaky_command(tmp: Path, marker: str, then: str = "exit 0") -> list[str]:
     d_up, h_up = tmp / "daemon.up", tmp / "helper.up"
     script = (
         f"{sys.executable} {daemon} {marker} {d_up}; "
-        f"sh -c 'trap \"\" TERM; echo up > {h_up}; while :; do sleep 1; done' {marker} & "
+        f"sh -c 'trap \"\" TERM; echo up > {h_up}; while :; do sleep 1000; done' {marker} & "
         f"while [ ! -e {d_up} ] || [ ! -e {h_up} ]; do sleep 0.02; done; echo ready; {then}"
     )
     return ["sh", "-c", script, marker]
@@ -200,6 +202,19 @@ def test_leaving_the_context_stops_and_sweeps(sup: Supervisor, tmp_path: Path, m
     assert not marked(marker), describe(marked(marker))
 
 
+def test_a_keeper_killed_from_outside_still_leaves_nothing(sup: Supervisor, tmp_path: Path, marker: str) -> None:
+    child = sup.spawn(leaky_command(tmp_path, marker, then="sleep 1000"))
+    wait_for(tmp_path / "daemon.up")
+    os.kill(child.keeper_pid, signal.SIGKILL)
+    assert child.wait(60) == -signal.SIGKILL  # the command dies with its keeper (namespace or death signal)
+    killed = child.sweep()
+    if child.containment == FALLBACK:
+        # The orphans left the keeper's tree when it died; the token still finds them.
+        assert any("daemon.py" in k.cmdline and k.reason == "token" for k in killed), killed
+    left = wait_unmarked(marker)
+    assert not left, describe(left)
+
+
 PARENT = """
 import sys, time
 from ds4ci.supervisor import Supervisor
@@ -207,21 +222,21 @@ sup = Supervisor(sys.argv[1], sweep_stale=False)
 child = sup.spawn(sys.argv[3:])
 while not __import__("os").path.exists(sys.argv[2]):
     time.sleep(0.02)
-print(child.containment, child.pid, child.token, flush=True)
+print(child.containment, child.pid, child.keeper_pid, child.token, flush=True)
 time.sleep(3600)
 """
 
 
-def start_parent(mode: str, tmp: Path, marker: str) -> tuple[subprocess.Popen[str], str, int, str]:
+def start_parent(mode: str, tmp: Path, marker: str) -> tuple[subprocess.Popen[str], str, tuple[int, int], str]:
     """A Python process that supervises a leaky command; returns it once everything runs."""
     argv = [sys.executable, "-c", PARENT, mode, str(tmp / "helper.up"), *leaky_command(tmp, marker, then="sleep 1000")]
     env = {**os.environ, "PYTHONPATH": str(REPO)}
     parent = subprocess.Popen(argv, env=env, stdout=subprocess.PIPE, text=True)
     assert parent.stdout is not None
     line = parent.stdout.readline().split()
-    assert len(line) == 3, f"parent said {line}"
+    assert len(line) == 4, f"parent said {line}"
     wait_for(tmp / "daemon.up")
-    return parent, line[0], int(line[1]), line[2]
+    return parent, line[0], (int(line[1]), int(line[2])), line[3]
 
 
 def kill_parent(parent: subprocess.Popen[str]) -> None:
@@ -231,7 +246,7 @@ def kill_parent(parent: subprocess.Popen[str]) -> None:
 
 def test_kill_9_of_ds4ci_takes_everything_down_in_the_namespace_path(tmp_path: Path, marker: str) -> None:
     supervisor_or_skip("pid-namespace")
-    parent, held, _, token = start_parent("pid-namespace", tmp_path, marker)
+    parent, held, _pids, token = start_parent("pid-namespace", tmp_path, marker)
     assert held == NAMESPACE
     before = marked(marker)
     assert len(before) >= 4, describe(before)  # command, daemon, helper, their sleeps
@@ -241,25 +256,44 @@ def test_kill_9_of_ds4ci_takes_everything_down_in_the_namespace_path(tmp_path: P
     assert not carrying(TOKEN_VARIABLE, token)
 
 
+def run_isolated(scenario: str, tmp: Path, marker: str, *extra: str) -> dict[str, Any]:
+    """Run a tests/stale_scenarios.py scenario, in a PID namespace of its own where the kernel allows.
+
+    Any ds4ci starting elsewhere on this machine sweeps leftovers of dead owners as well (by
+    design), which would race this test; tokens from another PID namespace it leaves alone.
+    """
+    argv = [sys.executable, str(Path(__file__).with_name("stale_scenarios.py")), scenario, str(tmp), marker, *extra]
+    env = {**os.environ, "PYTHONPATH": str(REPO)}
+    out, err = tmp / f"{scenario}.json", tmp / f"{scenario}.err"
+    if namespace_refusal() is None:
+        result = Supervisor("pid-namespace", sweep_stale=False).run(argv, 300, env=env, stdout=out, stderr=err)
+        code = result.returncode
+    else:
+        with out.open("wb") as fh, err.open("wb") as eh:
+            code = subprocess.run(argv, env=env, stdout=fh, stderr=eh, timeout=300, check=False).returncode
+    assert code == 0, err.read_text()
+    answer: dict[str, Any] = json.loads(out.read_text())
+    return answer
+
+
 def test_kill_9_of_ds4ci_in_the_fallback_path_leaves_only_what_the_next_start_sweeps(tmp_path: Path, marker: str) -> None:
-    parent, held, command_pid, token = start_parent("subreaper", tmp_path, marker)
-    assert held == FALLBACK
-    kill_parent(parent)
+    seen = run_isolated("fallback-kill9", tmp_path, marker, *leaky_command(tmp_path, marker, then="sleep 1000"))
+    assert seen["held"] == FALLBACK
     # What the fallback guarantees at once: the keeper and the command die (death signals).
-    deadline = time.monotonic() + 20
-    while psutil.pid_exists(command_pid) and psutil.Process(command_pid).status() != psutil.STATUS_ZOMBIE:
-        assert time.monotonic() < deadline, "the command outlived ds4ci"
-        time.sleep(0.05)
-    # What it cannot: the double-forked daemon outlives ds4ci ...
-    survivors = marked(marker)
-    assert any("daemon.py" in " ".join(p.cmdline()) for p in survivors), describe(survivors)
-    assert all(p.environ().get(TOKEN_VARIABLE) == token for p in survivors)
-    # ... until the next ds4ci starts: its owner is dead, so its token marks it as stale.
-    killed = sweep_stale()
-    assert {p.pid for p in survivors} <= {k.pid for k in killed}
-    assert {k.reason for k in killed} == {"stale run"}
-    left = wait_unmarked(marker)
-    assert not left, describe(left)
+    assert seen["keeper_dead"] and seen["command_dead"]
+    # What it cannot: the double-forked daemon and the helper outlive ds4ci ...
+    assert any("daemon.py" in cmdline for cmdline in seen["survivors"].values()), seen
+    assert seen["survivor_tokens"] == [seen["token"]]
+    # ... until the next ds4ci starts: their owner is dead, so their token marks them as stale.
+    assert set(seen["survivors"]) <= set(seen["killed"]), seen
+    assert set(seen["killed"].values()) == {"stale run"}
+    assert seen["left"] == []
+
+
+def test_stale_sweep_judges_owners_by_namespace_pid_and_start_time(tmp_path: Path, marker: str) -> None:
+    seen = run_isolated("tokens", tmp_path, marker)
+    assert seen["killed"] == seen["gone"] == ["reused pid"]
+    assert seen["alive"] == ["live owner", "not ours", "other namespace"]
 
 
 def test_stale_sweep_spares_processes_of_a_running_owner(sup: Supervisor, marker: str) -> None:
@@ -273,29 +307,6 @@ def test_stale_sweep_spares_processes_of_a_running_owner(sup: Supervisor, marker
         assert child.poll() is None and all(p.is_running() for p in ours)
     finally:
         child.sweep()
-
-
-def test_stale_sweep_judges_owners_by_namespace_pid_and_start_time(marker: str) -> None:
-    me = psutil.Process()
-    ns = os.stat("/proc/self/ns/pid").st_ino
-    tokens = {
-        "reused pid": f"v1:{ns}:{me.pid}:0.00:aa",  # our pid, another start time: that owner is gone
-        "live owner": f"v1:{ns}:{me.pid}:{me.create_time():.2f}:bb",
-        "other namespace": f"v1:{ns + 1}:{me.pid}:0.00:cc",  # its pids mean other processes here
-        "not ours": "something-else",
-    }
-    for token in tokens.values():  # orphans, as a killed ds4ci leaves them
-        subprocess.run(["sh", "-c", "sleep 1000 >/dev/null 2>&1 &"], env={**os.environ, TOKEN_VARIABLE: token}, check=True)
-    deadline = time.monotonic() + 30
-    while len(found := carrying(MARKER_VARIABLE, marker)) < len(tokens):
-        assert time.monotonic() < deadline, describe(found)
-        time.sleep(0.02)
-    by_token = {p.environ()[TOKEN_VARIABLE]: p for p in found}
-    killed = sweep_stale()
-    assert [k.pid for k in killed if k.pid in {p.pid for p in found}] == [by_token[tokens["reused pid"]].pid]
-    gone, alive = psutil.wait_procs(found, timeout=2)
-    assert [p.pid for p in gone] == [by_token[tokens["reused pid"]].pid]
-    assert len(alive) == 3
 
 
 # --- identity: pids, ownership, token, listeners ---------------------------------------------

@@ -117,8 +117,11 @@ class Child:
         """Read what the keeper reported (waiting up to ``timeout``); at EOF settle the exit status."""
         if self._fd is None:
             return
-        if timeout > 0 and not select.select([self._fd], [], [], timeout)[0]:
-            return
+        if timeout > 0:
+            poller = select.poll()
+            poller.register(self._fd, select.POLLIN)
+            if not poller.poll(timeout * 1000):
+                return
         while self._fd is not None:
             try:
                 chunk = os.read(self._fd, 65536)
@@ -227,15 +230,12 @@ class Child:
             time.sleep(_POLL_S)
         self._pump(0)
         # Descendants that escaped the keeper's tree (the keeper died early) still carry the token.
-        for _ in range(100):
-            holders = procs.token_holders(self.token, exclude=(self._proc.pid,))
-            if not holders:
-                break
-            self.killed.extend(procs.kill_all(((p, "token") for p in holders), self._seen))
-            psutil.wait_procs(holders, timeout=max(0.0, deadline - time.monotonic()))
-            procs.reap_adopted(p.pid for p in holders)
+        while holders := procs.token_holders(self.token, exclude=(self._proc.pid,)):
             if time.monotonic() >= deadline:
                 raise Unkillable(f"{self.argv[0]}: processes with its token survived SIGKILL: {holders}")
+            self.killed.extend(procs.kill_all(((p, "token") for p in holders), self._seen))
+            psutil.wait_procs(holders, timeout=min(0.5, max(0.0, deadline - time.monotonic())))
+            procs.reap_adopted(p.pid for p in holders)
         procs.reap_adopted(self._seen)
         self._close()
         self.swept = True
