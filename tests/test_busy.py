@@ -353,7 +353,9 @@ def test_busy_wait_from_the_config_file_and_still_busy_at_its_end(box: dict[str,
 
 
 def test_ds4cis_own_process_is_not_foreign(box: dict[str, Any]) -> None:
-    fake_nvidia_smi(box["bin"], "$PPID", busy_calls=1000)  # the parent of the probe: ds4ci itself
+    # ds4ci's own host pid, as a real nvidia-smi would report it: the probe may run in a PID namespace
+    # (the supervisor's containment), where $PPID is a namespace pid, so read it from the run token.
+    fake_nvidia_smi(box["bin"], "$(echo \"$DS4CI_RUN_TOKEN\" | cut -d: -f3)", busy_calls=1000)
     proc = preflight(box, "--config", str(box["config"]))
     assert proc.returncode == 0, proc.stdout + proc.stderr
     assert "busy" not in json.loads(proc.stdout)
