@@ -18,6 +18,7 @@ from pathlib import Path
 from typing import Any
 
 from ds4ci.errors import UsageError
+from ds4ci.policy import ENV_PREFIXES
 
 if sys.version_info >= (3, 11):
     import tomllib
@@ -25,7 +26,6 @@ else:  # pragma: no cover - exercised on 3.10 only
     import tomli as tomllib  # type: ignore[import-not-found, unused-ignore]
 
 DEFAULT_STALE_OVERRIDE_FILES = ("/tmp/ds4_spec_q", "/tmp/ds4_awidth")  # noqa: S108 - the server reads these
-ENV_PREFIXES = ("DFLASH_", "LUCE_")  # builds read DFLASH_DS4_* (older) or LUCE_DS4_* (newer), no fallback
 # Arguments that depend on the device kind: --ds4-fused-decode exists only for single-device HIP
 # DeepSeek4; a CUDA server refuses it and exits 2 before listening.
 HIP_DEVICE_ARGS = ("--ds4-fused-decode", "--ds4-prefill", "exact")
@@ -96,6 +96,10 @@ class GateConfig:
     config_file: Path | None = None
     bundle_out: Path | None = None
 
+    @property
+    def log_cap_bytes(self) -> int:
+        return self.log_cap_mib << 20
+
     def server_args_all(self) -> tuple[str, ...]:
         """Every argument after the ones ds4ci owns: the device defaults (or their replacement), then extras."""
         return (*self.device_args, *self.server_args)
@@ -158,7 +162,7 @@ def _path(value: Any, where: str, base: Path | None) -> Path:
     return path
 
 
-def _sha(value: Any, where: str) -> str | None:
+def parse_sha256(value: Any, where: str) -> str | None:
     if value is None:
         return None
     if not isinstance(value, str) or not _HEX64.match(value.strip().lower()):
@@ -255,7 +259,7 @@ def _prompts(
                 f"and {len(shas)} SHA-256 value(s)"
             )
         return tuple(
-            PinnedFile(f"prompt{i}", _path(f, f"--prompt-file #{i + 1}", None), _sha(s, f"--prompt-sha256 #{i + 1}"))
+            PinnedFile(f"prompt{i}", _path(f, f"--prompt-file #{i + 1}", None), parse_sha256(s, f"--prompt-sha256 #{i + 1}"))
             for i, (f, s) in enumerate(zip(files, shas, strict=True))
         )
     if file_section is None:
@@ -268,7 +272,8 @@ def _prompts(
         if not isinstance(item, dict):
             raise UsageError(f"{where}: expected a table with keys file and sha256, found {item!r}")
         _unknown(item, {"file", "sha256"}, where)
-        out.append(PinnedFile(f"prompt{i}", _path(item.get("file"), f"{where}.file", base), _sha(item.get("sha256"), where)))
+        path = _path(item.get("file"), f"{where}.file", base)
+        out.append(PinnedFile(f"prompt{i}", path, parse_sha256(item.get("sha256"), where)))
     return tuple(out)
 
 
@@ -356,7 +361,7 @@ def load(config_file: Path | None, overrides: Mapping[str, Any]) -> GateConfig:
 
     def pinned(key: str, required_sha: bool, sha_key: str) -> PinnedFile:
         path = path_of(key, needs_models)
-        sha = _sha(_pick(overrides, file_gate, sha_key), sha_key)
+        sha = parse_sha256(_pick(overrides, file_gate, sha_key), sha_key)
         if needs_models and required_sha and sha is None:
             raise UsageError(f"missing --{key}-sha256: the {key} file must be pinned by SHA-256")
         return PinnedFile(key, path if path is not None else Path(), sha)

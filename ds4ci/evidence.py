@@ -20,7 +20,6 @@ import os
 import secrets
 import stat
 import time
-from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -40,13 +39,6 @@ _RENAME_NOREPLACE = 1
 def write_json(path: Path, doc: Any) -> None:
     path.parent.mkdir(parents=True, exist_ok=True)
     path.write_text(json.dumps(doc, indent=2, sort_keys=True, allow_nan=False) + "\n", encoding="utf-8")
-
-
-def write_lines(path: Path, lines: Iterable[str]) -> None:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    with path.open("w", encoding="utf-8") as fh:
-        for line in lines:
-            fh.write(line + "\n")
 
 
 def rename_noreplace(src: Path, dst: Path) -> None:

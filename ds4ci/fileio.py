@@ -1,8 +1,7 @@
-"""Small file and process helpers shared by several modules."""
+"""Small file helpers shared by several modules."""
 
 from __future__ import annotations
 
-import contextlib
 import os
 import tempfile
 from pathlib import Path
@@ -21,9 +20,3 @@ def write_text_atomic(path: Path, text: str) -> None:
     except BaseException:
         Path(tmp).unlink(missing_ok=True)
         raise
-
-
-def signal_group(pgid: int, sig: int) -> None:
-    """Send ``sig`` to a whole process group; a group that is already gone is fine."""
-    with contextlib.suppress(ProcessLookupError, PermissionError):
-        os.killpg(pgid, sig)

@@ -233,7 +233,7 @@ class _Run:
             startup_timeout_s=cfg.startup_timeout_s,
             request_timeout_s=cfg.request_timeout_s,
             stop_timeout_s=cfg.stop_timeout_s,
-            log_cap_bytes=cfg.log_cap_mib << 20,
+            log_cap_bytes=cfg.log_cap_bytes,
         )
 
     def arm_environments(self) -> tuple[policy.ArmEnvironment, dict[int, policy.ArmEnvironment]]:
@@ -306,14 +306,14 @@ class _Run:
             if server.child is not None:
                 life.update({
                     "pid": server.child.pid, "port": server.port, "ready_s": _rounded(server.ready_s),
-                    "props": server.props, "containment": server.child.containment, "swept": server.swept,
+                    "containment": server.child.containment, "swept": server.swept,
                     "stop": {
                         "needed_kill": server.needed_kill, "in_flight": server.in_flight,
                         "timeout_s": self.cfg.stop_timeout_s, "exit_code": server.exit_code, "stop_s": _rounded(server.stop_s),
                     },
-                    "log_cap_bytes": self.cfg.log_cap_mib << 20,
+                    "log_cap_bytes": self.cfg.log_cap_bytes,
                     "log_flood": {
-                        stream: _size(server_dir / f"{stream}.log") >= self.cfg.log_cap_mib << 20 for stream in judge.STREAMS
+                        stream: _size(server_dir / f"{stream}.log") >= self.cfg.log_cap_bytes for stream in judge.STREAMS
                     },
                 })
             life["overrides_after"] = present_overrides(self.cfg)

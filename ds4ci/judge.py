@@ -88,18 +88,32 @@ def read_json(path: Path) -> Any:
         raise EvidenceError(f"{path} cannot be read as JSON: {exc}") from exc
 
 
-def _lifecycle(attempt: Path, key: str) -> dict[str, Any]:
+def _is_entry(entry: Any) -> bool:
+    return (
+        isinstance(entry, dict) and isinstance(entry.get("prompt_index"), int) and isinstance(entry.get("repeat"), int)
+        and isinstance(entry.get("request"), str)
+    )
+
+
+def load_lifecycle(attempt: Path, key: str) -> dict[str, Any]:
+    """A server's lifecycle record, with the shape judging relies on checked (fail closed)."""
+    where = f"{SERVERS}/{key}/{LIFECYCLE}"
     doc = read_json(attempt / SERVERS / key / LIFECYCLE)
     if not isinstance(doc, dict) or not isinstance(doc.get("requests"), list):
-        raise EvidenceError(f"{SERVERS}/{key}/{LIFECYCLE} is not a lifecycle record (no requests list)")
+        raise EvidenceError(f"{where} is not a lifecycle record (no requests list)")
+    if not all(_is_entry(e) for e in doc["requests"]):
+        raise EvidenceError(f"{where}: every request needs an integer prompt_index and repeat and a request path")
+    for field in ("stop", "log_flood"):
+        if not isinstance(doc.get(field, {}), dict):
+            raise EvidenceError(f"{where}: {field} must be an object")
     return doc
 
 
 def _check_body(attempt: Path, entry: Mapping[str, Any], settings: Settings, where: str) -> list[str]:
     """The recorded request body must be exactly the one the settings prescribe."""
-    body = read_json(attempt / str(entry.get("request", "")))
-    index = entry.get("prompt_index")
-    if not isinstance(index, int) or not 0 <= index < len(settings.prompt_sha256s):
+    body = read_json(attempt / entry["request"])
+    index = entry["prompt_index"]
+    if not 0 <= index < len(settings.prompt_sha256s):
         return [f"{where}: recorded prompt index {index!r} is not one of the {len(settings.prompt_sha256s)} prompts"]
     try:
         prompt = body["messages"][0]["content"]
@@ -112,11 +126,12 @@ def _check_body(attempt: Path, entry: Mapping[str, Any], settings: Settings, whe
     return []
 
 
-def observe(attempt: Path, key: str, speculative: bool, settings: Settings) -> tuple[list[Observed], ServerLog, list[str]]:
+def observe(
+    attempt: Path, key: str, life: Mapping[str, Any], speculative: bool, settings: Settings
+) -> tuple[list[Observed], ServerLog, list[str]]:
     """One stopped server's requests with their attributed records, and request-body problems."""
-    life = _lifecycle(attempt, key)
     entries = life["requests"]
-    answered = [e for e in entries if isinstance(e, dict) and e.get("answered") is True]
+    answered = [e for e in entries if e.get("answered") is True]
     limit = RECORDS_PER_REQUEST * len(entries) + RECORDS_SLACK
     scans = []
     for stream in STREAMS:
@@ -130,15 +145,14 @@ def observe(attempt: Path, key: str, speculative: bool, settings: Settings) -> t
     for entry, request_log in zip(entries, log.requests, strict=True):
         where = f"{key} request {entry.get('index')}"
         problems += _check_body(attempt, entry, settings, where)
-        observed.append(Observed(int(entry["prompt_index"]), int(entry["repeat"]), request_log, attributed=not log.problems))
+        observed.append(Observed(entry["prompt_index"], entry["repeat"], request_log, attributed=not log.problems))
     if len(answered) != len(entries):
         problems.append(f"{len(entries) - len(answered)} of {len(entries)} request(s) were not answered")
     return observed, log, problems
 
 
-def lifecycle_issues(attempt: Path, key: str) -> tuple[list[str], list[str]]:
+def lifecycle_issues(key: str, life: Mapping[str, Any]) -> tuple[list[str], list[str]]:
     """(errors, warnings) from how the server lived and stopped; an error means no verdict."""
-    life = _lifecycle(attempt, key)
     label = server_label(life.get("q") if key != TARGET_KEY else None)
     errors: list[str] = []
     warnings: list[str] = []
@@ -181,11 +195,12 @@ class TargetJudgement:
 
 
 def judge_target(attempt: Path, settings: Settings) -> TargetJudgement:
-    errors, warnings = lifecycle_issues(attempt, TARGET_KEY)
+    life = load_lifecycle(attempt, TARGET_KEY)
+    errors, warnings = lifecycle_issues(TARGET_KEY, life)
     if errors:
         reference = TargetReference({}, ERROR, errors, False)
     else:
-        observed, log, problems = observe(attempt, TARGET_KEY, False, settings)
+        observed, log, problems = observe(attempt, TARGET_KEY, life, False, settings)
         reference = judge_target_only(observed, len(settings.prompt_sha256s), [*log.problems, *problems])
     doc = {
         "verdict": reference.verdict,
@@ -207,16 +222,16 @@ def judge_target(attempt: Path, settings: Settings) -> TargetJudgement:
 def judge_width(attempt: Path, q: int, settings: Settings, reference: TargetReference) -> tuple[dict[str, Any], list[str]]:
     """One width's results entry and its warnings."""
     key = server_key(q)
-    life = _lifecycle(attempt, key)
+    life = load_lifecycle(attempt, key)
     width: dict[str, Any] = {
         "q": q, "verdict": ERROR, "reasons": [], "prompts": [],
         "server_log": f"{SERVERS}/{key}/stderr.log", "server_start_s": life.get("ready_s"),
     }
-    errors, warnings = lifecycle_issues(attempt, key)
+    errors, warnings = lifecycle_issues(key, life)
     if errors:
         width["reasons"] = errors
         return width, warnings
-    observed, log, problems = observe(attempt, key, True, settings)
+    observed, log, problems = observe(attempt, key, life, True, settings)
     for index, sha in enumerate(settings.prompt_sha256s):
         cell = judge_width_prompt(q, index, sha, observed, reference, log.banners > 0, [*log.problems, *problems])
         width["prompts"].append(cell)

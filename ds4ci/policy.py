@@ -15,6 +15,7 @@ from typing import Any
 TARGET_ONLY = "target-only"
 REFERENCE_EXACT = "reference-exact"
 
+ENV_PREFIXES = ("DFLASH_", "LUCE_")  # builds read DFLASH_DS4_* (older) or LUCE_DS4_* (newer), no fallback
 POLICY_PREFIXES = (
     "DFLASH_DS4_", "DFLASH_EXPERT_", "DFLASH_MOE_",
     "LUCE_DS4_", "LUCE_EXPERT_", "LUCE_MOE_",
@@ -73,7 +74,7 @@ def activation(prefixes: Sequence[str], draft: str, q: int) -> dict[str, str]:
 
 
 def is_activation(name: str) -> bool:
-    return any(name == f"{prefix}{suffix}" for prefix in ("DFLASH_", "LUCE_") for suffix in ACTIVATION_SUFFIXES)
+    return any(name == f"{prefix}{suffix}" for prefix in ENV_PREFIXES for suffix in ACTIVATION_SUFFIXES)
 
 
 def _sanitised(inherited: Mapping[str, str]) -> dict[str, str]:

@@ -37,6 +37,8 @@ FAILURE_MESSAGES = (
     "restore after verify failure failed",
     "no CPU snapshot backend",
 )
+# The real server's refusal of the HIP-only options on any other device (it then exits 2 before listening).
+HIP_ONLY_REFUSAL = "[server] --ds4-fused-decode and --ds4-expert-top-k currently require single-device HIP DeepSeek4"
 SUMMARY_INTEGERS = ("gen", "steps", "matched", "offered", "q_cap", "full_snap")
 NO_COUNTERS = (
     "this server build prints no matched/offered counters: it predates reference-exact verification, "
@@ -259,9 +261,7 @@ def scan_log(path: Path, stream: str, max_records: int) -> LogScan:
     """Every trusted record of one log stream, in order (at most max_records kept)."""
     records: list[LogRecord] = []
     dropped = 0
-    size = 0
     for offset, raw, truncated in _lines(path):
-        size = offset + len(raw)
         if not raw.startswith(b"["):  # cheap filter: every trusted line starts with a tag
             continue
         record = classify(raw.decode("utf-8", errors="replace"), stream, offset, truncated)
@@ -271,7 +271,7 @@ def scan_log(path: Path, stream: str, max_records: int) -> LogScan:
             dropped += 1
             continue
         records.append(record)
-    return LogScan(stream, path.stat().st_size if path.exists() else size, tuple(records), dropped)
+    return LogScan(stream, path.stat().st_size, tuple(records), dropped)
 
 
 def first_mismatch(target: Sequence[int], spec: Sequence[int], context: int = 4) -> Mismatch | None:

@@ -12,7 +12,7 @@ from ds4ci.errors import EXIT_ERROR, EXIT_FAIL, EXIT_PASS, UsageError
 
 def expectations(config_file: Path) -> dict[str, Any]:
     """What a trusted config demands of a bundle (only keys it sets; nothing is checked for files)."""
-    from ds4ci.config import parse_widths, read_toml
+    from ds4ci.config import parse_sha256, parse_widths, read_toml
 
     gate = read_toml(config_file).get("gate", {})
     if not isinstance(gate, dict):
@@ -20,11 +20,14 @@ def expectations(config_file: Path) -> dict[str, Any]:
     out: dict[str, Any] = {k: gate[k] for k in ("max_tokens", "seed", "repeats") if k in gate}
     out["widths"] = list(parse_widths(gate.get("widths", [2, 3, 4])))
     for role, key in (("target", "target_sha256"), ("draft", "draft_sha256"), ("server_bin", "server_sha256")):
-        if isinstance(gate.get(key), str):
-            out[f"{role}_sha256"] = gate[key].strip().lower()
+        if key in gate:
+            out[f"{role}_sha256"] = parse_sha256(gate[key], f"{config_file}: gate.{key}")
     prompts = gate.get("prompts")
-    if isinstance(prompts, list):
-        out["prompt_sha256s"] = [str(p.get("sha256", "")).strip().lower() for p in prompts if isinstance(p, dict)]
+    if prompts is not None:
+        if not isinstance(prompts, list) or not all(isinstance(p, dict) for p in prompts):
+            raise UsageError(f"{config_file}: gate.prompts must be an array of tables with a sha256 each")
+        out["prompt_sha256s"] = [parse_sha256(p.get("sha256"), f"{config_file}: gate.prompts[{i}].sha256")
+                                 for i, p in enumerate(prompts)]
     return out
 
 

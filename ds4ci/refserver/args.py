@@ -16,9 +16,10 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from ds4ci import __version__
+from ds4ci.protocol import HIP_ONLY_REFUSAL
 
 EXIT_USAGE = 2
-HIP_ONLY_MESSAGE = "[server] --ds4-fused-decode and --ds4-expert-top-k currently require single-device HIP DeepSeek4"
+HIP_ONLY_MESSAGE = HIP_ONLY_REFUSAL
 PREFILL_MODES = ("exact", "dense", "sparse")
 _DEVICE = re.compile(r"^(?:(cuda|hip):([0-9]+)|cpu(?::[0-9]+)?)$")
 

@@ -18,6 +18,7 @@ from pathlib import Path
 
 from ds4ci import __version__
 from ds4ci.errors import UsageError
+from ds4ci.protocol import HIP_ONLY_REFUSAL
 from ds4ci.simulator.card import ModelCard
 from ds4ci.simulator.faults import FAULTS, Arm, FaultSet, parse_faults
 
@@ -28,9 +29,7 @@ MAX_Q = TOY_BLOCK + 1
 FAST_PATH_MAX_Q = 4  # without full snapshots the real decoder caps the width at 4
 DEFAULT_TEARDOWN_S = 0.2
 SLOW_TEARDOWN_S = 120.0
-FUSED_DECODE_REFUSAL = (
-    "[server] --ds4-fused-decode and --ds4-expert-top-k currently require single-device HIP DeepSeek4"
-)
+FUSED_DECODE_REFUSAL = HIP_ONLY_REFUSAL
 _DEVICE = re.compile(r"^(hip|cuda|cpu):[0-9]+$")
 _ATOI = re.compile(r"^\s*([+-]?[0-9]+)")
 
