@@ -279,7 +279,13 @@ def report(
 
 @app.command()
 def publish(
-    results: Annotated[list[Path] | None, typer.Argument(help="One results.json per runner.")] = None,
+    results: Annotated[
+        list[Path] | None,
+        typer.Argument(
+            help="One evidence bundle per runner (promoted attempt directory or the gate's --bundle-out .tar.gz), "
+            "or a results.json whose bundle is at its recorded evidence location. Every bundle is verified first."
+        ),
+    ] = None,
     repo: Annotated[str | None, typer.Option(help="OWNER/NAME of the repository.")] = None,
     pr: Annotated[int | None, typer.Option(help="Pull request number: sticky comment + statuses on its head.")] = None,
     sha: Annotated[str | None, typer.Option(help="Full 40-hex commit SHA to set statuses on.")] = None,
@@ -300,10 +306,18 @@ def publish(
         Path | None,
         typer.Option(help="Where the job summary goes. Default: $GITHUB_STEP_SUMMARY when set."),
     ] = None,
+    unverified: Annotated[
+        bool,
+        typer.Option(
+            "--unverified", help="Accept a results.json without its bundle: comment labelled unverified, never a status."
+        ),
+    ] = False,
 ) -> None:
     """Post the sticky PR comment and one commit status per runner (context ds4ci/<runner>).
 
-    Only a passing, valid result for exactly the commit being set can ever become a green status.
+    Statuses rest on `ds4ci verify`'s recomputation from each evidence bundle, never on results.json
+    alone: a bundle that does not verify is published as error. Only a passing, verified result for
+    exactly the commit being set can ever become a green status.
     """
     from ds4ci.commands.publish import run_publish
 
@@ -323,6 +337,7 @@ def publish(
             runner=runner,
             template_dir=template_dir,
             summary_file=summary_file,
+            unverified=unverified,
         )
     )
 

@@ -94,24 +94,31 @@ def results_digest(doc: Results) -> str:
     return hashlib.sha256(canonical.encode("ascii")).hexdigest()
 
 
+def check_inputs(paths: Sequence[Path]) -> None:
+    """One input per runner, at least one, at most as many as fit one comment."""
+    if not paths:
+        raise UsageError("no results given: pass one results.json or evidence bundle per runner")
+    if len(paths) > MAX_RUNNERS:
+        raise UsageError(f"{len(paths)} results given; at most {MAX_RUNNERS} runners fit one comment")
+
+
+def unique_runners(docs: list[Results]) -> list[Results]:
+    """The documents, refused when two name the same runner."""
+    seen: set[str] = set()
+    for doc in docs:
+        name = doc["runner"]["name"]
+        if name in seen:
+            raise UsageError(f"runner {name!r} appears twice: expected one result per runner")
+        seen.add(name)
+    return docs
+
+
 def load_all(paths: Sequence[Path]) -> list[Results]:
     """Strictly load every results file; runner names must be unique across them."""
     from ds4ci.results import load
 
-    if not paths:
-        raise UsageError("no results files given: pass one results.json per runner")
-    if len(paths) > MAX_RUNNERS:
-        raise UsageError(f"{len(paths)} results files given; at most {MAX_RUNNERS} runners fit one comment")
-    docs = [load(p) for p in paths]
-    seen: dict[str, Path] = {}
-    for path, doc in zip(paths, docs, strict=True):
-        name = doc["runner"]["name"]
-        if name in seen:
-            raise UsageError(
-                f"runner {name!r} appears in both {seen[name]} and {path}: expected one results file per runner"
-            )
-        seen[name] = path
-    return docs
+    check_inputs(paths)
+    return unique_runners([load(p) for p in paths])
 
 
 def head_sha(doc: Results) -> str | None:

@@ -117,13 +117,16 @@ def _stand_ins(tmp: Path, remote: Path, store: Path) -> dict[str, Path]:
                 MISSING: ${{{{ inputs.if-no-files-found }}}}
               run: |
                 set -euo pipefail
-                if [[ ! -e "$SRC" ]]; then
-                  echo "no files at $SRC"
-                  [[ "$MISSING" != error ]]
-                  exit $?
-                fi
+                # path may list several files or directories, one per line, as the real action allows.
+                found=0
                 mkdir -p "{store}/$NAME"
-                if [[ -d "$SRC" ]]; then cp -a "$SRC/." "{store}/$NAME/"; else cp -a "$SRC" "{store}/$NAME/"; fi
+                while IFS= read -r src; do
+                  [[ -n "$src" ]] || continue
+                  if [[ ! -e "$src" ]]; then echo "no files at $src"; continue; fi
+                  found=1
+                  if [[ -d "$src" ]]; then cp -a "$src/." "{store}/$NAME/"; else cp -a "$src" "{store}/$NAME/"; fi
+                done <<< "$SRC"
+                if (( ! found )); then [[ "$MISSING" != error ]]; fi
         """)
     download = _stand_in(tmp / "download", f"""\
         name: download-artifact stand-in (copies from the shared directory)

@@ -23,7 +23,10 @@ from typing import Any
 import pytest
 import requests
 
+from ds4ci import results
+from ds4ci.commands.publish import publish_documents
 from ds4ci.github import Client, connect
+from ds4ci.verified import Published
 
 
 def request_violations(log: Path) -> list[str]:
@@ -192,28 +195,29 @@ def test_prism_catches_a_bad_request(prism: tuple[str, dict[str, Any], Path]) ->
     assert len(request_violations(prism[2])) == before + 1
 
 
-def test_publish_cli_statuses_match_the_contract(prism: tuple[str, dict[str, Any], Path], tmp_path: Path) -> None:
+def test_publish_statuses_match_the_contract(
+    prism: tuple[str, dict[str, Any], Path], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Statuses and comments as publish sends them (documents past the trust step: they have no bundle)."""
     base, spec, log = prism
     before = request_violations(log)
     head = _example_head(spec)
-    results = []
+    docs = []
     for name in ("pass", "fail", "negative-control"):
         doc = json.loads((DATA / f"{name}.json").read_text())
         doc["revisions"]["head"]["sha"] = head
-        path = tmp_path / f"{name}.json"
-        path.write_text(json.dumps(doc))
-        results.append(str(path))
+        docs.append(Published(results.validate(doc), may_set_status=True))
+    monkeypatch.setenv("GITHUB_TOKEN", "ghp_contract_test_token_0123456789abcdef")
+    monkeypatch.setenv("DS4CI_GITHUB_THROTTLE", "0")
+    monkeypatch.delenv("GITHUB_STEP_SUMMARY", raising=False)
+    for extra in ({"pr": 1347, "no_comment": True}, {"sha": head}):
+        for group in ([docs[0], docs[2]], [docs[1]]):
+            args: dict[str, Any] = {"repo": "octocat/hello-world", "api_url": base,
+                                    "target_url": "https://github.com/o/r/actions/runs/1", "pr": None, "sha": None}
+            args.update(extra)
+            assert publish_documents(group, **args) == 0
     env = dict(os.environ, GITHUB_TOKEN="ghp_contract_test_token_0123456789abcdef", DS4CI_GITHUB_THROTTLE="0")
     env.pop("GITHUB_STEP_SUMMARY", None)
-    for extra in (["--pr", "1347", "--no-comment"], ["--sha", head]):
-        for group in ([results[0], results[2]], [results[1]]):
-            proc = subprocess.run(
-                [sys.executable, "-c", "from ds4ci.cli import main; main()", "publish", *group,
-                 "--repo", "octocat/hello-world", "--api-url", base, "--target-url",
-                 "https://github.com/o/r/actions/runs/1", *extra],
-                capture_output=True, text=True, env=env, check=False,
-            )
-            assert proc.returncode == 0, proc.stderr
     proc = subprocess.run(
         [sys.executable, "-c", "from ds4ci.cli import main; main()", "publish", "--pending", "--runner", "gfx1151",
          "--sha", head, "--repo", "octocat/hello-world", "--api-url", base],

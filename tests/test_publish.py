@@ -15,8 +15,10 @@ import pytest
 from fakegithub import APP_TOKEN, BOT_LOGIN, READ_TOKEN, WRITE_TOKEN, FakeGitHub
 
 from ds4ci import report
-from ds4ci.commands.publish import run_publish
+from ds4ci.commands.publish import publish_documents, run_publish
 from ds4ci.errors import PublishError, UsageError
+from ds4ci.results import load as load_results
+from ds4ci.verified import Published
 
 DATA = Path(__file__).parent / "data" / "results"
 PASS = DATA / "pass.json"
@@ -43,9 +45,16 @@ def fake(monkeypatch: pytest.MonkeyPatch) -> Iterator[FakeGitHub]:
 
 
 def publish(fake: FakeGitHub, *results: Path, **kw: Any) -> int:
+    """Publishing mechanics on documents the trust step accepted.
+
+    These hand-built documents have no evidence bundle, so they enter after ``verified.load``
+    (which tests/test_publish_bundles.py exercises on real bundles from real gate runs).
+    """
     args: dict[str, Any] = {"repo": "acme/engine", "pr": 42, "api_url": fake.url, "target_url": RUN_URL}
     args.update(kw)
-    return run_publish(list(results), **args)
+    if args.pop("pending", False):
+        return run_publish(list(results), pending=True, **args)
+    return publish_documents([Published(load_results(p), may_set_status=True) for p in results], **args)
 
 
 def ours(fake: FakeGitHub) -> list[dict[str, Any]]:
@@ -180,7 +189,7 @@ def test_concurrent_processes_leave_one_comment(fake: FakeGitHub) -> None:
     procs = [
         subprocess.Popen(
             [sys.executable, "-c", "from ds4ci.cli import main; main()", "publish", str(p), "--repo", "acme/engine",
-             "--pr", "42", "--api-url", fake.url],
+             "--pr", "42", "--api-url", fake.url, "--unverified"],  # the comment race: no bundles needed
             env=dict(os.environ, GITHUB_TOKEN=WRITE_TOKEN, DS4CI_GITHUB_THROTTLE="0"),
             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
         )
@@ -235,7 +244,7 @@ def test_validation_error_422_is_a_publish_error(fake: FakeGitHub) -> None:
 
 def test_read_only_token_message_summary_and_exit_code(fake: FakeGitHub, tmp_path: Path) -> None:
     summary = tmp_path / "summary.md"
-    result = cli(fake, str(PASS), "--pr", "42", "--summary-file", str(summary), token=READ_TOKEN)
+    result = cli(fake, str(PASS), "--pr", "42", "--unverified", "--summary-file", str(summary), token=READ_TOKEN)
     assert result.returncode == 3
     assert "workflow_run" in result.stderr and "artifact" in result.stderr
     assert READ_TOKEN not in result.stderr + result.stdout
@@ -259,12 +268,30 @@ def test_app_token_outside_actions_is_refused(fake: FakeGitHub, monkeypatch: pyt
     assert fake.comments(42) == []
 
 
-def test_dry_run_sends_nothing_and_needs_no_token(fake: FakeGitHub) -> None:
-    result = cli(fake, str(PASS), str(CONTROL), "--pr", "42", "--dry-run", token="")
-    assert result.returncode == 0, result.stderr
-    assert report.MARKER in result.stdout
-    assert "ds4ci/gfx1151=success" in result.stdout and "ds4ci/cuda-3090=error" in result.stdout
+def test_dry_run_sends_nothing_and_needs_no_token(
+    fake: FakeGitHub, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    monkeypatch.delenv("GITHUB_TOKEN")
+    assert publish(fake, PASS, CONTROL, dry_run=True) == 0
+    out = capsys.readouterr().out
+    assert report.MARKER in out
+    assert "ds4ci/gfx1151=success" in out and "ds4ci/cuda-3090=error" in out
     assert fake.requests == []
+
+
+def test_cli_refuses_results_without_their_bundle_and_posts_nothing(fake: FakeGitHub) -> None:
+    result = cli(fake, str(PASS), "--pr", "42")
+    assert result.returncode == 2
+    assert "evidence bundle" in result.stderr and "--unverified" in result.stderr
+    assert fake.statuses() == [] and fake.comments(42) == []
+
+
+def test_unverified_results_get_a_labelled_comment_and_no_status(fake: FakeGitHub) -> None:
+    result = cli(fake, str(PASS), "--pr", "42", "--unverified")
+    assert result.returncode == 0, result.stderr
+    assert fake.statuses() == []
+    (comment,) = ours(fake)
+    assert "unverified: no evidence bundle was found" in comment["body"]
 
 
 def test_missing_token_is_usage_error(fake: FakeGitHub, monkeypatch: pytest.MonkeyPatch) -> None:

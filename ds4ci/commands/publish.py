@@ -16,6 +16,7 @@ from ds4ci.errors import UsageError
 
 if TYPE_CHECKING:
     from ds4ci.github import Client
+    from ds4ci.verified import Published
 
 
 def _write_summary(body: str, summary_file: Path | None) -> None:
@@ -46,8 +47,10 @@ def run_publish(
     runner: str | None = None,
     template_dir: Path | None = None,
     summary_file: Path | None = None,
+    unverified: bool = False,
 ) -> int:
-    from ds4ci import publish, report
+    """The CLI's publish: every input is verified first (``verified``), then published."""
+    from ds4ci import publish, verified
 
     publish.validate_target(repo, pr, sha, dry_run)
     if pending:
@@ -55,13 +58,45 @@ def run_publish(
                             runner, template_dir)
     if runner is not None:
         raise UsageError("--runner is only used with --pending (results name their runner)")
+    from ds4ci.report import check_inputs
 
-    docs = report.load_all(results)
+    check_inputs(results)
+    return publish_documents(
+        verified.load(results, unverified), repo=repo, pr=pr, sha=sha, api_url=api_url, target_url=target_url,
+        token_env=token_env, dry_run=dry_run, no_comment=no_comment, no_status=no_status,
+        template_dir=template_dir, summary_file=summary_file,
+    )
+
+
+def publish_documents(
+    published: list[Published],
+    *,
+    repo: str | None,
+    pr: int | None = None,
+    sha: str | None = None,
+    api_url: str | None = None,
+    target_url: str | None = None,
+    token_env: str = "GITHUB_TOKEN",
+    dry_run: bool = False,
+    no_comment: bool = False,
+    no_status: bool = False,
+    template_dir: Path | None = None,
+    summary_file: Path | None = None,
+) -> int:
+    """Comment and statuses for documents the trust step (``verified.load``) has already judged."""
+    from ds4ci import publish, report
+
+    publish.validate_target(repo, pr, sha, dry_run)
+    docs = report.unique_runners([p.doc for p in published])
     summary, _ = report.render(docs, kind="summary", run_url=target_url, template_dir=template_dir)
     _write_summary(summary, summary_file)
 
     head = publish.results_head(docs, sha)
-    plans = [] if no_status else publish.plan_statuses(docs, head, target_url)
+    trusted = [p.doc for p in published if p.may_set_status]
+    plans = [] if no_status or not trusted else publish.plan_statuses(trusted, head, target_url)
+    for p in published:
+        if not p.may_set_status:
+            print(f"ds4ci: no status for {p.doc['runner']['name']}: its result is unverified", file=sys.stderr)
     if dry_run:
         body, _ = report.render(docs, kind="comment", run_url=target_url, template_dir=template_dir)
         out = sys.stdout

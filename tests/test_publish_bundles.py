@@ -1,0 +1,131 @@
+"""`ds4ci publish` rests every status on verified evidence bundles from real gate runs.
+
+The attack this closes: a process left behind by the server under test rewrites results.json
+(verdicts flipped, a failing width dropped) before publishing. Publish re-derives the verdict from
+the bundle, so the forged file never turns a status green.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+from fakegithub import WRITE_TOKEN, FakeGitHub
+from gatekit import Workspace
+
+RUNNER = "test-runner"
+
+
+@pytest.fixture(scope="module")
+def runs(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
+    """A passing and a failing gate run on one recorded head, with their bundles (directory and archive)."""
+    root = tmp_path_factory.mktemp("bundles")
+    repo = root / "source"
+    repo.mkdir()
+    git = ["git", "-C", str(repo), "-c", "user.email=t@example.com", "-c", "user.name=t"]
+    subprocess.run([*git, "init", "-q"], check=True)
+    (repo / "server.c").write_text("int main(void) { return 0; }\n")
+    subprocess.run([*git, "add", "server.c"], check=True)
+    subprocess.run([*git, "commit", "-qm", "server"], check=True)
+    head = subprocess.run([*git, "rev-parse", "HEAD"], check=True, capture_output=True, text=True).stdout.strip()
+    ws = Workspace.create(root)
+    good = ws.gate(widths="2,3", source_dir=repo, bundle_out=root / "pass.tar.gz")
+    bad = ws.gate(faults="leak-fused-verify@q3", widths="2,3", source_dir=repo)
+    assert good.code == 0 and bad.code == 1, good.stderr + bad.stderr
+    assert good.results is not None and bad.results is not None
+    return {
+        "head": head, "pass": Path(good.results["evidence"]["dir"]), "fail": Path(bad.results["evidence"]["dir"]),
+        "pass.tar.gz": root / "pass.tar.gz",
+    }
+
+
+@pytest.fixture
+def fake(runs: dict[str, Any]) -> Iterator[FakeGitHub]:
+    server = FakeGitHub().start()
+    server.add_pull(42, runs["head"], [runs["head"]])
+    yield server
+    server.stop()
+
+
+def publish(fake: FakeGitHub, *paths: Path | str) -> subprocess.CompletedProcess[str]:
+    env = dict(os.environ, GITHUB_TOKEN=WRITE_TOKEN, DS4CI_GITHUB_THROTTLE="0")
+    env.pop("GITHUB_STEP_SUMMARY", None)
+    env.pop("GITHUB_ACTIONS", None)
+    return subprocess.run(
+        [sys.executable, "-c", "from ds4ci.cli import main; main()", "publish", *map(str, paths),
+         "--repo", "acme/engine", "--pr", "42", "--api-url", fake.url],
+        capture_output=True, text=True, env=env, check=False, timeout=120,
+    )
+
+
+def states(fake: FakeGitHub) -> dict[str, str]:
+    return {s["context"]: s["state"] for s in fake.statuses()}
+
+
+def forged(runs: dict[str, Any], tmp_path: Path, change: Any) -> Path:
+    bundle = tmp_path / "forged"
+    shutil.copytree(runs["fail"], bundle)
+    doc = json.loads((bundle / "results.json").read_text())
+    change(doc)
+    (bundle / "results.json").write_text(json.dumps(doc))
+    return bundle
+
+
+@pytest.mark.parametrize("which", ["pass", "pass.tar.gz"])
+def test_a_verified_passing_bundle_sets_success(runs: dict[str, Any], fake: FakeGitHub, which: str) -> None:
+    proc = publish(fake, runs[which])
+    assert proc.returncode == 0, proc.stderr
+    assert states(fake) == {f"ds4ci/{RUNNER}": "success"}
+
+
+def test_a_verified_failing_bundle_sets_failure(runs: dict[str, Any], fake: FakeGitHub) -> None:
+    assert publish(fake, runs["fail"]).returncode == 0
+    assert states(fake) == {f"ds4ci/{RUNNER}": "failure"}
+
+
+FORGERIES = {
+    "verdicts flipped to pass": lambda d: (
+        d.update(verdict="pass", exit_code=0, reasons=[]),
+        [w.update(verdict="pass", reasons=[]) for w in d["widths"]],
+        [c.update(verdict="pass", reasons=[], mismatch=None) for w in d["widths"] for c in w["prompts"]],
+    ),
+    "failing width dropped": lambda d: d.update(verdict="pass", exit_code=0, reasons=[], widths=d["widths"][:1]),
+}
+
+
+@pytest.mark.parametrize("name", FORGERIES)
+def test_a_forged_results_file_is_published_as_error_with_no_pass(
+    runs: dict[str, Any], fake: FakeGitHub, tmp_path: Path, name: str
+) -> None:
+    proc = publish(fake, forged(runs, tmp_path, FORGERIES[name]))
+    assert proc.returncode == 0, proc.stderr
+    assert states(fake) == {f"ds4ci/{RUNNER}": "error"}
+    (status,) = fake.statuses()
+    assert "evidence does not verify" in status["description"]
+    (comment,) = fake.comments(42)
+    assert "evidence does not verify" in comment["body"] and "✅" not in comment["body"]
+
+
+def test_a_results_file_is_published_through_its_bundle(runs: dict[str, Any], fake: FakeGitHub, tmp_path: Path) -> None:
+    copy = tmp_path / "results.json"  # what --results-out leaves: the same bytes as the bundle's own
+    copy.write_bytes((runs["pass"] / "results.json").read_bytes())
+    proc = publish(fake, copy)
+    assert proc.returncode == 0, proc.stderr
+    assert states(fake) == {f"ds4ci/{RUNNER}": "success"}
+
+
+def test_a_results_file_that_differs_from_its_bundle_is_refused(runs: dict[str, Any], fake: FakeGitHub, tmp_path: Path) -> None:
+    copy = tmp_path / "results.json"
+    doc = json.loads((runs["fail"] / "results.json").read_text())
+    doc.update(verdict="pass", exit_code=0, reasons=[])
+    copy.write_text(json.dumps(doc))
+    proc = publish(fake, copy)
+    assert proc.returncode == 2 and "differs from its evidence bundle" in proc.stderr
+    assert fake.statuses() == [] and fake.comments(42) == []
