@@ -312,6 +312,13 @@ def publish(
             "--unverified", help="Accept a results.json without its bundle: comment labelled unverified, never a status."
         ),
     ] = False,
+    comment_author: Annotated[
+        str | None,
+        typer.Option(
+            help="Login the token comments as, for app installation tokens that cannot read /user "
+            "(e.g. my-app[bot]). Default under Actions: github-actions[bot]."
+        ),
+    ] = None,
 ) -> None:
     """Post the sticky PR comment and one commit status per runner (context ds4ci/<runner>).
 
@@ -338,6 +345,7 @@ def publish(
             template_dir=template_dir,
             summary_file=summary_file,
             unverified=unverified,
+            comment_author=comment_author,
         )
     )
 

@@ -153,18 +153,25 @@ class Client:
         self._gh = gh
         self._base = f"/repos/{repo}"
 
-    def identity(self) -> str:
-        """The login comments are written as; GitHub App tokens cannot read /user (403)."""
+    def identity(self, installation_author: str | None = None) -> str:
+        """The login comments are written as; GitHub App tokens cannot read /user (403).
+
+        For such an installation token the author is ``installation_author`` (--comment-author),
+        else github-actions[bot] under Actions; elsewhere it cannot be known and is refused.
+        """
         try:
             login: str = self._gh.get_user().login
             return login
         except GithubException as exc:
+            if exc.status == 403 and installation_author:
+                return installation_author
             if exc.status == 403 and os.environ.get("GITHUB_ACTIONS"):
                 # Installation tokens (GITHUB_TOKEN) post as github-actions[bot] but may not ask.
                 return ACTIONS_BOT
             raise PublishError(
-                f"cannot find out whose token this is (GET /user answered {exc.status}); "
-                "outside GitHub Actions the token must be able to read /user"
+                f"cannot find out whose token this is (GET /user answered {exc.status}); outside GitHub Actions "
+                "the token must be able to read /user, or name the comment author with --comment-author "
+                "(an app installation token posts as <app-slug>[bot]); nothing was written"
             ) from None
         except Exception as exc:
             raise PublishError(f"could not read /user: {type(exc).__name__}: {str(exc)[:300]}") from None

@@ -268,6 +268,28 @@ def test_app_token_outside_actions_is_refused(fake: FakeGitHub, monkeypatch: pyt
     assert fake.comments(42) == []
 
 
+def test_an_unknown_comment_author_is_refused_before_any_status_is_written(
+    fake: FakeGitHub, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """No partial publish: the author of the sticky comment is settled before the first write."""
+    monkeypatch.setenv("GITHUB_TOKEN", APP_TOKEN)
+    with pytest.raises(PublishError, match="--comment-author"):
+        publish(fake, PASS)
+    assert fake.statuses() == [] and fake.comments(42) == []
+    with pytest.raises(PublishError, match="--comment-author"):
+        publish(fake, pending=True, runner="gfx1151", sha=HEAD)
+    assert fake.statuses() == []
+
+
+def test_comment_author_names_an_installation_tokens_bot(fake: FakeGitHub, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("GITHUB_TOKEN", APP_TOKEN)  # outside Actions: the author must be named
+    assert publish(fake, FAIL, comment_author="github-actions[bot]") == 0
+    assert publish(fake, PASS, comment_author="github-actions[bot]") == 0
+    mine = [c for c in fake.comments(42) if c["login"] == "github-actions[bot]"]
+    assert len(mine) == 1 and "✅ pass" in mine[0]["body"]
+    assert [s["state"] for s in fake.statuses()] == ["failure", "success"]
+
+
 def test_dry_run_sends_nothing_and_needs_no_token(
     fake: FakeGitHub, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
 ) -> None:

@@ -48,6 +48,7 @@ def run_publish(
     template_dir: Path | None = None,
     summary_file: Path | None = None,
     unverified: bool = False,
+    comment_author: str | None = None,
 ) -> int:
     """The CLI's publish: every input is verified first (``verified``), then published."""
     from ds4ci import publish, verified
@@ -55,7 +56,7 @@ def run_publish(
     publish.validate_target(repo, pr, sha, dry_run)
     if pending:
         return _run_pending(results, repo, pr, sha, api_url, target_url, token_env, dry_run, no_comment,
-                            runner, template_dir)
+                            runner, template_dir, comment_author)
     if runner is not None:
         raise UsageError("--runner is only used with --pending (results name their runner)")
     from ds4ci.report import check_inputs
@@ -64,7 +65,7 @@ def run_publish(
     return publish_documents(
         verified.load(results, unverified), repo=repo, pr=pr, sha=sha, api_url=api_url, target_url=target_url,
         token_env=token_env, dry_run=dry_run, no_comment=no_comment, no_status=no_status,
-        template_dir=template_dir, summary_file=summary_file,
+        template_dir=template_dir, summary_file=summary_file, comment_author=comment_author,
     )
 
 
@@ -82,6 +83,7 @@ def publish_documents(
     no_status: bool = False,
     template_dir: Path | None = None,
     summary_file: Path | None = None,
+    comment_author: str | None = None,
 ) -> int:
     """Comment and statuses for documents the trust step (``verified.load``) has already judged."""
     from ds4ci import publish, report
@@ -108,6 +110,8 @@ def publish_documents(
         return 0
 
     client = _client(repo, api_url, token_env)
+    # Every precondition before the first write: the PR's head, and whose comment to look for.
+    author: str | None = None
     if pr is not None:
         current = client.pr_head(pr)
         if current != head:
@@ -115,10 +119,12 @@ def publish_documents(
                 f"pull request #{pr} is now at {current} but the results are for {head}: refusing to publish "
                 "stale results (re-run the gate on the new head)"
             )
+        if not no_comment:
+            author = client.identity(comment_author)
     for plan in plans:
         client.create_status(plan.sha, plan.state, plan.context, plan.description, plan.target_url)
         print(f"ds4ci: status {plan.context}={plan.state} on {plan.sha}", file=sys.stderr)
-    if pr is not None and not no_comment:
+    if author is not None and pr is not None:
         predecessors = {}
         for doc in docs:
             if doc["verdict"] != "pass":
@@ -126,7 +132,7 @@ def publish_documents(
                 if found:
                     predecessors[doc["runner"]["name"]] = found
         build = publish.BodyBuilder(docs, run_url=target_url, template_dir=template_dir, predecessors=predecessors)
-        outcome = publish.upsert_comment(client, pr, client.identity(), build)
+        outcome = publish.upsert_comment(client, pr, author, build)
         print(f"ds4ci: comment {outcome.comment_id} {outcome.action} on #{pr}", file=sys.stderr)
     return 0
 
@@ -154,6 +160,7 @@ def _run_pending(
     no_comment: bool,
     runner: str | None,
     template_dir: Path | None,
+    comment_author: str | None = None,
 ) -> int:
     from ds4ci import publish, report
 
@@ -172,11 +179,12 @@ def _run_pending(
     client = _client(repo, api_url, token_env)
     if pr is not None and client.pr_head(pr) != sha:
         raise publish.StaleResultsError(f"--sha {sha} is not the current head of pull request #{pr}")
+    author = client.identity(comment_author) if pr is not None and not no_comment else None  # before any write
     client.create_status(sha, "pending", context, description, target_url)
-    if pr is not None and not no_comment:
+    if author is not None and pr is not None:
         env = report.environment(template_dir)
         section = report.pending_section(env, runner, sha, target_url)
         build = publish.BodyBuilder([], run_url=target_url, template_dir=template_dir, predecessors={},
                                     extra=[section])
-        publish.upsert_comment(client, pr, client.identity(), build)
+        publish.upsert_comment(client, pr, author, build)
     return 0
