@@ -220,6 +220,26 @@ def verify(
     _exit_with(lambda: run_verify(bundles, as_json=json_out, expect_config=expect_config))
 
 
+hash_cache_app = typer.Typer(
+    help="The SHA-256 cache the gate may use for big model files (see docs/identity.md).", no_args_is_help=True
+)
+app.add_typer(hash_cache_app, name="hash-cache")
+
+
+@hash_cache_app.command("add")
+def hash_cache_add(
+    files: Annotated[list[Path], typer.Argument(help="Files to hash and record (e.g. the pinned model files).")],
+    cache: Annotated[
+        Path | None,
+        typer.Option(help="Cache file to fill; the gate reads it through hash_cache_path. Default: the user's cache."),
+    ] = None,
+) -> None:
+    """Hash files and record them in a hash cache, e.g. a root-owned one the gate reads but PR code cannot write."""
+    from ds4ci.commands.hashcache import run_hash_cache_add
+
+    _exit_with(lambda: run_hash_cache_add(files, cache))
+
+
 @app.command()
 def demo(
     keep: Annotated[

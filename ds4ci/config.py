@@ -105,6 +105,10 @@ class GateConfig:
         return (*self.device_args, *self.server_args)
 
 
+def under_actions() -> bool:
+    return os.environ.get("GITHUB_ACTIONS") == "true"
+
+
 def default_device_args(target_device: str) -> tuple[str, ...]:
     return HIP_DEVICE_ARGS if target_device.startswith("hip:") else OTHER_DEVICE_ARGS
 
@@ -419,7 +423,10 @@ def load(config_file: Path | None, overrides: Mapping[str, Any]) -> GateConfig:
     stale = file_gate.get("stale_override_files", list(DEFAULT_STALE_OVERRIDE_FILES))
     if not isinstance(stale, list) or not all(isinstance(s, str) and s for s in stale):
         raise UsageError("gate.stale_override_files: expected a list of paths")
-    hash_cache = _pick(overrides, file_gate, "hash_cache", True)
+    hash_cache_path = path_of("hash_cache_path", required=False)
+    # What PR code could write between runs is never trusted: under Actions (a runner that may run
+    # untrusted pull requests) the cache is used only from a path configured on purpose.
+    hash_cache = _pick(overrides, file_gate, "hash_cache", not (under_actions() and hash_cache_path is None))
     if not isinstance(hash_cache, bool):
         raise UsageError(f"gate.hash_cache: expected true or false, found {hash_cache!r}")
     target_device = _pick(overrides, file_gate, "target_device", "hip:0")
@@ -458,7 +465,7 @@ def load(config_file: Path | None, overrides: Mapping[str, Any]) -> GateConfig:
         request_timeout_s=_seconds(_pick(overrides, file_gate, "request_timeout", 600), "request_timeout"),
         stop_timeout_s=_seconds(_pick(overrides, file_gate, "stop_timeout", 60), "stop_timeout"),
         hash_cache=hash_cache,
-        hash_cache_path=path_of("hash_cache_path", required=False),
+        hash_cache_path=hash_cache_path,
         stale_override_files=tuple(Path(expand_vars(s, "gate.stale_override_files")) for s in stale),
         device_args=(
             _server_args(device_args, "device_args") if device_args is not None else default_device_args(target_device)

@@ -184,6 +184,11 @@ class _Run:
         if not files:
             return
         t0 = time.monotonic()
+        if not cfg.hash_cache:
+            self.progress(
+                "hash cache not used: every file is read (under GitHub Actions a cache is used only from an explicit "
+                "hash_cache_path, e.g. a root-owned one filled with `ds4ci hash-cache add`)"
+            )
         found = identify(files, cache_path=cfg.hash_cache_path, use_cache=cfg.hash_cache, progress=self.progress)
         self.doc["timings"]["hashing_s"] = round(time.monotonic() - t0, 3)
         by_role = {f.role: f for f in found}

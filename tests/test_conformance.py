@@ -366,3 +366,30 @@ def test_a_setsid_daemon_of_the_server_does_not_outlive_the_gate(tmp_path: Path,
     assert run.results["containment"] == expected and expected in ("pid-namespace", "subreaper+sweep")
     assert pidfile.exists()  # the daemon really started (its pid is a namespace pid in the namespace path)
     assert processes_mentioning(str(tmp_path)) == []  # its argv names the workspace: nothing survived
+
+
+def test_under_actions_the_hash_cache_is_used_only_from_an_explicit_path(tmp_path: Path) -> None:
+    """What PR code could write between runs is not trusted; an administrator's cache is."""
+    ws = Workspace.create(tmp_path)
+    old = 1_600_000_000  # files modified moments ago are never cached ("racily clean")
+    for path in (ws.target, ws.draft, ws.server, *ws.prompts):
+        os.utime(path, (old, old))
+    actions = ws.env(GITHUB_ACTIONS="true")
+    first = ws.gate(widths="2", env=actions)
+    second = ws.gate(widths="2", env=actions)
+    assert first.code == second.code == 0, second.stderr
+    assert "hash cache not used" in second.stderr and "cache hit" not in second.stderr
+
+    cache = tmp_path / "admin-cache.json"
+    filled = subprocess.run(
+        [DS4CI, "hash-cache", "add", str(ws.target), str(ws.draft), "--cache", str(cache)],
+        capture_output=True, text=True, timeout=60, check=False,
+    )
+    assert filled.returncode == 0, filled.stderr
+    assert f"{sha256(ws.target)}  {ws.target}" in filled.stdout
+    config = tmp_path / "ds4ci.toml"
+    config.write_text(f'[gate]\nhash_cache_path = "{cache}"\n')
+    third = ws.gate(widths="2", env=actions, config=config)
+    assert third.code == 0, third.stderr
+    assert "target: sha256" in third.stderr and "(cache hit)" in third.stderr
+    assert "hash cache not used" not in third.stderr
