@@ -31,12 +31,13 @@ MARKER = "<!-- ds4ci:sticky-comment -->"
 COMMENT_LIMIT_BYTES = 60_000  # GitHub allows 65,536 characters; keep a margin
 SUMMARY_LIMIT_BYTES = 1_000_000  # $GITHUB_STEP_SUMMARY takes up to 1 MiB per step
 MAX_RUNNERS = 32
-STATES = ("pass", "fail", "error", "not_run", "pending")
+STATES = ("pass", "fail", "error", "not_run", "pending", "unverified")
+UNVERIFIED = "unverified"  # a result no bundle backs (e.g. a fork's artifact): shown, never as a pass
 
 _RUNNER_RE = r"[A-Za-z0-9][A-Za-z0-9._-]{0,62}"
 _SECTION_RE = re.compile(
     r"^<!-- ds4ci:section v=1 runner=(?P<runner>" + _RUNNER_RE + r") role=(?P<role>gate|negative-control)"
-    r" state=(?P<state>pass|fail|error|not_run|pending) head=(?P<head>[0-9a-f]{40}|none)"
+    r" state=(?P<state>pass|fail|error|not_run|pending|unverified) head=(?P<head>[0-9a-f]{40}|none)"
     r" digest=(?P<digest>[0-9a-f]{64}|none) -->\n(?P<body>.*?)\n<!-- ds4ci:section-end runner=(?P=runner) -->$",
     re.MULTILINE | re.DOTALL,
 )
@@ -143,7 +144,10 @@ def _yes_no(value: object) -> str:
 
 
 def _state_label(state: str) -> Trusted:
-    icons = {"pass": "✅ pass", "fail": "❌ fail", "error": "⚠️ error", "not_run": "⏭️ not run", "pending": "⏳ pending"}
+    icons = {
+        "pass": "✅ pass", "fail": "❌ fail", "error": "⚠️ error", "not_run": "⏭️ not run", "pending": "⏳ pending",
+        UNVERIFIED: "⚠️ unverified",
+    }
     return Trusted(icons.get(state, "❔ unknown"))
 
 
@@ -396,8 +400,13 @@ def parse_sections(body: str) -> list[Section]:
 
 
 def merge_sections(ours: Sequence[Section], existing: Iterable[Section]) -> list[Section]:
-    """Our sections replace same-runner ones; every other runner's section is kept (first wins)."""
-    merged: dict[str, Section] = {s.runner: s for s in ours}
+    """Our sections replace same-runner ones; every other runner's section is kept (first wins).
+
+    An unverified section never replaces one that a verified run wrote for the same runner.
+    """
+    existing = list(existing)
+    trusted = {s.runner for s in existing if s.state != UNVERIFIED}
+    merged: dict[str, Section] = {s.runner: s for s in ours if not (s.state == UNVERIFIED and s.runner in trusted)}
     for section in existing:
         merged.setdefault(section.runner, section)
     return order_sections(merged.values())

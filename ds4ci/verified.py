@@ -20,9 +20,13 @@ from ds4ci import results
 from ds4ci.commands.verify import verify_one
 from ds4ci.errors import EXIT_ERROR, UsageError
 from ds4ci.evidence import RESULTS
+from ds4ci.report import UNVERIFIED as UNVERIFIED_STATE
 from ds4ci.verdict import ERROR, PASS
 
-UNVERIFIED = "unverified: no evidence bundle was found for this result, so nothing was re-derived and no status is set"
+UNVERIFIED = (
+    "unverified: no evidence bundle backs this result (for a fork's run: produced by a workflow the pull request "
+    "controls), so nothing was re-derived; it sets no status and never replaces a verified section"
+)
 
 
 @dataclass(frozen=True)
@@ -37,20 +41,29 @@ def is_bundle(path: Path) -> bool:
     return path.is_dir() or path.name.endswith(".tar.gz")
 
 
-def _no_pass(verdict: str) -> str:
-    return ERROR if verdict == PASS else verdict
+def without_pass(doc: dict[str, Any], instead: str) -> dict[str, Any]:
+    """A copy in which no verdict reads pass (each becomes ``instead``): nothing shows a pass mark."""
+    out = copy.deepcopy(doc)
+
+    def swap(record: dict[str, Any]) -> None:
+        record["verdict"] = instead if record["verdict"] == PASS else record["verdict"]
+
+    swap(out)
+    swap(out["target_only"])
+    for width in out["widths"]:
+        swap(width)
+        for cell in width["prompts"]:
+            swap(cell)
+    for check in out["checks"]:
+        check["status"] = instead if check["status"] == PASS else check["status"]
+    return out
 
 
 def not_verified(doc: dict[str, Any], problems: Sequence[str]) -> dict[str, Any]:
     """The document as published when its evidence does not verify: an error that shows no pass."""
-    out = copy.deepcopy(doc)
+    out = without_pass(doc, ERROR)
     reason = "evidence does not verify: " + "; ".join(problems[:5])
     out.update(verdict=ERROR, exit_code=EXIT_ERROR, reasons=[reason[:4000]])
-    out["target_only"]["verdict"] = _no_pass(out["target_only"]["verdict"])
-    for width in out["widths"]:
-        width["verdict"] = _no_pass(width["verdict"])
-        for cell in width["prompts"]:
-            cell["verdict"] = _no_pass(cell["verdict"])
     return out
 
 
@@ -76,7 +89,8 @@ def from_results(path: Path, unverified: bool) -> Published:
             "(the attempt directory or the gate's --bundle-out .tar.gz), or pass --unverified for a comment "
             "labelled unverified that sets no status"
         )
-    out = copy.deepcopy(doc)
+    out = without_pass(doc, UNVERIFIED_STATE)
+    out["verdict"] = UNVERIFIED_STATE  # the section is labelled unverified whatever it claims
     out["warnings"] = [UNVERIFIED, *out.get("warnings", [])]
     return Published(out, may_set_status=False)
 

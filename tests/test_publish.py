@@ -313,7 +313,8 @@ def test_unverified_results_get_a_labelled_comment_and_no_status(fake: FakeGitHu
     assert result.returncode == 0, result.stderr
     assert fake.statuses() == []
     (comment,) = ours(fake)
-    assert "unverified: no evidence bundle was found" in comment["body"]
+    assert "unverified: no evidence bundle backs this result" in comment["body"]
+    assert "⚠️ unverified" in comment["body"] and "✅" not in comment["body"]  # it claims pass: no pass mark
 
 
 def test_missing_token_is_usage_error(fake: FakeGitHub, monkeypatch: pytest.MonkeyPatch) -> None:

@@ -129,3 +129,17 @@ def test_a_results_file_that_differs_from_its_bundle_is_refused(runs: dict[str, 
     proc = publish(fake, copy)
     assert proc.returncode == 2 and "differs from its evidence bundle" in proc.stderr
     assert fake.statuses() == [] and fake.comments(42) == []
+
+
+def test_an_unverified_section_never_replaces_a_verified_one(runs: dict[str, Any], fake: FakeGitHub, tmp_path: Path) -> None:
+    """A fork's artifact (no bundle here) claiming fail for a runner cannot overwrite its verified pass."""
+    assert publish(fake, runs["pass"]).returncode == 0
+    claim = json.loads((runs["fail"] / "results.json").read_text())
+    claim["evidence"]["dir"] = str(tmp_path / "gone")
+    path = tmp_path / "claim.json"
+    path.write_text(json.dumps(claim))
+    proc = publish(fake, path, "--unverified", "--no-status")
+    assert proc.returncode == 0, proc.stderr
+    (comment,) = fake.comments(42)
+    assert "✅ pass" in comment["body"] and "unverified" not in comment["body"]
+    assert states(fake) == {f"ds4ci/{RUNNER}": "success"}
