@@ -79,6 +79,8 @@ def _stand_ins(tmp: Path, remote: Path, store: Path) -> dict[str, Path]:
           ref: {{default: ""}}
           path: {{default: ""}}
           persist-credentials: {{default: "true"}}
+          sparse-checkout: {{default: ""}}
+          sparse-checkout-cone-mode: {{default: "true"}}
         runs:
           using: composite
           steps:
@@ -198,6 +200,12 @@ def _make_repo(tmp: Path, models: Path) -> tuple[Path, str]:
     # The PR head is a later commit on a branch: the gate must check out exactly it, not main.
     _git(repo, "checkout", "-q", "-b", "feature")
     (repo / "CHANGE.txt").write_text("the change under review\n")
+    # The PR also edits the gate's settings (here: a width the base never asked for and a pin that
+    # matches nothing). The run must use the base's settings, so it still passes at q=2,3,4.
+    (repo / "ds4ci.toml").write_text(
+        (repo / "ds4ci.toml").read_text().replace("widths = [2, 3, 4]", "widths = [5]")
+        .replace(f'target_sha256 = "{_sha(models / "target.gguf")}"', f'target_sha256 = "{"0" * 64}"')
+    )
     _git(repo, "add", "-A")
     _git(repo, "commit", "-q", "-m", "change under review")
     head = _git(repo, "rev-parse", "HEAD")
@@ -255,6 +263,8 @@ def test_dispatch_runs_gate_on_both_runners_and_publishes_one_comment(
 
     assert proc.returncode == 0, _log(proc)
     assert fake.latest_states(head) == {"ds4ci/gfx1151": "success", "ds4ci/sm86": "success"}, _log(proc)
+    # The PR's edited ds4ci.toml was not used (it would have failed its pin); the run says so.
+    assert "this pull request changes ds4ci.toml; this run uses the trusted settings" in proc.stdout + proc.stderr
     comments = fake.comments(7)
     assert len(comments) == 1, comments
     body = comments[0]["body"]

@@ -173,14 +173,29 @@ def test_local_action_is_called_with_existing_inputs_only() -> None:
             assert required <= given, f"{f}:{job}: missing required inputs {required - given}"
 
 
-def test_action_always_finalises_and_fails_unless_passed() -> None:
-    steps = {s.get("id"): s for s in _load(ACTION)["runs"]["steps"]}
-    finalise = next(s for s in steps.values() if s.get("name", "").startswith("Finalise"))
-    assert finalise["if"].startswith("always()")
-    assert '"state":"error"' in finalise["run"].replace("\\", "")
+def test_action_holds_no_token_refuses_publishing_and_fails_unless_passed() -> None:
+    """The job that runs PR code gets no write credential: publishing is a separate job's."""
+    action = _load(ACTION)
+    assert "token" not in action["inputs"]
+    steps = {s.get("id"): s for s in action["runs"]["steps"]}
+    for step in steps.values():
+        assert "TOKEN" not in " ".join(step.get("env", {})), step.get("name")
+        assert "ds4ci\" publish" not in step.get("run", "") and '"$DS4CI" publish' not in step.get("run", "")
+    install = steps["install"]["run"]
+    assert 'if [[ "$DS4CI_PUBLISH" != "false" ]]' in install and "exit 2" in install
+    assert "--bundle-out" in steps["gate"]["run"] and "bundle" in action["outputs"]
     verdict = steps["verdict"]
     assert verdict["if"].startswith("always()")
     assert '"$DS4CI_EXIT_CODE" != "0"' in verdict["run"] and "exit 1" in verdict["run"]
+
+
+def test_the_publishing_job_publishes_bundles_and_never_leaves_a_runner_silent() -> None:
+    jobs = _load(ROOT / ".github" / "workflows" / "gate.yml")["jobs"]
+    assert jobs["gate"]["permissions"] == {"contents": "read"}
+    publish = jobs["publish"]
+    assert publish["runs-on"] == "ubuntu-latest" and publish["concurrency"]["cancel-in-progress"] is False
+    script = "\n".join(s.get("run", "") for s in publish["steps"])
+    assert "bundle.tar.gz" in script and '"state\\":\\"error\\"' in script
 
 
 def test_reporter_never_runs_pull_request_code() -> None:
