@@ -144,6 +144,14 @@ def gate(
     no_hash_cache: Annotated[
         bool, typer.Option("--no-hash-cache", help="Re-read every file instead of trusting the hash cache.")
     ] = False,
+    note: Annotated[
+        list[str] | None,
+        typer.Option(
+            metavar="TEXT",
+            help="A note for reviewers, recorded as a warning in results.json and shown in the comment "
+            "(e.g. that the PR's own ds4ci.toml was not used); repeatable.",
+        ),
+    ] = None,
     source_dir: Annotated[
         Path | None,
         typer.Option(help="Git checkout of the server source; its revisions are recorded in results.json."),
@@ -187,6 +195,7 @@ def gate(
         "server_args": server_arg,
         "log_cap_mib": log_cap_mib,
         "hash_cache": False if no_hash_cache else None,
+        "notes": note,
         "source_dir": source_dir,
         "base_ref": base_ref,
         "upstream_ref": upstream_ref,

@@ -95,6 +95,7 @@ class GateConfig:
     upstream_ref: str | None = None
     config_file: Path | None = None
     bundle_out: Path | None = None
+    notes: tuple[str, ...] = ()  # reviewer notes from the caller (CLI only), recorded as warnings
 
     @property
     def log_cap_bytes(self) -> int:
@@ -103,6 +104,13 @@ class GateConfig:
     def server_args_all(self) -> tuple[str, ...]:
         """Every argument after the ones ds4ci owns: the device defaults (or their replacement), then extras."""
         return (*self.device_args, *self.server_args)
+
+
+def _notes(value: Any) -> tuple[str, ...]:
+    notes = _strings(value, "--note") if value else ()
+    if any(len(n) > 2000 or "\n" in n for n in notes):
+        raise UsageError("--note: expected one line of at most 2000 characters each")
+    return notes
 
 
 def under_actions() -> bool:
@@ -479,4 +487,5 @@ def load(config_file: Path | None, overrides: Mapping[str, Any]) -> GateConfig:
         upstream_ref=_pick(overrides, file_gate, "upstream_ref"),
         config_file=config_file,
         bundle_out=bundle_out,
+        notes=_notes(overrides.get("notes")),
     )

@@ -163,7 +163,7 @@ class _Run:
                 "removed": [], "arms": {}, "difference": [],
             },
             "provenance": {"inherited": policy.provenance(os.environ)},
-            "warnings": [],
+            "warnings": list(cfg.notes),
             "server": {"name": None, "version": None},
             "target_only": {"verdict": NOT_RUN, "reasons": [], "deterministic": False, "prompts": [], "server_log": None},
             "widths": [],

@@ -265,6 +265,7 @@ def test_dispatch_runs_gate_on_both_runners_and_publishes_one_comment(
     assert fake.latest_states(head) == {"ds4ci/gfx1151": "success", "ds4ci/sm86": "success"}, _log(proc)
     # The PR's edited ds4ci.toml was not used (it would have failed its pin); the run says so.
     assert "this pull request changes ds4ci.toml; this run uses the trusted settings" in proc.stdout + proc.stderr
+    assert "this pull request changes ds4ci.toml" in fake.comments()[0]["body"]  # in the comment too
     comments = fake.comments(7)
     assert len(comments) == 1, comments
     body = comments[0]["body"]

@@ -393,3 +393,13 @@ def test_under_actions_the_hash_cache_is_used_only_from_an_explicit_path(tmp_pat
     assert third.code == 0, third.stderr
     assert "target: sha256" in third.stderr and "(cache hit)" in third.stderr
     assert "hash cache not used" not in third.stderr
+
+
+def test_a_reviewer_note_is_recorded_and_shown(tmp_path: Path) -> None:
+    ws = Workspace.create(tmp_path)
+    run = ws.gate("--note", "this pull request changes ds4ci.toml; this run uses the base commit's settings", widths="2")
+    assert run.code == 0, run.stderr
+    assert run.results is not None
+    assert run.results["warnings"][0] == "this pull request changes ds4ci.toml; this run uses the base commit's settings"
+    bad = ws.gate("--note", "two\nlines", widths="2")
+    assert bad.code == 2 and "--note" in bad.stderr
