@@ -144,6 +144,10 @@ def gate(
     no_hash_cache: Annotated[
         bool, typer.Option("--no-hash-cache", help="Re-read every file instead of trusting the hash cache.")
     ] = False,
+    no_build: Annotated[
+        bool,
+        typer.Option("--no-build", help="Skip the [build] step and use an existing binary (--server-bin or gate.server_bin)."),
+    ] = False,
     note: Annotated[
         list[str] | None,
         typer.Option(
@@ -196,6 +200,7 @@ def gate(
         "log_cap_mib": log_cap_mib,
         "hash_cache": False if no_hash_cache else None,
         "notes": note,
+        "no_build": no_build or None,
         "source_dir": source_dir,
         "base_ref": base_ref,
         "upstream_ref": upstream_ref,

@@ -61,6 +61,16 @@ class CheckSpec:
 
 
 @dataclass(frozen=True)
+class BuildSpec:
+    """``[build]``: how the server under test is built before the gate hashes and runs it."""
+
+    command: str
+    cwd: Path | None
+    timeout_s: float
+    server_bin: Path  # the binary the build produces: the one hashed, recorded and started
+
+
+@dataclass(frozen=True)
 class GateConfig:
     server_bin: PinnedFile
     target: PinnedFile
@@ -96,6 +106,7 @@ class GateConfig:
     config_file: Path | None = None
     bundle_out: Path | None = None
     notes: tuple[str, ...] = ()  # reviewer notes from the caller (CLI only), recorded as warnings
+    build: BuildSpec | None = None
 
     @property
     def log_cap_bytes(self) -> int:
@@ -128,9 +139,12 @@ _GATE_KEYS = {
     "hash_cache", "hash_cache_path", "stale_override_files", "source_dir", "base_ref", "upstream_ref",
     "device_args", "server_args", "env_prefixes", "log_cap_mib", "bundle_out",
 }
-_TOP_KEYS = {"gate", "runner", "runners", "checks", "merge", "preflight"}  # [merge]: ds4ci.merge; [preflight]: ds4ci.busy
+# [merge] is read by ds4ci.merge, [preflight] by ds4ci.busy.
+_TOP_KEYS = {"gate", "runner", "runners", "checks", "merge", "preflight", "build"}
 _RUNNER_KEYS = {"name", "role", "negative_control_for"}
 _CHECK_KEYS = {"name", "command", "parser", "report", "timeout", "cwd"}
+_BUILD_KEYS = {"command", "cwd", "timeout", "server_bin"}
+DEFAULT_BUILD_TIMEOUT_S = 4 * 3600.0
 
 
 def read_toml(path: Path) -> dict[str, Any]:
@@ -320,6 +334,22 @@ def _checks(section: Any, base: Path | None) -> tuple[CheckSpec, ...]:
     return tuple(out)
 
 
+def _build(section: Any, base: Path | None) -> BuildSpec | None:
+    if section is None:
+        return None
+    if not isinstance(section, dict):
+        raise UsageError("build: expected a [build] table with command and server_bin")
+    _unknown(section, _BUILD_KEYS, "[build]")
+    command = section.get("command")
+    if not isinstance(command, str) or not command.strip():
+        raise UsageError("build.command: expected a non-empty shell command, e.g. \"cmake --build build -j\"")
+    if "server_bin" not in section:
+        raise UsageError("build.server_bin: expected the path of the binary the build produces")
+    cwd = _path(section["cwd"], "build.cwd", base) if "cwd" in section else base
+    timeout = _seconds(section.get("timeout", DEFAULT_BUILD_TIMEOUT_S), "build.timeout")
+    return BuildSpec(command, cwd, timeout, _path(section["server_bin"], "build.server_bin", base).absolute())
+
+
 def _pick(overrides: Mapping[str, Any], file_gate: Mapping[str, Any], key: str, default: Any = None) -> Any:
     value = overrides.get(key)
     if value is not None:
@@ -378,9 +408,20 @@ def load(config_file: Path | None, overrides: Mapping[str, Any]) -> GateConfig:
             raise UsageError(f"missing --{key}-sha256: the {key} file must be pinned by SHA-256")
         return PinnedFile(key, path if path is not None else Path(), sha)
 
-    # The binary hashed is the binary run: an absolute path, never looked up on PATH.
-    server_bin = pinned("server_bin", required_sha=False, sha_key="server_sha256")
-    server_bin = PinnedFile(server_bin.role, server_bin.path.absolute(), server_bin.sha256)
+    # The binary hashed is the binary run: an absolute path, never looked up on PATH. With a
+    # [build] (unless --no-build) it is the binary the build produces, checked once it is built.
+    build = None if overrides.get("no_build") else _build(doc.get("build"), base)
+    if build is not None:
+        if overrides.get("server_bin") is not None or "server_bin" in file_gate:
+            raise UsageError(
+                "the server binary is given twice: [build].server_bin (the built binary) and "
+                "--server-bin / gate.server_bin; keep one (or pass --no-build to use an existing binary)"
+            )
+        sha = parse_sha256(_pick(overrides, file_gate, "server_sha256"), "server_sha256")
+        server_bin = PinnedFile("server_bin", build.server_bin, sha)
+    else:
+        server_bin = pinned("server_bin", required_sha=False, sha_key="server_sha256")
+        server_bin = PinnedFile(server_bin.role, server_bin.path.absolute(), server_bin.sha256)
     target = pinned("target", required_sha=True, sha_key="target_sha256")
     draft = pinned("draft", required_sha=True, sha_key="draft_sha256")
     prompts = _prompts(file_gate.get("prompts"), overrides.get("prompt_files"), overrides.get("prompt_sha256s"), base)
@@ -395,10 +436,10 @@ def load(config_file: Path | None, overrides: Mapping[str, Any]) -> GateConfig:
         for prompt in prompts:
             if prompt.sha256 is None:
                 raise UsageError(f"{prompt.path}: every prompt must be pinned by SHA-256")
-        for item in (server_bin, target, draft, *prompts):
+        for item in (target, draft, *prompts, *([] if build else [server_bin])):
             if not item.path.is_file():
                 raise UsageError(f"{item.role} file {item.path} does not exist or is not a regular file")
-        if not os.access(server_bin.path, os.X_OK):
+        if build is None and not os.access(server_bin.path, os.X_OK):
             raise UsageError(f"server binary {server_bin.path} is not executable")
         _nonempty_prompts(prompts)
 
@@ -488,4 +529,5 @@ def load(config_file: Path | None, overrides: Mapping[str, Any]) -> GateConfig:
         config_file=config_file,
         bundle_out=bundle_out,
         notes=_notes(overrides.get("notes")),
+        build=build,
     )

@@ -79,8 +79,9 @@ def reproduce_command(cfg: GateConfig) -> str:
     parts = ["ds4ci", "gate"]
     if cfg.config_file is not None:
         parts += ["--config", str(cfg.config_file.absolute())]
+    if cfg.build is None:  # with [build], the config's build produces the binary
+        parts += ["--server-bin", str(cfg.server_bin.path)]
     parts += [
-        "--server-bin", str(cfg.server_bin.path),
         "--target", str(cfg.target.path.absolute()), "--target-sha256", cfg.target.sha256 or "",
         "--draft", str(cfg.draft.path.absolute()), "--draft-sha256", cfg.draft.sha256 or "",
     ]
@@ -171,6 +172,7 @@ class _Run:
             "fingerprint": None,
             "revisions": None,
             "checks": [],
+            "build": None,
             "reproduce": reproduce_command(cfg),
         }
         self.prompts: list[str] = []
@@ -198,8 +200,16 @@ class _Run:
             "draft": by_role["draft"].to_json(),
             "prompts": [by_role[p.role].to_json() for p in cfg.prompts],
         }
-        evidence.write_json(self.attempt.path / "identities.json", self.doc["identities"])
         self.prompts = [_read_verified_prompt(p.path, by_role[p.role].sha256) for p in cfg.prompts]
+
+    def run_build(self) -> bool:
+        """Build the server first when [build] is configured; False when the gate must stop here."""
+        if self.cfg.build is None or self.cfg.role != "gate":
+            return True
+        from ds4ci.build import run_build
+
+        self.doc["build"] = run_build(self.cfg.build, self.attempt.path / "build", self.progress)
+        return bool(self.doc["build"]["status"] == "pass")
 
     def record_fingerprint(self) -> None:
         from ds4ci.preflight import fingerprint
@@ -356,7 +366,7 @@ class _Run:
     def overall(self) -> tuple[str, list[str]]:
         doc = self.doc
         target = doc["target_only"] if self.cfg.role == "gate" else None
-        return judge.overall(doc["reasons"], target, doc["widths"], doc["checks"])
+        return judge.overall(doc["reasons"], target, doc["widths"], doc["checks"], doc["build"])
 
     def finish(self) -> GateOutcome:
         doc = self.doc
@@ -372,6 +382,8 @@ class _Run:
         if verdict != PASS:
             doc["evidence"]["diagnostics"] = str(final / "servers")
         try:
+            # Sealed whatever happened (null before hashing ran): verify reads identities from here.
+            evidence.write_json(self.attempt.path / "identities.json", doc["identities"])
             doc["evidence"]["manifest_sha256"] = evidence.seal(self.attempt, _inputs(doc["identities"]))
             results.write_atomic(self.attempt.path / evidence.RESULTS, doc)
             evidence.promote(self.attempt, verdict)
@@ -446,13 +458,16 @@ def run_gate(cfg: GateConfig, progress: Progress = stderr_progress) -> GateOutco
     })
     with _signals_raise():
         try:
-            run.verify_identities()
-            refuse_stale_overrides(cfg)
+            built = run.run_build()  # a PR that does not build is a fail: no server starts
+            if built:
+                run.verify_identities()
+                refuse_stale_overrides(cfg)
             run.record_revisions()
             run.record_fingerprint()
-            if cfg.role == "gate":
-                run.run_arms()
-            run.run_checks()
+            if built:
+                if cfg.role == "gate":
+                    run.run_arms()
+                run.run_checks()
         except Ds4ciError as exc:
             run.doc["reasons"].append(str(exc))
             progress(f"no verdict: {exc}")

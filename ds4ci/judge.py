@@ -242,11 +242,13 @@ def judge_width(attempt: Path, q: int, settings: Settings, reference: TargetRefe
 
 def overall(
     run_reasons: Sequence[str], target: Mapping[str, Any] | None, widths: Sequence[Mapping[str, Any]],
-    checks: Sequence[Mapping[str, Any]],
+    checks: Sequence[Mapping[str, Any]], build: Mapping[str, Any] | None = None,
 ) -> tuple[str, list[str]]:
     """The attempt's verdict: an error that stopped the run outranks everything judged after it."""
     if run_reasons:
         return ERROR, list(run_reasons)
+    if build is not None and build["status"] != PASS:  # nothing ran after a build that did not pass
+        return (FAIL if build["status"] == FAIL else ERROR), [f"build: {build['status']}: {build['summary']}"]
     verdicts: list[str] = []
     reasons: list[str] = []
     if target is not None:

@@ -74,7 +74,9 @@ def model_file_problems(config: GateConfig) -> list[str]:
     if config.role != "gate":
         return []  # a negative-control runner runs extra checks only, with no models
     problems = []
-    for item in (config.server_bin, config.target, config.draft, *config.prompts):
+    # With [build], the server binary does not exist yet: the gate builds it first.
+    built_later = () if config.build is not None else (config.server_bin,)
+    for item in (*built_later, config.target, config.draft, *config.prompts):
         path = item.path
         if path == Path():
             problems.append(f"{item.role}: no path configured; expected a file")
@@ -90,7 +92,7 @@ def model_file_problems(config: GateConfig) -> list[str]:
             problems.append(f"{item.role} file {path}: expected a readable file, found it unreadable ({exc.strerror or exc})")
             continue
     server = config.server_bin.path
-    if server != Path() and server.is_file() and not os.access(server, os.X_OK):
+    if config.build is None and server != Path() and server.is_file() and not os.access(server, os.X_OK):
         problems.append(f"server binary {server}: expected an executable file, found it not executable (chmod +x)")
     return problems
 

@@ -138,12 +138,14 @@ def _sealed_settings(root: Path, recorded: Mapping[str, Any], problems: list[str
 def recompute(root: Path, recorded: Mapping[str, Any], problems: list[str]) -> dict[str, Any] | None:
     """The verdict-bearing part of results.json, recomputed from the raw evidence."""
     if recorded["runner"]["role"] != "gate":  # a negative control ran checks only: no server evidence
-        verdict, reasons = judge.overall(list(recorded.get("errors", [])), None, [], recorded["checks"])
+        verdict, reasons = judge.overall(list(recorded.get("errors", [])), None, [], recorded["checks"], recorded.get("build"))
         return {"verdict": verdict, "reasons": reasons[:200], "target_only": recorded["target_only"], "widths": []}
     settings = _sealed_settings(root, recorded, problems)
     if settings is None:
         return None
     errors = list(recorded.get("errors", []))
+    build = recorded.get("build")
+    built = build is None or build["status"] == "pass"
     target_doc: dict[str, Any] | None = None
     widths: list[dict[str, Any]] = []
     try:
@@ -155,14 +157,14 @@ def recompute(root: Path, recorded: Mapping[str, Any], problems: list[str]) -> d
                     widths.append(judge.judge_width(root, q, settings, target.reference)[0])
                 elif not target.errors:
                     errors.append(f"q={q}: no server evidence in the bundle")
-        elif not errors:
+        elif not errors and built:
             errors.append("no target-only server evidence in the bundle")
     except judge.EvidenceError as exc:
         problems.append(str(exc))
         return None
     checks = recorded["checks"]
     target_for_overall = target_doc if target_doc is not None else recorded["target_only"]
-    verdict, reasons = judge.overall(errors, target_for_overall, widths, checks)
+    verdict, reasons = judge.overall(errors, target_for_overall, widths, checks, build)
     return {
         "verdict": verdict,
         "reasons": reasons[:200],

@@ -173,9 +173,15 @@ def _make_repo(tmp: Path, models: Path) -> tuple[Path, str]:
     (models / "target.gguf").write_bytes(b"GGUF act target " + bytes(range(256)) * 32)
     (models / "draft.gguf").write_bytes(b"GGUF act draft " + bytes(reversed(range(256))) * 8)
     (models / "prompt.txt").write_text("Say why reference-exact speculation must match greedy decoding.\n")
+    # The server under test is built from the checkout first ([build]); here the "build" copies the
+    # simulator wrapper into place while printing ninja-style progress.
     (repo / "ds4ci.toml").write_text(textwrap.dedent(f"""\
+        [build]
+        command = "mkdir -p build && echo '[1/2] Compiling' && cp \\"$DS4_MODEL_DIR/sim-server\\" build/dflash_server && echo '[2/2] Linking dflash_server'"
+        server_bin = "build/dflash_server"
+        timeout = 120
+
         [gate]
-        server_bin = "${{DS4_MODEL_DIR}}/sim-server"
         server_sha256 = "{_sha(server)}"
         target = "${{DS4_MODEL_DIR}}/target.gguf"
         target_sha256 = "{_sha(models / 'target.gguf')}"
@@ -266,6 +272,7 @@ def test_dispatch_runs_gate_on_both_runners_and_publishes_one_comment(
     # The PR's edited ds4ci.toml was not used (it would have failed its pin); the run says so.
     assert "this pull request changes ds4ci.toml; this run uses the trusted settings" in proc.stdout + proc.stderr
     assert "this pull request changes ds4ci.toml" in fake.comments()[0]["body"]  # in the comment too
+    assert "(2/2 targets built)" in fake.comments()[0]["body"]  # the [build] step ran before the gate
     comments = fake.comments(7)
     assert len(comments) == 1, comments
     body = comments[0]["body"]
