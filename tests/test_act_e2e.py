@@ -14,6 +14,7 @@ and pip installs from a wheelhouse built once per session.
 from __future__ import annotations
 
 import hashlib
+import json
 import os
 import shutil
 import subprocess
@@ -156,6 +157,12 @@ def _stand_ins(tmp: Path, remote: Path, store: Path) -> dict[str, Path]:
     return {CHECKOUT: checkout, UPLOAD: upload, DOWNLOAD: download}
 
 
+BUILD_COMMAND = (
+    "mkdir -p build && echo '[1/2] Compiling' && "
+    'cp "$DS4_MODEL_DIR/sim-server" build/dflash_server && echo \'[2/2] Linking dflash_server\''
+)
+
+
 def _make_repo(tmp: Path, models: Path) -> tuple[Path, str]:
     """A repository holding ds4ci itself plus a ds4ci.toml pinning the simulator and small models."""
     repo = tmp / "engine"
@@ -177,7 +184,7 @@ def _make_repo(tmp: Path, models: Path) -> tuple[Path, str]:
     # simulator wrapper into place while printing ninja-style progress.
     (repo / "ds4ci.toml").write_text(textwrap.dedent(f"""\
         [build]
-        command = "mkdir -p build && echo '[1/2] Compiling' && cp \\"$DS4_MODEL_DIR/sim-server\\" build/dflash_server && echo '[2/2] Linking dflash_server'"
+        command = {json.dumps(BUILD_COMMAND)}
         server_bin = "build/dflash_server"
         timeout = 120
 
