@@ -353,6 +353,14 @@ def publish(
             "(e.g. my-app[bot]). Default under Actions: github-actions[bot]."
         ),
     ] = None,
+    allow_focused_reruns: Annotated[
+        bool,
+        typer.Option(
+            "--allow-focused-reruns",
+            help="Let a focused rerun (fewer widths than configured) pass on top of a full pass on an ancestor. "
+            "Default: a focused pass stays pending ('full run required').",
+        ),
+    ] = False,
 ) -> None:
     """Post the sticky PR comment and one commit status per runner (context ds4ci/<runner>).
 
@@ -380,6 +388,7 @@ def publish(
             summary_file=summary_file,
             unverified=unverified,
             comment_author=comment_author,
+            allow_focused=allow_focused_reruns,
         )
     )
 

@@ -34,6 +34,8 @@ OTHER_DEVICE_ARGS = ("--ds4-prefill", "exact")
 OWNED_SERVER_FLAGS = ("--host", "--port", "--max-ctx", "--chunk", "--target-device")
 MAX_SECONDS = 7 * 24 * 3600.0
 MAX_SEED = 2**64 - 1  # the server reads seed as uint64
+DEFAULT_WIDTHS = (2, 3, 4)
+FULL, FOCUSED = "full", "focused"
 CHECK_PARSERS = ("junit", "ctest", "build-progress", "compute-sanitizer", "exit-code")
 RUNNER_ROLES = ("gate", "negative-control")
 _HEX64 = re.compile(r"^[0-9a-f]{64}$")
@@ -107,6 +109,12 @@ class GateConfig:
     bundle_out: Path | None = None
     notes: tuple[str, ...] = ()  # reviewer notes from the caller (CLI only), recorded as warnings
     build: BuildSpec | None = None
+    configured_widths: tuple[int, ...] = DEFAULT_WIDTHS
+
+    @property
+    def scope(self) -> str:
+        """``full`` when this run proves every configured width, else ``focused`` (a focused rerun)."""
+        return FULL if set(self.widths) >= set(self.configured_widths) else FOCUSED
 
     @property
     def log_cap_bytes(self) -> int:
@@ -458,7 +466,9 @@ def load(config_file: Path | None, overrides: Mapping[str, Any]) -> GateConfig:
             f"runner name: expected letters, digits, '.', '_' or '-' (max 63, used in ds4ci/<runner>), found {runner!r}"
         )
 
-    widths = parse_widths(_pick(overrides, file_gate, "widths", [2, 3, 4]))
+    # A run that leaves out a configured width (e.g. a dispatch with widths: 2) is a focused rerun.
+    configured_widths = parse_widths(file_gate.get("widths", list(DEFAULT_WIDTHS)), "gate.widths")
+    widths = parse_widths(_pick(overrides, file_gate, "widths", list(DEFAULT_WIDTHS)))
     max_tokens = _int(_pick(overrides, file_gate, "max_tokens", 96), "max_tokens", 2)
     seed = _int(_pick(overrides, file_gate, "seed", 1234), "seed", 0)
     if seed > MAX_SEED:
@@ -530,4 +540,5 @@ def load(config_file: Path | None, overrides: Mapping[str, Any]) -> GateConfig:
         bundle_out=bundle_out,
         notes=_notes(overrides.get("notes")),
         build=build,
+        configured_widths=configured_widths,
     )

@@ -118,6 +118,8 @@ def _settings_json(cfg: GateConfig) -> dict[str, Any]:
         "env_prefixes": list(cfg.env_prefixes),
         "log_cap_mib": cfg.log_cap_mib,
         "request_body": judge.request_body("<prompt>", cfg.seed, cfg.max_tokens),
+        "configured_widths": list(cfg.configured_widths),
+        "scope": cfg.scope,
     }
 
 

@@ -228,10 +228,17 @@ class Client:
         """The reviews of a pull request, oldest first (every page)."""
         return self._pages(f"{self._base}/pulls/{number}/reviews", f"list the reviews of pull request #{number}")
 
-    def combined_states(self, sha: str) -> dict[str, str]:
+    def combined_statuses(self, sha: str) -> dict[str, tuple[str, str]]:
+        """context -> (state, description) of the latest status per context on ``sha``."""
         data = self._json("GET", f"{self._base}/commits/{sha}/status", f"read the statuses of {sha[:12]}")
         statuses = data.get("statuses", []) if isinstance(data, dict) else []
-        return {str(s.get("context")): str(s.get("state")) for s in statuses if isinstance(s, dict)}
+        return {
+            str(s.get("context")): (str(s.get("state")), str(s.get("description") or ""))
+            for s in statuses if isinstance(s, dict)
+        }
+
+    def combined_states(self, sha: str) -> dict[str, str]:
+        return {context: state for context, (state, _) in self.combined_statuses(sha).items()}
 
     def list_comments(self, number: int) -> list[Comment]:
         def call() -> list[Comment]:

@@ -12,7 +12,7 @@ import random
 import re
 import time
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 from ds4ci import markdown, report
@@ -109,6 +109,33 @@ def plan_statuses(docs: Sequence[Results], head: str, target_url: str | None) ->
             StatusPlan(head, f"ds4ci/{doc['runner']['name']}", state, _description(doc, state), target_url)
         )
     return plans
+
+
+FOCUSED_PREFIX = "focused pass"
+
+
+def last_full_pass(client: Client, pr: int, head: str, runner: str) -> str | None:
+    """The newest PR commit before ``head`` (so an ancestor) with a full (not focused) ds4ci/<runner> pass."""
+    commits = client.pr_commits(pr)
+    if head in commits:
+        commits = commits[: commits.index(head)]
+    for sha in reversed(commits[-PREDECESSOR_WALK:]):
+        state, description = client.combined_statuses(sha).get(f"ds4ci/{runner}", ("", ""))
+        if state == "success" and not description.startswith(FOCUSED_PREFIX):
+            return sha
+    return None
+
+
+def focused_plan(plan: StatusPlan, doc: Results, full_pass: str | None, allowed: bool) -> StatusPlan:
+    """A focused rerun's pass is green only on top of a full pass on an ancestor, where policy allows."""
+    widths = ",".join(str(w["q"]) for w in doc["widths"])
+    if plan.state != "success":
+        return plan
+    if allowed and full_pass is not None:
+        text = f"{FOCUSED_PREFIX} at q={widths} on top of the full pass at {full_pass[:12]}"
+        return replace(plan, description=text)
+    why = "focused reruns are not allowed ([merge] focused_reruns)" if not allowed else "no full pass on an ancestor"
+    return replace(plan, state="pending", description=f"{FOCUSED_PREFIX} at q={widths}; full run required: {why}"[:140])
 
 
 def last_validated_predecessor(client: Client, pr: int, head: str, runner: str) -> str | None:

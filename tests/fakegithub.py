@@ -146,9 +146,11 @@ class FakeGitHub:
         with self.lock:
             return self._new_comment(number, body, login)["id"]
 
-    def add_status(self, sha: str, context: str, state: str) -> None:
+    def add_status(self, sha: str, context: str, state: str, description: str = "") -> None:
         with self.lock:
-            self._new_status(sha, {"state": state, "context": context, "description": "", "target_url": None}, BOT_LOGIN)
+            self._new_status(
+                sha, {"state": state, "context": context, "description": description, "target_url": None}, BOT_LOGIN
+            )
 
     def inject(self, status: int, count: int = 1, *, headers: dict[str, str] | None = None,
                message: str = "Server Error", methods: set[str] | None = None) -> None:

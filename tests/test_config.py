@@ -103,3 +103,12 @@ def test_a_prompt_given_twice_is_a_usage_error(tmp_path: Path) -> None:
     prompt = tmp_path / "m" / "p.txt"
     with pytest.raises(UsageError, match="given twice"):
         config.load(toml(tmp_path), {"prompt_files": [prompt, prompt], "prompt_sha256s": [SHA, SHA]})
+
+
+def test_scope_is_full_only_when_every_configured_width_runs(tmp_path: Path) -> None:
+    write_models(tmp_path)
+    path = toml(tmp_path)  # widths = [2, 3]
+    assert config.load(path, {"runner": "r1"}).scope == "full"
+    assert config.load(path, {"runner": "r1", "widths": "2,3,4"}).scope == "full"
+    assert config.load(path, {"runner": "r1", "widths": "2"}).scope == "focused"
+    assert config.load(path, {"runner": "r1", "widths": "4"}).scope == "focused"  # not a configured width

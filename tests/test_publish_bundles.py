@@ -36,13 +36,17 @@ def runs(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
     subprocess.run([*git, "commit", "-qm", "server"], check=True)
     head = subprocess.run([*git, "rev-parse", "HEAD"], check=True, capture_output=True, text=True).stdout.strip()
     ws = Workspace.create(root)
-    good = ws.gate(widths="2,3", source_dir=repo, bundle_out=root / "pass.tar.gz")
-    bad = ws.gate(faults="leak-fused-verify@q3", widths="2,3", source_dir=repo)
+    config = root / "ds4ci.toml"
+    config.write_text("[gate]\nwidths = [2, 3]\n")  # every configured width runs: full scope
+    good = ws.gate(widths="2,3", source_dir=repo, bundle_out=root / "pass.tar.gz", config=config)
+    bad = ws.gate(faults="leak-fused-verify@q3", widths="2,3", source_dir=repo, config=config)
+    focused = ws.gate(widths="2", source_dir=repo, config=config)
+    assert focused.code == 0 and focused.results is not None
     assert good.code == 0 and bad.code == 1, good.stderr + bad.stderr
     assert good.results is not None and bad.results is not None
     return {
         "head": head, "pass": Path(good.results["evidence"]["dir"]), "fail": Path(bad.results["evidence"]["dir"]),
-        "pass.tar.gz": root / "pass.tar.gz",
+        "pass.tar.gz": root / "pass.tar.gz", "focused": Path(focused.results["evidence"]["dir"]),
     }
 
 
@@ -143,3 +147,35 @@ def test_an_unverified_section_never_replaces_a_verified_one(runs: dict[str, Any
     (comment,) = fake.comments(42)
     assert "✅ pass" in comment["body"] and "unverified" not in comment["body"]
     assert states(fake) == {f"ds4ci/{RUNNER}": "success"}
+
+
+def _add_full_pass_on_an_ancestor(fake: FakeGitHub, runs: dict[str, Any]) -> str:
+    ancestor = "a" * 40
+    fake.add_pull(42, runs["head"], [ancestor, runs["head"]])
+    fake.add_status(ancestor, f"ds4ci/{RUNNER}", "success", "pass: token parity at q=2,3, 64 tokens")
+    return ancestor
+
+
+def test_a_focused_rerun_stays_pending_unless_policy_allows_it(runs: dict[str, Any], fake: FakeGitHub) -> None:
+    _add_full_pass_on_an_ancestor(fake, runs)
+    proc = publish(fake, runs["focused"])
+    assert proc.returncode == 0, proc.stderr
+    (status,) = [s for s in fake.statuses() if s["sha"] == runs["head"]]
+    assert status["state"] == "pending" and "full run required" in status["description"]
+    (comment,) = fake.comments(42)
+    assert "focused rerun: status pending" in comment["body"]
+
+
+def test_a_focused_rerun_on_top_of_a_full_pass_is_green_where_allowed(runs: dict[str, Any], fake: FakeGitHub) -> None:
+    ancestor = _add_full_pass_on_an_ancestor(fake, runs)
+    proc = publish(fake, runs["focused"], "--allow-focused-reruns")
+    assert proc.returncode == 0, proc.stderr
+    (status,) = [s for s in fake.statuses() if s["sha"] == runs["head"]]
+    assert status["state"] == "success" and f"on top of the full pass at {ancestor[:12]}" in status["description"]
+
+
+def test_a_focused_rerun_without_a_full_pass_is_not_green_even_where_allowed(runs: dict[str, Any], fake: FakeGitHub) -> None:
+    proc = publish(fake, runs["focused"], "--allow-focused-reruns")
+    assert proc.returncode == 0, proc.stderr
+    assert states(fake) == {f"ds4ci/{RUNNER}": "pending"}
+    assert "no full pass on an ancestor" in fake.statuses()[0]["description"]

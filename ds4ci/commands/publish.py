@@ -10,8 +10,9 @@ from __future__ import annotations
 import os
 import sys
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
+from ds4ci import publish
 from ds4ci.errors import UsageError
 
 if TYPE_CHECKING:
@@ -49,6 +50,7 @@ def run_publish(
     summary_file: Path | None = None,
     unverified: bool = False,
     comment_author: str | None = None,
+    allow_focused: bool = False,
 ) -> int:
     """The CLI's publish: every input is verified first (``verified``), then published."""
     from ds4ci import publish, verified
@@ -66,6 +68,7 @@ def run_publish(
         verified.load(results, unverified), repo=repo, pr=pr, sha=sha, api_url=api_url, target_url=target_url,
         token_env=token_env, dry_run=dry_run, no_comment=no_comment, no_status=no_status,
         template_dir=template_dir, summary_file=summary_file, comment_author=comment_author,
+        allow_focused=allow_focused,
     )
 
 
@@ -84,6 +87,7 @@ def publish_documents(
     template_dir: Path | None = None,
     summary_file: Path | None = None,
     comment_author: str | None = None,
+    allow_focused: bool = False,
 ) -> int:
     """Comment and statuses for documents the trust step (``verified.load``) has already judged."""
     from ds4ci import publish, report
@@ -96,6 +100,8 @@ def publish_documents(
     head = publish.results_head(docs, sha)
     trusted = [p.doc for p in published if p.may_set_status]
     plans = [] if no_status or not trusted else publish.plan_statuses(trusted, head, target_url)
+    client = None if dry_run else _client(repo, api_url, token_env)
+    plans = _focused(plans, docs, client, pr, head, allow_focused)
     for p in published:
         if not p.may_set_status:
             print(f"ds4ci: no status for {p.doc['runner']['name']}: its result is unverified", file=sys.stderr)
@@ -109,7 +115,7 @@ def publish_documents(
         out.write("--- dry run: nothing was sent (the PR's current head is not checked) ---\n")
         return 0
 
-    client = _client(repo, api_url, token_env)
+    assert client is not None
     # Every precondition before the first write: the PR's head, and whose comment to look for.
     author: str | None = None
     if pr is not None:
@@ -135,6 +141,26 @@ def publish_documents(
         outcome = publish.upsert_comment(client, pr, author, build)
         print(f"ds4ci: comment {outcome.comment_id} {outcome.action} on #{pr}", file=sys.stderr)
     return 0
+
+
+def _focused(
+    plans: list[publish.StatusPlan], docs: list[dict[str, Any]], client: Client | None, pr: int | None, head: str,
+    allowed: bool,
+) -> list[publish.StatusPlan]:
+    """Focused reruns: green only on top of a full pass on an ancestor where allowed; the comment says which."""
+    by_context = {f"ds4ci/{d['runner']['name']}": d for d in docs}
+    out = []
+    for plan in plans:
+        doc = by_context[plan.context]
+        if doc["settings"].get("scope") != "focused":
+            out.append(plan)
+            continue
+        runner = doc["runner"]["name"]
+        full = publish.last_full_pass(client, pr, head, runner) if client is not None and pr is not None else None
+        decided = publish.focused_plan(plan, doc, full, allowed)
+        doc.setdefault("warnings", []).insert(0, f"focused rerun: status {decided.state}: {decided.description}")
+        out.append(decided)
+    return out
 
 
 def _client(repo: str | None, api_url: str | None, token_env: str) -> Client:
