@@ -361,6 +361,13 @@ def publish(
             "Default: a focused pass stays pending ('full run required').",
         ),
     ] = False,
+    merge_config: Annotated[
+        Path | None,
+        typer.Option(
+            help="ds4ci.toml whose [merge] table names the required runners, checks and approvals: the comment "
+            "then shows the 'Review and merge status' checklist of `ds4ci merge-check` (needs --pr)."
+        ),
+    ] = None,
 ) -> None:
     """Post the sticky PR comment and one commit status per runner (context ds4ci/<runner>).
 
@@ -389,6 +396,7 @@ def publish(
             unverified=unverified,
             comment_author=comment_author,
             allow_focused=allow_focused_reruns,
+            merge_config=merge_config,
         )
     )
 

@@ -151,6 +151,7 @@ class Client:
 
     def __init__(self, gh: Github, repo: str) -> None:
         self._gh = gh
+        self.repo = repo
         self._base = f"/repos/{repo}"
 
     def identity(self, installation_author: str | None = None) -> str:

@@ -213,8 +213,10 @@ class BodyBuilder:
         template_dir: Path | None,
         predecessors: dict[str, str],
         extra: Sequence[Section] = (),
+        merge_status: Sequence[str] = (),
     ) -> None:
         self.docs = list(docs)
+        self.merge_status = list(merge_status)
         self.run_url = run_url
         self.template_dir = template_dir
         self.predecessors = predecessors
@@ -230,6 +232,7 @@ class BodyBuilder:
             predecessors=self.predecessors,
             existing=existing,
             extra=self.extra,
+            merge_status=self.merge_status,
         )
 
 

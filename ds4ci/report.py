@@ -443,8 +443,13 @@ def compose(
     kind: str = "comment",
     run_url: str | None = None,
     shortened: bool = False,
+    merge_status: Sequence[str] = (),
 ) -> str:
-    """The whole body: marker first (outside any template, so an override cannot drop it)."""
+    """The whole body: marker first (outside any template, so an override cannot drop it).
+
+    ``merge_status`` is the "Review and merge status" checklist (``merge.checklist_markdown``:
+    already escaped Markdown lines).
+    """
     current_heads = {h for h in (head_sha(d) for d in docs) if h}
     rows = [
         {
@@ -466,6 +471,7 @@ def compose(
         "run_url": run_url,
         "version": __version__,
         "shortened": shortened,
+        "merge_status": markdown.Trusted("\n".join(merge_status)),
     }
     template = "summary.md.j2" if kind == "summary" else "comment.md.j2"
     body = _render(env, template, context)
@@ -486,6 +492,7 @@ def render(
     existing: Sequence[Section] = (),
     extra: Sequence[Section] = (),
     limit: int | None = None,
+    merge_status: Sequence[str] = (),
 ) -> tuple[str, list[Section]]:
     """Render ``docs`` (plus sections kept from an existing comment) within the size limit.
 
@@ -520,7 +527,8 @@ def render(
         if detail.stub:
             kept = [_stub(s, run_url) for s in kept]
         sections = merge_sections([*own, *extra], kept)
-        body = compose(env, sections, docs, kind=kind, run_url=run_url, shortened=index > start)
+        body = compose(env, sections, docs, kind=kind, run_url=run_url, shortened=index > start,
+                       merge_status=merge_status)
         if _size(body) <= limit:
             return body, sections
     raise UsageError(

@@ -179,3 +179,20 @@ def test_a_focused_rerun_without_a_full_pass_is_not_green_even_where_allowed(run
     assert proc.returncode == 0, proc.stderr
     assert states(fake) == {f"ds4ci/{RUNNER}": "pending"}
     assert "no full pass on an ancestor" in fake.statuses()[0]["description"]
+
+
+def test_the_comment_carries_the_review_and_merge_status_after_this_runs_statuses(
+    runs: dict[str, Any], fake: FakeGitHub, tmp_path: Path
+) -> None:
+    config = tmp_path / "ds4ci.toml"
+    config.write_text(f'[merge]\nrunners = ["{RUNNER}"]\nchecks = ["build"]\napprovals = 1\n')
+    fake.add_check_run(runs["head"], "build")
+    fake.add_review(42, "alice", "APPROVED", runs["head"])
+    fake.add_thread(42, "server/src/spec.cpp", 311)
+    proc = publish(fake, runs["pass"], "--merge-config", str(config))
+    assert proc.returncode == 0, proc.stderr
+    (comment,) = fake.comments(42)
+    body = comment["body"]
+    assert "**Review and merge status**" in body and "not ready: 1 condition(s) unmet" in body
+    assert f"- [x] gate ds4ci/{RUNNER}" in body  # green from the status this very publish set
+    assert "- [ ] review thread server/src/spec.cpp:311" in body

@@ -51,6 +51,7 @@ def run_publish(
     unverified: bool = False,
     comment_author: str | None = None,
     allow_focused: bool = False,
+    merge_config: Path | None = None,
 ) -> int:
     """The CLI's publish: every input is verified first (``verified``), then published."""
     from ds4ci import publish, verified
@@ -68,7 +69,7 @@ def run_publish(
         verified.load(results, unverified), repo=repo, pr=pr, sha=sha, api_url=api_url, target_url=target_url,
         token_env=token_env, dry_run=dry_run, no_comment=no_comment, no_status=no_status,
         template_dir=template_dir, summary_file=summary_file, comment_author=comment_author,
-        allow_focused=allow_focused,
+        allow_focused=allow_focused, merge_config=merge_config,
     )
 
 
@@ -88,6 +89,7 @@ def publish_documents(
     summary_file: Path | None = None,
     comment_author: str | None = None,
     allow_focused: bool = False,
+    merge_config: Path | None = None,
 ) -> int:
     """Comment and statuses for documents the trust step (``verified.load``) has already judged."""
     from ds4ci import publish, report
@@ -137,7 +139,9 @@ def publish_documents(
                 found = publish.last_validated_predecessor(client, pr, head, doc["runner"]["name"])
                 if found:
                     predecessors[doc["runner"]["name"]] = found
-        build = publish.BodyBuilder(docs, run_url=target_url, template_dir=template_dir, predecessors=predecessors)
+        merge_status = _merge_status(client, pr, merge_config, api_url, token_env) if merge_config else []
+        build = publish.BodyBuilder(docs, run_url=target_url, template_dir=template_dir, predecessors=predecessors,
+                                    merge_status=merge_status)
         outcome = publish.upsert_comment(client, pr, author, build)
         print(f"ds4ci: comment {outcome.comment_id} {outcome.action} on #{pr}", file=sys.stderr)
     return 0
@@ -161,6 +165,19 @@ def _focused(
         doc.setdefault("warnings", []).insert(0, f"focused rerun: status {decided.state}: {decided.description}")
         out.append(decided)
     return out
+
+
+def _merge_status(client: Client, pr: int, merge_config: Path, api_url: str | None, token_env: str) -> list[str]:
+    """The "Review and merge status" checklist, read after this run's statuses were set."""
+    from ds4ci import merge, mergefacts
+    from ds4ci.github import DEFAULT_API_URL, THROTTLE_ENV
+
+    need = merge.requirements(merge_config, None, None, None)
+    url = (api_url or os.environ.get("GITHUB_API_URL") or DEFAULT_API_URL).rstrip("/")
+    polite = os.environ.get(THROTTLE_ENV, "1") != "0"
+    gql = mergefacts.GraphQL(mergefacts.graphql_url(url), os.environ.get(token_env, ""), backoff_s=1.0 if polite else 0.0)
+    facts = mergefacts.gather(client, gql, client.repo, pr, need, mergeable_delay_s=2.0 if polite else 0.0)
+    return merge.checklist_markdown(merge.evaluate(facts, need))
 
 
 def _client(repo: str | None, api_url: str | None, token_env: str) -> Client:
