@@ -326,6 +326,8 @@ class BusyOutcome:
         return {
             "busy": self.busy,
             "runner": self.runner,
+            # The words of a pending status: the runner is occupied, not broken.
+            "summary": f"waiting: {self.runner} busy ({describe(self.last.processes)})"[:140] if self.busy else "",
             "busy_wait_s": self.busy_wait_s,
             "waited_s": round(self.waited_s, 1),
             "checks": self.checks,

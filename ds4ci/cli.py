@@ -361,6 +361,14 @@ def publish(
             "Default: a focused pass stays pending ('full run required').",
         ),
     ] = False,
+    expect_runner: Annotated[
+        list[str] | None,
+        typer.Option(
+            metavar="NAME",
+            help="A runner that should have reported; if it has no result here (busy or offline), the comment "
+            "says what it last validated, what changed since and which run is still required. Repeatable.",
+        ),
+    ] = None,
     merge_config: Annotated[
         Path | None,
         typer.Option(
@@ -397,6 +405,7 @@ def publish(
             comment_author=comment_author,
             allow_focused=allow_focused_reruns,
             merge_config=merge_config,
+            expect_runners=expect_runner or [],
         )
     )
 

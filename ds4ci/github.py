@@ -238,6 +238,15 @@ class Client:
             for s in statuses if isinstance(s, dict)
         }
 
+    def compare(self, base: str, head: str) -> tuple[list[str], list[str]]:
+        """(commits, changed files) from ``base`` (excluded) to ``head`` (GET .../compare/base...head)."""
+        data = self._json("GET", f"{self._base}/compare/{base}...{head}", f"compare {base[:12]}...{head[:12]}")
+        if not isinstance(data, dict):
+            raise PublishError(f"compare {base[:12]}...{head[:12]}: GitHub's answer is not an object")
+        commits = [str(c.get("sha")) for c in data.get("commits", []) if isinstance(c, dict)]
+        files = [str(f.get("filename")) for f in data.get("files", []) if isinstance(f, dict)]
+        return commits, files
+
     def combined_states(self, sha: str) -> dict[str, str]:
         return {context: state for context, (state, _) in self.combined_statuses(sha).items()}
 

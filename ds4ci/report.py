@@ -369,6 +369,18 @@ def pending_section(env: Any, runner: str, sha: str, run_url: str | None = None)
     return Section(runner=runner, role="gate", state="pending", head=sha, digest=None, body=body)
 
 
+def needs_hardware_section(
+    env: Any, runner: str, head: str, widths: Sequence[int], predecessor: str | None,
+    commits: Sequence[str] = (), files: Sequence[str] = (),
+) -> Section:
+    """A runner with no result on this head: what it last validated, what changed since, what is required."""
+    body = _render(env, "needs_hardware.md.j2", {
+        "name": runner, "head": head, "widths": ",".join(map(str, widths)), "predecessor": predecessor,
+        "commits": list(commits), "files": list(files), "state_label": _state_label("pending"),
+    })
+    return Section(runner=runner, role="gate", state="pending", head=head, digest=None, body=body)
+
+
 def _stub(section: Section, run_url: str | None) -> Section:
     body = (
         f"### {_state_label(section.state)}: {markdown.code(section.runner)}\n\n"

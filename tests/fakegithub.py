@@ -58,6 +58,7 @@ class FakeGitHub:
         self._check_runs: list[dict[str, Any]] = []
         self._reviews: dict[int, list[dict[str, Any]]] = {}
         self._threads: dict[int, list[dict[str, Any]]] = {}
+        self._commit_files: dict[str, list[str]] = {}  # sha -> files that commit changed (for compare)
         self.graphql_page_size = 100
         self.graphql_queries: list[dict[str, Any]] = []
         # Called (under the lock: mutate state directly) on every GraphQL query, e.g. to push mid-check.
@@ -145,6 +146,10 @@ class FakeGitHub:
     def add_comment(self, number: int, body: str, login: str = "someone") -> int:
         with self.lock:
             return self._new_comment(number, body, login)["id"]
+
+    def add_commit_files(self, sha: str, files: list[str]) -> None:
+        with self.lock:
+            self._commit_files[sha] = list(files)
 
     def add_status(self, sha: str, context: str, state: str, description: str = "") -> None:
         with self.lock:
@@ -357,6 +362,20 @@ class FakeGitHub:
                                     "merged": pr["merged"], "mergeable": mergeable,
                                     "mergeable_state": "unknown" if mergeable is None else pr["mergeable_state"],
                                     "head": {"sha": pr["head"], "ref": "feature"}, "base": {"sha": "0" * 40, "ref": "main"}})
+            return
+        m = re.fullmatch(re.escape(repo) + r"/compare/([0-9a-f]{40})\.\.\.([0-9a-f]{40})", path)
+        if m and method == "GET":
+            # Commits after base up to head, along some PR's commit list (the fake's history).
+            base, head = m.groups()
+            chain = next((p["commits"] for p in self.pulls.values() if base in p["commits"] and head in p["commits"]), None)
+            if chain is None or chain.index(base) > chain.index(head):
+                self._send(h, 404, {"message": "Not Found"})
+                return
+            between = chain[chain.index(base) + 1: chain.index(head) + 1]
+            files = sorted({f for sha in between for f in self._commit_files.get(sha, [])})
+            self._send(h, 200, {"status": "ahead", "ahead_by": len(between), "behind_by": 0,
+                                "commits": [{"sha": sha} for sha in between],
+                                "files": [{"filename": f, "status": "modified"} for f in files]})
             return
         m = re.fullmatch(re.escape(repo) + r"/pulls/(\d+)/reviews", path)
         if m and method == "GET":

@@ -196,3 +196,21 @@ def test_the_comment_carries_the_review_and_merge_status_after_this_runs_statuse
     assert "**Review and merge status**" in body and "not ready: 1 condition(s) unmet" in body
     assert f"- [x] gate ds4ci/{RUNNER}" in body  # green from the status this very publish set
     assert "- [ ] review thread server/src/spec.cpp:311" in body
+
+
+def test_a_runner_without_a_result_says_what_it_last_validated_and_what_is_still_required(
+    runs: dict[str, Any], fake: FakeGitHub
+) -> None:
+    ancestor = "b" * 40
+    fake.add_pull(42, runs["head"], [ancestor, runs["head"]])
+    fake.add_status(ancestor, "ds4ci/gfx1151", "success", "pass: token parity at q=2,3, 64 tokens")
+    fake.add_commit_files(runs["head"], ["server/src/spec.cpp", "server/src/verify.cpp"])
+    proc = publish(fake, runs["pass"], "--expect-runner", "gfx1151", "--expect-runner", RUNNER)
+    assert proc.returncode == 0, proc.stderr
+    (comment,) = fake.comments(42)
+    body = comment["body"]
+    assert "`gfx1151`: still needs hardware" in body
+    assert "a q=2,3 run on `gfx1151`" in body
+    assert f"Last hardware-validated predecessor on this runner: `{ancestor}`" in body
+    assert "1 commit(s)" in body and "`server/src/spec.cpp`" in body and "`server/src/verify.cpp`" in body
+    assert fake.latest_states(runs["head"]) == {f"ds4ci/{RUNNER}": "success"}  # none made up for the missing one

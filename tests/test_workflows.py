@@ -195,7 +195,9 @@ def test_the_publishing_job_publishes_bundles_and_never_leaves_a_runner_silent()
     publish = jobs["publish"]
     assert publish["runs-on"] == "ubuntu-latest" and publish["concurrency"]["cancel-in-progress"] is False
     script = "\n".join(s.get("run", "") for s in publish["steps"])
-    assert "bundle.tar.gz" in script and '"state\\":\\"error\\"' in script
+    assert "bundle.tar.gz" in script and "state=error" in script  # no bundle: error, never silence
+    assert "busy.json" in script and "state=pending" in script  # a busy runner: pending, never green
+    assert "--expect-runner" in script
 
 
 def test_reporter_never_runs_pull_request_code() -> None:

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import os
 import sys
+from collections.abc import Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -17,6 +18,7 @@ from ds4ci.errors import UsageError
 
 if TYPE_CHECKING:
     from ds4ci.github import Client
+    from ds4ci.report import Section
     from ds4ci.verified import Published
 
 
@@ -52,6 +54,7 @@ def run_publish(
     comment_author: str | None = None,
     allow_focused: bool = False,
     merge_config: Path | None = None,
+    expect_runners: Sequence[str] = (),
 ) -> int:
     """The CLI's publish: every input is verified first (``verified``), then published."""
     from ds4ci import publish, verified
@@ -69,7 +72,7 @@ def run_publish(
         verified.load(results, unverified), repo=repo, pr=pr, sha=sha, api_url=api_url, target_url=target_url,
         token_env=token_env, dry_run=dry_run, no_comment=no_comment, no_status=no_status,
         template_dir=template_dir, summary_file=summary_file, comment_author=comment_author,
-        allow_focused=allow_focused, merge_config=merge_config,
+        allow_focused=allow_focused, merge_config=merge_config, expect_runners=expect_runners,
     )
 
 
@@ -90,6 +93,7 @@ def publish_documents(
     comment_author: str | None = None,
     allow_focused: bool = False,
     merge_config: Path | None = None,
+    expect_runners: Sequence[str] = (),
 ) -> int:
     """Comment and statuses for documents the trust step (``verified.load``) has already judged."""
     from ds4ci import publish, report
@@ -140,8 +144,9 @@ def publish_documents(
                 if found:
                     predecessors[doc["runner"]["name"]] = found
         merge_status = _merge_status(client, pr, merge_config, api_url, token_env) if merge_config else []
+        missing = _needs_hardware(client, pr, head, docs, expect_runners, template_dir)
         build = publish.BodyBuilder(docs, run_url=target_url, template_dir=template_dir, predecessors=predecessors,
-                                    merge_status=merge_status)
+                                    merge_status=merge_status, extra=missing)
         outcome = publish.upsert_comment(client, pr, author, build)
         print(f"ds4ci: comment {outcome.comment_id} {outcome.action} on #{pr}", file=sys.stderr)
     return 0
@@ -165,6 +170,28 @@ def _focused(
         doc.setdefault("warnings", []).insert(0, f"focused rerun: status {decided.state}: {decided.description}")
         out.append(decided)
     return out
+
+
+def _needs_hardware(
+    client: Client, pr: int, head: str, docs: list[dict[str, Any]], expected: Sequence[str], template_dir: Path | None,
+) -> list[Section]:
+    """A section for every expected runner without a result on this head (busy or offline)."""
+    from ds4ci import report
+
+    present = {d["runner"]["name"] for d in docs}
+    widths = next((d["settings"].get("configured_widths") for d in docs if d["settings"].get("configured_widths")),
+                  [2, 3, 4])
+    env = report.environment(template_dir)
+    sections = []
+    for runner in expected:
+        if runner in present:
+            continue
+        if not publish.RUNNER_RE.match(runner):
+            raise UsageError(f"--expect-runner {runner!r}: expected letters, digits, '.', '_' or '-'")
+        predecessor = publish.last_validated_predecessor(client, pr, head, runner)
+        commits, files = client.compare(predecessor, head) if predecessor else ([], [])
+        sections.append(report.needs_hardware_section(env, runner, head, widths, predecessor, commits, files))
+    return sections
 
 
 def _merge_status(client: Client, pr: int, merge_config: Path, api_url: str | None, token_env: str) -> list[str]:
