@@ -117,6 +117,18 @@ class Workspace:
         return GateRun(proc.returncode, proc.stdout, proc.stderr, results, self.root / "evidence")
 
 
+def git_repo(path: Path, files: dict[str, str]) -> str:
+    """A real git repository at ``path`` with one commit of ``files``; its head SHA."""
+    path.mkdir(parents=True)
+    git = ["git", "-C", str(path), "-c", "user.email=t@example.com", "-c", "user.name=t"]
+    subprocess.run([*git, "init", "-q"], check=True)
+    for name, text in files.items():
+        (path / name).write_text(text)
+    subprocess.run([*git, "add", "-A"], check=True)
+    subprocess.run([*git, "commit", "-qm", "commit"], check=True)
+    return subprocess.run([*git, "rev-parse", "HEAD"], check=True, capture_output=True, text=True).stdout.strip()
+
+
 def processes_mentioning(marker: str) -> list[str]:
     """Command lines of live (non-zombie) processes whose argv mentions marker (e.g. a tmp path)."""
     found = []

@@ -16,7 +16,7 @@ import sys
 from pathlib import Path
 
 import pytest
-from gatekit import DS4CI, FOREIGN_SERVER, GateRun, Workspace, sha256
+from gatekit import DS4CI, FOREIGN_SERVER, GateRun, Workspace, git_repo, sha256
 
 # (simulator fault switch, foreign-server behaviour): the same variant of the real binary twice.
 PASSING_VARIANTS = {
@@ -292,13 +292,7 @@ def test_a_directory_given_as_config_or_results_out_is_a_usage_error(tmp_path: P
 def test_revisions_of_the_working_directory_are_recorded_by_default(tmp_path: Path) -> None:
     ws = Workspace.create(tmp_path)
     repo = tmp_path / "checkout"
-    repo.mkdir()
-    git = ["git", "-C", str(repo), "-c", "user.email=t@example.com", "-c", "user.name=t"]
-    subprocess.run([*git, "init", "-q"], check=True)
-    (repo / "f.txt").write_text("one\n")
-    subprocess.run([*git, "add", "f.txt"], check=True)
-    subprocess.run([*git, "commit", "-qm", "one"], check=True)
-    head = subprocess.run([*git, "rev-parse", "HEAD"], check=True, capture_output=True, text=True).stdout.strip()
+    head = git_repo(repo, {"f.txt": "one\n"})
     (repo / "f.txt").write_text("two\n")
     proc = subprocess.run(
         [DS4CI, "gate", *ws.args(widths="2")], cwd=repo, env=ws.env(), capture_output=True, text=True, timeout=180,

@@ -18,7 +18,7 @@ from typing import Any
 
 import pytest
 from fakegithub import WRITE_TOKEN, FakeGitHub
-from gatekit import Workspace
+from gatekit import Workspace, git_repo
 
 RUNNER = "test-runner"
 
@@ -28,13 +28,7 @@ def runs(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
     """A passing and a failing gate run on one recorded head, with their bundles (directory and archive)."""
     root = tmp_path_factory.mktemp("bundles")
     repo = root / "source"
-    repo.mkdir()
-    git = ["git", "-C", str(repo), "-c", "user.email=t@example.com", "-c", "user.name=t"]
-    subprocess.run([*git, "init", "-q"], check=True)
-    (repo / "server.c").write_text("int main(void) { return 0; }\n")
-    subprocess.run([*git, "add", "server.c"], check=True)
-    subprocess.run([*git, "commit", "-qm", "server"], check=True)
-    head = subprocess.run([*git, "rev-parse", "HEAD"], check=True, capture_output=True, text=True).stdout.strip()
+    head = git_repo(repo, {"server.c": "int main(void) { return 0; }\n"})
     ws = Workspace.create(root)
     config = root / "ds4ci.toml"
     config.write_text("[gate]\nwidths = [2, 3]\n")  # every configured width runs: full scope
