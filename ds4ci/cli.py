@@ -383,30 +383,16 @@ def publish(
     alone: a bundle that does not verify is published as error. Only a passing, verified result for
     exactly the commit being set can ever become a green status.
     """
-    from ds4ci.commands.publish import run_publish
+    from ds4ci.commands.publish import PublishRequest, run_publish
 
+    request = PublishRequest(
+        repo=repo, pr=pr, sha=sha, api_url=api_url, target_url=target_url, token_env=token_env, dry_run=dry_run,
+        no_comment=no_comment, no_status=no_status, template_dir=template_dir, summary_file=summary_file,
+        comment_author=comment_author, allow_focused=allow_focused_reruns, merge_config=merge_config,
+        expect_runners=tuple(expect_runner or ()),
+    )
     _exit_with(
-        lambda: run_publish(
-            results or [],
-            repo=repo,
-            pr=pr,
-            sha=sha,
-            api_url=api_url,
-            target_url=target_url,
-            token_env=token_env,
-            dry_run=dry_run,
-            no_comment=no_comment,
-            no_status=no_status,
-            pending=pending,
-            runner=runner,
-            template_dir=template_dir,
-            summary_file=summary_file,
-            unverified=unverified,
-            comment_author=comment_author,
-            allow_focused=allow_focused_reruns,
-            merge_config=merge_config,
-            expect_runners=expect_runner or [],
-        )
+        lambda: run_publish(results or [], request, pending=pending, runner=runner, unverified=unverified)
     )
 
 

@@ -24,7 +24,7 @@ import pytest
 import requests
 
 from ds4ci import results
-from ds4ci.commands.publish import publish_documents
+from ds4ci.commands.publish import PublishRequest, publish_documents
 from ds4ci.github import Client, connect
 from ds4ci.verified import Published
 
@@ -215,7 +215,7 @@ def test_publish_statuses_match_the_contract(
             args: dict[str, Any] = {"repo": "octocat/hello-world", "api_url": base,
                                     "target_url": "https://github.com/o/r/actions/runs/1", "pr": None, "sha": None}
             args.update(extra)
-            assert publish_documents(group, **args) == 0
+            assert publish_documents(group, PublishRequest(**args)) == 0
     env = dict(os.environ, GITHUB_TOKEN="ghp_contract_test_token_0123456789abcdef", DS4CI_GITHUB_THROTTLE="0")
     env.pop("GITHUB_STEP_SUMMARY", None)
     proc = subprocess.run(

@@ -15,7 +15,7 @@ import pytest
 from fakegithub import APP_TOKEN, BOT_LOGIN, READ_TOKEN, WRITE_TOKEN, FakeGitHub
 
 from ds4ci import report
-from ds4ci.commands.publish import publish_documents, run_publish
+from ds4ci.commands.publish import PublishRequest, publish_documents, run_publish
 from ds4ci.errors import PublishError, UsageError
 from ds4ci.results import load as load_results
 from ds4ci.verified import Published
@@ -53,8 +53,9 @@ def publish(fake: FakeGitHub, *results: Path, **kw: Any) -> int:
     args: dict[str, Any] = {"repo": "acme/engine", "pr": 42, "api_url": fake.url, "target_url": RUN_URL}
     args.update(kw)
     if args.pop("pending", False):
-        return run_publish(list(results), pending=True, **args)
-    return publish_documents([Published(load_results(p), may_set_status=True) for p in results], **args)
+        runner = args.pop("runner", None)
+        return run_publish(list(results), PublishRequest(**args), pending=True, runner=runner)
+    return publish_documents([Published(load_results(p), may_set_status=True) for p in results], PublishRequest(**args))
 
 
 def ours(fake: FakeGitHub) -> list[dict[str, Any]]:

@@ -10,6 +10,7 @@ from __future__ import annotations
 import os
 import sys
 from collections.abc import Sequence
+from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -35,120 +36,100 @@ def _write_summary(body: str, summary_file: Path | None) -> None:
         raise UsageError(f"cannot write the job summary to {target}: {exc.strerror or exc}") from exc
 
 
+@dataclass(frozen=True)
+class PublishRequest:
+    """Where and how to publish: one record from the CLI, read by every step below."""
+
+    repo: str | None = None
+    pr: int | None = None
+    sha: str | None = None
+    api_url: str | None = None
+    target_url: str | None = None
+    token_env: str = "GITHUB_TOKEN"  # noqa: S105 - the name of the variable, not a token
+    dry_run: bool = False
+    no_comment: bool = False
+    no_status: bool = False
+    template_dir: Path | None = None
+    summary_file: Path | None = None
+    comment_author: str | None = None
+    allow_focused: bool = False
+    merge_config: Path | None = None
+    expect_runners: tuple[str, ...] = ()
+
+
 def run_publish(
-    results: list[Path],
-    repo: str | None = None,
-    pr: int | None = None,
-    sha: str | None = None,
-    api_url: str | None = None,
-    target_url: str | None = None,
-    token_env: str = "GITHUB_TOKEN",
-    dry_run: bool = False,
-    no_comment: bool = False,
-    no_status: bool = False,
-    pending: bool = False,
-    runner: str | None = None,
-    template_dir: Path | None = None,
-    summary_file: Path | None = None,
+    results: list[Path], request: PublishRequest, *, pending: bool = False, runner: str | None = None,
     unverified: bool = False,
-    comment_author: str | None = None,
-    allow_focused: bool = False,
-    merge_config: Path | None = None,
-    expect_runners: Sequence[str] = (),
 ) -> int:
     """The CLI's publish: every input is verified first (``verified``), then published."""
-    from ds4ci import publish, verified
+    from ds4ci import verified
 
-    publish.validate_target(repo, pr, sha, dry_run)
+    publish.validate_target(request.repo, request.pr, request.sha, request.dry_run)
     if pending:
-        return _run_pending(results, repo, pr, sha, api_url, target_url, token_env, dry_run, no_comment,
-                            runner, template_dir, comment_author)
+        return _run_pending(results, request, runner)
     if runner is not None:
         raise UsageError("--runner is only used with --pending (results name their runner)")
     from ds4ci.report import check_inputs
 
     check_inputs(results)
-    return publish_documents(
-        verified.load(results, unverified), repo=repo, pr=pr, sha=sha, api_url=api_url, target_url=target_url,
-        token_env=token_env, dry_run=dry_run, no_comment=no_comment, no_status=no_status,
-        template_dir=template_dir, summary_file=summary_file, comment_author=comment_author,
-        allow_focused=allow_focused, merge_config=merge_config, expect_runners=expect_runners,
-    )
+    return publish_documents(verified.load(results, unverified), request)
 
 
-def publish_documents(
-    published: list[Published],
-    *,
-    repo: str | None,
-    pr: int | None = None,
-    sha: str | None = None,
-    api_url: str | None = None,
-    target_url: str | None = None,
-    token_env: str = "GITHUB_TOKEN",
-    dry_run: bool = False,
-    no_comment: bool = False,
-    no_status: bool = False,
-    template_dir: Path | None = None,
-    summary_file: Path | None = None,
-    comment_author: str | None = None,
-    allow_focused: bool = False,
-    merge_config: Path | None = None,
-    expect_runners: Sequence[str] = (),
-) -> int:
+def publish_documents(published: list[Published], request: PublishRequest) -> int:
     """Comment and statuses for documents the trust step (``verified.load``) has already judged."""
-    from ds4ci import publish, report
+    from ds4ci import report
 
-    publish.validate_target(repo, pr, sha, dry_run)
+    r = request
+    publish.validate_target(r.repo, r.pr, r.sha, r.dry_run)
     docs = report.unique_runners([p.doc for p in published])
-    summary, _ = report.render(docs, kind="summary", run_url=target_url, template_dir=template_dir)
-    _write_summary(summary, summary_file)
+    summary, _ = report.render(docs, kind="summary", run_url=r.target_url, template_dir=r.template_dir)
+    _write_summary(summary, r.summary_file)
 
-    head = publish.results_head(docs, sha)
+    head = publish.results_head(docs, r.sha)
     trusted = [p.doc for p in published if p.may_set_status]
-    plans = [] if no_status or not trusted else publish.plan_statuses(trusted, head, target_url)
-    client = None if dry_run else _client(repo, api_url, token_env)
-    plans = _focused(plans, docs, client, pr, head, allow_focused)
+    plans = [] if r.no_status or not trusted else publish.plan_statuses(trusted, head, r.target_url)
+    client = None if r.dry_run else _client(r.repo, r.api_url, r.token_env)
+    plans = _focused(plans, docs, client, r.pr, head, r.allow_focused)
     for p in published:
         if not p.may_set_status:
             print(f"ds4ci: no status for {p.doc['runner']['name']}: its result is unverified", file=sys.stderr)
-    if dry_run:
-        body, _ = report.render(docs, kind="comment", run_url=target_url, template_dir=template_dir)
+    if client is None:  # a dry run
+        body, _ = report.render(docs, kind="comment", run_url=r.target_url, template_dir=r.template_dir)
         out = sys.stdout
-        if pr is not None and not no_comment:
-            out.write(f"--- would create or update the ds4ci comment on {repo or '(repo)'}#{pr} ---\n{body}")
+        if r.pr is not None and not r.no_comment:
+            out.write(f"--- would create or update the ds4ci comment on {r.repo or '(repo)'}#{r.pr} ---\n{body}")
         for plan in plans:
             out.write(f"--- would set status {plan.context}={plan.state} on {plan.sha}: {plan.description}\n")
         out.write("--- dry run: nothing was sent (the PR's current head is not checked) ---\n")
         return 0
 
-    assert client is not None
     # Every precondition before the first write: the PR's head, and whose comment to look for.
     author: str | None = None
-    if pr is not None:
-        current = client.pr_head(pr)
+    if r.pr is not None:
+        current = client.pr_head(r.pr)
         if current != head:
             raise publish.StaleResultsError(
-                f"pull request #{pr} is now at {current} but the results are for {head}: refusing to publish "
+                f"pull request #{r.pr} is now at {current} but the results are for {head}: refusing to publish "
                 "stale results (re-run the gate on the new head)"
             )
-        if not no_comment:
-            author = client.identity(comment_author)
+        if not r.no_comment:
+            author = client.identity(r.comment_author)
     for plan in plans:
         client.create_status(plan.sha, plan.state, plan.context, plan.description, plan.target_url)
         print(f"ds4ci: status {plan.context}={plan.state} on {plan.sha}", file=sys.stderr)
-    if author is not None and pr is not None:
+    if author is not None and r.pr is not None:
         predecessors = {}
         for doc in docs:
             if doc["verdict"] != "pass":
-                found = publish.last_validated_predecessor(client, pr, head, doc["runner"]["name"])
+                found = publish.last_validated_predecessor(client, r.pr, head, doc["runner"]["name"])
                 if found:
                     predecessors[doc["runner"]["name"]] = found
-        merge_status = _merge_status(client, pr, merge_config, api_url, token_env) if merge_config else []
-        missing = _needs_hardware(client, pr, head, docs, expect_runners, template_dir)
-        build = publish.BodyBuilder(docs, run_url=target_url, template_dir=template_dir, predecessors=predecessors,
+        merge_status = _merge_status(client, r.pr, r.merge_config, r.api_url, r.token_env) if r.merge_config else []
+        missing = _needs_hardware(client, r.pr, head, docs, r.expect_runners, r.template_dir)
+        build = publish.BodyBuilder(docs, run_url=r.target_url, template_dir=r.template_dir, predecessors=predecessors,
                                     merge_status=merge_status, extra=missing)
-        outcome = publish.upsert_comment(client, pr, author, build)
-        print(f"ds4ci: comment {outcome.comment_id} {outcome.action} on #{pr}", file=sys.stderr)
+        outcome = publish.upsert_comment(client, r.pr, author, build)
+        print(f"ds4ci: comment {outcome.comment_id} {outcome.action} on #{r.pr}", file=sys.stderr)
     return 0
 
 
@@ -218,21 +199,11 @@ def _client(repo: str | None, api_url: str | None, token_env: str) -> Client:
     return Client(connect(token, url), repo)
 
 
-def _run_pending(
-    results: list[Path],
-    repo: str | None,
-    pr: int | None,
-    sha: str | None,
-    api_url: str | None,
-    target_url: str | None,
-    token_env: str,
-    dry_run: bool,
-    no_comment: bool,
-    runner: str | None,
-    template_dir: Path | None,
-    comment_author: str | None = None,
-) -> int:
-    from ds4ci import publish, report
+def _run_pending(results: list[Path], request: PublishRequest, runner: str | None) -> int:
+    from ds4ci import report
+
+    r = request
+    sha = r.sha
 
     if results:
         raise UsageError("--pending posts a status for a gate that has not finished: give no results files")
@@ -242,19 +213,19 @@ def _run_pending(
         raise UsageError("--pending needs --sha: the full commit SHA the gate is running on")
     context = f"ds4ci/{runner}"
     description = f"running the parity gate on {runner}"
-    if dry_run:
+    if r.dry_run:
         print(f"--- would set status {context}=pending on {sha}: {description}")
         print("--- dry run: nothing was sent ---")
         return 0
-    client = _client(repo, api_url, token_env)
-    if pr is not None and client.pr_head(pr) != sha:
-        raise publish.StaleResultsError(f"--sha {sha} is not the current head of pull request #{pr}")
-    author = client.identity(comment_author) if pr is not None and not no_comment else None  # before any write
-    client.create_status(sha, "pending", context, description, target_url)
-    if author is not None and pr is not None:
-        env = report.environment(template_dir)
-        section = report.pending_section(env, runner, sha, target_url)
-        build = publish.BodyBuilder([], run_url=target_url, template_dir=template_dir, predecessors={},
+    client = _client(r.repo, r.api_url, r.token_env)
+    if r.pr is not None and client.pr_head(r.pr) != sha:
+        raise publish.StaleResultsError(f"--sha {sha} is not the current head of pull request #{r.pr}")
+    author = client.identity(r.comment_author) if r.pr is not None and not r.no_comment else None  # before any write
+    client.create_status(sha, "pending", context, description, r.target_url)
+    if author is not None and r.pr is not None:
+        env = report.environment(r.template_dir)
+        section = report.pending_section(env, runner, sha, r.target_url)
+        build = publish.BodyBuilder([], run_url=r.target_url, template_dir=r.template_dir, predecessors={},
                                     extra=[section])
-        publish.upsert_comment(client, pr, author, build)
+        publish.upsert_comment(client, r.pr, author, build)
     return 0
