@@ -1,4 +1,4 @@
-"""SHA-256 of big files: ds4ci.identity vs sha256sum, parallel vs one after another, cache re-verify.
+"""SHA-256 of big files: ds4ci.runner.identity vs sha256sum, parallel vs one after another, cache re-verify.
 
 Files are made in a temporary directory (default: $TMPDIR) and deleted at the end, even on error.
 Everything is measured with the files in the page cache (each is read once first), so the
@@ -19,8 +19,8 @@ from typing import Any
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from _common import emit, median, parser, say, verdict
 
-from ds4ci.config import PinnedFile
-from ds4ci.identity import RACY_WINDOW_NS, identify
+from ds4ci.options.config import PinnedFile
+from ds4ci.runner.identity import RACY_WINDOW_NS, identify
 
 NAME = "hash"
 MiB = 1024 * 1024

@@ -1,8 +1,8 @@
 """The longer fuzzing run of docs/fuzzing.md: both property-test fuzzers, many more examples.
 
-* results loader (tests/test_results_fuzz.py): ``DS4CI_FUZZ_EXAMPLES`` raises every property's
+* results loader (tests/unit/evidence/test_results_fuzz.py): ``DS4CI_FUZZ_EXAMPLES`` raises every property's
   example count; one pytest run per seed.
-* log parser (tests/test_protocol.py::test_fuzz_parser_never_crashes): its count is fixed at 400
+* log parser (tests/unit/judging/test_protocol.py::test_fuzz_parser_never_crashes): its count is fixed at 400
   in the test, so the run repeats it with many seeds (each seed is a different 400 examples).
 
 Examples are counted from hypothesis' own statistics (``--hypothesis-show-statistics``): the
@@ -54,16 +54,16 @@ def main() -> None:
     env = dict(os.environ, DS4CI_FUZZ_EXAMPLES=str(args.examples))
     rows = []
     for seed in range(1, args.results_seeds + 1):
-        rows.append(run("tests/test_results_fuzz.py", seed, env))
+        rows.append(run("tests/unit/evidence/test_results_fuzz.py", seed, env))
         say(NAME, f"results loader seed {seed}: {rows[-1]['passing']} passing, {rows[-1]['failing']} failing "
                   f"({rows[-1]['seconds']:.0f} s) -> {rows[-1]['summary']}")
     for seed in range(1, args.parser_seeds + 1):
-        rows.append(run("tests/test_protocol.py::test_fuzz_parser_never_crashes", seed, env))
+        rows.append(run("tests/unit/judging/test_protocol.py::test_fuzz_parser_never_crashes", seed, env))
         if seed % 10 == 0 or rows[-1]["returncode"]:
             say(NAME, f"parser seed {seed}: {rows[-1]['passing']} passing, {rows[-1]['failing']} failing "
                       f"-> {rows[-1]['summary']}")
     figures: dict[str, Any] = {"runs": rows}
-    for label, prefix in (("results", "tests/test_results_fuzz.py"), ("parser", "tests/test_protocol.py")):
+    for label, prefix in (("results", "tests/unit/evidence/test_results_fuzz.py"), ("parser", "tests/unit/judging/test_protocol.py")):
         mine = [r for r in rows if r["target"].startswith(prefix)]
         tried = sum(r["passing"] + r["failing"] for r in mine)
         failed_runs = [r["seed"] for r in mine if r["returncode"] != 0]

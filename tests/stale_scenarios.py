@@ -1,4 +1,4 @@
-"""Scenarios for the stale-run sweep, run as their own process by tests/test_supervisor.py.
+"""Scenarios for the stale-run sweep, run as their own process by tests/e2e/test_supervisor.py.
 
 ``python stale_scenarios.py SCENARIO TMPDIR MARKER`` prints one JSON object. The test starts this
 inside a PID namespace of its own where it can: any other ds4ci starting on the machine sweeps

@@ -18,9 +18,11 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-from ds4ci import config, results, table
 from ds4ci.errors import EXIT_FAIL, EXIT_PASS, UsageError
-from ds4ci.gate import GateOutcome, run_gate
+from ds4ci.evidence import results
+from ds4ci.gate.run import GateOutcome, run_gate
+from ds4ci.options import config
+from ds4ci.report import table
 
 DEMO_PROMPT = (
     "Explain, step by step, why reference-exact speculative decoding must produce exactly the same "

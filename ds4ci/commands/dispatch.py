@@ -5,8 +5,8 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
-from ds4ci import dispatch
 from ds4ci.errors import EXIT_PASS
+from ds4ci.github import dispatch
 
 
 def _env_path(name: str) -> Path | None:

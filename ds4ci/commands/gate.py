@@ -8,9 +8,11 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
-from ds4ci import bundle, config, evidence, results, table
 from ds4ci.errors import NoVerdictError, UsageError
-from ds4ci.gate import run_gate
+from ds4ci.evidence import bundle, results, store
+from ds4ci.gate.run import run_gate
+from ds4ci.options import config
+from ds4ci.report import table
 
 # Write credentials a GitHub job may carry. The gate runs the pull request's code (the server it
 # builds) as the same user, which can read ds4ci's environment through /proc/<pid>/environ.
@@ -48,7 +50,7 @@ def run_gate_command(config_file: Path | None, overrides: Mapping[str, Any]) -> 
         if outcome.results["evidence"]["manifest_sha256"] is None:
             raise NoVerdictError(f"no sealed evidence to archive as --bundle-out {cfg.bundle_out}; see {final}")
         try:
-            bundle.write_archive(final, cfg.bundle_out, evidence.sealed_files(final))
+            bundle.write_archive(final, cfg.bundle_out, store.sealed_files(final))
         except OSError as exc:
             raise NoVerdictError(f"cannot write --bundle-out {cfg.bundle_out}: {exc.strerror or exc}") from exc
         print(f"bundle: {cfg.bundle_out}")

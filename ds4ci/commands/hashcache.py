@@ -10,8 +10,8 @@ from __future__ import annotations
 from collections.abc import Sequence
 from pathlib import Path
 
-from ds4ci.config import PinnedFile
-from ds4ci.identity import default_cache_path, identify
+from ds4ci.options.config import PinnedFile
+from ds4ci.runner.identity import default_cache_path, identify
 
 
 def run_hash_cache_add(files: Sequence[Path], cache: Path | None) -> int:

@@ -13,8 +13,8 @@ import sys
 from collections.abc import Sequence
 from pathlib import Path
 
-from ds4ci import merge
 from ds4ci.errors import EXIT_FAIL, EXIT_PASS, UsageError
+from ds4ci.github import merge
 
 _REPO = re.compile(r"^[A-Za-z0-9_.-]{1,100}/[A-Za-z0-9_.-]{1,100}$")
 
@@ -31,8 +31,8 @@ def run_merge_check(
     config: Path | None,
     token_env: str = "GITHUB_TOKEN",
 ) -> int:
-    from ds4ci import mergefacts
-    from ds4ci.github import DEFAULT_API_URL, THROTTLE_ENV, Client, connect
+    from ds4ci.github import mergefacts
+    from ds4ci.github.client import DEFAULT_API_URL, THROTTLE_ENV, Client, connect
 
     if pr < 1:
         raise UsageError(f"--pr: expected a pull request number >= 1, found {pr}")

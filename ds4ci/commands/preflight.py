@@ -7,10 +7,10 @@ import math
 import sys
 from pathlib import Path
 
-from ds4ci import busy
-from ds4ci import config as config_mod
 from ds4ci.errors import EXIT_ERROR, EXIT_PASS, UsageError
-from ds4ci.preflight import preflight, render_table
+from ds4ci.options import config as config_mod
+from ds4ci.runner import busy
+from ds4ci.runner.preflight import preflight, render_table
 
 
 def _progress(message: str) -> None:

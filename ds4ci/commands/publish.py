@@ -14,13 +14,13 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from ds4ci import publish
 from ds4ci.errors import UsageError
+from ds4ci.github import publish
 
 if TYPE_CHECKING:
-    from ds4ci.github import Client
-    from ds4ci.report import Section
-    from ds4ci.verified import Published
+    from ds4ci.github.client import Client
+    from ds4ci.github.verified import Published
+    from ds4ci.report.render import Section
 
 
 def _write_summary(body: str, summary_file: Path | None) -> None:
@@ -62,14 +62,14 @@ def run_publish(
     unverified: bool = False,
 ) -> int:
     """The CLI's publish: every input is verified first (``verified``), then published."""
-    from ds4ci import verified
+    from ds4ci.github import verified
 
     publish.validate_target(request.repo, request.pr, request.sha, request.dry_run)
     if pending:
         return _run_pending(results, request, runner)
     if runner is not None:
         raise UsageError("--runner is only used with --pending (results name their runner)")
-    from ds4ci.report import check_inputs
+    from ds4ci.report.render import check_inputs
 
     check_inputs(results)
     return publish_documents(verified.load(results, unverified), request)
@@ -77,12 +77,12 @@ def run_publish(
 
 def publish_documents(published: list[Published], request: PublishRequest) -> int:
     """Comment and statuses for documents the trust step (``verified.load``) has already judged."""
-    from ds4ci import report
+    from ds4ci.report import render
 
     r = request
     publish.validate_target(r.repo, r.pr, r.sha, r.dry_run)
-    docs = report.unique_runners([p.doc for p in published])
-    summary, _ = report.render(docs, kind="summary", run_url=r.target_url, template_dir=r.template_dir)
+    docs = render.unique_runners([p.doc for p in published])
+    summary, _ = render.render(docs, kind="summary", run_url=r.target_url, template_dir=r.template_dir)
     _write_summary(summary, r.summary_file)
 
     head = publish.results_head(docs, r.sha)
@@ -94,7 +94,7 @@ def publish_documents(published: list[Published], request: PublishRequest) -> in
         if not p.may_set_status:
             print(f"ds4ci: no status for {p.doc['runner']['name']}: its result is unverified", file=sys.stderr)
     if client is None:  # a dry run
-        body, _ = report.render(docs, kind="comment", run_url=r.target_url, template_dir=r.template_dir)
+        body, _ = render.render(docs, kind="comment", run_url=r.target_url, template_dir=r.template_dir)
         out = sys.stdout
         if r.pr is not None and not r.no_comment:
             out.write(f"--- would create or update the ds4ci comment on {r.repo or '(repo)'}#{r.pr} ---\n{body}")
@@ -157,12 +157,12 @@ def _needs_hardware(
     client: Client, pr: int, head: str, docs: list[dict[str, Any]], expected: Sequence[str], template_dir: Path | None,
 ) -> list[Section]:
     """A section for every expected runner without a result on this head (busy or offline)."""
-    from ds4ci import report
+    from ds4ci.report import render
 
     present = {d["runner"]["name"] for d in docs}
     widths = next((d["settings"].get("configured_widths") for d in docs if d["settings"].get("configured_widths")),
                   [2, 3, 4])
-    env = report.environment(template_dir)
+    env = render.environment(template_dir)
     sections = []
     for runner in expected:
         if runner in present:
@@ -171,14 +171,14 @@ def _needs_hardware(
             raise UsageError(f"--expect-runner {runner!r}: expected letters, digits, '.', '_' or '-'")
         predecessor = publish.last_validated_predecessor(client, pr, head, runner)
         commits, files = client.compare(predecessor, head) if predecessor else ([], [])
-        sections.append(report.needs_hardware_section(env, runner, head, widths, predecessor, commits, files))
+        sections.append(render.needs_hardware_section(env, runner, head, widths, predecessor, commits, files))
     return sections
 
 
 def _merge_status(client: Client, pr: int, merge_config: Path, api_url: str | None, token_env: str) -> list[str]:
     """The "Review and merge status" checklist, read after this run's statuses were set."""
-    from ds4ci import merge, mergefacts
-    from ds4ci.github import DEFAULT_API_URL, THROTTLE_ENV
+    from ds4ci.github import merge, mergefacts
+    from ds4ci.github.client import DEFAULT_API_URL, THROTTLE_ENV
 
     need = merge.requirements(merge_config, None, None, None)
     url = (api_url or os.environ.get("GITHUB_API_URL") or DEFAULT_API_URL).rstrip("/")
@@ -189,7 +189,7 @@ def _merge_status(client: Client, pr: int, merge_config: Path, api_url: str | No
 
 
 def _client(repo: str | None, api_url: str | None, token_env: str) -> Client:
-    from ds4ci.github import DEFAULT_API_URL, Client, connect
+    from ds4ci.github.client import DEFAULT_API_URL, Client, connect
 
     token = os.environ.get(token_env, "")
     if not token:
@@ -200,7 +200,7 @@ def _client(repo: str | None, api_url: str | None, token_env: str) -> Client:
 
 
 def _run_pending(results: list[Path], request: PublishRequest, runner: str | None) -> int:
-    from ds4ci import report
+    from ds4ci.report import render
 
     r = request
     sha = r.sha
@@ -223,8 +223,8 @@ def _run_pending(results: list[Path], request: PublishRequest, runner: str | Non
     author = client.identity(r.comment_author) if r.pr is not None and not r.no_comment else None  # before any write
     client.create_status(sha, "pending", context, description, r.target_url)
     if author is not None and r.pr is not None:
-        env = report.environment(r.template_dir)
-        section = report.pending_section(env, runner, sha, r.target_url)
+        env = render.environment(r.template_dir)
+        section = render.pending_section(env, runner, sha, r.target_url)
         build = publish.BodyBuilder([], run_url=r.target_url, template_dir=r.template_dir, predecessors={},
                                     extra=[section])
         publish.upsert_comment(client, r.pr, author, build)

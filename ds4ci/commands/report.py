@@ -15,12 +15,12 @@ def run_report(
     output: Path | None = None,
     run_url: str | None = None,
 ) -> int:
-    from ds4ci import report
+    from ds4ci.report import render
 
     if fmt not in ("comment", "summary"):
         raise UsageError(f"--format {fmt!r}: expected 'comment' or 'summary'")
-    docs = report.load_all(results)
-    body, _ = report.render(docs, kind=fmt, run_url=run_url, template_dir=template_dir)
+    docs = render.load_all(results)
+    body, _ = render.render(docs, kind=fmt, run_url=run_url, template_dir=template_dir)
     if output is None:
         sys.stdout.write(body)
         sys.stdout.flush()

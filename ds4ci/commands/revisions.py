@@ -6,7 +6,7 @@ import json
 from pathlib import Path
 
 from ds4ci.errors import EXIT_PASS
-from ds4ci.revisions import collect
+from ds4ci.runner.revisions import collect
 
 
 def run_revisions(repo_dir: Path, head_ref: str, base_ref: str | None, upstream_ref: str | None) -> int:

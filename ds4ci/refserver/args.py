@@ -16,7 +16,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from ds4ci import __version__
-from ds4ci.protocol import HIP_ONLY_REFUSAL
+from ds4ci.judging.protocol import HIP_ONLY_REFUSAL
 
 EXIT_USAGE = 2
 HIP_ONLY_MESSAGE = HIP_ONLY_REFUSAL

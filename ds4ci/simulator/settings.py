@@ -18,7 +18,7 @@ from pathlib import Path
 
 from ds4ci import __version__
 from ds4ci.errors import UsageError
-from ds4ci.protocol import HIP_ONLY_REFUSAL
+from ds4ci.judging.protocol import HIP_ONLY_REFUSAL
 from ds4ci.simulator.card import ModelCard
 from ds4ci.simulator.faults import FAULTS, Arm, FaultSet, parse_faults
 

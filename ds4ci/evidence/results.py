@@ -1,0 +1,137 @@
+"""The versioned ``results.json`` document: schema, strict loading, atomic writing.
+
+A results file may come from an artifact of a fork's run, so loading treats it as untrusted:
+size limit first, strict JSON (no duplicate keys, no NaN/Infinity), then the JSON Schema.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import re
+from collections.abc import Iterable
+from datetime import datetime
+from importlib import resources
+from pathlib import Path
+from typing import Any
+
+from ds4ci.errors import ResultsError
+from ds4ci.fileio import write_text_atomic
+
+SCHEMA_ID = "ds4ci/result/v1"
+MAX_RESULTS_BYTES = 8 * 1024 * 1024
+
+Results = dict[str, Any]
+
+
+def schema() -> dict[str, Any]:
+    text = resources.files("ds4ci.evidence").joinpath("schema/result-v1.json").read_text(encoding="utf-8")
+    loaded: dict[str, Any] = json.loads(text)
+    return loaded
+
+
+def _strict_hooks(source: str) -> dict[str, Any]:
+    """json.loads hooks that refuse what JSON allows but a results file must not contain."""
+
+    def pairs(items: Iterable[tuple[str, Any]]) -> dict[str, Any]:
+        out: dict[str, Any] = {}
+        for key, value in items:
+            if key in out:
+                raise ResultsError(f"{source}: duplicate key {key!r}; a results file must be unambiguous")
+            out[key] = value
+        return out
+
+    def constant(name: str) -> Any:
+        raise ResultsError(f"{source}: non-standard JSON constant {name}; expected finite numbers only")
+
+    def finite(text: str) -> float:
+        value = float(text)
+        if not math.isfinite(value):
+            raise ResultsError(f"{source}: number {text[:40]} overflows; expected finite numbers only")
+        return value
+
+    return {"object_pairs_hook": pairs, "parse_constant": constant, "parse_float": finite}
+
+
+_DATE_TIME = re.compile(r"^(\d{4})-(\d{2})-(\d{2})[Tt](\d{2}):(\d{2}):(\d{2})(\.\d+)?([Zz]|[+-]\d{2}:\d{2})$")
+
+
+def _is_date_time(value: object) -> bool:
+    """RFC 3339 date-time, checked here so validation never depends on optional packages."""
+    if not isinstance(value, str):
+        return True  # the type keyword reports non-strings
+    match = _DATE_TIME.match(value)
+    if match is None:
+        return False
+    year, month, day, hour, minute, second = (int(g) for g in match.groups()[:6])
+    try:
+        datetime(year, month, day, hour, minute, min(second, 59))
+    except ValueError:
+        return False
+    return second <= 60
+
+
+def validate(doc: Any, source: str = "results") -> Results:
+    """Validate a parsed document against the v1 schema; return it typed, or raise ResultsError."""
+    import jsonschema  # heavy import kept off the CLI start-up path
+
+    if not isinstance(doc, dict):
+        raise ResultsError(f"{source}: expected a JSON object at the top level, found {type(doc).__name__}")
+    if doc.get("schema") != SCHEMA_ID:
+        raise ResultsError(f"{source}: expected \"schema\": \"{SCHEMA_ID}\", found {doc.get('schema')!r}")
+    checker = jsonschema.FormatChecker(formats=())
+    checker.checks("date-time")(_is_date_time)
+    validator = jsonschema.Draft202012Validator(schema(), format_checker=checker)
+    errors = sorted(validator.iter_errors(doc), key=lambda e: list(e.absolute_path))
+    if errors:
+        first = errors[0]
+        where = "/".join(str(p) for p in first.absolute_path) or "(top level)"
+        more = f" (and {len(errors) - 1} more)" if len(errors) > 1 else ""
+        raise ResultsError(f"{source}: schema violation at {where}: {first.message[:300]}{more}")
+    return doc
+
+
+def strict_json(data: bytes, source: str) -> Any:
+    """Parse untrusted JSON strictly (size limit, UTF-8, no duplicate keys, finite numbers only)."""
+    if len(data) > MAX_RESULTS_BYTES:
+        raise ResultsError(f"{source}: {len(data)} bytes is over the {MAX_RESULTS_BYTES}-byte limit")
+    try:
+        text = data.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        raise ResultsError(f"{source}: not UTF-8 ({exc})") from exc
+    try:
+        doc = json.loads(text, **_strict_hooks(source))
+    except json.JSONDecodeError as exc:
+        raise ResultsError(f"{source}: not valid JSON ({exc})") from exc
+    except RecursionError as exc:
+        raise ResultsError(f"{source}: JSON nested too deeply to be a results file") from exc
+    except ValueError as exc:  # e.g. an integer literal longer than Python's conversion limit
+        raise ResultsError(f"{source}: unreadable JSON value ({str(exc)[:200]})") from exc
+    return doc
+
+
+def loads(data: bytes, source: str = "results") -> Results:
+    return validate(strict_json(data, source), source)
+
+
+def load(path: Path) -> Results:
+    """Read and strictly validate one results file."""
+    try:
+        size = path.stat().st_size
+        if size > MAX_RESULTS_BYTES:
+            raise ResultsError(f"{path}: {size} bytes is over the {MAX_RESULTS_BYTES}-byte limit for results")
+        with path.open("rb") as fh:
+            data = fh.read(MAX_RESULTS_BYTES + 1)
+    except OSError as exc:
+        raise ResultsError(f"cannot read results file {path}: {exc.strerror or exc}") from exc
+    return loads(data, str(path))
+
+
+def dumps(doc: Results) -> str:
+    return json.dumps(doc, indent=2, sort_keys=True, allow_nan=False) + "\n"
+
+
+def write_atomic(path: Path, doc: Results) -> None:
+    """Write validated results to ``path`` via a temporary file and rename (never half-written)."""
+    validate(doc, str(path))
+    write_text_atomic(path, dumps(doc))

@@ -1,0 +1,148 @@
+"""Evidence directories: one fresh directory per attempt, a manifest, and atomic promotion.
+
+Layout under ``--evidence-dir``::
+
+    attempts/<id>/   work in progress (what a kill -9 leaves behind, never mistaken for a result)
+    runs/<id>/       promoted attempts whose verdict was pass
+    failed/<id>/     promoted attempts whose verdict was fail or error (diagnostics kept)
+
+An attempt is promoted by a single ``rename`` that refuses to replace an existing path
+(``renameat2(RENAME_NOREPLACE)`` on Linux), so two gates running at once in one directory, or a
+re-run, can never overwrite earlier evidence; ids are unique per attempt anyway.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import errno
+import json
+import os
+import secrets
+import stat
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from ds4ci.errors import NoVerdictError
+from ds4ci.runner.identity import hash_file
+
+ATTEMPTS = "attempts"
+RUNS = "runs"
+FAILED = "failed"
+MANIFEST = "manifest.json"
+RESULTS = "results.json"
+_AT_FDCWD = -100
+_RENAME_NOREPLACE = 1
+
+
+def write_json(path: Path, doc: Any) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(json.dumps(doc, indent=2, sort_keys=True, allow_nan=False) + "\n", encoding="utf-8")
+
+
+def rename_noreplace(src: Path, dst: Path) -> None:
+    """Atomically move src to dst, failing with FileExistsError if dst exists (even an empty dir)."""
+    libc = ctypes.CDLL(None, use_errno=True)
+    renameat2 = getattr(libc, "renameat2", None)
+    if renameat2 is not None:
+        rc = renameat2(_AT_FDCWD, os.fsencode(src), _AT_FDCWD, os.fsencode(dst), _RENAME_NOREPLACE)
+        if rc == 0:
+            return
+        err = ctypes.get_errno()
+        if err == errno.EEXIST:
+            raise FileExistsError(errno.EEXIST, "destination exists", str(dst))
+        if err not in (errno.EINVAL, errno.ENOSYS):  # filesystem without NOREPLACE support: fall back
+            raise OSError(err, os.strerror(err), str(dst))
+    # Fallback: a fresh empty placeholder made with mkdir (exclusive) reserves the name, then
+    # rename replaces only that empty placeholder that we created ourselves.
+    dst.mkdir()
+    src.rename(dst)
+
+
+@dataclass(frozen=True)
+class Attempt:
+    root: Path  # the --evidence-dir
+    attempt_id: str
+    path: Path  # attempts/<id>
+
+    def final_path(self, verdict: str) -> Path:
+        return self.root / (RUNS if verdict == "pass" else FAILED) / self.attempt_id
+
+
+def start_attempt(evidence_dir: Path, runner: str) -> Attempt:
+    """Create a fresh, uniquely named attempt directory (never reuses an existing one)."""
+    stamp = time.strftime("%Y%m%dT%H%M%SZ", time.gmtime())
+    attempt_id = f"{stamp}-{runner}-{os.getpid()}-{secrets.token_hex(4)}"
+    path = evidence_dir / ATTEMPTS / attempt_id
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.mkdir()
+    except OSError as exc:
+        raise NoVerdictError(
+            f"cannot create the attempt directory {path}: {exc.strerror or exc}; "
+            "--evidence-dir must be a writable directory"
+        ) from exc
+    return Attempt(evidence_dir, attempt_id, path)
+
+
+def regular_files(root: Path) -> tuple[dict[str, Path], list[str]]:
+    """Every regular file under root by relative path, and a problem for every entry that is not one.
+
+    Symbolic links are never followed (into the manifest, an archive, or a verification): a process
+    that planted one in the evidence could otherwise make ds4ci seal or read a file outside it.
+    """
+    files: dict[str, Path] = {}
+    problems: list[str] = []
+    for directory, dirnames, filenames in os.walk(root, followlinks=False):
+        for name in sorted([*dirnames, *filenames]):
+            path = Path(directory) / name
+            rel = path.relative_to(root).as_posix()
+            mode = path.lstat().st_mode
+            if stat.S_ISLNK(mode):
+                problems.append(f"{rel} is a symbolic link (never followed)")
+            elif stat.S_ISREG(mode):
+                files[rel] = path
+            elif not stat.S_ISDIR(mode):
+                problems.append(f"{rel} is not a regular file")
+    return files, problems
+
+
+def build_manifest(attempt_dir: Path, inputs: list[dict[str, Any]]) -> dict[str, Any]:
+    """Path, size and SHA-256 of every input and of every evidence file (except the manifest and results)."""
+    found, problems = regular_files(attempt_dir)
+    if problems:
+        raise NoVerdictError("the evidence holds entries that are not regular files: " + "; ".join(problems[:10]))
+    files = [
+        {"path": rel, "size": path.stat().st_size, "sha256": hash_file(path)}
+        for rel, path in sorted(found.items()) if rel not in (MANIFEST, RESULTS)
+    ]
+    return {"schema": "ds4ci/manifest/v1", "inputs": inputs, "evidence": files}
+
+
+def seal(attempt: Attempt, inputs: list[dict[str, Any]]) -> str:
+    """Write manifest.json into the attempt and return its SHA-256 (the evidence bundle digest)."""
+    manifest_path = attempt.path / MANIFEST
+    write_json(manifest_path, build_manifest(attempt.path, inputs))
+    return hash_file(manifest_path)
+
+
+def sealed_files(directory: Path) -> list[str]:
+    """The files of a sealed attempt: the manifest's evidence plus the manifest and results themselves."""
+    manifest = json.loads((directory / MANIFEST).read_text(encoding="utf-8"))
+    return [*(entry["path"] for entry in manifest["evidence"]), MANIFEST, RESULTS]
+
+
+def promote(attempt: Attempt, verdict: str) -> Path:
+    """Move the finished attempt to runs/ or failed/ in one rename that never replaces anything."""
+    final = attempt.final_path(verdict)
+    try:
+        final.parent.mkdir(parents=True, exist_ok=True)
+        rename_noreplace(attempt.path, final)
+    except FileExistsError as exc:
+        raise NoVerdictError(f"refusing to promote {attempt.path}: {final} already exists") from exc
+    except OSError as exc:
+        raise NoVerdictError(
+            f"could not promote {attempt.path} to {final}: {exc.strerror or exc}; the attempt stays where it is"
+        ) from exc
+    return final

@@ -1,0 +1,420 @@
+"""The parity gate: identities, then 1 target-only server + 1 reference-exact server per width.
+
+Order, failing closed at every step:
+1. a fresh attempt directory (evidence of every attempt, even one that stops at step 2);
+2. every pinned SHA-256 verified, and stale override files refused, before any server starts;
+3. one target-only server answers every prompt ``repeats`` times, interleaved (A, B, ..., A, B);
+4. one reference-exact server per width does the same;
+5. after each server has stopped: override files checked again, and its raw evidence judged by
+   ``judge`` (the same code ``ds4ci verify`` runs on a sealed bundle);
+6. results.json, manifest, atomic promotion.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import hashlib
+import os
+import signal
+import sys
+import time
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+from datetime import datetime, timezone
+from pathlib import Path
+from types import FrameType
+from typing import Any
+
+from ds4ci import __version__
+from ds4ci.errors import EXIT_ERROR, EXIT_FAIL, EXIT_PASS, Ds4ciError, NoVerdictError
+from ds4ci.evidence import results, store
+from ds4ci.gate import settings
+from ds4ci.gate.server import Server, ServerSettings
+from ds4ci.judging import judge
+from ds4ci.judging.verdict import ERROR, FAIL, NOT_RUN, PASS
+from ds4ci.options import policy
+from ds4ci.options.config import GateConfig
+
+Progress = Callable[[str], None]
+EXIT_FOR_VERDICT = {PASS: EXIT_PASS, FAIL: EXIT_FAIL, ERROR: EXIT_ERROR, NOT_RUN: EXIT_ERROR}
+
+
+class GateInterrupted(NoVerdictError):
+    """ds4ci received SIGINT or SIGTERM; servers are stopped and the attempt kept."""
+
+
+@dataclass(frozen=True)
+class GateOutcome:
+    results: dict[str, Any]
+    exit_code: int
+
+
+def _now() -> str:
+    return datetime.now(timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+def stderr_progress(message: str) -> None:
+    print(f"[ds4ci {time.strftime('%H:%M:%S')}] {message}", file=sys.stderr, flush=True)
+
+
+@contextlib.contextmanager
+def _signals_raise() -> Iterator[None]:
+    """Turn SIGTERM/SIGINT into an exception so every server is stopped on the way out."""
+
+    fired: list[int] = []
+
+    def handler(signum: int, _frame: FrameType | None) -> None:
+        if fired:  # already unwinding: let the cleanup that is running finish
+            return
+        fired.append(signum)
+        raise GateInterrupted(f"ds4ci was interrupted by {signal.Signals(signum).name}; no verdict")
+
+    previous = {s: signal.signal(s, handler) for s in (signal.SIGTERM, signal.SIGINT)}
+    try:
+        yield
+    finally:
+        for sig, old in previous.items():
+            signal.signal(sig, old)
+
+
+class _Run:
+    """Mutable state of one gate run; everything it learns ends up in results.json."""
+
+    def __init__(self, cfg: GateConfig, attempt: store.Attempt, progress: Progress) -> None:
+        self.cfg = cfg
+        self.attempt = attempt
+        self.progress = progress
+        self.started = time.monotonic()
+        self.started_at = _now()
+        self.doc: dict[str, Any] = {
+            "schema": results.SCHEMA_ID,
+            "ds4ci_version": __version__,
+            "runner": {"name": cfg.runner, "role": cfg.role, "negative_control_for": cfg.negative_control_for},
+            "verdict": NOT_RUN,
+            "reasons": [],
+            "exit_code": EXIT_ERROR,
+            "started_at": self.started_at,
+            "finished_at": self.started_at,
+            "timings": {"total_s": 0.0, "hashing_s": 0.0, "servers": []},
+            "identities": {"server_bin": None, "target": None, "draft": None, "prompts": []},
+            "settings": settings.settings_json(cfg),
+            "policy": {
+                "common": policy.common_policy(cfg.mmvq_max_ncols, cfg.env_prefixes),
+                "removed": [], "arms": {}, "difference": [],
+            },
+            "provenance": {"inherited": policy.provenance(os.environ)},
+            "warnings": list(cfg.notes),
+            "server": {"name": None, "version": None},
+            "target_only": {"verdict": NOT_RUN, "reasons": [], "deterministic": False, "prompts": [], "server_log": None},
+            "widths": [],
+            "evidence": {"dir": "", "manifest_sha256": None, "diagnostics": None},
+            "fingerprint": None,
+            "revisions": None,
+            "checks": [],
+            "build": None,
+            "reproduce": settings.reproduce_command(cfg),
+        }
+        self.prompts: list[str] = []
+
+    # -- steps ------------------------------------------------------------------------------
+    def verify_identities(self) -> None:
+        from ds4ci.runner.identity import identify
+
+        cfg = self.cfg
+        files = [cfg.server_bin, cfg.target, cfg.draft, *cfg.prompts] if cfg.role == "gate" else []
+        if not files:
+            return
+        t0 = time.monotonic()
+        if not cfg.hash_cache:
+            self.progress(
+                "hash cache not used: every file is read (under GitHub Actions a cache is used only from an explicit "
+                "hash_cache_path, e.g. a root-owned one filled with `ds4ci hash-cache add`)"
+            )
+        found = identify(files, cache_path=cfg.hash_cache_path, use_cache=cfg.hash_cache, progress=self.progress)
+        self.doc["timings"]["hashing_s"] = round(time.monotonic() - t0, 3)
+        by_role = {f.role: f for f in found}
+        self.doc["identities"] = {
+            "server_bin": by_role["server_bin"].to_json(),
+            "target": by_role["target"].to_json(),
+            "draft": by_role["draft"].to_json(),
+            "prompts": [by_role[p.role].to_json() for p in cfg.prompts],
+        }
+        self.prompts = [_read_verified_prompt(p.path, by_role[p.role].sha256) for p in cfg.prompts]
+
+    def run_build(self) -> bool:
+        """Build the server first when [build] is configured; False when the gate must stop here."""
+        if self.cfg.build is None or self.cfg.role != "gate":
+            return True
+        from ds4ci.gate.build import run_build
+
+        self.doc["build"] = run_build(self.cfg.build, self.attempt.path / "build", self.progress)
+        return bool(self.doc["build"]["status"] == "pass")
+
+    def record_fingerprint(self) -> None:
+        from ds4ci.runner.preflight import fingerprint
+
+        self.doc["fingerprint"] = fingerprint(progress=self.progress)
+        store.write_json(self.attempt.path / "preflight.json", self.doc["fingerprint"])
+
+    def record_revisions(self) -> None:
+        """The source's revisions: --source-dir, else the working directory when it is a git checkout."""
+        from ds4ci.runner.revisions import collect, is_work_tree
+
+        source = self.cfg.source_dir
+        if source is None:
+            if not is_work_tree(Path.cwd()):
+                return
+            source = Path.cwd()
+        self.doc["revisions"] = collect(source, base_ref=self.cfg.base_ref, upstream_ref=self.cfg.upstream_ref)
+        store.write_json(self.attempt.path / "revisions.json", self.doc["revisions"])
+
+    def run_checks(self) -> None:
+        if not self.cfg.checks:
+            return
+        from ds4ci.gate.checks import run_checks
+
+        self.doc["checks"] = run_checks(self.cfg.checks, self.attempt.path / "checks", progress=self.progress)
+
+    def _settings(self) -> ServerSettings:
+        cfg = self.cfg
+        return ServerSettings(
+            binary=cfg.server_bin.path,
+            target=cfg.target.path,
+            target_device=cfg.target_device,
+            max_ctx=cfg.max_ctx,
+            chunk=cfg.chunk,
+            args=cfg.server_args_all(),
+            startup_timeout_s=cfg.startup_timeout_s,
+            request_timeout_s=cfg.request_timeout_s,
+            stop_timeout_s=cfg.stop_timeout_s,
+            log_cap_bytes=cfg.log_cap_bytes,
+        )
+
+    def arm_environments(self) -> tuple[policy.ArmEnvironment, dict[int, policy.ArmEnvironment]]:
+        cfg = self.cfg
+        inherited = dict(os.environ)
+        target_env = policy.target_only_env(inherited, cfg.mmvq_max_ncols, cfg.env_prefixes)
+        spec_envs = {
+            q: policy.reference_exact_env(inherited, cfg.mmvq_max_ncols, cfg.env_prefixes, str(cfg.draft.path), q)
+            for q in cfg.widths
+        }
+        arms = {policy.TARGET_ONLY: target_env.policy()}
+        difference: list[str] = []
+        for q, env in spec_envs.items():
+            arms[f"{policy.REFERENCE_EXACT} q={q}"] = env.policy()
+            forbidden = policy.check_only_activation_differs(target_env, env)
+            if forbidden:
+                raise NoVerdictError(f"arm environments differ beyond activation variables: {', '.join(forbidden)}")
+            for name in policy.difference(target_env, env):
+                entry = f"{name} (q={q}): target-only={target_env.env.get(name)!r} reference-exact={env.env.get(name)!r}"
+                difference.append(entry)
+        self.doc["policy"].update({"removed": policy.removed_policy(inherited), "arms": arms, "difference": difference})
+        store.write_json(self.attempt.path / "env" / "policy.json", self.doc["policy"])
+        store.write_json(self.attempt.path / "env" / "provenance.json", self.doc["provenance"])
+        return target_env, spec_envs
+
+    def _serve(self, server: Server, key: str, entries: list[dict[str, Any]]) -> None:
+        """Every prompt, ``repeats`` times, interleaved; each exchange recorded as it happens."""
+        for repeat in range(self.cfg.repeats):
+            for index, prompt in enumerate(self.prompts):
+                stem = f"{judge.REQUESTS}/{key}/p{index}-r{repeat + 1}"
+                entry: dict[str, Any] = {
+                    "index": len(entries), "prompt_index": index, "repeat": repeat,
+                    "request": f"{stem}.request.json", "response": f"{stem}.response.json", "answered": False,
+                }
+                body = judge.request_body(prompt, self.cfg.seed, self.cfg.max_tokens)
+                store.write_json(self.attempt.path / entry["request"], body)
+                entries.append(entry)
+                exchange = server.complete(body)
+                store.write_json(self.attempt.path / entry["response"], exchange.response)
+                entry.update({
+                    "answered": True, "elapsed_s": round(exchange.elapsed_s, 3),
+                    "stderr_range": list(exchange.stderr_range), "stdout_range": list(exchange.stdout_range),
+                })
+                self.progress(
+                    f"{server.label}: prompt {index} request {repeat + 1}/{self.cfg.repeats}: answered in "
+                    f"{exchange.elapsed_s:.2f} s ({_completion_tokens(exchange.response)} completion tokens)"
+                )
+
+    def _run_server(self, q: int | None, env: policy.ArmEnvironment) -> None:
+        """Start one server, send every request, stop it, and record its lifecycle (never judges)."""
+        key, label = judge.server_key(q), judge.server_label(q)
+        server_dir = self.attempt.path / judge.SERVERS / key
+        life: dict[str, Any] = {"key": key, "q": q, "requests": [], "error": None}
+        t0 = time.monotonic()
+        server = Server(self._settings(), env.env, server_dir, self.progress, label)
+        try:
+            try:
+                server.start()
+                self._serve(server, key, life["requests"])
+            finally:
+                server.stop()
+        except NoVerdictError as exc:
+            if isinstance(exc, GateInterrupted):
+                life["error"] = str(exc)
+                raise
+            life["error"] = str(exc)
+            self.progress(f"{label}: no verdict: {str(exc).splitlines()[0]}")
+        finally:
+            self._server_timing(env.arm, q, server, t0)
+            if server.child is not None:
+                life.update({
+                    "pid": server.child.pid, "port": server.port, "ready_s": _rounded(server.ready_s),
+                    "containment": server.child.containment, "swept": server.swept,
+                    "stop": {
+                        "needed_kill": server.needed_kill, "in_flight": server.in_flight,
+                        "timeout_s": self.cfg.stop_timeout_s, "exit_code": server.exit_code, "stop_s": _rounded(server.stop_s),
+                    },
+                    "log_cap_bytes": self.cfg.log_cap_bytes,
+                    "log_flood": {
+                        stream: _size(server_dir / f"{stream}.log") >= self.cfg.log_cap_bytes for stream in judge.STREAMS
+                    },
+                })
+            life["overrides_after"] = settings.present_overrides(self.cfg)
+            if server_dir.is_dir():
+                store.write_json(server_dir / judge.LIFECYCLE, life)
+        if q is None:
+            info = (server.props or {}).get("server")
+            info = info if isinstance(info, dict) else {}
+            self.doc["server"] = {"name": _text_or_none(info.get("name")), "version": _text_or_none(info.get("version"))}
+
+    def _server_timing(self, arm: str, q: int | None, server: Server | None, t0: float) -> None:
+        self.doc["timings"]["servers"].append({
+            "arm": arm, "q": q,
+            "ready_s": _rounded(server.ready_s) if server else None,
+            "run_s": round(time.monotonic() - t0, 3),
+        })
+
+    def run_arms(self) -> None:
+        target_env, spec_envs = self.arm_environments()
+        sealed = settings.judge_settings(self.cfg, [p["sha256"] for p in self.doc["identities"]["prompts"]])
+        self._run_server(None, target_env)
+        target = judge.judge_target(self.attempt.path, sealed)
+        self.doc["target_only"] = target.doc
+        self.doc["warnings"] += target.warnings
+        if target.errors:  # without a target-only reference no width can be judged
+            self.doc["reasons"] += target.errors
+            return
+        for q in self.cfg.widths:
+            self._run_server(q, spec_envs[q])
+            width, warnings = judge.judge_width(self.attempt.path, q, sealed, target.reference)
+            self.doc["widths"].append(width)
+            self.doc["warnings"] += warnings
+
+    # -- verdict and evidence ---------------------------------------------------------------
+    def overall(self) -> tuple[str, list[str]]:
+        doc = self.doc
+        target = doc["target_only"] if self.cfg.role == "gate" else None
+        return judge.overall(doc["reasons"], target, doc["widths"], doc["checks"], doc["build"])
+
+    def finish(self) -> GateOutcome:
+        doc = self.doc
+        doc["errors"] = list(doc["reasons"])[:200]  # run-level: verify recomputes the rest from the evidence
+        doc["containment"] = _containment()
+        verdict, reasons = self.overall()
+        doc["verdict"], doc["reasons"] = verdict, reasons[:200]
+        doc["exit_code"] = EXIT_FOR_VERDICT[verdict]
+        doc["finished_at"] = _now()
+        doc["timings"]["total_s"] = round(time.monotonic() - self.started, 3)
+        final = self.attempt.final_path(verdict)
+        doc["evidence"]["dir"] = str(final)
+        if verdict != PASS:
+            doc["evidence"]["diagnostics"] = str(final / "servers")
+        try:
+            # Sealed whatever happened (null before hashing ran): verify reads identities from here.
+            store.write_json(self.attempt.path / "identities.json", doc["identities"])
+            doc["evidence"]["manifest_sha256"] = store.seal(self.attempt, _inputs(doc["identities"]))
+            results.write_atomic(self.attempt.path / store.RESULTS, doc)
+            store.promote(self.attempt, verdict)
+        except (OSError, NoVerdictError) as exc:
+            # The attempt stays in attempts/ (never a partial final directory); no verdict can stand.
+            detail = exc if isinstance(exc, NoVerdictError) else f"{exc.strerror or exc} ({exc.filename or ''})"
+            doc["verdict"], doc["exit_code"] = ERROR, EXIT_ERROR
+            doc["reasons"] = [*doc["reasons"], f"evidence could not be sealed and promoted: {detail}"][:200]
+            doc["evidence"]["dir"] = str(self.attempt.path)
+            doc["evidence"]["manifest_sha256"] = None
+            with contextlib.suppress(OSError):
+                results.write_atomic(self.attempt.path / store.RESULTS, doc)
+        return GateOutcome(doc, doc["exit_code"])
+
+
+def _read_verified_prompt(path: Path, sha256: str) -> str:
+    """The prompt text sent to the servers: exactly the bytes whose SHA-256 was just verified."""
+    try:
+        data = path.read_bytes()
+    except OSError as exc:
+        raise NoVerdictError(f"prompt file {path} became unreadable after it was verified: {exc.strerror or exc}") from exc
+    if hashlib.sha256(data).hexdigest() != sha256:
+        raise NoVerdictError(f"prompt file {path} changed after its SHA-256 was verified; refusing to send it")
+    try:
+        return data.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        raise NoVerdictError(f"prompt file {path} is not UTF-8 text ({exc.reason} at byte {exc.start})") from exc
+
+
+def _inputs(identities: dict[str, Any]) -> list[dict[str, Any]]:
+    """Every input file's identity for the manifest (none before hashing ran)."""
+    singles = [identities[k] for k in ("server_bin", "target", "draft") if identities[k] is not None]
+    return [*singles, *identities["prompts"]]
+
+
+def _text_or_none(value: Any) -> str | None:
+    return value[:4096] if isinstance(value, str) else None
+
+
+def _containment() -> str | None:
+    """Which containment held for every process this run started (None if it started none)."""
+    from ds4ci import supervisor
+
+    return supervisor.default().containment
+
+
+def _rounded(value: float | None) -> float | None:
+    return round(value, 3) if value is not None else None
+
+
+def _size(path: Path) -> int:
+    try:
+        return path.stat().st_size
+    except OSError:
+        return 0
+
+
+def _completion_tokens(response: dict[str, Any]) -> str:
+    usage = response.get("usage")
+    count = usage.get("completion_tokens") if isinstance(usage, dict) else None
+    return str(count) if isinstance(count, int) else "?"
+
+
+def run_gate(cfg: GateConfig, progress: Progress = stderr_progress) -> GateOutcome:
+    """Run the whole gate. Never raises for a verdict; raises only if no attempt could be created."""
+    attempt = store.start_attempt(cfg.evidence_dir, cfg.runner)
+    progress(f"attempt {attempt.attempt_id} in {attempt.path}")
+    run = _Run(cfg, attempt, progress)
+    store.write_json(attempt.path / "attempt.json", {
+        "ds4ci_version": __version__, "argv": sys.argv, "started_at": run.started_at,
+        "settings": run.doc["settings"], "runner": run.doc["runner"],
+    })
+    with _signals_raise():
+        try:
+            built = run.run_build()  # a PR that does not build is a fail: no server starts
+            if built:
+                run.verify_identities()
+                settings.refuse_stale_overrides(cfg)
+            run.record_revisions()
+            run.record_fingerprint()
+            if built:
+                if cfg.role == "gate":
+                    run.run_arms()
+                run.run_checks()
+        except Ds4ciError as exc:
+            run.doc["reasons"].append(str(exc))
+            progress(f"no verdict: {exc}")
+        except OSError as exc:  # evidence could not be written mid-run (disk full, read-only, ...)
+            run.doc["reasons"].append(f"I/O error during the run: {exc.strerror or exc} ({exc.filename or ''})")
+            progress(f"no verdict: {exc}")
+        except Exception as exc:  # a bug in ds4ci: still no verdict, the attempt kept, never a traceback
+            message = f"internal error (a bug in ds4ci, please report it): {type(exc).__name__}: {exc}"
+            run.doc["reasons"].append(message.splitlines()[0][:1000])
+            progress(f"no verdict: {message.splitlines()[0]}")
+        return run.finish()

@@ -1,0 +1,1 @@
+"""Stage 7: GitHub: the API client, the publish trust step, comments, statuses, merge gating, dispatch."""

@@ -1,0 +1,311 @@
+"""Validating what starts a gate run: workflow_dispatch inputs, the triggering event, the pinned head.
+
+Everything a workflow hands us here is text typed by a person (dispatch inputs) or taken from
+an event payload, so it is parsed strictly and turned into one frozen ``RunPlan``: which pull
+request, which exact commit, which widths, which runners. The plan is then written to
+``$GITHUB_OUTPUT`` for the jobs that follow, so no later step re-reads raw inputs.
+
+For a manual run the maintainer names a PR *and* the head commit they reviewed; the run is
+refused when the PR's current head is something else (a push after the review must not be
+gated, and so merged, unseen).
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from collections.abc import Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from ds4ci.errors import Ds4ciError, PublishError, UsageError
+from ds4ci.options.config import parse_widths
+
+_HEX40 = re.compile(r"^[0-9a-f]{40}$")
+_PR = re.compile(r"^[1-9][0-9]{0,9}$")
+_RUNNER_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,62}$")
+_LABEL = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,99}$")
+_REPO = re.compile(r"^[A-Za-z0-9_.-]{1,100}/[A-Za-z0-9_.-]{1,100}$")
+# Events whose payload names the pull request and its head: the payload is authoritative there.
+PR_EVENTS = ("pull_request", "pull_request_target")
+
+
+class DispatchInputError(UsageError):
+    """A dispatch or workflow input is malformed (exit 2)."""
+
+
+class HeadMismatchError(UsageError):
+    """The PR's current head is not the commit the maintainer pinned (exit 2: re-dispatch)."""
+
+
+@dataclass(frozen=True)
+class RunnerSpec:
+    """One runner of the matrix: its name (status context ds4ci/<name>), labels and physical GPU."""
+
+    name: str
+    labels: tuple[str, ...]
+    gpu: str
+
+
+@dataclass(frozen=True)
+class EventInfo:
+    """What the triggering event says; for a called workflow this is the caller's event."""
+
+    name: str
+    pr: int | None = None
+    head_sha: str | None = None
+    head_repo: str | None = None
+    base_repo: str | None = None
+    sha: str | None = None  # GITHUB_SHA: the commit the event is about when there is no PR
+
+
+@dataclass(frozen=True)
+class RunPlan:
+    pr: int | None
+    head_sha: str
+    widths: tuple[int, ...] | None  # None: the widths of ds4ci.toml
+    runners: tuple[RunnerSpec, ...]
+    fork: bool  # a PR from another repository: its token cannot write, the reporter publishes
+    verify_head: bool  # the PR's current head must be fetched and compared before running
+
+
+@dataclass(frozen=True)
+class PullHead:
+    number: int
+    state: str
+    head_sha: str
+
+
+DEFAULT_RUNNERS: tuple[RunnerSpec, ...] = (
+    RunnerSpec("gfx1151", ("self-hosted", "rocm", "gfx1151"), "gfx1151"),
+    RunnerSpec("sm86", ("self-hosted", "gpu", "sm86"), "sm86"),
+)
+
+
+def parse_pr(text: str, where: str = "pr") -> int:
+    value = text.strip()
+    if not _PR.match(value):
+        raise DispatchInputError(f"{where}: expected a pull request number like 123, found {text!r}")
+    return int(value)
+
+
+def parse_sha(text: str, where: str = "head-sha") -> str:
+    value = text.strip()
+    if not _HEX40.match(value.lower()):
+        raise DispatchInputError(
+            f"{where}: expected the full 40-hex commit SHA (git rev-parse HEAD), found {text!r}"
+        )
+    return value.lower()
+
+
+def parse_runner_table(text: str) -> tuple[RunnerSpec, ...]:
+    """Read a JSON runner table: ``[{"name": ..., "labels": [...], "gpu": ...}, ...]``."""
+    try:
+        doc = json.loads(text)
+    except json.JSONDecodeError as exc:
+        raise DispatchInputError(f"runner-table: not valid JSON ({exc})") from exc
+    if not isinstance(doc, list) or not doc:
+        raise DispatchInputError("runner-table: expected a non-empty JSON array of runner objects")
+    out: list[RunnerSpec] = []
+    for i, item in enumerate(doc):
+        where = f"runner-table[{i}]"
+        if not isinstance(item, dict) or set(item) != {"name", "labels", "gpu"}:
+            raise DispatchInputError(f"{where}: expected an object with exactly name, labels and gpu, found {item!r}")
+        name, labels, gpu = item["name"], item["labels"], item["gpu"]
+        if not isinstance(name, str) or not _RUNNER_NAME.match(name):
+            raise DispatchInputError(f"{where}.name: expected letters, digits, '.', '_' or '-', found {name!r}")
+        if (
+            not isinstance(labels, list)
+            or not labels
+            or not all(isinstance(lab, str) and _LABEL.match(lab) for lab in labels)
+        ):
+            raise DispatchInputError(f"{where}.labels: expected a non-empty list of runner labels, found {labels!r}")
+        if not isinstance(gpu, str) or not _LABEL.match(gpu):
+            raise DispatchInputError(f"{where}.gpu: expected a GPU identifier (concurrency group), found {gpu!r}")
+        out.append(RunnerSpec(name, tuple(labels), gpu))
+    names = [r.name for r in out]
+    if len(set(names)) != len(names):
+        raise DispatchInputError(f"runner-table: runner names must be unique, found {names}")
+    return tuple(out)
+
+
+def parse_runners(text: str, table: tuple[RunnerSpec, ...]) -> tuple[RunnerSpec, ...]:
+    """``all`` (or empty) selects every runner; otherwise a comma-separated subset, in table order."""
+    value = text.strip()
+    if value in ("", "all"):
+        return table
+    known = {r.name: r for r in table}
+    wanted = [part.strip() for part in value.split(",")]
+    if any(not part for part in wanted):
+        raise DispatchInputError(f"runners: expected comma-separated runner names like gfx1151,sm86, found {text!r}")
+    unknown = [w for w in wanted if w not in known]
+    if unknown:
+        raise DispatchInputError(
+            f"runners: unknown runner(s) {', '.join(unknown)}; expected 'all' or some of {', '.join(known)}"
+        )
+    if len(set(wanted)) != len(wanted):
+        raise DispatchInputError(f"runners: runner listed twice in {text!r}")
+    return tuple(r for r in table if r.name in wanted)
+
+
+def parse_widths_input(text: str) -> tuple[int, ...] | None:
+    value = text.strip()
+    if not value:
+        return None
+    try:
+        return parse_widths(value, "widths")
+    except UsageError as exc:
+        raise DispatchInputError(str(exc)) from exc
+
+
+def read_event(event_name: str, event_path: Path | None, github_sha: str | None) -> EventInfo:
+    """Extract the few facts we use from ``$GITHUB_EVENT_PATH``; anything malformed is refused."""
+    name = event_name.strip()
+    if not name:
+        raise DispatchInputError("GITHUB_EVENT_NAME is not set: run this inside a GitHub Actions job or pass --event-name")
+    sha = parse_sha(github_sha, "GITHUB_SHA") if github_sha else None
+    if name not in PR_EVENTS:
+        return EventInfo(name=name, sha=sha)
+    if event_path is None:
+        raise DispatchInputError(f"event {name}: GITHUB_EVENT_PATH is not set, so the pull request is unknown")
+    try:
+        doc: Any = json.loads(event_path.read_text(encoding="utf-8"))
+    except (OSError, ValueError) as exc:
+        raise DispatchInputError(f"event payload {event_path}: cannot be read as JSON ({exc})") from exc
+    try:
+        pull = doc["pull_request"]
+        number = pull["number"]
+        head_sha = pull["head"]["sha"]
+        head_repo = (pull["head"].get("repo") or {}).get("full_name")
+        base_repo = pull["base"]["repo"]["full_name"]
+    except (KeyError, TypeError, AttributeError) as exc:
+        raise DispatchInputError(f"event payload {event_path}: no pull_request number/head/base ({exc!r})") from exc
+    if isinstance(number, bool) or not isinstance(number, int) or number < 1:
+        raise DispatchInputError(f"event payload: pull_request.number is not a PR number: {number!r}")
+    if not isinstance(head_sha, str):
+        raise DispatchInputError(f"event payload: pull_request.head.sha is not a string: {head_sha!r}")
+    return EventInfo(
+        name=name,
+        pr=number,
+        head_sha=parse_sha(head_sha, "event pull_request.head.sha"),
+        # A deleted fork has no head repo: treat it as foreign, never as ours.
+        head_repo=head_repo if isinstance(head_repo, str) else None,
+        base_repo=base_repo if isinstance(base_repo, str) else None,
+        sha=sha,
+    )
+
+
+def plan(
+    event: EventInfo,
+    *,
+    pr: str = "",
+    head_sha: str = "",
+    widths: str = "",
+    runners: str = "",
+    runner_table: tuple[RunnerSpec, ...] = DEFAULT_RUNNERS,
+) -> RunPlan:
+    """Turn inputs plus the event into a RunPlan; every inconsistency is an error, never a guess."""
+    width_tuple = parse_widths_input(widths)
+    selected = parse_runners(runners, runner_table)
+    pr_in = parse_pr(pr) if pr.strip() else None
+    sha_in = parse_sha(head_sha) if head_sha.strip() else None
+
+    if event.name in PR_EVENTS:
+        assert event.pr is not None and event.head_sha is not None  # read_event guarantees both
+        if pr_in is not None and pr_in != event.pr:
+            raise DispatchInputError(f"pr: input says #{pr_in} but the {event.name} event is for #{event.pr}")
+        if sha_in is not None and sha_in != event.head_sha:
+            raise DispatchInputError(
+                f"head-sha: input says {sha_in} but the {event.name} event's head is {event.head_sha}"
+            )
+        fork = event.head_repo is None or event.base_repo is None or event.head_repo != event.base_repo
+        return RunPlan(event.pr, event.head_sha, width_tuple, selected, fork=fork, verify_head=False)
+
+    if event.name == "workflow_dispatch" and (pr_in is None or sha_in is None):
+        missing = " and ".join(n for n, v in (("pr", pr_in), ("head-sha", sha_in)) if v is None)
+        raise DispatchInputError(
+            f"workflow_dispatch needs {missing}: name the pull request and the full head SHA you reviewed"
+        )
+    if pr_in is not None:
+        if sha_in is None:
+            raise DispatchInputError(f"pr #{pr_in} given without head-sha: a PR run is pinned to the head you reviewed")
+        return RunPlan(pr_in, sha_in, width_tuple, selected, fork=False, verify_head=True)
+    sha = sha_in or event.sha
+    if sha is None:
+        raise DispatchInputError("no commit to gate: give head-sha (GITHUB_SHA is not set either)")
+    return RunPlan(None, sha, width_tuple, selected, fork=False, verify_head=False)
+
+
+def fetch_pull_head(repo: str, pr: int, *, api_url: str, token: str, polite: bool = True) -> PullHead:
+    """Ask the GitHub API for the PR's current state and head commit."""
+    from github import Auth, Github, GithubException  # heavy import kept off the CLI start-up path
+
+    if not _REPO.match(repo):
+        raise DispatchInputError(f"repo: expected OWNER/NAME, found {repo!r}")
+    if not token:
+        raise DispatchInputError("no GitHub token: set GITHUB_TOKEN (or the variable named by --token-env)")
+    # PyGithub's pauses between requests are kind to the real API; tests on loopback turn them off.
+    pause_read, pause_write = (0.25, 1.0) if polite else (0.0, 0.0)
+    client = Github(
+        auth=Auth.Token(token),
+        base_url=api_url.rstrip("/"),
+        retry=None,
+        timeout=30,
+        seconds_between_requests=pause_read,
+        seconds_between_writes=pause_write,
+    )
+    try:
+        pull = client.get_repo(repo, lazy=True).get_pull(pr)
+        state, head = pull.state, pull.head.sha
+    except GithubException as exc:
+        if exc.status == 404:
+            raise DispatchInputError(f"pull request #{pr} was not found in {repo} (HTTP 404)") from exc
+        raise PublishError(f"fetching pull request #{pr} of {repo} failed: HTTP {exc.status}") from exc
+    except Exception as exc:  # network errors surface as many types; all mean "no answer"
+        raise PublishError(f"fetching pull request #{pr} of {repo} from {api_url} failed: {exc}") from exc
+    finally:
+        client.close()
+    if not isinstance(head, str) or not _HEX40.match(head):
+        raise PublishError(f"the API returned a malformed head SHA for #{pr}: {head!r}")
+    return PullHead(number=pr, state=str(state), head_sha=head)
+
+
+def check_pinned_head(run: RunPlan, actual: PullHead) -> None:
+    """Refuse unless the PR is open and its current head is exactly the pinned commit."""
+    if actual.state != "open":
+        raise HeadMismatchError(f"pull request #{actual.number} is {actual.state}, not open; refusing to gate it")
+    if actual.head_sha != run.head_sha:
+        raise HeadMismatchError(
+            f"refusing to run: pull request #{actual.number} head is now {actual.head_sha}, not the pinned "
+            f"{run.head_sha}; review the new commits and dispatch again with the current head SHA"
+        )
+
+
+def matrix(run: RunPlan) -> dict[str, list[dict[str, Any]]]:
+    return {"include": [{"runner": r.name, "labels": list(r.labels), "gpu": r.gpu} for r in run.runners]}
+
+
+def outputs(run: RunPlan) -> dict[str, str]:
+    """The step outputs later jobs read (all strings; GitHub outputs have no other type)."""
+    return {
+        "pr": "" if run.pr is None else str(run.pr),
+        "head-sha": run.head_sha,
+        "widths": "" if run.widths is None else ",".join(str(q) for q in run.widths),
+        "runners": ",".join(r.name for r in run.runners),
+        "matrix": json.dumps(matrix(run), separators=(",", ":")),
+        "fork": "true" if run.fork else "false",
+    }
+
+
+def write_outputs(path: Path, values: Mapping[str, str]) -> None:
+    """Append ``name=value`` lines to a ``$GITHUB_OUTPUT`` file; values are single-line by construction."""
+    for key, value in values.items():
+        if "\n" in value or "\r" in value:
+            raise Ds4ciError(f"output {key} would span lines; refusing to write an ambiguous $GITHUB_OUTPUT")
+    try:
+        with path.open("a", encoding="utf-8") as fh:
+            for key, value in values.items():
+                fh.write(f"{key}={value}\n")
+    except OSError as exc:
+        raise Ds4ciError(f"cannot append to the step output file {path}: {exc.strerror or exc}") from exc

@@ -1,0 +1,337 @@
+"""Is a pull request ready to merge? Pure rules over facts already fetched from GitHub.
+
+Everything here is judged on the PR's exact current head commit: a gate, check or approval
+that is green only on an older commit does not count, and the message says so. ``evaluate``
+turns :class:`MergeFacts` into a :class:`MergeReport` (one :class:`Condition` per requirement;
+the PR is ready only when every condition holds). Fetching lives in ``ds4ci.github.mergefacts``;
+``checklist_markdown`` renders the same conditions for a PR comment section.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from ds4ci.errors import UsageError
+from ds4ci.options.config import read_toml
+from ds4ci.report import markdown
+
+RUNNER_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,62}$")
+GATE_CONTEXT = "ds4ci/{runner}"
+DEFAULT_APPROVALS = 1
+# Reviewers whose approval counts: GitHub's own required-review rule counts only people with
+# write access; author_association is what the review itself says about that.
+COUNTED_ASSOCIATIONS = frozenset({"OWNER", "MEMBER", "COLLABORATOR"})
+# Review states that change a reviewer's verdict; COMMENTED and PENDING do not.
+_DECISIVE = frozenset({"APPROVED", "CHANGES_REQUESTED", "DISMISSED"})
+_MERGE_KEYS = frozenset({"runners", "checks", "approvals"})
+
+
+@dataclass(frozen=True)
+class Requirements:
+    runners: tuple[str, ...]
+    checks: tuple[str, ...] = ()
+    approvals: int = DEFAULT_APPROVALS
+
+
+@dataclass(frozen=True)
+class PullFacts:
+    number: int
+    head: str
+    state: str  # "open" or "closed"
+    merged: bool
+    draft: bool
+    mergeable: bool | None  # None: GitHub has not computed it yet
+    mergeable_state: str | None
+    mergeable_reads: int = 1  # how many times the PR was read while mergeable was None
+
+
+@dataclass(frozen=True)
+class Status:
+    """The latest commit status of one context on the head."""
+
+    context: str
+    state: str  # error | failure | pending | success
+    description: str = ""
+
+
+@dataclass(frozen=True)
+class CheckRun:
+    name: str
+    status: str  # queued | in_progress | completed | waiting | requested | pending
+    conclusion: str | None  # success | failure | neutral | cancelled | skipped | timed_out | action_required
+    head_sha: str
+
+
+@dataclass(frozen=True)
+class Review:
+    author: str
+    state: str  # APPROVED | CHANGES_REQUESTED | COMMENTED | DISMISSED | PENDING
+    commit_id: str | None
+    association: str = "NONE"
+
+
+@dataclass(frozen=True)
+class ReviewThread:
+    path: str
+    line: int | None
+    original_line: int | None = None
+    resolved: bool = False
+    outdated: bool = False
+
+    @property
+    def location(self) -> str:
+        line = self.line if self.line is not None else self.original_line
+        return f"{self.path}:{line}" if line is not None else self.path
+
+
+@dataclass(frozen=True)
+class MergeFacts:
+    pull: PullFacts
+    statuses: tuple[Status, ...] = ()
+    check_runs: tuple[CheckRun, ...] = ()
+    reviews: tuple[Review, ...] = ()  # chronological, as GitHub lists them
+    threads: tuple[ReviewThread, ...] = ()
+    # runner -> the newest older PR commit whose ds4ci/<runner> is success (only for runners
+    # that are not green on the head)
+    gate_green_on: Mapping[str, str] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class Condition:
+    name: str
+    ok: bool
+    detail: str
+
+    def to_json(self) -> dict[str, Any]:
+        return {"name": self.name, "ok": self.ok, "detail": self.detail}
+
+
+@dataclass(frozen=True)
+class MergeReport:
+    pr: int
+    head: str
+    conditions: tuple[Condition, ...]
+
+    @property
+    def ready(self) -> bool:
+        return all(c.ok for c in self.conditions)
+
+    @property
+    def unmet(self) -> tuple[Condition, ...]:
+        return tuple(c for c in self.conditions if not c.ok)
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "pr": self.pr,
+            "head": self.head,
+            "ready": self.ready,
+            "conditions": [c.to_json() for c in self.conditions],
+        }
+
+
+def _short(sha: str | None) -> str:
+    return sha[:12] if sha else "(unknown commit)"
+
+
+# ----- the rules -------------------------------------------------------------------------------
+
+
+def _pull_conditions(pull: PullFacts) -> list[Condition]:
+    if pull.merged:
+        open_ = Condition("open", False, f"pull request #{pull.number} is already merged")
+    elif pull.state != "open":
+        open_ = Condition("open", False, f"pull request #{pull.number} is {pull.state}, not open")
+    else:
+        open_ = Condition("open", True, "open")
+    draft = Condition("not draft", not pull.draft,
+                      "a draft: mark it ready for review first" if pull.draft else "ready for review")
+    if pull.mergeable is True:
+        mergeable = Condition("mergeable", True, f"mergeable ({pull.mergeable_state or 'state unknown'})")
+    elif pull.mergeable is False:
+        mergeable = Condition(
+            "mergeable", False,
+            f"not mergeable (mergeable_state {pull.mergeable_state or 'unknown'}): resolve the conflicts "
+            "with the base branch",
+        )
+    else:
+        mergeable = Condition(
+            "mergeable", False,
+            f"mergeability not yet computed: GitHub still answered mergeable=null after {pull.mergeable_reads} "
+            "read(s); run merge-check again in a minute",
+        )
+    return [open_, draft, mergeable]
+
+
+def _gate_condition(runner: str, head: str, statuses: Mapping[str, Status], green_on: str | None) -> Condition:
+    context = GATE_CONTEXT.format(runner=runner)
+    name = f"gate {context}"
+    status = statuses.get(context)
+    if status is not None and status.state == "success":
+        return Condition(name, True, f"success on the head {_short(head)}")
+    on_head = "not set" if status is None else status.state + (f" ({status.description})" if status.description else "")
+    if green_on:
+        return Condition(
+            name, False,
+            f"{on_head} on the current head {_short(head)}; it was success only on the older head "
+            f"{green_on}: re-run the gate on the current head",
+        )
+    return Condition(name, False, f"{on_head} on the current head {_short(head)}; no success on any commit of this PR")
+
+
+def _check_condition(check: str, head: str, statuses: Mapping[str, Status], runs: Sequence[CheckRun]) -> Condition:
+    """A name is a check run's name or a commit status context; every match must be success."""
+    name = f"check {check}"
+    matches = [r for r in runs if r.name == check and r.head_sha == head]
+    status = statuses.get(check)
+    if not matches and status is None:
+        return Condition(name, False, f"missing: no check run or commit status named {check!r} on the head {_short(head)}")
+    problems = []
+    for run in matches:
+        if run.status != "completed":
+            problems.append(f"check run pending ({run.status})")
+        elif run.conclusion != "success":
+            problems.append(f"check run concluded {run.conclusion or 'without a conclusion'}")
+    if status is not None and status.state != "success":
+        what = "pending" if status.state == "pending" else f"failed ({status.state})"
+        problems.append(f"status {what}" + (f": {status.description}" if status.description else ""))
+    if problems:
+        return Condition(name, False, "; ".join(problems) + f" on the head {_short(head)}")
+    return Condition(name, True, f"success on the head {_short(head)}")
+
+
+def _latest_verdicts(reviews: Sequence[Review]) -> dict[str, Review]:
+    latest: dict[str, Review] = {}
+    for review in reviews:  # chronological: a later decisive review replaces an earlier one
+        if review.state in _DECISIVE:
+            latest[review.author] = review
+    return latest
+
+
+def _review_conditions(reviews: Sequence[Review], head: str, required: int) -> list[Condition]:
+    latest = _latest_verdicts(reviews)
+    current, stale, ignored = [], [], []
+    for author, review in latest.items():
+        if review.state != "APPROVED":
+            continue
+        if review.association not in COUNTED_ASSOCIATIONS:
+            ignored.append(f"{author} ({review.association.lower()}: not a member or collaborator)")
+        elif review.commit_id == head:
+            current.append(author)
+        else:
+            stale.append(f"{author} approved the older commit {_short(review.commit_id)}")
+    notes = []
+    if stale:
+        notes.append("stale, not counted: " + ", ".join(stale) + " (re-approval needed on the current head)")
+    if ignored:
+        notes.append("not counted: " + ", ".join(ignored))
+    count = f"{len(current)} of {required} required approval(s) on the head {_short(head)}"
+    if current:
+        count += f" ({', '.join(current)})"
+    approvals = Condition("approvals", len(current) >= required, "; ".join([count, *notes]))
+    blocking = [f"{a} (on {_short(r.commit_id)})" for a, r in latest.items() if r.state == "CHANGES_REQUESTED"]
+    changes = Condition(
+        "no changes requested", not blocking,
+        "changes requested by " + ", ".join(blocking) if blocking else "no outstanding change requests",
+    )
+    return [approvals, changes]
+
+
+def _thread_conditions(threads: Sequence[ReviewThread]) -> list[Condition]:
+    open_threads = [t for t in threads if not t.resolved]
+    if not open_threads:
+        return [Condition("review threads", True, f"all {len(threads)} review thread(s) resolved")]
+    return [
+        Condition(f"review thread {t.location}", False,
+                  "unresolved review thread" + (" (outdated)" if t.outdated else ""))
+        for t in open_threads
+    ]
+
+
+def evaluate(facts: MergeFacts, requirements: Requirements) -> MergeReport:
+    """Every requirement as a condition, in a fixed order; ready iff all hold."""
+    head = facts.pull.head
+    statuses = {s.context: s for s in facts.statuses}
+    conditions = _pull_conditions(facts.pull)
+    conditions += [_gate_condition(r, head, statuses, facts.gate_green_on.get(r)) for r in requirements.runners]
+    conditions += [_check_condition(c, head, statuses, facts.check_runs) for c in requirements.checks]
+    conditions += _review_conditions(facts.reviews, head, requirements.approvals)
+    conditions += _thread_conditions(facts.threads)
+    return MergeReport(facts.pull.number, head, tuple(conditions))
+
+
+# ----- rendering -------------------------------------------------------------------------------
+
+
+def render_text(report: MergeReport) -> str:
+    """The terminal view: a verdict line, then one line per unmet condition."""
+    if report.ready:
+        return f"#{report.pr} at {report.head}: ready to merge ({len(report.conditions)} conditions hold)\n"
+    lines = [f"#{report.pr} at {report.head}: not ready ({len(report.unmet)} of {len(report.conditions)} conditions unmet)"]
+    lines += [f"  - {c.name}: {c.detail}" for c in report.unmet]
+    return "\n".join(lines) + "\n"
+
+
+def checklist_markdown(report: MergeReport) -> list[str]:
+    """The conditions as a Markdown task list (escaped: names and details come from GitHub)."""
+    verdict = "ready to merge" if report.ready else f"not ready: {len(report.unmet)} condition(s) unmet"
+    lines = [f"**Review and merge status** on {markdown.code(report.head[:12])}: {verdict}", ""]
+    for c in report.conditions:
+        lines.append(f"- [{'x' if c.ok else ' '}] {markdown.text(c.name, 200)}: {markdown.text(c.detail, 500)}")
+    return lines
+
+
+# ----- settings --------------------------------------------------------------------------------
+
+
+def _names(value: Any, where: str, pattern: re.Pattern[str] | None) -> tuple[str, ...]:
+    if not isinstance(value, list | tuple) or not all(isinstance(v, str) for v in value):
+        raise UsageError(f"{where}: expected a list of names, found {value!r}")
+    names = tuple(v.strip() for v in value)
+    for name in names:
+        if not name or (pattern is not None and not pattern.match(name)):
+            what = "letters, digits, '.', '_' or '-'" if pattern is not None else "a non-empty name"
+            raise UsageError(f"{where}: expected {what}, found {name!r}")
+    dupes = sorted({n for n in names if names.count(n) > 1})
+    if dupes:
+        raise UsageError(f"{where}: {', '.join(dupes)} listed twice")
+    return names
+
+
+def _approvals(value: Any, where: str) -> int:
+    if isinstance(value, bool) or not isinstance(value, int) or value < 0:
+        raise UsageError(f"{where}: expected an integer >= 0, found {value!r}")
+    return value
+
+
+def load_merge_table(path: Path) -> dict[str, Any]:
+    """The ``[merge]`` table of a ds4ci.toml ({} when absent); other tables are not looked at."""
+    table = read_toml(path).get("merge", {})
+    if not isinstance(table, dict):
+        raise UsageError(f"{path}: [merge] must be a table")
+    extra = sorted(set(table) - _MERGE_KEYS)
+    if extra:
+        raise UsageError(f"[merge]: unknown key(s) {', '.join(extra)}; expected only {', '.join(sorted(_MERGE_KEYS))}")
+    return table
+
+
+def requirements(
+    config: Path | None, runners: Sequence[str] | None, checks: Sequence[str] | None, approvals: int | None
+) -> Requirements:
+    """CLI values win over ``[merge]`` (a list given on the command line replaces the file's)."""
+    table = load_merge_table(config) if config is not None else {}
+    if runners:
+        run = _names(list(runners), "--runner", RUNNER_RE)
+    else:
+        run = _names(table.get("runners", []), "merge.runners", RUNNER_RE)
+    chk = _names(list(checks), "--check", None) if checks else _names(table.get("checks", []), "merge.checks", None)
+    if approvals is not None:
+        need = _approvals(approvals, "--approvals")
+    else:
+        need = _approvals(table.get("approvals", DEFAULT_APPROVALS), "merge.approvals")
+    if not run:
+        raise UsageError("name at least one gate runner: --runner NAME (or merge.runners in the config file)")
+    return Requirements(run, chk, need)

@@ -1,0 +1,249 @@
+"""Publishing: the sticky PR comment and one commit status per runner.
+
+Safety rules (each enforced before any request that could turn something green):
+only a result whose verdict is ``pass`` *and* is internally consistent becomes ``success``;
+statuses go to the SHA the results were produced for (``revisions.head.sha``), and nothing is
+posted when that SHA is missing, differs from ``--sha``, or is no longer the PR's head.
+"""
+
+from __future__ import annotations
+
+import random
+import re
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass, replace
+from pathlib import Path
+
+from ds4ci.errors import PublishError, UsageError
+from ds4ci.evidence.results import Results
+from ds4ci.github.client import Client, Comment
+from ds4ci.report import markdown, render
+from ds4ci.report.render import MARKER, Section
+
+SHA_RE = re.compile(r"^[0-9a-f]{40}$")
+REPO_RE = re.compile(r"^[A-Za-z0-9_.-]+/[A-Za-z0-9_.-]+$")
+RUNNER_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,62}$")
+PREDECESSOR_WALK = 100  # newest PR commits inspected for the last validated predecessor
+UPSERT_ATTEMPTS = 6
+
+
+class StaleResultsError(UsageError):
+    """The results are for a different commit than the one we were asked to mark."""
+
+
+@dataclass(frozen=True)
+class StatusPlan:
+    sha: str
+    context: str
+    state: str
+    description: str
+    target_url: str | None
+
+
+@dataclass(frozen=True)
+class UpsertOutcome:
+    comment_id: int
+    action: str  # "created", "updated" or "unchanged"
+    deleted: int
+
+
+def _consistent_pass(doc: Results) -> bool:
+    """A pass that the rest of the document agrees with (fail closed on contradictions)."""
+    return (
+        doc["verdict"] == "pass"
+        and doc["exit_code"] == 0
+        and bool(doc["widths"])
+        and all(w["verdict"] == "pass" and w["prompts"] for w in doc["widths"])
+        and doc["target_only"]["verdict"] == "pass"
+    )
+
+
+def status_state(doc: Results) -> str:
+    verdict = doc["verdict"]
+    if verdict == "pass":
+        return "success" if _consistent_pass(doc) else "error"
+    return "failure" if verdict == "fail" else "error"
+
+
+def _description(doc: Results, state: str) -> str:
+    prefix = "negative control: " if doc["runner"]["role"] == "negative-control" else ""
+    if state == "success":
+        widths = ",".join(str(w["q"]) for w in doc["widths"])
+        text = f"pass: token parity at q={widths}, {doc['settings']['max_tokens']} tokens"
+    elif doc["verdict"] == "pass":
+        text = "error: results claim pass but contradict themselves"
+    else:
+        first = doc["reasons"][0] if doc["reasons"] else "no reason recorded"
+        text = f"{doc['verdict'].replace('_', ' ')}: {first}"
+    clean = " ".join(markdown.clean(prefix + text).split())
+    return clean if len(clean) <= 140 else clean[:139] + "…"
+
+
+def results_head(docs: Sequence[Results], sha: str | None) -> str:
+    """The one commit all results were produced for; refuse anything ambiguous or stale."""
+    heads = []
+    for doc in docs:
+        head = render.head_sha(doc)
+        if head is None:
+            raise UsageError(
+                f"results of runner {doc['runner']['name']!r} record no revisions/head: refusing to publish "
+                "(a status must name the exact commit the evidence is for; run the gate with --source-dir)"
+            )
+        heads.append(head)
+    if len(set(heads)) > 1:
+        raise UsageError(f"results are for different commits ({', '.join(sorted(set(heads)))}); publish them separately")
+    head = heads[0]
+    if sha is not None and sha != head:
+        raise StaleResultsError(
+            f"--sha {sha} but the results were produced for {head}: refusing to mark a commit the evidence is not for"
+        )
+    return head
+
+
+def plan_statuses(docs: Sequence[Results], head: str, target_url: str | None) -> list[StatusPlan]:
+    plans = []
+    for doc in docs:
+        state = status_state(doc)
+        plans.append(
+            StatusPlan(head, f"ds4ci/{doc['runner']['name']}", state, _description(doc, state), target_url)
+        )
+    return plans
+
+
+FOCUSED_PREFIX = "focused pass"
+
+
+def last_full_pass(client: Client, pr: int, head: str, runner: str) -> str | None:
+    """The newest PR commit before ``head`` (so an ancestor) with a full (not focused) ds4ci/<runner> pass."""
+    commits = client.pr_commits(pr)
+    if head in commits:
+        commits = commits[: commits.index(head)]
+    for sha in reversed(commits[-PREDECESSOR_WALK:]):
+        state, description = client.combined_statuses(sha).get(f"ds4ci/{runner}", ("", ""))
+        if state == "success" and not description.startswith(FOCUSED_PREFIX):
+            return sha
+    return None
+
+
+def focused_plan(plan: StatusPlan, doc: Results, full_pass: str | None, allowed: bool) -> StatusPlan:
+    """A focused rerun's pass is green only on top of a full pass on an ancestor, where policy allows."""
+    widths = ",".join(str(w["q"]) for w in doc["widths"])
+    if plan.state != "success":
+        return plan
+    if allowed and full_pass is not None:
+        text = f"{FOCUSED_PREFIX} at q={widths} on top of the full pass at {full_pass[:12]}"
+        return replace(plan, description=text)
+    why = "focused reruns are not allowed ([merge] focused_reruns)" if not allowed else "no full pass on an ancestor"
+    return replace(plan, state="pending", description=f"{FOCUSED_PREFIX} at q={widths}; full run required: {why}"[:140])
+
+
+def last_validated_predecessor(client: Client, pr: int, head: str, runner: str) -> str | None:
+    """The newest PR commit before ``head`` whose ds4ci/<runner> status is success (bounded walk)."""
+    commits = client.pr_commits(pr)
+    if head in commits:
+        commits = commits[: commits.index(head)]
+    for sha in reversed(commits[-PREDECESSOR_WALK:]):
+        if client.combined_states(sha).get(f"ds4ci/{runner}") == "success":
+            return sha
+    return None
+
+
+def _ours(comments: Sequence[Comment], identity: str) -> list[Comment]:
+    mine = [c for c in comments if c.author == identity and c.body.startswith(MARKER)]
+    return sorted(mine, key=lambda c: (c.created_at, c.id))
+
+
+def _landed(body: str, wanted: Sequence[Section]) -> bool:
+    present = {(s.runner, s.state, s.digest) for s in render.parse_sections(body)}
+    return all((s.runner, s.state, s.digest) in present for s in wanted)
+
+
+def upsert_comment(
+    client: Client,
+    pr: int,
+    identity: str,
+    build: BodyBuilder,
+    wanted: Sequence[Section] | None = None,
+) -> UpsertOutcome:
+    """Create or edit the one sticky comment, merging other runners' sections; converge on races.
+
+    After every write the comments are read again: duplicates (two publishers creating at
+    once) are folded into the oldest and deleted, and if another publisher's edit replaced
+    our sections the merge is redone.
+    """
+    action = "unchanged"
+    deleted = 0
+    for attempt in range(UPSERT_ATTEMPTS):
+        ours = _ours(client.list_comments(pr), identity)
+        existing = [s for c in ours for s in render.parse_sections(c.body)]
+        body, sections = build(existing)
+        own = wanted if wanted is not None else [s for s in sections if s.runner in build.runners]
+        if not ours:
+            keeper = client.create_comment(pr, body)
+            action = "created"
+        else:
+            keeper = ours[0]
+            if keeper.body != body:
+                client.edit_comment(keeper.id, body)
+                action = "updated" if action != "created" else action
+            for dup in ours[1:]:
+                client.delete_comment(dup.id)
+                deleted += 1
+            if keeper.body == body and len(ours) == 1:
+                return UpsertOutcome(keeper.id, action, deleted)
+        after = _ours(client.list_comments(pr), identity)
+        if len(after) == 1 and _landed(after[0].body, own):
+            return UpsertOutcome(after[0].id, action, deleted)
+        # Someone else wrote at the same time: back off a little (jitter breaks lock-step) and merge again.
+        time.sleep(random.uniform(0.05, 0.3) * (attempt + 1))
+    raise PublishError(
+        f"the ds4ci comment on #{pr} kept changing under concurrent publishers after {UPSERT_ATTEMPTS} attempts"
+    )
+
+
+class BodyBuilder:
+    """Renders the comment from our results plus the sections found in the existing comment."""
+
+    def __init__(
+        self,
+        docs: Sequence[Results],
+        *,
+        run_url: str | None,
+        template_dir: Path | None,
+        predecessors: dict[str, str],
+        extra: Sequence[Section] = (),
+        merge_status: Sequence[str] = (),
+    ) -> None:
+        self.docs = list(docs)
+        self.merge_status = list(merge_status)
+        self.run_url = run_url
+        self.template_dir = template_dir
+        self.predecessors = predecessors
+        self.extra = list(extra)
+        self.runners = {d["runner"]["name"] for d in docs} | {s.runner for s in extra}
+
+    def __call__(self, existing: Sequence[Section]) -> tuple[str, list[Section]]:
+        return render.render(
+            self.docs,
+            kind="comment",
+            run_url=self.run_url,
+            template_dir=self.template_dir,
+            predecessors=self.predecessors,
+            existing=existing,
+            extra=self.extra,
+            merge_status=self.merge_status,
+        )
+
+
+def validate_target(repo: str | None, pr: int | None, sha: str | None, dry_run: bool) -> None:
+    if repo is not None and not REPO_RE.match(repo):
+        raise UsageError(f"--repo {repo!r}: expected OWNER/NAME")
+    if not dry_run and repo is None:
+        raise UsageError("--repo OWNER/NAME is required (or use --dry-run)")
+    if not dry_run and pr is None and sha is None:
+        raise UsageError("give --pr N (comment + statuses on its head) or --sha SHA (statuses only)")
+    if pr is not None and pr < 1:
+        raise UsageError(f"--pr {pr}: expected a pull request number >= 1")
+    if sha is not None and not SHA_RE.match(sha):
+        raise UsageError(f"--sha {sha!r}: expected a full 40-hex lowercase commit SHA")

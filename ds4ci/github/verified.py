@@ -1,0 +1,99 @@
+"""What ``ds4ci publish`` may rest a status on: results re-derived from their evidence bundles.
+
+Every input is a bundle (a promoted attempt directory or a ``.tar.gz`` of one) or a results.json
+whose bundle is found at the evidence location recorded in it (the file must then be identical to
+the bundle's own). Each bundle is verified by ``ds4ci verify``'s code. A bundle that does not
+verify is published as ``error`` ("evidence does not verify") and shows no pass. A results.json
+with no bundle is refused unless ``--unverified``; an unverified result is labelled as such in the
+comment and never sets a status.
+"""
+
+from __future__ import annotations
+
+import copy
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from ds4ci.errors import EXIT_ERROR, UsageError
+from ds4ci.evidence import results
+from ds4ci.evidence.store import RESULTS
+from ds4ci.evidence.verify import verify_path
+from ds4ci.judging.verdict import ERROR, PASS
+from ds4ci.report.render import UNVERIFIED as UNVERIFIED_STATE
+
+UNVERIFIED = (
+    "unverified: no evidence bundle backs this result (for a fork's run: produced by a workflow the pull request "
+    "controls), so nothing was re-derived; it sets no status and never replaces a verified section"
+)
+
+
+@dataclass(frozen=True)
+class Published:
+    """One runner's document as it may be published, and whether it may set a status."""
+
+    doc: dict[str, Any]
+    may_set_status: bool
+
+
+def is_bundle(path: Path) -> bool:
+    return path.is_dir() or path.name.endswith(".tar.gz")
+
+
+def without_pass(doc: dict[str, Any], instead: str) -> dict[str, Any]:
+    """A copy in which no verdict reads pass (each becomes ``instead``): nothing shows a pass mark."""
+    out = copy.deepcopy(doc)
+
+    def swap(record: dict[str, Any]) -> None:
+        record["verdict"] = instead if record["verdict"] == PASS else record["verdict"]
+
+    swap(out)
+    swap(out["target_only"])
+    for width in out["widths"]:
+        swap(width)
+        for cell in width["prompts"]:
+            swap(cell)
+    for check in out["checks"]:
+        check["status"] = instead if check["status"] == PASS else check["status"]
+    return out
+
+
+def not_verified(doc: dict[str, Any], problems: Sequence[str]) -> dict[str, Any]:
+    """The document as published when its evidence does not verify: an error that shows no pass."""
+    out = without_pass(doc, ERROR)
+    reason = "evidence does not verify: " + "; ".join(problems[:5])
+    out.update(verdict=ERROR, exit_code=EXIT_ERROR, reasons=[reason[:4000]])
+    return out
+
+
+def from_bundle(path: Path) -> Published:
+    found = verify_path(path, None)
+    if found.recorded is None:
+        raise UsageError(f"{path}: not a readable evidence bundle ({'; '.join(found.problems[:3])})")
+    if found.problems:
+        return Published(not_verified(found.recorded, found.problems), may_set_status=True)
+    return Published(found.recorded, may_set_status=True)
+
+
+def from_results(path: Path, unverified: bool) -> Published:
+    doc = results.load(path)
+    bundle = Path(doc["evidence"]["dir"]) if doc["evidence"]["dir"] else None
+    if bundle is not None and (bundle / RESULTS).is_file():
+        if (bundle / RESULTS).read_bytes() != path.read_bytes():
+            raise UsageError(f"{path} differs from its evidence bundle's own {bundle / RESULTS}; refusing it")
+        return from_bundle(bundle)
+    if not unverified:
+        raise UsageError(
+            f"{path}: its evidence bundle ({bundle or 'none recorded'}) is not here; publish the bundle itself "
+            "(the attempt directory or the gate's --bundle-out .tar.gz), or pass --unverified for a comment "
+            "labelled unverified that sets no status"
+        )
+    out = without_pass(doc, UNVERIFIED_STATE)
+    out["verdict"] = UNVERIFIED_STATE  # the section is labelled unverified whatever it claims
+    out["warnings"] = [UNVERIFIED, *out.get("warnings", [])]
+    return Published(out, may_set_status=False)
+
+
+def load(paths: Sequence[Path], unverified: bool) -> list[Published]:
+    return [from_bundle(p) if is_bundle(p) else from_results(p, unverified) for p in paths]

@@ -1,0 +1,128 @@
+"""Which trusted log records belong to which request: attribution by order over a whole server log.
+
+The server serializes requests (one worker, first in first out), so the k-th trace and the k-th
+summary of a server's log belong to its k-th request. This holds whichever stream the build
+prints them on and however late after the response a line is flushed, which is why the gate
+attributes only once the server has stopped and its logs are complete. Byte ranges recorded
+while a request was in flight serve diagnostics only.
+
+Anything that makes the order ambiguous fails closed: a count of traces or summaries that does
+not equal the number of requests, or one record family split over two streams.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+from ds4ci.judging.protocol import (
+    BANNER,
+    FAILURE,
+    MALFORMED,
+    SUMMARY,
+    TRACE,
+    TRACE_TAG,
+    LogRecord,
+    LogScan,
+    RequestLog,
+)
+
+
+@dataclass(frozen=True)
+class ServerLog:
+    """A whole server's trusted records, split per request."""
+
+    requests: tuple[RequestLog, ...]
+    banners: int
+    problems: tuple[str, ...]  # server-wide: when any, the records could not all be attributed
+
+
+def _slot(record: LogRecord) -> str | None:
+    """TRACE or SUMMARY for records that occupy one request's slot (a malformed one too)."""
+    if record.kind in (TRACE, SUMMARY):
+        return record.kind
+    if record.kind == MALFORMED:
+        return TRACE if record.text.startswith(TRACE_TAG) else SUMMARY
+    return None
+
+
+def _ordered(scans: Sequence[LogScan], slot: str, what: str, requests: int, problems: list[str]) -> list[LogRecord] | None:
+    """The slot's records in request order, or None (with a problem) when they cannot be attributed."""
+    per_stream = {s.stream: [r for r in s.records if _slot(r) == slot] for s in scans}
+    streams = {name: found for name, found in per_stream.items() if found}
+    counts = ", ".join(f"{name}: {len(found)}" for name, found in per_stream.items())
+    if len(streams) > 1:
+        problems.append(
+            f"{what} lines were printed on more than one stream ({counts}); "
+            "they cannot be attributed to requests by order"
+        )
+        return None
+    records = next(iter(streams.values()), [])
+    if len(records) != requests:
+        problems.append(
+            f"the server's log holds {len(records)} {what} line(s) for {requests} request(s) ({counts}); "
+            f"requests are serialized, so each request must print exactly one"
+        )
+        return None
+    return records
+
+
+def _failure_owner(record: LogRecord, scans: Sequence[LogScan], requests: int) -> int:
+    """A failure line belongs to the request whose summary follows it on the same stream."""
+    scan = next(s for s in scans if s.stream == record.stream)
+    before = sum(1 for r in scan.records if _slot(r) == SUMMARY and r.offset < record.offset)
+    return min(before, requests - 1)
+
+
+def _describe(record: LogRecord) -> str:
+    if record.kind == FAILURE:
+        return f"speculation or rollback failed on the server ({record.stream}): {record.text}"
+    return f"malformed {_slot(record)} line on {record.stream} ({record.reason}): {record.text}"
+
+
+def attribute(scans: Sequence[LogScan], requests: int, speculative: bool) -> ServerLog:
+    """Split a stopped server's records over its ``requests`` requests (sent in this order)."""
+    problems: list[str] = []
+    for scan in scans:
+        if scan.dropped:
+            problems.append(f"{scan.stream}: {scan.dropped} more trusted line(s) than a run can print were not kept (a flood)")
+    banners = sum(1 for s in scans for r in s.records if r.kind == BANNER)
+    traces = _ordered(scans, TRACE, "[ds4-exact-verify-trace]", requests, problems)
+    summaries: list[LogRecord] | None = []
+    if speculative:
+        if banners == 0 and not any(_slot(r) == SUMMARY for s in scans for r in s.records):
+            problems.append(
+                "no speculation summary and no reference-exact banner in the server's log: the server served "
+                "without speculation (the draft did not load, or this build does not read the activation variables)"
+            )
+            summaries = None
+        else:
+            summaries = _ordered(scans, SUMMARY, "[ds4-spec] gen=... summary", requests, problems)
+    else:
+        shown = sum(1 for s in scans for r in s.records if _slot(r) == SUMMARY)
+        if shown or banners:
+            problems.append(
+                f"the target-only server printed {shown} speculation summary line(s) and {banners} banner(s): "
+                "speculation was active in the arm that must be plain greedy decoding"
+            )
+    per_request: list[list[str]] = [[] for _ in range(requests)]
+    for scan in scans:
+        for record in scan.records:
+            if record.kind in (FAILURE, MALFORMED):
+                owner = _failure_owner(record, scans, requests) if record.kind == FAILURE else None
+                if owner is None:
+                    ordered = traces if _slot(record) == TRACE else summaries
+                    owner = ordered.index(record) if ordered and record in ordered else 0
+                if requests:
+                    per_request[owner].append(_describe(record))
+    out = []
+    for k in range(requests):
+        trace = traces[k].trace if traces is not None else None
+        summary = summaries[k].summary if summaries else None
+        out.append(RequestLog(
+            traces=(trace,) if trace is not None else (),
+            banners=banners,
+            summaries=(summary,) if summary is not None else (),
+            problems=tuple(per_request[k]),
+        ))
+    return ServerLog(tuple(out), banners, tuple(problems))

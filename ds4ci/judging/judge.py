@@ -1,0 +1,268 @@
+"""From an attempt's raw evidence to its verdicts: the one judging path of the gate and of verify.
+
+The gate runs the servers and writes raw evidence only (each server's complete stdout and stderr,
+the exact request bodies, the responses, and ``lifecycle.json`` with what happened to the
+process). Once every server has stopped, these functions read that evidence back and judge it.
+``ds4ci verify`` calls the same functions on a sealed bundle, so the two cannot drift.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from ds4ci.judging.attribution import ServerLog, attribute
+from ds4ci.judging.protocol import scan_log
+from ds4ci.judging.verdict import (
+    ERROR,
+    FAIL,
+    PASS,
+    Observed,
+    TargetReference,
+    ids_digest,
+    judge_target_only,
+    judge_width_prompt,
+    worst,
+)
+
+SERVERS = "servers"
+REQUESTS = "requests"
+LIFECYCLE = "lifecycle.json"
+TARGET_KEY = "target-only"
+STREAMS = ("stderr", "stdout")
+# Every request must state every sampler field: an omitted one falls back to the model card's
+# default, and a penalty there sends the speculative arm to plain decoding (docs/protocol.md).
+SAMPLER_FIELDS: Mapping[str, float | int | bool] = {
+    "temperature": 0, "top_p": 1, "top_k": 0, "frequency_penalty": 0, "presence_penalty": 0,
+    "repetition_penalty": 1, "stream": False,
+}
+# Trusted records kept per server: one trace and one summary per request, plus slack for banners
+# and failure lines; more than this is a flood and fails the run.
+RECORDS_PER_REQUEST = 4
+RECORDS_SLACK = 64
+
+
+def server_key(q: int | None) -> str:
+    return TARGET_KEY if q is None else f"q{q}"
+
+
+def server_label(q: int | None) -> str:
+    return TARGET_KEY if q is None else f"reference-exact q={q}"
+
+
+def request_body(prompt: str, seed: int, max_tokens: int) -> dict[str, Any]:
+    """The exact body of every completion request: greedy, every sampler field stated."""
+    return {
+        "messages": [{"role": "user", "content": prompt}],
+        **SAMPLER_FIELDS,
+        "seed": seed,
+        "max_tokens": max_tokens,
+    }
+
+
+@dataclass(frozen=True)
+class Settings:
+    """What judging needs of the recorded settings."""
+
+    widths: tuple[int, ...]
+    repeats: int
+    seed: int
+    max_tokens: int
+    prompt_sha256s: tuple[str, ...]
+
+
+class EvidenceError(Exception):
+    """Evidence that cannot be read as the gate writes it (missing, malformed): never a verdict."""
+
+
+def read_json(path: Path) -> Any:
+    try:
+        return json.loads(path.read_text(encoding="utf-8"))
+    except FileNotFoundError as exc:
+        raise EvidenceError(f"{path.name} is missing from {path.parent}") from exc
+    except (OSError, UnicodeDecodeError, ValueError) as exc:
+        raise EvidenceError(f"{path} cannot be read as JSON: {exc}") from exc
+
+
+def _is_entry(entry: Any) -> bool:
+    return (
+        isinstance(entry, dict) and isinstance(entry.get("prompt_index"), int) and isinstance(entry.get("repeat"), int)
+        and isinstance(entry.get("request"), str)
+    )
+
+
+def load_lifecycle(attempt: Path, key: str) -> dict[str, Any]:
+    """A server's lifecycle record, with the shape judging relies on checked (fail closed)."""
+    where = f"{SERVERS}/{key}/{LIFECYCLE}"
+    doc = read_json(attempt / SERVERS / key / LIFECYCLE)
+    if not isinstance(doc, dict) or not isinstance(doc.get("requests"), list):
+        raise EvidenceError(f"{where} is not a lifecycle record (no requests list)")
+    if not all(_is_entry(e) for e in doc["requests"]):
+        raise EvidenceError(f"{where}: every request needs an integer prompt_index and repeat and a request path")
+    for field in ("stop", "log_flood"):
+        if not isinstance(doc.get(field, {}), dict):
+            raise EvidenceError(f"{where}: {field} must be an object")
+    return doc
+
+
+def _check_body(attempt: Path, entry: Mapping[str, Any], settings: Settings, where: str) -> list[str]:
+    """The recorded request body must be exactly the one the settings prescribe."""
+    body = read_json(attempt / entry["request"])
+    index = entry["prompt_index"]
+    if not 0 <= index < len(settings.prompt_sha256s):
+        return [f"{where}: recorded prompt index {index!r} is not one of the {len(settings.prompt_sha256s)} prompts"]
+    try:
+        prompt = body["messages"][0]["content"]
+    except (KeyError, IndexError, TypeError):
+        return [f"{where}: recorded request body has no user message"]
+    if not isinstance(prompt, str) or hashlib.sha256(prompt.encode("utf-8")).hexdigest() != settings.prompt_sha256s[index]:
+        return [f"{where}: the prompt sent is not the pinned prompt {index}"]
+    if body != request_body(prompt, settings.seed, settings.max_tokens):
+        return [f"{where}: the request sent does not state exactly the greedy sampler fields, seed and max_tokens"]
+    return []
+
+
+def observe(
+    attempt: Path, key: str, life: Mapping[str, Any], speculative: bool, settings: Settings
+) -> tuple[list[Observed], ServerLog, list[str]]:
+    """One stopped server's requests with their attributed records, and request-body problems."""
+    entries = life["requests"]
+    answered = [e for e in entries if e.get("answered") is True]
+    limit = RECORDS_PER_REQUEST * len(entries) + RECORDS_SLACK
+    scans = []
+    for stream in STREAMS:
+        path = attempt / SERVERS / key / f"{stream}.log"
+        if not path.is_file():
+            raise EvidenceError(f"{SERVERS}/{key}/{stream}.log is missing")
+        scans.append(scan_log(path, stream, limit))
+    log = attribute(scans, len(entries), speculative)
+    problems: list[str] = []
+    observed = []
+    for entry, request_log in zip(entries, log.requests, strict=True):
+        where = f"{key} request {entry.get('index')}"
+        problems += _check_body(attempt, entry, settings, where)
+        observed.append(Observed(entry["prompt_index"], entry["repeat"], request_log, attributed=not log.problems))
+    if len(answered) != len(entries):
+        problems.append(f"{len(entries) - len(answered)} of {len(entries)} request(s) were not answered")
+    return observed, log, problems
+
+
+def lifecycle_issues(key: str, life: Mapping[str, Any]) -> tuple[list[str], list[str]]:
+    """(errors, warnings) from how the server lived and stopped; an error means no verdict."""
+    label = server_label(life.get("q") if key != TARGET_KEY else None)
+    errors: list[str] = []
+    warnings: list[str] = []
+    if life.get("error"):
+        errors.append(str(life["error"]))
+    flooded = [s for s in STREAMS if life.get("log_flood", {}).get(s)]
+    if flooded:
+        cap = life.get("log_cap_bytes")
+        errors.append(f"{label}: log flood: {', '.join(flooded)} reached the cap of {cap} bytes (log_cap_mib)")
+    appeared = life.get("overrides_after") or []
+    if appeared:
+        errors.append(
+            f"{label}: override file(s) {', '.join(map(str, appeared))} appeared while the server ran; the server reads "
+            "them on every request, so the policy it ran under is unknown"
+        )
+    swept = life.get("swept") or []
+    if swept:
+        warnings.append(
+            f"{label}: {len(swept)} process(es) the server started were still running after it stopped and were "
+            f"killed: {', '.join(map(str, swept[:5]))}"
+        )
+    stop = life.get("stop") or {}
+    if stop.get("needed_kill"):
+        if stop.get("in_flight") or life.get("error"):
+            errors.append(f"{label}: killed with SIGKILL while a request was in flight")
+        else:
+            warnings.append(
+                f"{label}: did not exit within {stop.get('timeout_s')} s of SIGTERM and was killed with SIGKILL after "
+                "every request was answered and logged (a slow teardown; tokens are unaffected)"
+            )
+    return errors, warnings
+
+
+@dataclass(frozen=True)
+class TargetJudgement:
+    doc: dict[str, Any]
+    reference: TargetReference
+    errors: list[str]
+    warnings: list[str]
+
+
+def judge_target(attempt: Path, settings: Settings) -> TargetJudgement:
+    life = load_lifecycle(attempt, TARGET_KEY)
+    errors, warnings = lifecycle_issues(TARGET_KEY, life)
+    if errors:
+        reference = TargetReference({}, ERROR, errors, False)
+    else:
+        observed, log, problems = observe(attempt, TARGET_KEY, life, False, settings)
+        reference = judge_target_only(observed, len(settings.prompt_sha256s), [*log.problems, *problems])
+    doc = {
+        "verdict": reference.verdict,
+        "reasons": reference.reasons,
+        "deterministic": reference.deterministic,
+        "server_log": f"{SERVERS}/{TARGET_KEY}/stderr.log",
+        "prompts": [
+            {
+                "prompt_index": i,
+                "n": len(reference.ids[i]) if i in reference.ids else None,
+                "ids_sha256": ids_digest(reference.ids[i]) if i in reference.ids else None,
+            }
+            for i in range(len(settings.prompt_sha256s))
+        ],
+    }
+    return TargetJudgement(doc, reference, errors, warnings)
+
+
+def judge_width(attempt: Path, q: int, settings: Settings, reference: TargetReference) -> tuple[dict[str, Any], list[str]]:
+    """One width's results entry and its warnings."""
+    key = server_key(q)
+    life = load_lifecycle(attempt, key)
+    width: dict[str, Any] = {
+        "q": q, "verdict": ERROR, "reasons": [], "prompts": [],
+        "server_log": f"{SERVERS}/{key}/stderr.log", "server_start_s": life.get("ready_s"),
+    }
+    errors, warnings = lifecycle_issues(key, life)
+    if errors:
+        width["reasons"] = errors
+        return width, warnings
+    observed, log, problems = observe(attempt, key, life, True, settings)
+    for index, sha in enumerate(settings.prompt_sha256s):
+        cell = judge_width_prompt(q, index, sha, observed, reference, log.banners > 0, [*log.problems, *problems])
+        width["prompts"].append(cell)
+    width["verdict"] = worst([c["verdict"] for c in width["prompts"]])
+    width["reasons"] = list(dict.fromkeys(r for c in width["prompts"] for r in c["reasons"]))
+    return width, warnings
+
+
+def overall(
+    run_reasons: Sequence[str], target: Mapping[str, Any] | None, widths: Sequence[Mapping[str, Any]],
+    checks: Sequence[Mapping[str, Any]], build: Mapping[str, Any] | None = None,
+) -> tuple[str, list[str]]:
+    """The attempt's verdict: an error that stopped the run outranks everything judged after it."""
+    if run_reasons:
+        return ERROR, list(run_reasons)
+    if build is not None and build["status"] != PASS:  # nothing ran after a build that did not pass
+        return (FAIL if build["status"] == FAIL else ERROR), [f"build: {build['status']}: {build['summary']}"]
+    verdicts: list[str] = []
+    reasons: list[str] = []
+    if target is not None:
+        if not target["deterministic"] and target["verdict"] == ERROR:
+            return ERROR, list(target["reasons"])
+        verdicts.append(target["verdict"])
+        reasons.extend(target["reasons"])
+        for width in widths:
+            verdicts.append(width["verdict"])
+            reasons.extend(width["reasons"])
+    for check in checks:
+        verdicts.append({"pass": PASS, "fail": FAIL}.get(check["status"], ERROR))
+        if check["status"] != "pass":
+            reasons.append(f"check {check['name']!r}: {check['status']}: {check['summary']}")
+    if not verdicts:
+        return ERROR, ["nothing was run: a negative-control runner needs [[checks]]"]
+    return worst(verdicts), reasons

@@ -1,0 +1,240 @@
+"""Judging recorded requests against the exactness contract (docs/protocol.md).
+
+Pure functions over parsed records: no processes, no files. Each check appends a human reason;
+a verdict is ``pass`` only when no reason was found.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import Any, TypeVar
+
+from ds4ci.judging.protocol import Mismatch, RequestLog, SpecSummary, Trace, first_mismatch
+
+PASS, FAIL, ERROR, NOT_RUN = "pass", "fail", "error", "not_run"
+T = TypeVar("T")
+_SEVERITY = {PASS: 0, NOT_RUN: 1, ERROR: 2, FAIL: 3}
+
+
+def worst(verdicts: Sequence[str]) -> str:
+    """A contract violation (fail) outranks "could not judge" (error), which outranks pass."""
+    return max(verdicts, key=lambda v: _SEVERITY[v], default=PASS)
+
+
+def ids_digest(ids: Sequence[int]) -> str:
+    return hashlib.sha256(" ".join(str(i) for i in ids).encode("ascii")).hexdigest()
+
+
+@dataclass(frozen=True)
+class Observed:
+    """One request as the gate saw it: which arm, which prompt, which repeat, its log records."""
+
+    prompt_index: int
+    repeat: int
+    log: RequestLog
+    attributed: bool = True  # False when the server's log could not be split by order (its problems say why)
+
+
+@dataclass
+class RequestCheck:
+    trace: Trace | None = None
+    summary: SpecSummary | None = None
+    reasons: list[str] = field(default_factory=list)
+
+
+def _first_of_exactly_one(items: Sequence[T], what: str, where: str, reasons: list[str]) -> T | None:
+    """The first record, with a reason unless there was exactly one (a duplicate is judged too)."""
+    if len(items) != 1:
+        reasons.append(f"{where}: expected exactly one {what} line, found {len(items)}")
+    return items[0] if items else None
+
+
+def check_trace(obs: Observed, where: str, reference_exact: int, speculation: int) -> RequestCheck:
+    """Clause 2: exactly one trace, n equals the number of IDs, not empty, flags match the arm."""
+    result = RequestCheck()
+    result.reasons.extend(f"{where}: {p}" for p in obs.log.problems)
+    if not obs.attributed and not obs.log.traces:  # the server-wide problems say why
+        return result
+    trace = _first_of_exactly_one(obs.log.traces, "[ds4-exact-verify-trace]", where, result.reasons)
+    if trace is None:
+        return result
+    result.trace = trace
+    if trace.n != len(trace.ids):
+        result.reasons.append(f"{where}: trace declares n={trace.n} but lists {len(trace.ids)} IDs")
+    if not trace.ids:
+        result.reasons.append(f"{where}: trace is empty (no token IDs)")
+    if (trace.reference_exact, trace.speculation) != (reference_exact, speculation):
+        result.reasons.append(
+            f"{where}: trace flags reference_exact={trace.reference_exact} speculation={trace.speculation}, "
+            f"expected reference_exact={reference_exact} speculation={speculation} for this arm"
+        )
+    return result
+
+
+def check_target_only_request(obs: Observed) -> RequestCheck:
+    where = f"target-only prompt {obs.prompt_index} request {obs.repeat + 1}"
+    # Speculation shown by the target-only server is judged server-wide (attribution.attribute).
+    return check_trace(obs, where, 0, 0)
+
+
+def check_spec_request(obs: Observed, q: int) -> RequestCheck:
+    """Clauses 2, 4 and 5 for one reference-exact request (the banner is judged per server)."""
+    where = f"q={q} prompt {obs.prompt_index} request {obs.repeat + 1}"
+    result = check_trace(obs, where, 1, 1)
+    if not obs.attributed and not obs.log.summaries:
+        return result
+    summary = _first_of_exactly_one(obs.log.summaries, "[ds4-spec] gen=... summary", where, result.reasons)
+    if summary is None:
+        return result
+    result.summary = summary
+    if summary.steps <= 0:
+        result.reasons.append(f"{where}: steps={summary.steps}; speculation did not run (expected steps > 0)")
+    if summary.offered <= 0:
+        result.reasons.append(f"{where}: offered={summary.offered}; no drafts were offered (expected > 0)")
+    if summary.matched > summary.offered:
+        result.reasons.append(f"{where}: matched={summary.matched} exceeds offered={summary.offered}")
+    elif summary.matched == summary.offered:
+        result.reasons.append(
+            f"{where}: no rejection observed (matched={summary.matched} == offered={summary.offered}); "
+            "rollback was never exercised, so exactness is unproven"
+        )
+    if summary.full_snap != 1:
+        result.reasons.append(f"{where}: full_snap={summary.full_snap}, expected full_snap=1 (full rollback snapshots)")
+    if summary.q_cap != q:
+        result.reasons.append(f"{where}: q_cap={summary.q_cap} but the server was started with width q={q}")
+    return result
+
+
+@dataclass(frozen=True)
+class TargetReference:
+    """The target-only IDs per prompt, or why they cannot serve as the oracle."""
+
+    ids: dict[int, tuple[int, ...]]
+    verdict: str
+    reasons: list[str]
+    deterministic: bool
+
+
+def judge_target_only(
+    observed: Sequence[Observed], prompt_count: int, server_problems: Sequence[str] = ()
+) -> TargetReference:
+    reasons: list[str] = [f"target-only: {p}" for p in server_problems]
+    ids: dict[int, tuple[int, ...]] = {}
+    deterministic = True
+    for index in range(prompt_count):
+        runs = [o for o in observed if o.prompt_index == index]
+        checks = [check_target_only_request(o) for o in runs]
+        for check in checks:
+            reasons.extend(check.reasons)
+        traces = [c.trace for c in checks if c.trace is not None]
+        if not runs or len(traces) != len(runs):
+            continue
+        first = traces[0].ids
+        prompt_deterministic = True
+        for other, run in zip(traces[1:], runs[1:], strict=True):
+            if other.ids != first:
+                deterministic = prompt_deterministic = False
+                mismatch = first_mismatch(first, other.ids)
+                detail = mismatch.describe().replace("reference-exact", f"request {run.repeat + 1}") if mismatch else ""
+                reasons.append(
+                    f"target-only decoding is not deterministic; parity cannot be judged "
+                    f"(prompt {index}, request {run.repeat + 1} differs from request 1: {detail})"
+                )
+        if prompt_deterministic:
+            ids[index] = first
+    if not deterministic:
+        verdict = ERROR
+    elif reasons:
+        verdict = FAIL
+    else:
+        verdict = PASS
+    return TargetReference(ids, verdict, reasons, deterministic)
+
+
+def _mismatch_json(m: Mismatch) -> dict[str, Any]:
+    return {
+        "position": m.position,
+        "window_start": m.window_start,
+        "target_ids": list(m.target_ids),
+        "spec_ids": list(m.spec_ids),
+        "target_len": m.target_len,
+        "spec_len": m.spec_len,
+    }
+
+
+def judge_width_prompt(
+    q: int, prompt_index: int, prompt_sha256: str, observed: Sequence[Observed], reference: TargetReference,
+    banner_seen: bool,
+    server_problems: Sequence[str] = (),
+) -> dict[str, Any]:
+    """One width x prompt cell of the results: clauses 1-5 and 7."""
+    runs = [o for o in observed if o.prompt_index == prompt_index]
+    checks = [check_spec_request(o, q) for o in runs]
+    reasons = [f"q={q}: {p}" for p in server_problems]
+    reasons += list(dict.fromkeys(r for c in checks for r in c.reasons))
+    target_ids = reference.ids.get(prompt_index)
+    traces = [c.trace for c in checks]
+    summaries = [c.summary for c in checks]
+    if not runs:
+        reasons.append(f"q={q} prompt {prompt_index}: no reference-exact request was recorded")
+    if not banner_seen:
+        reasons.append(f"q={q}: the reference-exact activation banner '[ds4-spec] reference-exact verifier:' is missing")
+
+    parity = 0
+    mismatch: Mismatch | None = None
+    # Requests that differ in the same way are reported once, naming all of them.
+    differing: dict[str, list[int]] = {}
+    if target_ids is not None:
+        for check, obs in zip(checks, runs, strict=True):
+            if check.trace is None:
+                continue
+            found = first_mismatch(target_ids, check.trace.ids)
+            if found is None:
+                parity += 1
+            else:
+                mismatch = mismatch or found
+                differing.setdefault(found.describe(), []).append(obs.repeat + 1)
+    for description, requests in differing.items():
+        which = f"request {requests[0]}" if len(requests) == 1 else f"requests {', '.join(map(str, requests))}"
+        reasons.append(f"q={q} prompt {prompt_index} {which}: token IDs differ: {description}")
+
+    present = [t for t in traces if t is not None]
+    repeats_identical = len(present) == len(runs) and all(t.ids == present[0].ids for t in present)
+    if len(present) == len(runs) and not repeats_identical:
+        reasons.append(f"q={q} prompt {prompt_index}: repeated requests on one server gave different token IDs")
+    counters = [s.counters() for s in summaries if s is not None]
+    counters_identical = len(counters) == len(runs) and all(c == counters[0] for c in counters)
+    if len(counters) == len(runs) and not counters_identical:
+        reasons.append(f"q={q} prompt {prompt_index}: repeated requests on one server gave different speculation counters")
+
+    first_summary = next((s for s in summaries if s is not None), None)
+    first_trace = present[0] if present else None
+    rejection = bool(counters) and all(s.matched < s.offered for s in summaries if s is not None) and (
+        len(counters) == len(runs)
+    )
+    if target_ids is None:
+        verdict = ERROR if not reference.deterministic or reference.verdict == ERROR else FAIL
+        reasons.append(f"q={q} prompt {prompt_index}: no usable target-only reference for this prompt")
+    else:
+        verdict = FAIL if reasons else PASS
+    return {
+        "prompt_index": prompt_index,
+        "prompt_sha256": prompt_sha256,
+        "verdict": verdict,
+        "reasons": reasons,
+        "requests": len(runs),
+        "parity_requests": parity,
+        "tokens_target": len(target_ids) if target_ids is not None else None,
+        "tokens_spec": len(first_trace.ids) if first_trace else None,
+        "steps": first_summary.steps if first_summary else None,
+        "matched": first_summary.matched if first_summary else None,
+        "offered": first_summary.offered if first_summary else None,
+        "rejection_observed": rejection,
+        "full_snap": (first_summary.full_snap == 1) if first_summary else None,
+        "banner": banner_seen,
+        "repeats_identical": repeats_identical,
+        "counters_identical": counters_identical,
+        "mismatch": _mismatch_json(mismatch) if mismatch else None,
+    }

@@ -1,0 +1,1 @@
+"""Stage 1: every setting, its default and where it comes from (config file, CLI)."""

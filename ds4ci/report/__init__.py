@@ -1,0 +1,1 @@
+"""Stage 6: rendering results for people: Markdown sections, tables, the PR comment."""

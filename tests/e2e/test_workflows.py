@@ -1,0 +1,220 @@
+"""The workflows and the composite action: third-party linters, then the rules they cannot see.
+
+actionlint (with shellcheck on the run: scripts when it is installed), zizmor (offline) and
+check-jsonschema must all be clean. The structural tests pin the security properties the docs
+promise: pinned remote actions, no expressions inside scripts, least privilege, timeouts,
+persist-credentials: false, one queue per GPU, and `uses: ./` given only inputs action.yml has.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import pytest
+from paths import ROOT
+from ruamel.yaml import YAML
+
+from ds4ci.github import dispatch
+
+BIN = Path(sys.executable).parent
+WORKFLOWS = sorted((ROOT / ".github" / "workflows").glob("*.yml"))
+ACTION = ROOT / "action.yml"
+REMOTE_USES = re.compile(r"^[\w.-]+/[\w.-]+(/[^@]*)?@(?P<ref>[^\s#]+)$")
+
+
+def _tool(name: str) -> str:
+    path = shutil.which(name, path=str(BIN)) or shutil.which(name)
+    if path is None:
+        pytest.fail(f"{name} is not installed: pip install -e '.[dev]'")
+    return path
+
+
+def _run(*cmd: str) -> subprocess.CompletedProcess[str]:
+    # A token in the environment would make zizmor go online; the lint must be offline and stable.
+    env = {k: v for k, v in os.environ.items() if k not in ("GH_TOKEN", "GITHUB_TOKEN", "ZIZMOR_GITHUB_TOKEN")}
+    return subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True, timeout=300, env=env)
+
+
+def _load(path: Path) -> Any:
+    return YAML(typ="safe").load(path.read_text())
+
+
+def _steps() -> list[tuple[str, str, dict[str, Any]]]:
+    """(file, job, step) for every step of every workflow and of the composite action."""
+    out = []
+    for wf in WORKFLOWS:
+        for job_id, job in _load(wf)["jobs"].items():
+            out += [(wf.name, job_id, step) for step in job.get("steps", [])]
+    out += [("action.yml", "-", step) for step in _load(ACTION)["runs"]["steps"]]
+    return out
+
+
+def test_workflow_files_exist() -> None:
+    assert {p.name for p in WORKFLOWS} >= {"ci.yml", "gate.yml", "report.yml"}
+
+
+def test_actionlint_is_clean() -> None:
+    proc = _run(_tool("actionlint"), "-no-color", "-oneline")
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+
+
+@pytest.mark.skipif(shutil.which("shellcheck") is None, reason="shellcheck not installed (apt-get install shellcheck)")
+def test_actionlint_runs_shellcheck_on_scripts(tmp_path: Path) -> None:
+    # Proves the clean result above includes shellcheck: a script bug in a copy is reported.
+    bad = tmp_path / ".github" / "workflows"
+    bad.mkdir(parents=True)
+    (bad / "bad.yml").write_text(
+        "on: push\npermissions: {}\njobs:\n  a:\n    runs-on: ubuntu-latest\n    timeout-minutes: 1\n"
+        "    steps:\n      - run: echo $UNQUOTED_VAR_WITH_SPACES\n"
+    )
+    proc = subprocess.run([_tool("actionlint"), "-no-color", "-oneline", str(bad / "bad.yml")], cwd=tmp_path,
+                          capture_output=True, text=True, timeout=120)
+    assert proc.returncode != 0 and "shellcheck" in proc.stdout, proc.stdout + proc.stderr
+
+
+def test_zizmor_is_clean() -> None:
+    proc = _run(_tool("zizmor"), "--offline", "--no-progress", ".")
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+
+
+def test_zizmor_catches_template_injection_in_a_run_script(tmp_path: Path) -> None:
+    # Guards against a config that silently disables the audits we rely on.
+    shutil.copytree(ROOT / ".github", tmp_path / ".github")
+    (tmp_path / ".github" / "workflows" / "bad.yml").write_text(
+        "on: pull_request\npermissions: {}\njobs:\n  a:\n    runs-on: ubuntu-latest\n    timeout-minutes: 1\n"
+        "    steps:\n      - run: echo \"${{ github.event.pull_request.title }}\"\n"
+    )
+    proc = subprocess.run([_tool("zizmor"), "--offline", "--no-progress", "."], cwd=tmp_path,
+                          capture_output=True, text=True, timeout=300)
+    assert proc.returncode != 0 and "template-injection" in proc.stdout + proc.stderr
+
+
+def test_workflows_match_the_github_workflow_schema() -> None:
+    proc = _run(_tool("check-jsonschema"), "--builtin-schema", "vendor.github-workflows",
+                *[str(p) for p in WORKFLOWS])
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+
+
+def test_action_matches_the_github_action_schema() -> None:
+    proc = _run(_tool("check-jsonschema"), "--builtin-schema", "vendor.github-actions", str(ACTION))
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+
+
+def test_no_expression_inside_any_run_script() -> None:
+    offenders = [f"{f}:{job}:{step.get('name', step['run'][:40])}" for f, job, step in _steps()
+                 if "run" in step and "${{" in step["run"]]
+    assert offenders == []
+
+
+def test_every_remote_action_is_pinned_by_full_sha_with_a_version_comment() -> None:
+    texts = {p.name: p.read_text() for p in [*WORKFLOWS, ACTION]}
+    for _, _, step in _steps():
+        uses = step.get("uses")
+        if uses is None or uses.startswith("./"):
+            continue
+        m = REMOTE_USES.match(uses)
+        assert m and re.fullmatch(r"[0-9a-f]{40}", m.group("ref")), f"{uses} is not pinned by a full SHA"
+        assert any(re.search(re.escape(uses) + r" # v\d", t) for t in texts.values()), f"{uses}: no # vX comment"
+
+
+def test_permissions_are_empty_at_the_top_and_minimal_per_job() -> None:
+    writers = {}
+    for wf in WORKFLOWS:
+        doc = _load(wf)
+        assert doc.get("permissions") == {}, f"{wf.name}: top-level permissions must be {{}}"
+        for job_id, job in doc["jobs"].items():
+            assert "permissions" in job, f"{wf.name}:{job_id} has no explicit permissions"
+            assert "timeout-minutes" in job, f"{wf.name}:{job_id} has no timeout-minutes"
+            granted = {k for k, v in job["permissions"].items() if v == "write"}
+            if granted:
+                writers[f"{wf.name}:{job_id}"] = granted
+    assert writers == {
+        "gate.yml:publish": {"statuses", "pull-requests"},
+        "report.yml:report": {"pull-requests"},
+    }
+
+
+def test_every_checkout_drops_credentials() -> None:
+    for f, job, step in _steps():
+        if str(step.get("uses", "")).startswith("actions/checkout@"):
+            assert step.get("with", {}).get("persist-credentials") is False, f"{f}:{job}"
+
+
+def test_gate_matrix_queues_per_gpu_and_never_cancels() -> None:
+    job = _load(ROOT / ".github" / "workflows" / "gate.yml")["jobs"]["gate"]
+    assert job["concurrency"] == {"group": "ds4ci-gpu-${{ matrix.gpu }}", "cancel-in-progress": False}
+    assert job["runs-on"] == "${{ matrix.labels }}"
+    assert job["strategy"]["fail-fast"] is False
+    assert job["env"]["DS4_MODEL_DIR"] == "${{ vars.DS4_MODEL_DIR }}"
+
+
+def test_runner_labels_are_known_to_actionlint() -> None:
+    known = set(_load(ROOT / ".github" / "actionlint.yaml")["self-hosted-runner"]["labels"])
+    for runner in dispatch.DEFAULT_RUNNERS:
+        assert runner.labels[0] == "self-hosted"
+        assert set(runner.labels[1:]) <= known
+    assert [r.labels for r in dispatch.DEFAULT_RUNNERS] == [
+        ("self-hosted", "rocm", "gfx1151"), ("self-hosted", "gpu", "sm86")]
+
+
+def test_local_action_is_called_with_existing_inputs_only() -> None:
+    inputs = _load(ACTION)["inputs"]
+    required = {k for k, v in inputs.items() if v.get("required") and "default" not in v}
+    for f, job, step in _steps():
+        if step.get("uses") == "./":
+            given = set(step.get("with", {}))
+            assert given <= set(inputs), f"{f}:{job}: unknown inputs {given - set(inputs)}"
+            assert required <= given, f"{f}:{job}: missing required inputs {required - given}"
+
+
+def test_action_holds_no_token_refuses_publishing_and_fails_unless_passed() -> None:
+    """The job that runs PR code gets no write credential: publishing is a separate job's."""
+    action = _load(ACTION)
+    assert "token" not in action["inputs"]
+    steps = {s.get("id"): s for s in action["runs"]["steps"]}
+    for step in steps.values():
+        assert "TOKEN" not in " ".join(step.get("env", {})), step.get("name")
+        assert "ds4ci\" publish" not in step.get("run", "") and '"$DS4CI" publish' not in step.get("run", "")
+    install = steps["install"]["run"]
+    assert 'if [[ "$DS4CI_PUBLISH" != "false" ]]' in install and "exit 2" in install
+    assert "--bundle-out" in steps["gate"]["run"] and "bundle" in action["outputs"]
+    verdict = steps["verdict"]
+    assert verdict["if"].startswith("always()")
+    assert '"$DS4CI_EXIT_CODE" != "0"' in verdict["run"] and "exit 1" in verdict["run"]
+
+
+def test_the_publishing_job_publishes_bundles_and_never_leaves_a_runner_silent() -> None:
+    jobs = _load(ROOT / ".github" / "workflows" / "gate.yml")["jobs"]
+    assert jobs["gate"]["permissions"] == {"contents": "read"}
+    publish = jobs["publish"]
+    assert publish["runs-on"] == "ubuntu-latest" and publish["concurrency"]["cancel-in-progress"] is False
+    script = "\n".join(s.get("run", "") for s in publish["steps"])
+    assert "bundle.tar.gz" in script and "state=error" in script  # no bundle: error, never silence
+    assert "busy.json" in script and "state=pending" in script  # a busy runner: pending, never green
+    assert "--expect-runner" in script
+
+
+def test_reporter_never_runs_pull_request_code() -> None:
+    doc = _load(ROOT / ".github" / "workflows" / "report.yml")
+    assert list(doc["on"]) == ["workflow_run"]
+    steps = doc["jobs"]["report"]["steps"]
+    checkouts = [s for s in steps if str(s.get("uses", "")).startswith("actions/checkout@")]
+    assert [c["with"]["ref"] for c in checkouts] == ["${{ github.event.repository.default_branch }}"]
+    assert all("repository" not in c["with"] for c in checkouts)
+    script = "\n".join(s.get("run", "") for s in steps)
+    assert "--no-status" in script and "dispatch-check" in script
+
+
+def test_example_adopter_workflow_calls_ours_pinned(tmp_path: Path) -> None:
+    example = _load(ROOT / "examples" / "workflows" / "ds4ci.yml")
+    (job,) = example["jobs"].values()
+    assert re.fullmatch(r"[\w.-]+/[\w.-]+/\.github/workflows/gate\.yml@[0-9a-f]{40}", job["uses"])
+    assert job["with"]["ds4ci-ref"] == job["uses"].rsplit("@", 1)[1]
+    gate_inputs = set(_load(ROOT / ".github" / "workflows" / "gate.yml")["on"]["workflow_call"]["inputs"])
+    assert set(job["with"]) <= gate_inputs
