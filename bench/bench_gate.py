@@ -87,7 +87,7 @@ def main() -> None:
 
     def floor(width_count: int) -> float:
         servers = 1 + width_count
-        return servers * args.startup_delay + servers * per_server_tokens * args.token_delay
+        return float(servers * args.startup_delay + servers * per_server_tokens * args.token_delay)
 
     with tempfile.TemporaryDirectory(prefix="ds4ci-bench-gate-") as tmp:
         root = Path(tmp)
