@@ -29,6 +29,7 @@ import subprocess
 import sys
 import tempfile
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -226,6 +227,73 @@ def _workdir(workdir: Path | None) -> Path:
     return workdir
 
 
+def _checked_device(device: str, dtype: str, prompts: int) -> str:
+    if dtype not in DTYPES:
+        raise UsageError(f"--dtype {dtype!r}: expected one of {', '.join(DTYPES)}")
+    if not 1 <= prompts <= 8:
+        raise UsageError(f"--prompts {prompts}: expected 1..8")
+    if importlib.util.find_spec("torch") is None:
+        raise NoVerdictError("ds4ci selftest needs PyTorch for the reference server: pip install 'ds4ci[selftest]'")
+    return "cpu:0" if device == "cpu" else device  # the gate takes KIND:INDEX; the reference server reads cpu:N as the CPU
+
+
+def _arms(work_dir: Path, name: str, dtype: str, device: str) -> list[Arm]:
+    return [
+        Arm("reference-exact", name, write_wrapper(work_dir / "bin" / "refserver", dtype, device, leak=False),
+            work_dir / "exact.results.json"),
+        Arm("leaked approximate verifier", f"{name}-leak",
+            write_wrapper(work_dir / "bin" / "refserver-leak", dtype, device, leak=True), work_dir / "leak.results.json"),
+    ]
+
+
+def _run_arms(arms: list[Arm], argv_for: Callable[[Arm], list[str]], work_dir: Path) -> None:
+    for step, arm in enumerate(arms, 1):
+        expected = "PASS" if step == 1 else "caught as FAIL"
+        print(f"\n== {step}/2: gate with {arm.label} (expected: {expected})", flush=True)
+        t0 = time.monotonic()
+        done = run_ds4ci(argv_for(arm), GATE_TIMEOUT_S, work_dir)
+        arm.wall_s = time.monotonic() - t0
+        arm.exit_code, arm.table, arm.doc = done.returncode, done.stdout, _load(arm.results)
+        print(arm.table.rstrip(), flush=True)
+
+
+def _report_and_verify(arms: list[Arm], work_dir: Path, publish_dry_run: bool) -> tuple[str, str]:
+    """``ds4ci report`` (and ``publish --dry-run``) over the results, then ``verify`` over the bundles."""
+    present = [str(a.results) for a in arms if a.doc is not None]
+    report_line = "ds4ci report: no results.json to render"
+    if present:
+        rendered = run_ds4ci(["report", *present, "--format", "summary", "--output", str(work_dir / "report.md")],
+                             TOOL_TIMEOUT_S, work_dir)
+        report_line = f"ds4ci report: exit {rendered.returncode}, {work_dir / 'report.md'}"
+    if publish_dry_run and present:
+        dry = run_ds4ci(["publish", *present, "--dry-run"], TOOL_TIMEOUT_S, work_dir)
+        (work_dir / "publish-dry-run.txt").write_text(dry.stdout, encoding="utf-8")
+        print(f"\n== ds4ci publish --dry-run (exit {dry.returncode})\n{dry.stdout.rstrip()}", flush=True)
+    return report_line, verify_bundles(arms, work_dir)
+
+
+def _print_summary(arms: list[Arm], outcomes: list[Outcome], total: float, lines: tuple[str, str]) -> None:
+    print("\n== runner fingerprint")
+    print("\n".join(_fingerprint_lines(arms[0].doc or arms[1].doc)))
+    print("\n== timings")
+    for arm in arms:
+        print("\n".join(_timing_lines(arm)))
+    print(f"  self-test total {total:.1f} s")
+    print(f"\n{lines[0]}\n{lines[1]}")
+    print("\n== outcome")
+    for outcome in outcomes:
+        print(f"  [{'as expected' if outcome.expected else 'NOT AS EXPECTED'}] {outcome.text}")
+
+
+def _summary_json(head: dict[str, Any], arms: list[Arm], outcomes: list[Outcome], total: float) -> dict[str, Any]:
+    return {
+        **head, "total_s": round(total, 2), "passed": all(o.expected for o in outcomes),
+        "arms": [{"label": a.label, "runner": a.runner, "exit_code": a.exit_code, "wall_s": round(a.wall_s, 2),
+                  "results": str(a.results), "verify_exit": a.verify_exit} for a in arms],
+        "outcomes": [{"expected": o.expected, "text": o.text, "mismatches": o.positions} for o in outcomes],
+    }
+
+
 def run_selftest(
     device: str = "cuda:0",
     runner: str | None = None,
@@ -236,14 +304,7 @@ def run_selftest(
     max_tokens: int = 96,
     widths: str = "2,3,4",
 ) -> int:
-    if dtype not in DTYPES:
-        raise UsageError(f"--dtype {dtype!r}: expected one of {', '.join(DTYPES)}")
-    if not 1 <= prompts <= 8:
-        raise UsageError(f"--prompts {prompts}: expected 1..8")
-    if importlib.util.find_spec("torch") is None:
-        raise NoVerdictError("ds4ci selftest needs PyTorch for the reference server: pip install 'ds4ci[selftest]'")
-    if device == "cpu":
-        device = "cpu:0"  # the gate takes KIND:INDEX devices; the reference server reads cpu:N as the CPU
+    device = _checked_device(device, dtype, prompts)
     started = time.monotonic()
     name = runner or f"selftest-{socket.gethostname().split('.')[0]}"
     work_dir = _workdir(workdir)
@@ -255,55 +316,17 @@ def run_selftest(
         from ds4ci.commands.demo import make_demo_source
 
         source = make_demo_source(work_dir / "source")
-    arms = [
-        Arm("reference-exact", name, write_wrapper(work_dir / "bin" / "refserver", dtype, device, leak=False),
-            work_dir / "exact.results.json"),
-        Arm("leaked approximate verifier", f"{name}-leak",
-            write_wrapper(work_dir / "bin" / "refserver-leak", dtype, device, leak=True), work_dir / "leak.results.json"),
-    ]
-    for step, arm in enumerate(arms, 1):
-        expected = "PASS" if step == 1 else "caught as FAIL"
-        print(f"\n== {step}/2: gate with {arm.label} (expected: {expected})", flush=True)
-        t0 = time.monotonic()
-        argv = gate_argv(work, arm, device, work_dir / "evidence", widths, max_tokens, source)
-        done = run_ds4ci(argv, GATE_TIMEOUT_S, work_dir)
-        arm.wall_s = time.monotonic() - t0
-        arm.exit_code, arm.table, arm.doc = done.returncode, done.stdout, _load(arm.results)
-        print(arm.table.rstrip(), flush=True)
+    arms = _arms(work_dir, name, dtype, device)
+    _run_arms(arms, lambda arm: gate_argv(work, arm, device, work_dir / "evidence", widths, max_tokens, source), work_dir)
     outcomes = [exact_outcome(arms[0]), leak_outcome(arms[1], dtype)]
-
-    present = [str(a.results) for a in arms if a.doc is not None]
-    report_line = "ds4ci report: no results.json to render"
-    if present:
-        rendered = run_ds4ci(["report", *present, "--format", "summary", "--output", str(work_dir / "report.md")],
-                             TOOL_TIMEOUT_S, work_dir)
-        report_line = f"ds4ci report: exit {rendered.returncode}, {work_dir / 'report.md'}"
-    if publish_dry_run and present:
-        dry = run_ds4ci(["publish", *present, "--dry-run"], TOOL_TIMEOUT_S, work_dir)
-        (work_dir / "publish-dry-run.txt").write_text(dry.stdout, encoding="utf-8")
-        print(f"\n== ds4ci publish --dry-run (exit {dry.returncode})\n{dry.stdout.rstrip()}", flush=True)
-    verify_line = verify_bundles(arms, work_dir)
-
-    print("\n== runner fingerprint")
-    print("\n".join(_fingerprint_lines(arms[0].doc or arms[1].doc)))
-    print("\n== timings")
-    for arm in arms:
-        print("\n".join(_timing_lines(arm)))
+    lines = _report_and_verify(arms, work_dir, publish_dry_run)
     total = time.monotonic() - started
-    print(f"  self-test total {total:.1f} s")
-    print(f"\n{report_line}\n{verify_line}")
-    print("\n== outcome")
-    for outcome in outcomes:
-        print(f"  [{'as expected' if outcome.expected else 'NOT AS EXPECTED'}] {outcome.text}")
-    ok = all(o.expected for o in outcomes)
-    summary = {
-        "runner": name, "device": device, "dtype": dtype, "widths": widths, "prompts": prompts, "max_tokens": max_tokens,
-        "workspace": str(work_dir), "total_s": round(total, 2), "passed": ok,
-        "arms": [{"label": a.label, "runner": a.runner, "exit_code": a.exit_code, "wall_s": round(a.wall_s, 2),
-                  "results": str(a.results), "verify_exit": a.verify_exit} for a in arms],
-        "outcomes": [{"expected": o.expected, "text": o.text, "mismatches": o.positions} for o in outcomes],
-    }
+    _print_summary(arms, outcomes, total, lines)
+    head = {"runner": name, "device": device, "dtype": dtype, "widths": widths, "prompts": prompts,
+            "max_tokens": max_tokens, "workspace": str(work_dir)}
+    summary = _summary_json(head, arms, outcomes, total)
     (work_dir / "selftest.json").write_text(json.dumps(summary, indent=2) + "\n", encoding="utf-8")
+    ok = bool(summary["passed"])
     print(f"selftest: {'PASSED' if ok else 'FAILED'}; summary {work_dir / 'selftest.json'}")
     if any(a.exit_code not in (EXIT_PASS, EXIT_FAIL) for a in arms) and not ok:
         return EXIT_ERROR

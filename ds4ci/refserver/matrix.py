@@ -22,7 +22,7 @@ from dataclasses import asdict
 from pathlib import Path
 from typing import Any
 
-from ds4ci.refserver.modelfile import DEFAULT_ARCH, DEFAULT_DRAFT_NOISE, Arch
+from ds4ci.refserver.modelfile import DEFAULT_ARCH, DEFAULT_DRAFT_NOISE, Arch, header_line
 
 DRAFT_KINDS = {
     "noisy": "the target plus 2 % noise",
@@ -67,28 +67,59 @@ def host_info(device: str) -> dict[str, Any]:
     return info
 
 
+def _sha(text: str) -> str:
+    return hashlib.sha256(text.encode("utf-8")).hexdigest()
+
+
+def _prompt_run(target: Any, draft: Any, ids: list[int], widths: Sequence[int], max_tokens: int,
+                chunk: int) -> tuple[list[list[int]], list[float], list[dict[str, Any]]]:
+    """Greedy twice (self-consistency), then every width in both verification modes, for one prompt."""
+    from ds4ci.refserver.api import piece
+    from ds4ci.refserver.decoding import Output, Penalties, decode_plain, decode_speculative
+
+    greedy, greedy_s = [], []
+    for _ in range(2):
+        out = Output(max_tokens, (), piece)
+        t1 = time.monotonic()
+        decode_plain(target, ids, out, chunk, Penalties())
+        greedy_s.append(round(time.monotonic() - t1, 4))
+        greedy.append(out.ids)
+    cases = []
+    for q in widths:
+        for mode in ("reference-exact", "approximate"):
+            out = Output(max_tokens, (), piece)
+            t1 = time.monotonic()
+            counters = decode_speculative(target, draft, ids, out, chunk, q, exact=mode == "reference-exact")
+            seconds = round(time.monotonic() - t1, 4)
+            diff = _first_diff(greedy[0], out.ids)
+            cases.append({"mode": mode, "q": q, "equal": diff is None, "first_diff": diff,
+                          "seconds": seconds, **asdict(counters), "ids": out.ids})
+    return greedy, greedy_s, cases
+
+
+def _draft(kind: str, base: Any, dtype: Any, dev: Any) -> Any:
+    from ds4ci.refserver.model import Decoder, derive_tensors, generate_tensors
+
+    draft_sha = _sha(header_line(draft_noise=DEFAULT_DRAFT_NOISE, comment="ds4ci self-test draft"))
+    if kind == "noisy":
+        return Decoder(DEFAULT_ARCH, derive_tensors(DEFAULT_ARCH, base, draft_sha, DEFAULT_DRAFT_NOISE), dtype, dev)
+    return Decoder(INDEPENDENT_DRAFT, generate_tensors(INDEPENDENT_DRAFT, _sha("independent draft")), dtype, dev)
+
+
 def run_matrix(device: str, dtypes: Sequence[str], widths: Sequence[int], prompts: int, max_tokens: int,
                drafts: Sequence[str], chunk: int = 512) -> dict[str, Any]:
     warnings.filterwarnings("ignore", message="Failed to initialize NumPy")
     import torch
 
-    from ds4ci.refserver.api import piece, render_chat, tokenize
-    from ds4ci.refserver.decoding import Output, Penalties, decode_plain, decode_speculative
-    from ds4ci.refserver.model import DTYPES, Decoder, derive_tensors, generate_tensors
-    from ds4ci.refserver.modelfile import header_line
+    from ds4ci.refserver.api import render_chat, tokenize
+    from ds4ci.refserver.model import DTYPES, Decoder, generate_tensors
     from ds4ci.refserver.workload import prompt_texts
 
     torch.backends.cuda.matmul.allow_tf32 = False
     torch.backends.cudnn.allow_tf32 = False
     dev = torch.device(device)
-
-    def sha(text: str) -> str:
-        return hashlib.sha256(text.encode("utf-8")).hexdigest()
-
     # The same bytes the self-test writes, so the weights are the self-test's weights.
-    target_sha = sha(header_line(arch=DEFAULT_ARCH, comment="ds4ci self-test target"))
-    draft_sha = sha(header_line(draft_noise=DEFAULT_DRAFT_NOISE, comment="ds4ci self-test draft"))
-    base = generate_tensors(DEFAULT_ARCH, target_sha)
+    base = generate_tensors(DEFAULT_ARCH, _sha(header_line(arch=DEFAULT_ARCH, comment="ds4ci self-test target")))
     texts = prompt_texts(prompts)
     runs: list[dict[str, Any]] = []
     for dtype_name in dtypes:
@@ -97,30 +128,10 @@ def run_matrix(device: str, dtypes: Sequence[str], widths: Sequence[int], prompt
         target = Decoder(DEFAULT_ARCH, base, dtype, dev)
         load_s = time.monotonic() - t0
         for kind in drafts:
-            if kind == "noisy":
-                draft = Decoder(DEFAULT_ARCH, derive_tensors(DEFAULT_ARCH, base, draft_sha, DEFAULT_DRAFT_NOISE), dtype, dev)
-            else:
-                draft = Decoder(INDEPENDENT_DRAFT, generate_tensors(INDEPENDENT_DRAFT, sha("independent draft")), dtype, dev)
+            draft = _draft(kind, base, dtype, dev)
             for index, text in enumerate(texts):
                 ids = tokenize(render_chat([("user", text)]), DEFAULT_ARCH.vocab)
-                greedy = []
-                greedy_s = []
-                for _ in range(2):
-                    out = Output(max_tokens, (), piece)
-                    t1 = time.monotonic()
-                    decode_plain(target, ids, out, chunk, Penalties())
-                    greedy_s.append(round(time.monotonic() - t1, 4))
-                    greedy.append(out.ids)
-                cases = []
-                for q in widths:
-                    for mode in ("reference-exact", "approximate"):
-                        out = Output(max_tokens, (), piece)
-                        t1 = time.monotonic()
-                        counters = decode_speculative(target, draft, ids, out, chunk, q, exact=mode == "reference-exact")
-                        seconds = round(time.monotonic() - t1, 4)
-                        diff = _first_diff(greedy[0], out.ids)
-                        cases.append({"mode": mode, "q": q, "equal": diff is None, "first_diff": diff,
-                                      "seconds": seconds, **asdict(counters), "ids": out.ids})
+                greedy, greedy_s, cases = _prompt_run(target, draft, ids, widths, max_tokens, chunk)
                 runs.append({"dtype": dtype_name, "draft": kind, "prompt_index": index, "target_load_s": round(load_s, 3),
                              "greedy_self_consistent": greedy[0] == greedy[1], "greedy_s": greedy_s,
                              "greedy_ids": greedy[0], "cases": cases})
