@@ -134,3 +134,24 @@ def test_a_heartbeat_while_a_server_loads_and_while_a_request_is_in_flight(tmp_p
     assert any(re.fullmatch(r"target-only: still waiting for the answer: \d+ s, log \+.+", b) for b in beats), beats
     bad = ws.gate(widths="2", env=plain_env(ws, DS4CI_HEARTBEAT_S="often"))
     assert bad.code == 2 and "DS4CI_HEARTBEAT_S must be a positive number of seconds" in bad.stderr
+
+
+def test_under_actions_the_build_and_each_check_have_their_own_group(tmp_path: Path) -> None:
+    ws = Workspace.create(tmp_path)
+    script = tmp_path / "build.sh"
+    script.write_text(f"#!/bin/sh\nset -e\nmkdir -p out\necho '[1/1] Linking'\ncp '{ws.server}' out/dflash_server\n")
+    script.chmod(0o755)
+    config = tmp_path / "ds4ci.toml"
+    config.write_text(
+        '[build]\ncommand = "./build.sh"\ncwd = "."\nserver_bin = "out/dflash_server"\n'
+        '[[checks]]\nname = "lint"\ncommand = "echo lint: 3 problems; exit 3"\n'
+        '[[checks]]\nname = "unit tests"\ncommand = "true"\n'
+    )
+    run = ws.gate(widths="2", server_bin=None, config=config, env=actions_env(ws))
+    assert run.code == 1, run.stdout + run.stderr
+    found = dict(groups(run.stderr))
+    assert list(found) == ["build", "input identities", "target-only server", "reference-exact q=2 server",
+                           "check lint", "check unit tests"]
+    assert found["build"][0].startswith("build: running `./build.sh`") and found["build"][-1].startswith("build: pass")
+    assert found["check lint"][-1].startswith("check lint: fail: exit code 3")
+    assert "::error title=ds4ci gate (test-runner)::check 'lint': fail: exit code 3" in run.stderr.splitlines()
