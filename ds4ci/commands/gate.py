@@ -11,7 +11,7 @@ from typing import Any
 from ds4ci.errors import Ds4ciError, NoVerdictError, UsageError
 from ds4ci.evidence import bundle, results, store
 from ds4ci.gate.annotations import annotation_path, announce
-from ds4ci.gate.run import run_gate
+from ds4ci.gate.run import GateOutcome, run_gate
 from ds4ci.log import Logger
 from ds4ci.options import config
 from ds4ci.report import table
@@ -57,7 +57,17 @@ def run_gate_command(config_file: Path | None, overrides: Mapping[str, Any]) -> 
         raise
     outcome = run_gate(cfg, log)
     print(table.render(outcome.results))
+    try:
+        _write_outputs(cfg, outcome)
+    except Ds4ciError as exc:  # the verdict cannot stand without its files: say why, not the verdict
+        log.annotate("error", str(exc), title="ds4ci gate")
+        raise
     announce(log, outcome.results)
+    return outcome.exit_code
+
+
+def _write_outputs(cfg: config.GateConfig, outcome: GateOutcome) -> None:
+    """--results-out and --bundle-out, when asked for."""
     if cfg.results_out is not None:
         try:
             results.write_atomic(cfg.results_out, outcome.results)
@@ -73,4 +83,3 @@ def run_gate_command(config_file: Path | None, overrides: Mapping[str, Any]) -> 
         except OSError as exc:
             raise NoVerdictError(f"cannot write --bundle-out {cfg.bundle_out}: {exc.strerror or exc}") from exc
         print(f"bundle: {cfg.bundle_out}")
-    return outcome.exit_code
