@@ -16,20 +16,22 @@ It writes in one of three modes, chosen once by :meth:`Logger.from_env`:
 
 ``DS4CI_LOG=plain|actions|terminal`` forces a mode (colour still never appears with ``NO_COLOR`` or ``TERM=dumb``).
 A :class:`Logger` is callable with one string, so it drops in wherever a ``Progress = Callable[[str], None]``
-callback is taken; ``quiet=True`` keeps only warnings and errors (for ``--json`` runs).
-:meth:`Logger.heartbeat` keeps a long silent step visibly alive; :class:`ByteProgress` reports hashing/transfer.
+callback is taken, and :func:`as_logger` turns such a callback back into a Logger; ``quiet=True`` keeps only
+warnings and errors (for ``--json`` runs). :meth:`Logger.heartbeat` keeps a long silent step visibly alive (every
+``DS4CI_HEARTBEAT_S`` seconds, default 15); :class:`ByteProgress` reports hashing/transfer.
 """
 
 from __future__ import annotations
 
 import contextlib
+import io
 import os
 import sys
 import threading
 import time
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from pathlib import Path
-from typing import Literal, TextIO
+from typing import Literal, TextIO, cast
 
 from ds4ci.errors import UsageError
 
@@ -37,6 +39,23 @@ Mode = Literal["plain", "actions", "terminal"]
 MODES: tuple[Mode, ...] = ("plain", "actions", "terminal")
 _ANSI = {"warning": "\x1b[33m", "error": "\x1b[1;31m", "heading": "\x1b[1m", "stamp": "\x1b[2m"}
 _RESET = "\x1b[0m"
+HEARTBEAT_S = 15.0  # seconds between "still ..." lines of a long silent step
+HEARTBEAT_ENV = "DS4CI_HEARTBEAT_S"  # overrides HEARTBEAT_S (a positive number of seconds)
+Progress = Callable[[str], None]
+
+
+def heartbeat_interval(env: Mapping[str, str]) -> float:
+    """``DS4CI_HEARTBEAT_S`` if set (a positive number), else :data:`HEARTBEAT_S`; anything else is a UsageError."""
+    raw = env.get(HEARTBEAT_ENV, "").strip()
+    if not raw:
+        return HEARTBEAT_S
+    try:
+        value = float(raw)
+    except ValueError:
+        value = -1.0
+    if not 0 < value < float("inf"):
+        raise UsageError(f"{HEARTBEAT_ENV} must be a positive number of seconds; got {env[HEARTBEAT_ENV]!r}")
+    return value
 
 
 def escape_data(text: str) -> str:
@@ -70,14 +89,16 @@ def human_seconds(seconds: float) -> str:
     return f"{s} s" if s < 120 else f"{s // 60} min {s % 60:02d} s"
 
 
-def file_growth(path: Path, name: str = "log") -> Callable[[], str]:
-    """A heartbeat ``detail``: how much *path* grew since this call, e.g. ``log +2.1 MiB``."""
+def file_growth(paths: Path | Sequence[Path], name: str = "log") -> Callable[[], str]:
+    """A heartbeat ``detail``: how much *paths* grew together since this call, e.g. ``log +2.1 MiB``."""
+    files = [paths] if isinstance(paths, Path) else list(paths)
 
     def size() -> int:
-        try:
-            return path.stat().st_size
-        except OSError:
-            return 0
+        total = 0
+        for path in files:
+            with contextlib.suppress(OSError):
+                total += path.stat().st_size
+        return total
 
     start = size()
     return lambda: f"{name} +{human_bytes(size() - start)}"
@@ -98,8 +119,10 @@ class Logger:
         quiet: bool = False,
         color: bool | None = None,
         stamp: Callable[[], str] | None = _default_stamp,
+        heartbeat_s: float = HEARTBEAT_S,
     ) -> None:
         self.mode = mode
+        self.heartbeat_s = heartbeat_s
         self.stream = stream
         self.quiet = quiet
         self.color = (mode == "terminal") if color is None else color
@@ -109,7 +132,10 @@ class Logger:
 
     @classmethod
     def from_env(cls, stream: TextIO | None = None, environ: Mapping[str, str] | None = None, *, quiet: bool = False) -> Logger:
-        """Pick the mode from the environment (see the module docstring); a bad ``DS4CI_LOG`` is a UsageError."""
+        """Pick the mode and heartbeat interval from the environment (see the module docstring).
+
+        A bad ``DS4CI_LOG`` or ``DS4CI_HEARTBEAT_S`` is a UsageError.
+        """
         stream = sys.stderr if stream is None else stream
         env = os.environ if environ is None else environ
         no_color = bool(env.get("NO_COLOR")) or env.get("TERM") == "dumb"
@@ -124,7 +150,8 @@ class Logger:
         else:
             isatty = getattr(stream, "isatty", None)
             mode = "terminal" if callable(isatty) and isatty() and not no_color else "plain"
-        return cls(mode, stream, quiet=quiet, color=mode == "terminal" and not no_color)
+        color = mode == "terminal" and not no_color
+        return cls(mode, stream, quiet=quiet, color=color, heartbeat_s=heartbeat_interval(env))
 
     # -- output ---------------------------------------------------------------------------------------------------
 
@@ -158,12 +185,28 @@ class Logger:
     def error(self, message: str, file: str | None = None, line: int | None = None, title: str | None = None) -> None:
         self._annotate("error", message, file, line, title)
 
+    def notice(self, message: str, file: str | None = None, line: int | None = None, title: str | None = None) -> None:
+        """A notice annotation under Actions (e.g. a passing verdict); an ordinary info line elsewhere."""
+        if self.mode == "actions":
+            self._command("notice", message, file, line, title)
+        else:
+            self.info(f"{title}: {message}" if title else message)
+
+    def annotate(
+        self, kind: Literal["error", "warning", "notice"], message: str, file: str | None = None,
+        line: int | None = None, title: str | None = None,
+    ) -> None:
+        """Only under Actions: an annotation for something the caller reports in its own words anyway."""
+        if self.mode == "actions":
+            self._command(kind, message, file, line, title)
+
+    def _command(self, kind: str, message: str, file: str | None, line: int | None, title: str | None) -> None:
+        props = [f"{k}={escape_property(str(v))}" for k, v in (("file", file), ("line", line), ("title", title)) if v is not None]
+        self._write(f"::{kind}{' ' + ','.join(props) if props else ''}::{escape_data(message)}", stamped=False)
+
     def _annotate(self, kind: str, message: str, file: str | None, line: int | None, title: str | None) -> None:
         if self.mode == "actions":
-            props = [
-                f"{k}={escape_property(str(v))}" for k, v in (("file", file), ("line", line), ("title", title)) if v is not None
-            ]
-            self._write(f"::{kind}{' ' + ','.join(props) if props else ''}::{escape_data(message)}", stamped=False)
+            self._command(kind, message, file, line, title)
             return
         where = f" ({file}{'' if line is None else f':{line}'})" if file is not None else ""
         self._write(self._paint(kind, f"{kind}: {f'{title}: ' if title else ''}{message}{where}"))
@@ -192,22 +235,25 @@ class Logger:
     def heartbeat(
         self,
         label: str,
-        interval_s: float = 15.0,
+        interval_s: float | None = None,
         detail: Callable[[], str] | None = None,
         clock: Callable[[], float] = time.monotonic,
+        prefix: str = "",
     ) -> Iterator[None]:
-        """Every *interval_s* print ``still <label>: 45 s`` (plus ``, <detail()>``) until the block exits.
+        """Every *interval_s* (default: the logger's ``heartbeat_s``) print ``<prefix>still <label>: 45 s`` (plus
+        ``, <detail()>``) until the block exits.
 
         A daemon thread waits on an Event, so exit is prompt; the stop flag is set under the write lock, so no line
         appears after exit. A failing *detail* is left out of the line; nothing is raised into the caller.
         """
         stop = threading.Event()
         start = clock()
+        every = self.heartbeat_s if interval_s is None else interval_s
 
         def beat() -> None:
-            while not stop.wait(interval_s):
+            while not stop.wait(every):
                 try:
-                    text = f"still {label}: {human_seconds(clock() - start)}"
+                    text = f"{prefix}still {label}: {human_seconds(clock() - start)}"
                     with contextlib.suppress(Exception):
                         text += f", {detail()}" if detail is not None else ""
                     with self._lock:
@@ -272,3 +318,24 @@ class ByteProgress:
                 f"{self.label}: done, {human_bytes(self.done_bytes)} in {human_seconds(elapsed)},"
                 f" {human_rate(self.done_bytes, elapsed)}"
             )
+
+
+class _CallbackStream(io.TextIOBase):
+    """A text stream that hands each line the Logger writes to a ``Progress`` callback."""
+
+    def __init__(self, callback: Progress) -> None:
+        super().__init__()
+        self._callback = callback
+
+    def write(self, text: str) -> int:
+        self._callback(text[:-1] if text.endswith("\n") else text)
+        return len(text)
+
+
+def as_logger(progress: Progress | Logger | None) -> Logger:
+    """*progress* itself if it is a Logger; else a plain, unstamped Logger whose lines go to the callback
+    (or nowhere for None), so code that takes either can use groups, warnings and heartbeats alike."""
+    if isinstance(progress, Logger):
+        return progress
+    callback: Progress = progress if progress is not None else (lambda _line: None)
+    return Logger("plain", cast(TextIO, _CallbackStream(callback)), stamp=None)

@@ -8,19 +8,21 @@ from __future__ import annotations
 
 import contextlib
 import hashlib
+import io
 import os
 import shlex
 import shutil
 import subprocess
 import sys
 import tempfile
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
-from typing import Any
+from typing import Any, TextIO, cast
 
 from ds4ci.errors import EXIT_FAIL, EXIT_PASS, UsageError
 from ds4ci.evidence import results
 from ds4ci.gate.run import GateOutcome, run_gate
+from ds4ci.log import Logger
 from ds4ci.options import config
 from ds4ci.report import table
 
@@ -112,11 +114,48 @@ def _env(name: str, value: str | None) -> Iterator[None]:
             os.environ[name] = old
 
 
-def _run(workspace: Path, inputs: dict[str, Any], runner: str, faults: str | None) -> GateOutcome:
+TEMPORARY = "<demo workspace>"  # stands for a temporary workspace's path, which is gone once the demo ends
+
+
+class _Shown(io.TextIOBase):
+    """A stream that writes through *show* (which hides the temporary workspace's path) to *target*."""
+
+    def __init__(self, target: TextIO, show: Callable[[str], str]) -> None:
+        super().__init__()
+        self._target, self._show = target, show
+
+    def write(self, text: str) -> int:
+        self._target.write(self._show(text))
+        return len(text)
+
+    def flush(self) -> None:
+        self._target.flush()
+
+    def isatty(self) -> bool:
+        return self._target.isatty()
+
+
+def _shower(workspace: Path, temporary: bool) -> Callable[[str], str]:
+    """Paths under a temporary workspace are printed as ``<demo workspace>/...``: they do not outlive the demo."""
+    if not temporary:
+        return lambda text: text
+    names = sorted({str(workspace), str(workspace.resolve())}, key=len, reverse=True)
+
+    def show(text: str) -> str:
+        for name in names:
+            text = text.replace(name, TEMPORARY)
+        return text
+
+    return show
+
+
+def _run(
+    workspace: Path, inputs: dict[str, Any], runner: str, faults: str | None, show: Callable[[str], str]
+) -> GateOutcome:
     overrides = {**inputs, "runner": runner, "evidence_dir": workspace / "evidence"}
     cfg = config.load(None, overrides)
     with _env("DS4SIM_FAULTS", faults):
-        outcome = run_gate(cfg)
+        outcome = run_gate(cfg, Logger.from_env(cast(TextIO, _Shown(sys.stderr, show))))
     results.write_atomic(workspace / f"{runner}.results.json", outcome.results)
     return outcome
 
@@ -126,24 +165,28 @@ def run_demo(keep: Path | None) -> int:
         if keep.exists():
             raise UsageError(f"--keep {keep}: expected a new directory, found an existing path")
         keep.mkdir(parents=True)
-        return _demo(keep)
+        return _demo(keep, temporary=False)
     with tempfile.TemporaryDirectory(prefix="ds4ci-demo-") as tmp:
-        return _demo(Path(tmp))
+        return _demo(Path(tmp), temporary=True)
 
 
-def _demo(workspace: Path) -> int:
+def _demo(workspace: Path, temporary: bool) -> int:
     inputs = make_demo_inputs(workspace)
+    show = _shower(workspace, temporary)
     print("== 1/2: reference-exact speculation at q=2,3,4 against target-only greedy (expected: PASS)")
-    good = _run(workspace, inputs, "demo-sim", None)
-    print(table.render(good.results))
+    good = _run(workspace, inputs, "demo-sim", None, show)
+    print(show(table.render(good.results)))
     print()
     print("== 2/2: approximate fused verification leaked into the speculative arm (expected: caught, FAIL)")
-    leaked = _run(workspace, inputs, "demo-sim-leak", "leak-fused-verify")
-    print(table.render(leaked.results))
+    leaked = _run(workspace, inputs, "demo-sim-leak", "leak-fused-verify", show)
+    print(show(table.render(leaked.results)))
     print()
     passed = good.exit_code == EXIT_PASS
     caught = leaked.exit_code == EXIT_FAIL
     print(f"demo: clean run {'passed' if passed else 'DID NOT PASS'}; "
           f"leaked approximate verifier {'was caught' if caught else 'WAS NOT CAUGHT'}")
-    print(f"demo workspace: {workspace}")
+    if temporary:
+        print(f"demo workspace: {TEMPORARY} was temporary and is removed now; keep one with --keep DIR")
+    else:
+        print(f"demo workspace: {workspace}")
     return 0 if passed and caught else 1

@@ -3,14 +3,16 @@
 from __future__ import annotations
 
 import os
-import sys
+import re
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
-from ds4ci.errors import NoVerdictError, UsageError
+from ds4ci.errors import Ds4ciError, NoVerdictError, UsageError
 from ds4ci.evidence import bundle, results, store
-from ds4ci.gate.run import run_gate
+from ds4ci.gate.annotations import annotation_path, announce
+from ds4ci.gate.run import GateOutcome, run_gate
+from ds4ci.log import Logger
 from ds4ci.options import config
 from ds4ci.report import table
 
@@ -19,7 +21,7 @@ from ds4ci.report import table
 WRITE_CREDENTIALS = ("GITHUB_TOKEN", "GH_TOKEN", "ACTIONS_RUNTIME_TOKEN", "ACTIONS_ID_TOKEN_REQUEST_TOKEN")
 
 
-def refuse_credentials(environ: Mapping[str, str]) -> None:
+def refuse_credentials(environ: Mapping[str, str], log: Logger) -> None:
     """Under Actions a credential in ds4ci's own environment is refused; elsewhere it is a warning."""
     present = [name for name in WRITE_CREDENTIALS if environ.get(name)]
     if not present:
@@ -31,14 +33,41 @@ def refuse_credentials(environ: Mapping[str, str]) -> None:
     )
     if environ.get("GITHUB_ACTIONS") == "true":
         raise UsageError(message)
-    print(f"ds4ci: warning: {message}", file=sys.stderr)
+    log.warning(message)
+
+
+def _toml_line(exc: BaseException) -> int | None:
+    """The line of a TOML syntax error (tomllib says "(at line N, column M)"); None for any other error."""
+    match = re.search(r"\(at line (\d+), column \d+\)", str(exc.__cause__ or ""))
+    return int(match.group(1)) if match else None
 
 
 def run_gate_command(config_file: Path | None, overrides: Mapping[str, Any]) -> int:
-    refuse_credentials(os.environ)
-    cfg = config.load(config_file, overrides)
-    outcome = run_gate(cfg)
+    log = Logger.from_env()
+    try:
+        refuse_credentials(os.environ, log)
+    except UsageError as exc:  # the CLI prints the error; under Actions it is an annotation as well
+        log.annotate("error", str(exc), title="ds4ci gate")
+        raise
+    try:
+        cfg = config.load(config_file, overrides)
+    except Ds4ciError as exc:
+        where = annotation_path(config_file) if config_file is not None else None
+        log.annotate("error", str(exc), file=where, line=_toml_line(exc) if where else None, title="ds4ci gate: config")
+        raise
+    outcome = run_gate(cfg, log)
     print(table.render(outcome.results))
+    try:
+        _write_outputs(cfg, outcome)
+    except Ds4ciError as exc:  # the verdict cannot stand without its files: say why, not the verdict
+        log.annotate("error", str(exc), title="ds4ci gate")
+        raise
+    announce(log, outcome.results)
+    return outcome.exit_code
+
+
+def _write_outputs(cfg: config.GateConfig, outcome: GateOutcome) -> None:
+    """--results-out and --bundle-out, when asked for."""
     if cfg.results_out is not None:
         try:
             results.write_atomic(cfg.results_out, outcome.results)
@@ -54,4 +83,3 @@ def run_gate_command(config_file: Path | None, overrides: Mapping[str, Any]) -> 
         except OSError as exc:
             raise NoVerdictError(f"cannot write --bundle-out {cfg.bundle_out}: {exc.strerror or exc}") from exc
         print(f"bundle: {cfg.bundle_out}")
-    return outcome.exit_code

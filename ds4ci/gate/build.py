@@ -14,13 +14,20 @@ from pathlib import Path
 from typing import Any
 
 from ds4ci.gate.checks import run_check
+from ds4ci.log import Logger, as_logger
 from ds4ci.options.config import BuildSpec, CheckSpec
 
 Progress = Callable[[str], None]
 
 
-def run_build(spec: BuildSpec, log_dir: Path, progress: Progress) -> dict[str, Any]:
-    """Run the build; the schema's ``build`` object (its log is ``log_dir/build.log``)."""
+def run_build(spec: BuildSpec, log_dir: Path, progress: Progress | Logger) -> dict[str, Any]:
+    """Run the build in its own log group; the schema's ``build`` object (its log is ``log_dir/build.log``)."""
+    log = as_logger(progress)
+    with log.group("build"):
+        return _build(spec, log_dir, log)
+
+
+def _build(spec: BuildSpec, log_dir: Path, progress: Logger) -> dict[str, Any]:
     log_dir.mkdir(parents=True, exist_ok=True)
     progress(f"build: running `{spec.command}` in {spec.cwd or Path.cwd()} (timeout {spec.timeout_s:g} s)")
     check = run_check(

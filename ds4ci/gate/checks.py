@@ -21,6 +21,7 @@ from pathlib import Path
 from typing import Any
 
 from ds4ci import supervisor
+from ds4ci.log import Logger, as_logger
 from ds4ci.options.config import CHECK_PARSERS, CheckSpec
 from ds4ci.options.policy import CREDENTIAL_VARIABLES
 
@@ -348,7 +349,7 @@ def run_check(
 def run_checks(
     specs: Sequence[CheckSpec],
     log_dir: Path,
-    progress: Progress | None = None,
+    progress: Progress | Logger | None = None,
     sup: supervisor.Supervisor | None = None,
 ) -> list[dict[str, Any]]:
     """Run every check in order (each is judged on its own); logs go to ``log_dir``.
@@ -357,6 +358,7 @@ def run_checks(
     ``containment`` says what held.
     """
     log_dir.mkdir(parents=True, exist_ok=True)
+    log = as_logger(progress)
     results = []
     used: set[str] = set()
     for spec in specs:
@@ -365,10 +367,9 @@ def run_checks(
         while unique in used:  # distinct names can share a slug; logs must not overwrite each other
             unique, n = f"{name}-{n}", n + 1
         used.add(unique)
-        if progress is not None:
-            progress(f"check {spec.name}: running ({spec.parser}, timeout {spec.timeout_s:g} s)")
-        result = run_check(spec, log_dir / f"check-{unique}.log", sup, progress)
-        if progress is not None:
-            progress(f"check {spec.name}: {result['status']}: {result['summary']} ({result['duration_s']:.1f} s)")
+        with log.group(f"check {spec.name}"):
+            log(f"check {spec.name}: running ({spec.parser}, timeout {spec.timeout_s:g} s)")
+            result = run_check(spec, log_dir / f"check-{unique}.log", sup, log)
+            log(f"check {spec.name}: {result['status']}: {result['summary']} ({result['duration_s']:.1f} s)")
         results.append(result)
     return results

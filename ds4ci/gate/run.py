@@ -32,6 +32,7 @@ from ds4ci.gate import settings
 from ds4ci.gate.server import Server, ServerSettings
 from ds4ci.judging import judge
 from ds4ci.judging.verdict import ERROR, FAIL, NOT_RUN, PASS
+from ds4ci.log import Logger, as_logger
 from ds4ci.options import policy
 from ds4ci.options.config import GateConfig
 
@@ -51,10 +52,6 @@ class GateOutcome:
 
 def _now() -> str:
     return datetime.now(timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
-
-
-def stderr_progress(message: str) -> None:
-    print(f"[ds4ci {time.strftime('%H:%M:%S')}] {message}", file=sys.stderr, flush=True)
 
 
 @contextlib.contextmanager
@@ -80,7 +77,7 @@ def _signals_raise() -> Iterator[None]:
 class _Run:
     """Mutable state of one gate run; everything it learns ends up in results.json."""
 
-    def __init__(self, cfg: GateConfig, attempt: store.Attempt, progress: Progress) -> None:
+    def __init__(self, cfg: GateConfig, attempt: store.Attempt, progress: Logger) -> None:
         self.cfg = cfg
         self.attempt = attempt
         self.progress = progress
@@ -130,7 +127,8 @@ class _Run:
                 "hash cache not used: every file is read (under GitHub Actions a cache is used only from an explicit "
                 "hash_cache_path, e.g. a root-owned one filled with `ds4ci hash-cache add`)"
             )
-        found = identify(files, cache_path=cfg.hash_cache_path, use_cache=cfg.hash_cache, progress=self.progress)
+        with self.progress.group("input identities"):
+            found = identify(files, cache_path=cfg.hash_cache_path, use_cache=cfg.hash_cache, progress=self.progress)
         self.doc["timings"]["hashing_s"] = round(time.monotonic() - t0, 3)
         by_role = {f.role: f for f in found}
         self.doc["identities"] = {
@@ -244,11 +242,12 @@ class _Run:
         t0 = time.monotonic()
         server = Server(self._settings(), env.env, server_dir, self.progress, label)
         try:
-            try:
-                server.start()
-                self._serve(server, key, life["requests"])
-            finally:
-                server.stop()
+            with self.progress.group(f"{label} server"):
+                try:
+                    server.start()
+                    self._serve(server, key, life["requests"])
+                finally:
+                    server.stop()
         except NoVerdictError as exc:
             if isinstance(exc, GateInterrupted):
                 life["error"] = str(exc)
@@ -386,8 +385,12 @@ def _completion_tokens(response: dict[str, Any]) -> str:
     return str(count) if isinstance(count, int) else "?"
 
 
-def run_gate(cfg: GateConfig, progress: Progress = stderr_progress) -> GateOutcome:
-    """Run the whole gate. Never raises for a verdict; raises only if no attempt could be created."""
+def run_gate(cfg: GateConfig, progress: Progress | Logger | None = None) -> GateOutcome:
+    """Run the whole gate. Never raises for a verdict; raises only if no attempt could be created.
+
+    Progress goes to *progress* (default: ``Logger.from_env()`` on stderr): one group per server, build and check.
+    """
+    progress = Logger.from_env() if progress is None else as_logger(progress)
     attempt = store.start_attempt(cfg.evidence_dir, cfg.runner)
     progress(f"attempt {attempt.attempt_id} in {attempt.path}")
     run = _Run(cfg, attempt, progress)

@@ -16,6 +16,7 @@ Guarantees the gate relies on:
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import socket
@@ -29,6 +30,7 @@ import requests
 
 from ds4ci import supervisor
 from ds4ci.errors import NoVerdictError
+from ds4ci.log import Logger, as_logger, file_growth
 from ds4ci.supervisor import Child
 
 HOST = "127.0.0.1"
@@ -97,13 +99,13 @@ class Server:
         settings: ServerSettings,
         env: Mapping[str, str],
         log_dir: Path,
-        progress: Callable[[str], None],
+        progress: Callable[[str], None] | Logger,
         label: str,
     ) -> None:
         self.settings = settings
         self.env = dict(env)
         self.log_dir = log_dir
-        self.progress = progress
+        self.progress = as_logger(progress)
         self.label = label
         self.port = 0
         self.child: Child | None = None
@@ -145,7 +147,8 @@ class Server:
         self.progress(
             f"{self.label}: server pid {self.child.pid} starting on {HOST}:{port} (containment: {self.child.containment})"
         )
-        self._wait_ready(started)
+        with self._heartbeat("loading"):
+            self._wait_ready(started)
         self.ready_s = time.monotonic() - started
         self.progress(f"{self.label}: ready in {self.ready_s:.2f} s")
         self.props = self._get_props()
@@ -220,6 +223,11 @@ class Server:
         self.exit_code = child.returncode
         self.stop_s = time.monotonic() - t0
 
+    def _heartbeat(self, what: str) -> contextlib.AbstractContextManager[None]:
+        """``<label>: still <what>: 45 s, log +2.1 MiB`` every heartbeat interval (growth of stderr + stdout)."""
+        growth = file_growth([self.stderr_path, self.stdout_path])
+        return self.progress.heartbeat(what, detail=growth, prefix=f"{self.label}: ")
+
     # -- requests --------------------------------------------------------------------------
     def _sizes(self) -> tuple[int, int]:
         return self.stderr_path.stat().st_size, self.stdout_path.stat().st_size
@@ -231,9 +239,10 @@ class Server:
         started = time.monotonic()
         self.in_flight = True
         try:
-            answer = self._http.post(
-                f"http://{HOST}:{self.port}/v1/chat/completions", json=body, timeout=self.settings.request_timeout_s
-            )
+            with self._heartbeat("waiting for the answer"):
+                answer = self._http.post(
+                    f"http://{HOST}:{self.port}/v1/chat/completions", json=body, timeout=self.settings.request_timeout_s
+                )
         except requests.Timeout as exc:
             raise NoVerdictError(
                 f"{self.label}: no answer within {self.settings.request_timeout_s:g} s (--request-timeout); "

@@ -31,6 +31,7 @@ from typing import Any
 
 from ds4ci.errors import NoVerdictError, UsageError
 from ds4ci.fileio import write_text_atomic
+from ds4ci.log import ByteProgress, Logger, as_logger
 from ds4ci.options.config import PinnedFile
 
 BUFFER_SIZE = 8 * 1024 * 1024
@@ -41,6 +42,8 @@ MAX_CACHE_ENTRIES = 4096
 # file systems). A file written within that tick after we stat it keeps the same stat key, so a
 # file whose mtime/ctime is this recent is hashed but not cached (git calls this "racily clean").
 RACY_WINDOW_NS = 2_000_000_000
+# Files at least this big get periodic "hashing target: 12.4 GiB of 86.0 GiB (14%), 1.9 GiB/s" lines.
+HASH_PROGRESS_MIN_BYTES = 256 * 1024 * 1024
 
 Progress = Callable[[str], None]
 
@@ -140,9 +143,10 @@ class _Cancelled(Exception):
 
 
 def _read_digest(
-    role: str, path: Path, real: str, buffer: bytearray, cancel: threading.Event | None = None
+    role: str, path: Path, real: str, buffer: bytearray, cancel: threading.Event | None = None,
+    on_bytes: Callable[[int], None] | None = None,
 ) -> tuple[str, StatKey, os.stat_result]:
-    """Hash the file at ``real`` and prove it did not change while it was read."""
+    """Hash the file at ``real`` and prove it did not change while it was read (``on_bytes`` sees each chunk)."""
     try:
         # O_NONBLOCK: if the path was swapped for a FIFO since we checked, open must not hang.
         fd = os.open(real, os.O_RDONLY | getattr(os, "O_NONBLOCK", 0) | getattr(os, "O_CLOEXEC", 0))
@@ -166,6 +170,8 @@ def _read_digest(
                     raise _Cancelled
                 digest.update(view[:n])
                 total += n
+                if on_bytes is not None:
+                    on_bytes(n)
         after = os.fstat(fd)
     except OSError as exc:
         # The file opened, so it is configured right; failing mid-read is the runner's storage.
@@ -212,12 +218,11 @@ def _valid_entry(value: Any) -> bool:
     return ints_ok and isinstance(sha, str) and len(sha) == 64 and all(c in "0123456789abcdef" for c in sha)
 
 
-def load_cache(path: Path, progress: Progress | None) -> dict[str, dict[str, Any]]:
+def load_cache(path: Path, progress: Progress | Logger | None) -> dict[str, dict[str, Any]]:
     """Entries keyed by realpath; ``{}`` (with a warning) for anything not exactly our format."""
 
     def ignore(why: str) -> dict[str, dict[str, Any]]:
-        if progress is not None:
-            progress(f"warning: ignoring hash cache {path}: {why}; files will be re-read")
+        as_logger(progress).warning(f"ignoring hash cache {path}: {why}; files will be re-read")
         return {}
 
     try:
@@ -250,7 +255,7 @@ def _lookup(entries: dict[str, dict[str, Any]], key: StatKey) -> str | None:
     return sha
 
 
-def save_cache(path: Path, fresh: dict[str, dict[str, Any]], progress: Progress | None) -> None:
+def save_cache(path: Path, fresh: dict[str, dict[str, Any]], progress: Progress | Logger | None) -> None:
     """Merge ``fresh`` into what is on disk now and replace the file atomically (temp + rename).
 
     Concurrent gates may race here; the loser's entries are simply missing next time (a re-read),
@@ -267,8 +272,7 @@ def save_cache(path: Path, fresh: dict[str, dict[str, Any]], progress: Progress 
         write_text_atomic(path, text)
     except OSError as exc:
         # The cache only saves time; failing to write it must not fail the gate.
-        if progress is not None:
-            progress(f"warning: could not write hash cache {path} ({exc.strerror or exc})")
+        as_logger(progress).warning(f"could not write hash cache {path} ({exc.strerror or exc})")
 
 
 # --- identify -----------------------------------------------------------------------------------
@@ -283,10 +287,13 @@ def identify(
     *,
     cache_path: Path | None,
     use_cache: bool,
-    progress: Progress | None = None,
+    progress: Progress | Logger | None = None,
     workers: int | None = None,
+    progress_min_bytes: int = HASH_PROGRESS_MIN_BYTES,
 ) -> list[FileIdentity]:
     """Hash every file (in parallel), then verify every pin; return identities in input order.
+
+    A file of at least ``progress_min_bytes`` reports its progress and throughput while it is read.
 
     Raises UsageError for a missing/unreadable/non-regular file (before anything is read),
     NoVerdictError if a file changes while hashed or if any pin does not match (all mismatches
@@ -294,12 +301,7 @@ def identify(
     """
     if not files:
         return []
-    lock = threading.Lock()
-
-    def say(line: str) -> None:
-        if progress is not None:
-            with lock:  # the callback may not be thread-safe; lines must not interleave
-                progress(line)
+    say = as_logger(progress)  # thread-safe: lines from the hashing threads never interleave
 
     # Stat everything first so a typo in the last path fails in milliseconds, not after 86 GB.
     stats = [_stat_regular(f.role, f.path) for f in files]
@@ -308,7 +310,7 @@ def identify(
         try:
             cache_file = default_cache_path()
         except (RuntimeError, KeyError):  # no home directory to be found: hash without a cache
-            say("warning: no home directory for the hash cache; every file will be read")
+            say.warning("no home directory for the hash cache; every file will be read")
     entries = load_cache(cache_file, say) if use_cache and cache_file is not None else {}
 
     # One job per distinct realpath: two roles naming the same file are read once.
@@ -333,7 +335,10 @@ def identify(
             buffer = local.buffer = bytearray(BUFFER_SIZE)
         started_ns = time.time_ns()
         t0 = time.perf_counter()
-        sha, key, before = _read_digest(item.role, item.path, real, buffer, stop)
+        bar = ByteProgress(f"hashing {item.role}", st.st_size, say) if st.st_size >= progress_min_bytes else None
+        sha, key, before = _read_digest(item.role, item.path, real, buffer, stop, bar.advance if bar else None)
+        if bar is not None:
+            bar.done()
         seconds = time.perf_counter() - t0
         rate = before.st_size / seconds / 1e6 if seconds > 0 else float("inf")
         racy = max(before.st_mtime_ns, before.st_ctime_ns) > started_ns - RACY_WINDOW_NS

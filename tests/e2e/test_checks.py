@@ -255,7 +255,7 @@ def test_run_checks_records_schema_valid_results(tmp_path: Path) -> None:
     assert (tmp_path / "logs" / "check-ctest-suite.log").read_text() == text("ctest-pass.txt")
     assert (lint["status"], lint["exit_code"], lint["summary"]) == ("fail", 3, "exit code 3")
     assert "lint: 3 problems" in lint["log_tail"]  # stderr is captured too
-    assert lines[0] == "check CTest suite: running (ctest, timeout 3600 s)"
+    assert lines[:2] == ["== check CTest suite", "check CTest suite: running (ctest, timeout 3600 s)"]  # its own group
     assert lines[-1].startswith("check lint: fail: ")
 
 

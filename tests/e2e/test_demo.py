@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -10,8 +11,8 @@ from pathlib import Path
 BIN = Path(sys.executable).parent
 
 
-def run(*args: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([str(BIN / "ds4ci"), *args], capture_output=True, text=True, timeout=300, check=False)
+def run(*args: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([str(BIN / "ds4ci"), *args], capture_output=True, text=True, timeout=300, check=False, env=env)
 
 
 def test_demo_passes_catches_the_leak_and_its_results_report_and_dry_run_publish(tmp_path: Path) -> None:
@@ -43,3 +44,19 @@ def test_demo_passes_catches_the_leak_and_its_results_report_and_dry_run_publish
 def test_demo_refuses_an_existing_keep_directory(tmp_path: Path) -> None:
     result = run("demo", "--keep", str(tmp_path))
     assert result.returncode == 2 and "expected a new directory" in result.stderr
+
+
+def test_demo_without_keep_prints_no_path_it_removes(tmp_path: Path) -> None:
+    """The temporary workspace is gone when the demo ends, so no line may name a path inside it."""
+    tmpdir = tmp_path / "tmp"
+    tmpdir.mkdir()
+    env = {k: v for k, v in os.environ.items() if k not in ("GITHUB_ACTIONS", "DS4CI_LOG")}
+    demo = run("demo", env={**env, "TMPDIR": str(tmpdir)})
+    assert demo.returncode == 0, demo.stdout + demo.stderr
+    assert list(tmpdir.iterdir()) == []  # the workspace really was temporary
+    out = demo.stdout + demo.stderr
+    assert str(tmpdir) not in out
+    assert "evidence: <demo workspace>/evidence/runs/" in demo.stdout
+    assert "attempt " in demo.stderr and " in <demo workspace>/evidence/attempts/" in demo.stderr
+    last = demo.stdout.rstrip().splitlines()[-1]
+    assert last == "demo workspace: <demo workspace> was temporary and is removed now; keep one with --keep DIR"

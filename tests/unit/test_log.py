@@ -12,7 +12,19 @@ from pathlib import Path
 import pytest
 
 from ds4ci.errors import UsageError
-from ds4ci.log import ByteProgress, Logger, escape_data, escape_property, file_growth, human_bytes, human_rate
+from ds4ci.log import (
+    HEARTBEAT_ENV,
+    HEARTBEAT_S,
+    ByteProgress,
+    Logger,
+    as_logger,
+    escape_data,
+    escape_property,
+    file_growth,
+    heartbeat_interval,
+    human_bytes,
+    human_rate,
+)
 
 ANSI = re.compile(r"\x1b\[")
 
@@ -369,3 +381,69 @@ def test_byte_progress_lines_never_go_backwards_across_threads() -> None:
         t.join()
     shown = [float(line.split()[1]) for line in out.getvalue().splitlines()]  # "copy: 12.0 KiB, ? B/s"
     assert shown == [float(k) for k in range(1, 961)]  # every count shown once, in order
+
+
+# -- notices, actions-only annotations, callbacks and the heartbeat interval -----------------------------------------
+
+
+def test_notice_is_an_annotation_under_actions_and_an_info_line_elsewhere() -> None:
+    logger, out = actions()
+    logger.notice("verdict PASS", title="ds4ci gate (sm90)")
+    assert out.getvalue() == "::notice title=ds4ci gate (sm90)::verdict PASS\n"
+    logger, out = plain()
+    logger.notice("verdict PASS", title="gate")
+    assert out.getvalue() == "gate: verdict PASS\n"
+
+
+def test_annotate_writes_only_under_actions() -> None:
+    logger, out = actions()
+    logger.annotate("error", "bad key", file="ds4ci.toml", line=3, title="config")
+    assert out.getvalue() == "::error file=ds4ci.toml,line=3,title=config::bad key\n"
+    logger, out = plain()
+    logger.annotate("error", "bad key", file="ds4ci.toml", line=3)
+    assert out.getvalue() == ""
+
+
+def test_as_logger_hands_each_line_to_a_callback_and_keeps_a_logger() -> None:
+    lines: list[str] = []
+    logger = as_logger(lines.append)
+    with logger.group("q=3 server"):
+        logger("ready")
+        logger.warning("slow", file="stderr.log")
+        logger.info("two\nlines")
+    assert lines == ["== q=3 server", "ready", "warning: slow (stderr.log)", "two\nlines"]
+    same, _ = actions()
+    assert as_logger(same) is same
+    as_logger(None).error("nowhere")  # no callback: silently dropped
+
+
+@pytest.mark.parametrize(("value", "expected"), [(None, HEARTBEAT_S), ("", HEARTBEAT_S), ("0.25", 0.25), (" 30 ", 30.0)])
+def test_heartbeat_interval_from_the_environment(value: str | None, expected: float) -> None:
+    env = {} if value is None else {HEARTBEAT_ENV: value}
+    assert heartbeat_interval(env) == expected
+    assert Logger.from_env(io.StringIO(), {**env, "DS4CI_LOG": "plain"}).heartbeat_s == expected
+
+
+@pytest.mark.parametrize("value", ["0", "-1", "soon", "nan", "inf"])
+def test_a_bad_heartbeat_interval_is_a_usage_error(value: str) -> None:
+    with pytest.raises(UsageError, match="DS4CI_HEARTBEAT_S must be a positive number of seconds"):
+        Logger.from_env(io.StringIO(), {HEARTBEAT_ENV: value})
+
+
+def test_heartbeat_uses_the_loggers_interval_and_prefix() -> None:
+    out = io.StringIO()
+    logger = Logger("plain", out, stamp=None, heartbeat_s=0.01)
+    with logger.heartbeat("loading", prefix="q=3: ", clock=FakeClock()):
+        deadline = time.monotonic() + 10
+        while "still" not in out.getvalue() and time.monotonic() < deadline:
+            time.sleep(0.01)
+    assert out.getvalue().splitlines()[0] == "q=3: still loading: 0 s"
+
+
+def test_file_growth_adds_up_several_files(tmp_path: Path) -> None:
+    err, out = tmp_path / "stderr.log", tmp_path / "stdout.log"
+    err.write_bytes(b"e" * 10)
+    growth = file_growth([err, out])
+    err.write_bytes(b"e" * (10 + 1024))
+    out.write_bytes(b"o" * 1024)
+    assert growth() == "log +2.0 KiB"

@@ -332,3 +332,24 @@ def test_many_files_in_parallel(tmp_path: Path) -> None:
     out = identify(files, cache_path=tmp_path / "c.json", use_cache=True, workers=4)
     assert all(i.verified for i in out)
     assert [i.path for i in out] == list(blobs)
+
+
+def test_a_file_above_the_progress_threshold_reports_its_throughput(tmp_path: Path) -> None:
+    big, small = tmp_path / "big.bin", tmp_path / "small.bin"
+    big.write_bytes(b"b" * (3 * 1024 * 1024))
+    small.write_bytes(b"s" * 1024)
+    lines: list[str] = []
+    files = [PinnedFile("target", big, None), PinnedFile("prompt0", small, None)]
+    identify(files, cache_path=tmp_path / "c.json", use_cache=False, progress=lines.append, progress_min_bytes=1024 * 1024)
+    done = [line for line in lines if line.startswith("hashing target: done, 3.0 MiB in ")]
+    assert len(done) == 1 and done[0].endswith("/s"), lines  # total bytes and the average rate, once
+    assert not any(line.startswith("hashing prompt0:") for line in lines), lines  # below the threshold: no progress
+
+
+def test_the_default_progress_threshold_keeps_small_files_quiet(tmp_path: Path) -> None:
+    path = tmp_path / "model.bin"
+    path.write_bytes(b"m" * (2 * 1024 * 1024))
+    lines: list[str] = []
+    identify([PinnedFile("target", path, None)], cache_path=tmp_path / "c.json", use_cache=False, progress=lines.append)
+    assert identity.HASH_PROGRESS_MIN_BYTES == 256 * 1024 * 1024
+    assert not any(line.startswith("hashing target:") for line in lines), lines
