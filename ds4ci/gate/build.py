@@ -11,15 +11,15 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any
 
 from ds4ci.gate.checks import run_check
 from ds4ci.options.config import BuildSpec, CheckSpec
+from ds4ci.records import BuildRecord, StepStatus
 
 Progress = Callable[[str], None]
 
 
-def run_build(spec: BuildSpec, log_dir: Path, progress: Progress) -> dict[str, Any]:
+def run_build(spec: BuildSpec, log_dir: Path, progress: Progress) -> BuildRecord:
     """Run the build; the schema's ``build`` object (its log is ``log_dir/build.log``)."""
     log_dir.mkdir(parents=True, exist_ok=True)
     progress(f"build: running `{spec.command}` in {spec.cwd or Path.cwd()} (timeout {spec.timeout_s:g} s)")
@@ -28,6 +28,7 @@ def run_build(spec: BuildSpec, log_dir: Path, progress: Progress) -> dict[str, A
         progress=progress,
     )
     code = check["exit_code"]
+    status: StepStatus
     if code is None:  # timed out, could not start, or left something unkillable: no verdict
         status, summary = "error", check["summary"]
     elif code == 0:
