@@ -216,6 +216,12 @@ def test_requests_that_differ_alike_are_reported_once() -> None:
     assert reasons[0].startswith("q=4 prompt 0 requests 1, 2: token IDs differ: first differing position 2")
 
 
+def test_the_recorded_mismatch_is_the_first_requests() -> None:
+    got = cell([spec(0, with_ids([8, 13, 22])), spec(1, with_ids([9, 13, 21]))])
+    assert got["mismatch"] is not None and got["mismatch"]["position"] == 2
+    assert len(got["reasons"]) == 3  # each request's difference, then that the repeats disagree
+
+
 def test_speculation_that_never_ran_fails_the_cell() -> None:
     got = cell([spec(sm=summary("FAIL-SUMMARY no work"))])
     assert got["verdict"] == FAIL and got["parity_requests"] == 1  # the tokens agree; the proof is missing
