@@ -22,8 +22,6 @@ from ds4ci.records import Results
 SCHEMA_ID: Final = "ds4ci/result/v1"
 MAX_RESULTS_BYTES = 8 * 1024 * 1024
 
-__all__ = ["Results"]  # re-exported: the typed record of one results file (ds4ci/records.py)
-
 
 def schema() -> dict[str, Any]:
     text = resources.files("ds4ci.evidence").joinpath("schema/result-v1.json").read_text(encoding="utf-8")

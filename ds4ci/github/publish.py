@@ -16,8 +16,8 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 
 from ds4ci.errors import PublishError, UsageError
-from ds4ci.evidence.results import Results
 from ds4ci.github.client import Client, Comment
+from ds4ci.records import Results
 from ds4ci.report import markdown, render
 from ds4ci.report.sections import MARKER, Section, head_sha, parse_sections
 

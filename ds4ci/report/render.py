@@ -25,9 +25,7 @@ from ds4ci.report.sections import MARKER, Section, head_sha, merge_sections
 from ds4ci.report.views import Detail, state_label
 
 COMMENT_LIMIT_BYTES = 60_000  # GitHub allows 65,536 characters; keep a margin
-
 SUMMARY_LIMIT_BYTES = 1_000_000  # $GITHUB_STEP_SUMMARY takes up to 1 MiB per step
-
 MAX_RUNNERS = 32
 
 # Shortening order (least important first): log tails, per-prompt detail, artifacts, then

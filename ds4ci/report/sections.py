@@ -19,13 +19,10 @@ from ds4ci.records import Results
 from ds4ci.report.markdown import Trusted
 
 MARKER = "<!-- ds4ci:sticky-comment -->"
-
 STATES = ("pass", "fail", "error", "not_run", "pending", "unverified")
-
 UNVERIFIED = "unverified"  # a result no bundle backs (e.g. a fork's artifact): shown, never as a pass
 
 _RUNNER_RE = r"[A-Za-z0-9][A-Za-z0-9._-]{0,62}"
-
 _SECTION_RE = re.compile(
     r"^<!-- ds4ci:section v=1 runner=(?P<runner>" + _RUNNER_RE + r") role=(?P<role>gate|negative-control)"
     r" state=(?P<state>pass|fail|error|not_run|pending|unverified) head=(?P<head>[0-9a-f]{40}|none)"
@@ -35,8 +32,6 @@ _SECTION_RE = re.compile(
 
 
 @dataclass(frozen=True)
-
-
 class Section:
     """One runner's rendered part of the comment plus the identity carried in its marker."""
 

@@ -18,8 +18,6 @@ from ds4ci.report.sections import UNVERIFIED, head_sha, results_digest
 
 
 @dataclass(frozen=True)
-
-
 class Detail:
     """How much of a runner's results a section shows; levels drop the least important first."""
 
