@@ -6,10 +6,12 @@ that tells the user what was expected, what was found and, where possible, what 
 
 from __future__ import annotations
 
-EXIT_PASS = 0
-EXIT_FAIL = 1
-EXIT_USAGE = 2
-EXIT_ERROR = 3
+from typing import Final
+
+EXIT_PASS: Final = 0
+EXIT_FAIL: Final = 1
+EXIT_USAGE: Final = 2
+EXIT_ERROR: Final = 3
 
 
 class Ds4ciError(Exception):

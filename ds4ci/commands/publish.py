@@ -12,7 +12,7 @@ import sys
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from ds4ci.errors import UsageError
 from ds4ci.github import publish
@@ -20,7 +20,8 @@ from ds4ci.github import publish
 if TYPE_CHECKING:
     from ds4ci.github.client import Client
     from ds4ci.github.verified import Published
-    from ds4ci.report.render import Section
+    from ds4ci.records import Results
+    from ds4ci.report.sections import Section
 
 
 def _write_summary(body: str, summary_file: Path | None) -> None:
@@ -134,7 +135,7 @@ def publish_documents(published: list[Published], request: PublishRequest) -> in
 
 
 def _focused(
-    plans: list[publish.StatusPlan], docs: list[dict[str, Any]], client: Client | None, pr: int | None, head: str,
+    plans: list[publish.StatusPlan], docs: list[Results], client: Client | None, pr: int | None, head: str,
     allowed: bool,
 ) -> list[publish.StatusPlan]:
     """Focused reruns: green only on top of a full pass on an ancestor where allowed; the comment says which."""
@@ -154,14 +155,13 @@ def _focused(
 
 
 def _needs_hardware(
-    client: Client, pr: int, head: str, docs: list[dict[str, Any]], expected: Sequence[str], template_dir: Path | None,
+    client: Client, pr: int, head: str, docs: list[Results], expected: Sequence[str], template_dir: Path | None,
 ) -> list[Section]:
     """A section for every expected runner without a result on this head (busy or offline)."""
     from ds4ci.report import render
 
     present = {d["runner"]["name"] for d in docs}
-    widths = next((d["settings"].get("configured_widths") for d in docs if d["settings"].get("configured_widths")),
-                  [2, 3, 4])
+    widths = next((w for d in docs if (w := d["settings"].get("configured_widths"))), [2, 3, 4])
     env = render.environment(template_dir)
     sections = []
     for runner in expected:

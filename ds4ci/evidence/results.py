@@ -13,15 +13,14 @@ from collections.abc import Iterable
 from datetime import datetime
 from importlib import resources
 from pathlib import Path
-from typing import Any
+from typing import Any, Final, cast
 
 from ds4ci.errors import ResultsError
 from ds4ci.fileio import write_text_atomic
+from ds4ci.records import Results
 
-SCHEMA_ID = "ds4ci/result/v1"
+SCHEMA_ID: Final = "ds4ci/result/v1"
 MAX_RESULTS_BYTES = 8 * 1024 * 1024
-
-Results = dict[str, Any]
 
 
 def schema() -> dict[str, Any]:
@@ -71,8 +70,12 @@ def _is_date_time(value: object) -> bool:
     return second <= 60
 
 
-def validate(doc: Any, source: str = "results") -> Results:
-    """Validate a parsed document against the v1 schema; return it typed, or raise ResultsError."""
+def validate(doc: object, source: str = "results") -> Results:
+    """Validate a parsed document against the v1 schema; return it typed, or raise ResultsError.
+
+    The schema is the authority; ``tests/unit/evidence/test_records.py`` proves the ``Results``
+    record describes exactly what it allows, which is what makes the cast below sound.
+    """
     import jsonschema  # heavy import kept off the CLI start-up path
 
     if not isinstance(doc, dict):
@@ -88,7 +91,7 @@ def validate(doc: Any, source: str = "results") -> Results:
         where = "/".join(str(p) for p in first.absolute_path) or "(top level)"
         more = f" (and {len(errors) - 1} more)" if len(errors) > 1 else ""
         raise ResultsError(f"{source}: schema violation at {where}: {first.message[:300]}{more}")
-    return doc
+    return cast(Results, doc)
 
 
 def strict_json(data: bytes, source: str) -> Any:

@@ -20,11 +20,13 @@ import os
 import secrets
 import stat
 import time
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from ds4ci.errors import NoVerdictError
+from ds4ci.records import FileIdentity
 from ds4ci.runner.identity import hash_file
 
 ATTEMPTS = "attempts"
@@ -108,7 +110,7 @@ def regular_files(root: Path) -> tuple[dict[str, Path], list[str]]:
     return files, problems
 
 
-def build_manifest(attempt_dir: Path, inputs: list[dict[str, Any]]) -> dict[str, Any]:
+def build_manifest(attempt_dir: Path, inputs: Sequence[FileIdentity]) -> dict[str, Any]:
     """Path, size and SHA-256 of every input and of every evidence file (except the manifest and results)."""
     found, problems = regular_files(attempt_dir)
     if problems:
@@ -120,7 +122,7 @@ def build_manifest(attempt_dir: Path, inputs: list[dict[str, Any]]) -> dict[str,
     return {"schema": "ds4ci/manifest/v1", "inputs": inputs, "evidence": files}
 
 
-def seal(attempt: Attempt, inputs: list[dict[str, Any]]) -> str:
+def seal(attempt: Attempt, inputs: Sequence[FileIdentity]) -> str:
     """Write manifest.json into the attempt and return its SHA-256 (the evidence bundle digest)."""
     manifest_path = attempt.path / MANIFEST
     write_json(manifest_path, build_manifest(attempt.path, inputs))

@@ -21,7 +21,7 @@ import json
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, TypedDict
 
 from ds4ci.errors import EXIT_ERROR, EXIT_FAIL, EXIT_PASS, ResultsError, UsageError
 from ds4ci.evidence import bundle, results
@@ -29,10 +29,20 @@ from ds4ci.evidence.store import MANIFEST, RESULTS, regular_files
 from ds4ci.judging import judge
 from ds4ci.judging.verdict import ERROR, FAIL, PASS
 from ds4ci.options.config import parse_sha256, parse_widths, read_toml
+from ds4ci.records import Results, TargetOnlyResult, Verdict, WidthResult
 from ds4ci.runner.identity import hash_file
 
 _SEALED = (MANIFEST, RESULTS)
 EXIT_FOR = {PASS: EXIT_PASS, FAIL: EXIT_FAIL}
+
+
+class Recomputed(TypedDict):
+    """The verdict-bearing part of results.json, as recomputed from the raw evidence."""
+
+    verdict: Verdict
+    reasons: list[str]
+    target_only: TargetOnlyResult
+    widths: list[WidthResult]
 
 
 @dataclass
@@ -41,14 +51,14 @@ class Verification:
 
     bundle: str
     problems: list[str] = field(default_factory=list)  # anything here means: does not verify
-    recomputed: dict[str, Any] | None = None
-    recorded: dict[str, Any] | None = None
+    recomputed: Recomputed | None = None
+    recorded: Results | None = None
 
     @property
-    def verdict(self) -> str:
+    def verdict(self) -> Verdict:
         if self.problems or self.recomputed is None:
             return ERROR
-        return str(self.recomputed["verdict"])
+        return self.recomputed["verdict"]
 
     @property
     def exit_code(self) -> int:
@@ -78,7 +88,7 @@ def _manifest(root: Path, problems: list[str]) -> dict[str, Any] | None:
     return manifest
 
 
-def check_integrity(root: Path) -> tuple[list[str], dict[str, Any] | None]:
+def check_integrity(root: Path) -> tuple[list[str], Results | None]:
     """Problems with the bundle's files, and its results.json when it could be read."""
     files, problems = regular_files(root)
     manifest = _manifest(root, problems)
@@ -107,15 +117,15 @@ def check_integrity(root: Path) -> tuple[list[str], dict[str, Any] | None]:
         problems.append(str(exc))
         return problems, None
     digest = hashlib.sha256((root / MANIFEST).read_bytes()).hexdigest()
-    if recorded["evidence"].get("manifest_sha256") != digest:
+    if recorded["evidence"]["manifest_sha256"] != digest:
         problems.append(
-            f"results.json records manifest digest {recorded['evidence'].get('manifest_sha256')}, "
+            f"results.json records manifest digest {recorded['evidence']['manifest_sha256']}, "
             f"but manifest.json has {digest}"
         )
     return problems, recorded
 
 
-def _sealed_settings(root: Path, recorded: Mapping[str, Any], problems: list[str]) -> judge.Settings | None:
+def _sealed_settings(root: Path, recorded: Results, problems: list[str]) -> judge.Settings | None:
     """The settings and prompt identities the gate sealed at the start, checked against results.json."""
     try:
         attempt = judge.read_json(root / "attempt.json")
@@ -130,14 +140,15 @@ def _sealed_settings(root: Path, recorded: Mapping[str, Any], problems: list[str
     if identities != recorded["identities"]:
         problems.append("results.json identities differ from identities.json")
         return None
-    shas = [p.get("sha256") for p in identities.get("prompts", [])]
+    # Equal to the validated records above, so the typed copies are read from here on.
+    sealed, prompts = recorded["settings"], recorded["identities"]["prompts"]
     return judge.Settings(
-        widths=tuple(settings["widths"]), repeats=settings["repeats"], seed=settings["seed"],
-        max_tokens=settings["max_tokens"], prompt_sha256s=tuple(str(s) for s in shas),
+        widths=tuple(sealed["widths"]), repeats=sealed["repeats"], seed=sealed["seed"],
+        max_tokens=sealed["max_tokens"], prompt_sha256s=tuple(p["sha256"] for p in prompts),
     )
 
 
-def recompute(root: Path, recorded: Mapping[str, Any], problems: list[str]) -> dict[str, Any] | None:
+def recompute(root: Path, recorded: Results, problems: list[str]) -> Recomputed | None:
     """The verdict-bearing part of results.json, recomputed from the raw evidence."""
     if recorded["runner"]["role"] != "gate":  # a negative control ran checks only: no server evidence
         verdict, reasons = judge.overall(list(recorded.get("errors", [])), None, [], recorded["checks"], recorded.get("build"))
@@ -148,8 +159,8 @@ def recompute(root: Path, recorded: Mapping[str, Any], problems: list[str]) -> d
     errors = list(recorded.get("errors", []))
     build = recorded.get("build")
     built = build is None or build["status"] == "pass"
-    target_doc: dict[str, Any] | None = None
-    widths: list[dict[str, Any]] = []
+    target_doc: TargetOnlyResult | None = None
+    widths: list[WidthResult] = []
     try:
         if (root / judge.SERVERS / judge.TARGET_KEY).is_dir():
             target = judge.judge_target(root, settings)
@@ -175,7 +186,7 @@ def recompute(root: Path, recorded: Mapping[str, Any], problems: list[str]) -> d
     }
 
 
-def compare(recorded: Mapping[str, Any], recomputed: Mapping[str, Any]) -> list[str]:
+def compare(recorded: Results, recomputed: Recomputed) -> list[str]:
     """Every verdict-bearing field where results.json and the recomputation disagree."""
     problems: list[str] = []
     if recorded["verdict"] != recomputed["verdict"]:
@@ -196,15 +207,20 @@ def compare(recorded: Mapping[str, Any], recomputed: Mapping[str, Any]) -> list[
     return problems
 
 
-def _width_difference(q: int, got: Mapping[str, Any], want: Mapping[str, Any]) -> str:
+def _differing_keys(got: Mapping[str, object], want: Mapping[str, object]) -> list[str]:
+    """The keys of two records whose values differ (a record's key set is fixed, so ``get`` only pairs them)."""
+    return sorted(k for k in set(got) | set(want) if got.get(k) != want.get(k))
+
+
+def _width_difference(q: int, got: WidthResult, want: WidthResult) -> str:
     if got["verdict"] != want["verdict"]:
         detail = next((r for r in want["reasons"] if "token IDs differ" in r), want["reasons"][0] if want["reasons"] else "")
         return f"q={q} verdict recorded {got['verdict']}, recomputed {want['verdict']}" + (f": {detail}" if detail else "")
-    fields = sorted(k for k in set(got) | set(want) if got.get(k) != want.get(k))
+    fields = _differing_keys(got, want)
     cells = sorted(
         f"prompt {a['prompt_index']} {k}"
-        for a, b in zip(got.get("prompts", []), want.get("prompts", []), strict=False)
-        for k in sorted(set(a) | set(b)) if a.get(k) != b.get(k)
+        for a, b in zip(got["prompts"], want["prompts"], strict=False)
+        for k in _differing_keys(a, b)
     )
     return f"q={q}: recorded {', '.join(cells or fields)} differ from the recomputation"
 
@@ -229,18 +245,22 @@ def expectation_problems(found: Verification, expected: Mapping[str, Any]) -> li
     if recorded is None:
         return []
     problems = []
-    for key in ("widths", "max_tokens", "seed", "repeats"):
-        if key in expected and recorded["settings"].get(key) != expected[key]:
-            ran = recorded["settings"].get(key)
-            problems.append(f"{key}: the trusted config expects {expected[key]!r}, the bundle ran {ran!r}")
+    settings = recorded["settings"]
+    ran: dict[str, object] = {
+        "widths": settings["widths"], "max_tokens": settings["max_tokens"], "seed": settings["seed"],
+        "repeats": settings["repeats"],
+    }
+    for key, value in ran.items():
+        if key in expected and value != expected[key]:
+            problems.append(f"{key}: the trusted config expects {expected[key]!r}, the bundle ran {value!r}")
     ids = recorded["identities"]
-    for role in ("target", "draft", "server_bin"):
+    for role, identity in (("target", ids["target"]), ("draft", ids["draft"]), ("server_bin", ids["server_bin"])):
         want = expected.get(f"{role}_sha256")
-        have = (ids.get(role) or {}).get("sha256")
+        have = identity["sha256"] if identity is not None else None
         if want is not None and want != have:
             problems.append(f"{role}: the trusted config pins {want}, the bundle ran {have}")
     want_prompts: Sequence[str] | None = expected.get("prompt_sha256s")
-    if want_prompts is not None and [p.get("sha256") for p in ids.get("prompts", [])] != list(want_prompts):
+    if want_prompts is not None and [p["sha256"] for p in ids["prompts"]] != list(want_prompts):
         problems.append("prompts: the bundle's prompt SHA-256s differ from the trusted config's")
     return problems
 

@@ -11,23 +11,23 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any
 
 from ds4ci.gate.checks import run_check
 from ds4ci.log import Logger, as_logger
 from ds4ci.options.config import BuildSpec, CheckSpec
+from ds4ci.records import BuildRecord, StepStatus
 
 Progress = Callable[[str], None]
 
 
-def run_build(spec: BuildSpec, log_dir: Path, progress: Progress | Logger) -> dict[str, Any]:
+def run_build(spec: BuildSpec, log_dir: Path, progress: Progress | Logger) -> BuildRecord:
     """Run the build in its own log group; the schema's ``build`` object (its log is ``log_dir/build.log``)."""
     log = as_logger(progress)
     with log.group("build"):
         return _build(spec, log_dir, log)
 
 
-def _build(spec: BuildSpec, log_dir: Path, progress: Logger) -> dict[str, Any]:
+def _build(spec: BuildSpec, log_dir: Path, progress: Logger) -> BuildRecord:
     log_dir.mkdir(parents=True, exist_ok=True)
     progress(f"build: running `{spec.command}` in {spec.cwd or Path.cwd()} (timeout {spec.timeout_s:g} s)")
     check = run_check(
@@ -35,6 +35,7 @@ def _build(spec: BuildSpec, log_dir: Path, progress: Logger) -> dict[str, Any]:
         progress=progress,
     )
     code = check["exit_code"]
+    status: StepStatus
     if code is None:  # timed out, could not start, or left something unkillable: no verdict
         status, summary = "error", check["summary"]
     elif code == 0:

@@ -18,12 +18,13 @@ import xml.etree.ElementTree as ET
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import cast
 
 from ds4ci import supervisor
 from ds4ci.log import Logger, as_logger
 from ds4ci.options.config import CHECK_PARSERS, CheckSpec
 from ds4ci.options.policy import CREDENTIAL_VARIABLES
+from ds4ci.records import CheckParser, CheckResult, StepStatus
 
 LOG_TAIL_BYTES = 4096
 MAX_PARSE_BYTES = 64 * 1024 * 1024  # parse at most the last 64 MiB of a (build) log
@@ -36,7 +37,7 @@ Progress = Callable[[str], None]
 
 @dataclass(frozen=True)
 class CheckOutcome:
-    status: str  # "pass" | "fail" | "error"
+    status: StepStatus
     passed: int | None
     failed: int | None
     skipped: int | None
@@ -232,8 +233,7 @@ def parse_output(parser: str, text: str, exit_code: int | None, report_xml: byte
         return parse_build_progress(text, exit_code)
     if parser == "compute-sanitizer":
         return parse_compute_sanitizer(text, exit_code)
-    status = "pass" if exit_code == 0 else "fail"
-    return CheckOutcome(status, None, None, None, None, f"exit code {exit_code}")
+    return CheckOutcome("pass" if exit_code == 0 else "fail", None, None, None, None, f"exit code {exit_code}")
 
 
 # --- running ------------------------------------------------------------------------------------
@@ -304,7 +304,7 @@ def _read_report(path: Path | None, stamp_before: tuple[int, int, int, int] | No
 
 def run_check(
     spec: CheckSpec, log: Path, sup: supervisor.Supervisor | None = None, progress: Progress | None = None
-) -> dict[str, Any]:
+) -> CheckResult:
     """Run one check and return the schema's ``check`` object."""
     report_before = _report_stamp(spec.report)
     exit_code: int | None = None
@@ -332,7 +332,7 @@ def run_check(
     tail = _tail(log, LOG_TAIL_BYTES).decode("utf-8", errors="replace")
     return {
         "name": _clip(spec.name),
-        "parser": spec.parser,
+        "parser": cast(CheckParser, spec.parser),  # one of CHECK_PARSERS: options/config.py refuses others
         "command": _clip(spec.command),
         "status": outcome.status,
         "passed": outcome.passed,
@@ -351,7 +351,7 @@ def run_checks(
     log_dir: Path,
     progress: Progress | Logger | None = None,
     sup: supervisor.Supervisor | None = None,
-) -> list[dict[str, Any]]:
+) -> list[CheckResult]:
     """Run every check in order (each is judged on its own); logs go to ``log_dir``.
 
     ``sup`` is the supervisor to run them under (default: the process-wide one), whose

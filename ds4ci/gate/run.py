@@ -23,7 +23,7 @@ from dataclasses import dataclass
 from datetime import datetime, timezone
 from pathlib import Path
 from types import FrameType
-from typing import Any
+from typing import Any, cast
 
 from ds4ci import __version__
 from ds4ci.errors import EXIT_ERROR, EXIT_FAIL, EXIT_PASS, Ds4ciError, NoVerdictError
@@ -35,9 +35,10 @@ from ds4ci.judging.verdict import ERROR, FAIL, NOT_RUN, PASS
 from ds4ci.log import Logger, as_logger
 from ds4ci.options import policy
 from ds4ci.options.config import GateConfig
+from ds4ci.records import Arm, Containment, ExitCode, FileIdentity, Identities, Results, RunnerRole, Verdict
 
 Progress = Callable[[str], None]
-EXIT_FOR_VERDICT = {PASS: EXIT_PASS, FAIL: EXIT_FAIL, ERROR: EXIT_ERROR, NOT_RUN: EXIT_ERROR}
+EXIT_FOR_VERDICT: dict[Verdict, ExitCode] = {PASS: EXIT_PASS, FAIL: EXIT_FAIL, ERROR: EXIT_ERROR, NOT_RUN: EXIT_ERROR}
 
 
 class GateInterrupted(NoVerdictError):
@@ -46,7 +47,7 @@ class GateInterrupted(NoVerdictError):
 
 @dataclass(frozen=True)
 class GateOutcome:
-    results: dict[str, Any]
+    results: Results
     exit_code: int
 
 
@@ -83,10 +84,13 @@ class _Run:
         self.progress = progress
         self.started = time.monotonic()
         self.started_at = _now()
-        self.doc: dict[str, Any] = {
+        self.doc: Results = {
             "schema": results.SCHEMA_ID,
             "ds4ci_version": __version__,
-            "runner": {"name": cfg.runner, "role": cfg.role, "negative_control_for": cfg.negative_control_for},
+            "runner": {
+                # options/config.py accepts no other role; a Literal-typed GateConfig.role would make the cast go
+                "name": cfg.runner, "role": cast(RunnerRole, cfg.role), "negative_control_for": cfg.negative_control_for,
+            },
             "verdict": NOT_RUN,
             "reasons": [],
             "exit_code": EXIT_ERROR,
@@ -145,8 +149,8 @@ class _Run:
             return True
         from ds4ci.gate.build import run_build
 
-        self.doc["build"] = run_build(self.cfg.build, self.attempt.path / "build", self.progress)
-        return bool(self.doc["build"]["status"] == "pass")
+        build = self.doc["build"] = run_build(self.cfg.build, self.attempt.path / "build", self.progress)
+        return build["status"] == "pass"
 
     def record_fingerprint(self) -> None:
         from ds4ci.runner.preflight import fingerprint
@@ -277,7 +281,7 @@ class _Run:
             info = info if isinstance(info, dict) else {}
             self.doc["server"] = {"name": _text_or_none(info.get("name")), "version": _text_or_none(info.get("version"))}
 
-    def _server_timing(self, arm: str, q: int | None, server: Server | None, t0: float) -> None:
+    def _server_timing(self, arm: Arm, q: int | None, server: Server | None, t0: float) -> None:
         self.doc["timings"]["servers"].append({
             "arm": arm, "q": q,
             "ready_s": _rounded(server.ready_s) if server else None,
@@ -301,7 +305,7 @@ class _Run:
             self.doc["warnings"] += warnings
 
     # -- verdict and evidence ---------------------------------------------------------------
-    def overall(self) -> tuple[str, list[str]]:
+    def overall(self) -> tuple[Verdict, list[str]]:
         doc = self.doc
         target = doc["target_only"] if self.cfg.role == "gate" else None
         return judge.overall(doc["reasons"], target, doc["widths"], doc["checks"], doc["build"])
@@ -351,9 +355,9 @@ def _read_verified_prompt(path: Path, sha256: str) -> str:
         raise NoVerdictError(f"prompt file {path} is not UTF-8 text ({exc.reason} at byte {exc.start})") from exc
 
 
-def _inputs(identities: dict[str, Any]) -> list[dict[str, Any]]:
+def _inputs(identities: Identities) -> list[FileIdentity]:
     """Every input file's identity for the manifest (none before hashing ran)."""
-    singles = [identities[k] for k in ("server_bin", "target", "draft") if identities[k] is not None]
+    singles = [i for i in (identities["server_bin"], identities["target"], identities["draft"]) if i is not None]
     return [*singles, *identities["prompts"]]
 
 
@@ -361,7 +365,7 @@ def _text_or_none(value: Any) -> str | None:
     return value[:4096] if isinstance(value, str) else None
 
 
-def _containment() -> str | None:
+def _containment() -> Containment | None:
     """Which containment held for every process this run started (None if it started none)."""
     from ds4ci import supervisor
 

@@ -7,11 +7,12 @@ that re-runs this gate when pasted), both derived here from one ``GateConfig``.
 from __future__ import annotations
 
 import shlex
-from typing import Any
+from typing import cast
 
 from ds4ci.errors import NoVerdictError
 from ds4ci.judging import judge
 from ds4ci.options.config import GateConfig
+from ds4ci.records import EnvPrefix, RecordedSettings, Scope
 
 
 def reproduce_command(cfg: GateConfig) -> str:
@@ -41,7 +42,7 @@ def reproduce_command(cfg: GateConfig) -> str:
     return text if len(text) <= 4000 else text[:3996] + " ..."
 
 
-def settings_json(cfg: GateConfig) -> dict[str, Any]:
+def settings_json(cfg: GateConfig) -> RecordedSettings:
     return {
         "widths": list(cfg.widths),
         "max_tokens": cfg.max_tokens,
@@ -55,11 +56,12 @@ def settings_json(cfg: GateConfig) -> dict[str, Any]:
         "request_timeout_s": cfg.request_timeout_s,
         "stop_timeout_s": cfg.stop_timeout_s,
         "server_args": list(cfg.server_args_all()),
-        "env_prefixes": list(cfg.env_prefixes),
+        # options/config.py accepts only these values; Literal-typed GateConfig fields would make both casts go
+        "env_prefixes": cast("list[EnvPrefix]", list(cfg.env_prefixes)),
         "log_cap_mib": cfg.log_cap_mib,
         "request_body": judge.request_body("<prompt>", cfg.seed, cfg.max_tokens),
         "configured_widths": list(cfg.configured_widths),
-        "scope": cfg.scope,
+        "scope": cast(Scope, cfg.scope),
     }
 
 

@@ -16,10 +16,10 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 
 from ds4ci.errors import PublishError, UsageError
-from ds4ci.evidence.results import Results
 from ds4ci.github.client import Client, Comment
+from ds4ci.records import Results
 from ds4ci.report import markdown, render
-from ds4ci.report.render import MARKER, Section
+from ds4ci.report.sections import MARKER, Section, head_sha, parse_sections
 
 SHA_RE = re.compile(r"^[0-9a-f]{40}$")
 REPO_RE = re.compile(r"^[A-Za-z0-9_.-]+/[A-Za-z0-9_.-]+$")
@@ -84,7 +84,7 @@ def results_head(docs: Sequence[Results], sha: str | None) -> str:
     """The one commit all results were produced for; refuse anything ambiguous or stale."""
     heads = []
     for doc in docs:
-        head = render.head_sha(doc)
+        head = head_sha(doc)
         if head is None:
             raise UsageError(
                 f"results of runner {doc['runner']['name']!r} record no revisions/head: refusing to publish "
@@ -155,7 +155,7 @@ def _ours(comments: Sequence[Comment], identity: str) -> list[Comment]:
 
 
 def _landed(body: str, wanted: Sequence[Section]) -> bool:
-    present = {(s.runner, s.state, s.digest) for s in render.parse_sections(body)}
+    present = {(s.runner, s.state, s.digest) for s in parse_sections(body)}
     return all((s.runner, s.state, s.digest) in present for s in wanted)
 
 
@@ -176,7 +176,7 @@ def upsert_comment(
     deleted = 0
     for attempt in range(UPSERT_ATTEMPTS):
         ours = _ours(client.list_comments(pr), identity)
-        existing = [s for c in ours for s in render.parse_sections(c.body)]
+        existing = [s for c in ours for s in parse_sections(c.body)]
         body, sections = build(existing)
         own = wanted if wanted is not None else [s for s in sections if s.runner in build.runners]
         if not ours:

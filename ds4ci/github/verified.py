@@ -14,14 +14,15 @@ import copy
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 from ds4ci.errors import EXIT_ERROR, UsageError
 from ds4ci.evidence import results
 from ds4ci.evidence.store import RESULTS
 from ds4ci.evidence.verify import verify_path
 from ds4ci.judging.verdict import ERROR, PASS
-from ds4ci.report.render import UNVERIFIED as UNVERIFIED_STATE
+from ds4ci.records import Results
+from ds4ci.report.sections import UNVERIFIED as UNVERIFIED_STATE
 
 UNVERIFIED = (
     "unverified: no evidence bundle backs this result (for a fork's run: produced by a workflow the pull request "
@@ -33,7 +34,7 @@ UNVERIFIED = (
 class Published:
     """One runner's document as it may be published, and whether it may set a status."""
 
-    doc: dict[str, Any]
+    doc: Results
     may_set_status: bool
 
 
@@ -41,12 +42,17 @@ def is_bundle(path: Path) -> bool:
     return path.is_dir() or path.name.endswith(".tar.gz")
 
 
-def without_pass(doc: dict[str, Any], instead: str) -> dict[str, Any]:
-    """A copy in which no verdict reads pass (each becomes ``instead``): nothing shows a pass mark."""
+def without_pass(doc: Results, instead: str) -> Results:
+    """A copy in which no verdict reads pass (each becomes ``instead``): nothing shows a pass mark.
+
+    ``instead`` may be the display-only state ``unverified``, which no results file holds: the
+    one place where a published document leaves the record types, so it is written untyped.
+    """
     out = copy.deepcopy(doc)
 
-    def swap(record: dict[str, Any]) -> None:
-        record["verdict"] = instead if record["verdict"] == PASS else record["verdict"]
+    def swap(record: object) -> None:
+        fields = cast(dict[str, Any], record)
+        fields["verdict"] = instead if fields["verdict"] == PASS else fields["verdict"]
 
     swap(out)
     swap(out["target_only"])
@@ -55,15 +61,16 @@ def without_pass(doc: dict[str, Any], instead: str) -> dict[str, Any]:
         for cell in width["prompts"]:
             swap(cell)
     for check in out["checks"]:
-        check["status"] = instead if check["status"] == PASS else check["status"]
+        fields = cast(dict[str, Any], check)
+        fields["status"] = instead if fields["status"] == PASS else fields["status"]
     return out
 
 
-def not_verified(doc: dict[str, Any], problems: Sequence[str]) -> dict[str, Any]:
+def not_verified(doc: Results, problems: Sequence[str]) -> Results:
     """The document as published when its evidence does not verify: an error that shows no pass."""
     out = without_pass(doc, ERROR)
     reason = "evidence does not verify: " + "; ".join(problems[:5])
-    out.update(verdict=ERROR, exit_code=EXIT_ERROR, reasons=[reason[:4000]])
+    out["verdict"], out["exit_code"], out["reasons"] = ERROR, EXIT_ERROR, [reason[:4000]]
     return out
 
 
@@ -90,7 +97,7 @@ def from_results(path: Path, unverified: bool) -> Published:
             "labelled unverified that sets no status"
         )
     out = without_pass(doc, UNVERIFIED_STATE)
-    out["verdict"] = UNVERIFIED_STATE  # the section is labelled unverified whatever it claims
+    cast(dict[str, Any], out)["verdict"] = UNVERIFIED_STATE  # the section is labelled unverified whatever it claims
     out["warnings"] = [UNVERIFIED, *out.get("warnings", [])]
     return Published(out, may_set_status=False)
 

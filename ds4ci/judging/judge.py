@@ -28,6 +28,7 @@ from ds4ci.judging.verdict import (
     judge_width_prompt,
     worst,
 )
+from ds4ci.records import BuildRecord, CheckResult, TargetOnlyResult, Verdict, WidthResult
 
 SERVERS = "servers"
 REQUESTS = "requests"
@@ -188,7 +189,7 @@ def lifecycle_issues(key: str, life: Mapping[str, Any]) -> tuple[list[str], list
 
 @dataclass(frozen=True)
 class TargetJudgement:
-    doc: dict[str, Any]
+    doc: TargetOnlyResult
     reference: TargetReference
     errors: list[str]
     warnings: list[str]
@@ -202,7 +203,7 @@ def judge_target(attempt: Path, settings: Settings) -> TargetJudgement:
     else:
         observed, log, problems = observe(attempt, TARGET_KEY, life, False, settings)
         reference = judge_target_only(observed, len(settings.prompt_sha256s), [*log.problems, *problems])
-    doc = {
+    doc: TargetOnlyResult = {
         "verdict": reference.verdict,
         "reasons": reference.reasons,
         "deterministic": reference.deterministic,
@@ -219,13 +220,14 @@ def judge_target(attempt: Path, settings: Settings) -> TargetJudgement:
     return TargetJudgement(doc, reference, errors, warnings)
 
 
-def judge_width(attempt: Path, q: int, settings: Settings, reference: TargetReference) -> tuple[dict[str, Any], list[str]]:
+def judge_width(attempt: Path, q: int, settings: Settings, reference: TargetReference) -> tuple[WidthResult, list[str]]:
     """One width's results entry and its warnings."""
     key = server_key(q)
     life = load_lifecycle(attempt, key)
-    width: dict[str, Any] = {
+    ready_s = life.get("ready_s")
+    width: WidthResult = {
         "q": q, "verdict": ERROR, "reasons": [], "prompts": [],
-        "server_log": f"{SERVERS}/{key}/stderr.log", "server_start_s": life.get("ready_s"),
+        "server_log": f"{SERVERS}/{key}/stderr.log", "server_start_s": _seconds(ready_s),
     }
     errors, warnings = lifecycle_issues(key, life)
     if errors:
@@ -240,16 +242,21 @@ def judge_width(attempt: Path, q: int, settings: Settings, reference: TargetRefe
     return width, warnings
 
 
+def _seconds(value: object) -> float | None:
+    """A duration from lifecycle.json; anything but a number is recorded as unknown."""
+    return value if isinstance(value, (int, float)) and not isinstance(value, bool) else None
+
+
 def overall(
-    run_reasons: Sequence[str], target: Mapping[str, Any] | None, widths: Sequence[Mapping[str, Any]],
-    checks: Sequence[Mapping[str, Any]], build: Mapping[str, Any] | None = None,
-) -> tuple[str, list[str]]:
+    run_reasons: Sequence[str], target: TargetOnlyResult | None, widths: Sequence[WidthResult],
+    checks: Sequence[CheckResult], build: BuildRecord | None = None,
+) -> tuple[Verdict, list[str]]:
     """The attempt's verdict: an error that stopped the run outranks everything judged after it."""
     if run_reasons:
         return ERROR, list(run_reasons)
     if build is not None and build["status"] != PASS:  # nothing ran after a build that did not pass
         return (FAIL if build["status"] == FAIL else ERROR), [f"build: {build['status']}: {build['summary']}"]
-    verdicts: list[str] = []
+    verdicts: list[Verdict] = []
     reasons: list[str] = []
     if target is not None:
         if not target["deterministic"] and target["verdict"] == ERROR:
@@ -260,7 +267,7 @@ def overall(
             verdicts.append(width["verdict"])
             reasons.extend(width["reasons"])
     for check in checks:
-        verdicts.append({"pass": PASS, "fail": FAIL}.get(check["status"], ERROR))
+        verdicts.append(check["status"])
         if check["status"] != "pass":
             reasons.append(f"check {check['name']!r}: {check['status']}: {check['summary']}")
     if not verdicts:

@@ -9,16 +9,20 @@ from __future__ import annotations
 import hashlib
 from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import Any, TypeVar
+from typing import Final, TypeVar
 
 from ds4ci.judging.protocol import Mismatch, RequestLog, SpecSummary, Trace, first_mismatch
+from ds4ci.records import MismatchRecord, PromptResult, Verdict
 
-PASS, FAIL, ERROR, NOT_RUN = "pass", "fail", "error", "not_run"
+PASS: Final = "pass"  # noqa: S105 - a verdict, not a password
+FAIL: Final = "fail"
+ERROR: Final = "error"
+NOT_RUN: Final = "not_run"
 T = TypeVar("T")
-_SEVERITY = {PASS: 0, NOT_RUN: 1, ERROR: 2, FAIL: 3}
+_SEVERITY: dict[Verdict, int] = {PASS: 0, NOT_RUN: 1, ERROR: 2, FAIL: 3}
 
 
-def worst(verdicts: Sequence[str]) -> str:
+def worst(verdicts: Sequence[Verdict]) -> Verdict:
     """A contract violation (fail) outranks "could not judge" (error), which outranks pass."""
     return max(verdicts, key=lambda v: _SEVERITY[v], default=PASS)
 
@@ -112,7 +116,7 @@ class TargetReference:
     """The target-only IDs per prompt, or why they cannot serve as the oracle."""
 
     ids: dict[int, tuple[int, ...]]
-    verdict: str
+    verdict: Verdict
     reasons: list[str]
     deterministic: bool
 
@@ -144,6 +148,7 @@ def judge_target_only(
                 )
         if prompt_deterministic:
             ids[index] = first
+    verdict: Verdict
     if not deterministic:
         verdict = ERROR
     elif reasons:
@@ -153,7 +158,7 @@ def judge_target_only(
     return TargetReference(ids, verdict, reasons, deterministic)
 
 
-def _mismatch_json(m: Mismatch) -> dict[str, Any]:
+def _mismatch_json(m: Mismatch) -> MismatchRecord:
     return {
         "position": m.position,
         "window_start": m.window_start,
@@ -164,77 +169,104 @@ def _mismatch_json(m: Mismatch) -> dict[str, Any]:
     }
 
 
-def judge_width_prompt(
-    q: int, prompt_index: int, prompt_sha256: str, observed: Sequence[Observed], reference: TargetReference,
-    banner_seen: bool,
-    server_problems: Sequence[str] = (),
-) -> dict[str, Any]:
-    """One width x prompt cell of the results: clauses 1-5 and 7."""
-    runs = [o for o in observed if o.prompt_index == prompt_index]
-    checks = [check_spec_request(o, q) for o in runs]
-    reasons = [f"q={q}: {p}" for p in server_problems]
-    reasons += list(dict.fromkeys(r for c in checks for r in c.reasons))
-    target_ids = reference.ids.get(prompt_index)
-    traces = [c.trace for c in checks]
-    summaries = [c.summary for c in checks]
-    if not runs:
-        reasons.append(f"q={q} prompt {prompt_index}: no reference-exact request was recorded")
-    if not banner_seen:
-        reasons.append(f"q={q}: the reference-exact activation banner '[ds4-spec] reference-exact verifier:' is missing")
+@dataclass(frozen=True)
+class _Parity:
+    """Clause 1 for one cell: how many requests gave the target-only IDs, the first mismatch, reasons."""
 
+    requests: int
+    mismatch: Mismatch | None
+    reasons: list[str]
+
+
+def _parity(where: str, target_ids: Sequence[int], checks: Sequence[RequestCheck], runs: Sequence[Observed]) -> _Parity:
     parity = 0
     mismatch: Mismatch | None = None
     # Requests that differ in the same way are reported once, naming all of them.
     differing: dict[str, list[int]] = {}
-    if target_ids is not None:
-        for check, obs in zip(checks, runs, strict=True):
-            if check.trace is None:
-                continue
-            found = first_mismatch(target_ids, check.trace.ids)
-            if found is None:
-                parity += 1
-            else:
-                mismatch = mismatch or found
-                differing.setdefault(found.describe(), []).append(obs.repeat + 1)
+    for check, obs in zip(checks, runs, strict=True):
+        if check.trace is None:
+            continue
+        found = first_mismatch(target_ids, check.trace.ids)
+        if found is None:
+            parity += 1
+        else:
+            mismatch = mismatch or found
+            differing.setdefault(found.describe(), []).append(obs.repeat + 1)
+    reasons = []
     for description, requests in differing.items():
         which = f"request {requests[0]}" if len(requests) == 1 else f"requests {', '.join(map(str, requests))}"
-        reasons.append(f"q={q} prompt {prompt_index} {which}: token IDs differ: {description}")
+        reasons.append(f"{where} {which}: token IDs differ: {description}")
+    return _Parity(parity, mismatch, reasons)
 
-    present = [t for t in traces if t is not None]
-    repeats_identical = len(present) == len(runs) and all(t.ids == present[0].ids for t in present)
-    if len(present) == len(runs) and not repeats_identical:
-        reasons.append(f"q={q} prompt {prompt_index}: repeated requests on one server gave different token IDs")
-    counters = [s.counters() for s in summaries if s is not None]
-    counters_identical = len(counters) == len(runs) and all(c == counters[0] for c in counters)
-    if len(counters) == len(runs) and not counters_identical:
-        reasons.append(f"q={q} prompt {prompt_index}: repeated requests on one server gave different speculation counters")
 
-    first_summary = next((s for s in summaries if s is not None), None)
-    first_trace = present[0] if present else None
-    rejection = bool(counters) and all(s.matched < s.offered for s in summaries if s is not None) and (
-        len(counters) == len(runs)
-    )
+@dataclass(frozen=True)
+class _Repeats:
+    """Clause 3 for one cell: the repeats of a prompt on one server agree on IDs and counters."""
+
+    ids_identical: bool
+    counters_identical: bool
+    rejection: bool
+    reasons: list[str]
+
+
+def _repeats(where: str, checks: Sequence[RequestCheck], runs: int) -> _Repeats:
+    reasons = []
+    present = [c.trace for c in checks if c.trace is not None]
+    ids_identical = len(present) == runs and all(t.ids == present[0].ids for t in present)
+    if len(present) == runs and not ids_identical:
+        reasons.append(f"{where}: repeated requests on one server gave different token IDs")
+    summaries = [c.summary for c in checks if c.summary is not None]
+    counters = [s.counters() for s in summaries]
+    counters_identical = len(counters) == runs and all(c == counters[0] for c in counters)
+    if len(counters) == runs and not counters_identical:
+        reasons.append(f"{where}: repeated requests on one server gave different speculation counters")
+    rejection = bool(counters) and len(counters) == runs and all(s.matched < s.offered for s in summaries)
+    return _Repeats(ids_identical, counters_identical, rejection, reasons)
+
+
+def judge_width_prompt(
+    q: int, prompt_index: int, prompt_sha256: str, observed: Sequence[Observed], reference: TargetReference,
+    banner_seen: bool,
+    server_problems: Sequence[str] = (),
+) -> PromptResult:
+    """One width x prompt cell of the results: clauses 1-5 and 7."""
+    where = f"q={q} prompt {prompt_index}"
+    runs = [o for o in observed if o.prompt_index == prompt_index]
+    checks = [check_spec_request(o, q) for o in runs]
+    reasons = [f"q={q}: {p}" for p in server_problems]
+    reasons += list(dict.fromkeys(r for c in checks for r in c.reasons))
+    if not runs:
+        reasons.append(f"{where}: no reference-exact request was recorded")
+    if not banner_seen:
+        reasons.append(f"q={q}: the reference-exact activation banner '[ds4-spec] reference-exact verifier:' is missing")
+    target_ids = reference.ids.get(prompt_index)
+    parity = _parity(where, target_ids, checks, runs) if target_ids is not None else _Parity(0, None, [])
+    repeats = _repeats(where, checks, len(runs))
+    reasons += parity.reasons + repeats.reasons
+    verdict: Verdict
     if target_ids is None:
         verdict = ERROR if not reference.deterministic or reference.verdict == ERROR else FAIL
-        reasons.append(f"q={q} prompt {prompt_index}: no usable target-only reference for this prompt")
+        reasons.append(f"{where}: no usable target-only reference for this prompt")
     else:
         verdict = FAIL if reasons else PASS
+    first_trace = next((c.trace for c in checks if c.trace is not None), None)
+    first_summary = next((c.summary for c in checks if c.summary is not None), None)
     return {
         "prompt_index": prompt_index,
         "prompt_sha256": prompt_sha256,
         "verdict": verdict,
         "reasons": reasons,
         "requests": len(runs),
-        "parity_requests": parity,
+        "parity_requests": parity.requests,
         "tokens_target": len(target_ids) if target_ids is not None else None,
         "tokens_spec": len(first_trace.ids) if first_trace else None,
         "steps": first_summary.steps if first_summary else None,
         "matched": first_summary.matched if first_summary else None,
         "offered": first_summary.offered if first_summary else None,
-        "rejection_observed": rejection,
+        "rejection_observed": repeats.rejection,
         "full_snap": (first_summary.full_snap == 1) if first_summary else None,
         "banner": banner_seen,
-        "repeats_identical": repeats_identical,
-        "counters_identical": counters_identical,
-        "mismatch": _mismatch_json(mismatch) if mismatch else None,
+        "repeats_identical": repeats.ids_identical,
+        "counters_identical": repeats.counters_identical,
+        "mismatch": _mismatch_json(parity.mismatch) if parity.mismatch else None,
     }

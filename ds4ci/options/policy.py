@@ -10,10 +10,12 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import Final
 
-TARGET_ONLY = "target-only"
-REFERENCE_EXACT = "reference-exact"
+from ds4ci.records import Arm, InheritedVariable
+
+TARGET_ONLY: Final = "target-only"
+REFERENCE_EXACT: Final = "reference-exact"
 
 ENV_PREFIXES = ("DFLASH_", "LUCE_")  # builds read DFLASH_DS4_* (older) or LUCE_DS4_* (newer), no fallback
 POLICY_PREFIXES = (
@@ -45,7 +47,7 @@ def is_policy(name: str) -> bool:
 
 @dataclass(frozen=True)
 class ArmEnvironment:
-    arm: str
+    arm: Arm
     q: int | None
     env: Mapping[str, str]  # the complete environment the server process gets
 
@@ -81,7 +83,7 @@ def _sanitised(inherited: Mapping[str, str]) -> dict[str, str]:
     return {k: v for k, v in inherited.items() if not is_policy(k) and k not in CREDENTIAL_VARIABLES}
 
 
-def provenance(inherited: Mapping[str, str]) -> list[dict[str, Any]]:
+def provenance(inherited: Mapping[str, str]) -> list[InheritedVariable]:
     """Every inherited variable of the provenance families: name, value, and whether servers get it."""
     return [
         {"name": name, "value": value, "passed": not is_policy(name)}

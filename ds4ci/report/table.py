@@ -2,12 +2,12 @@
 
 from __future__ import annotations
 
-from typing import Any
+from ds4ci.records import Results
 
 HEADERS = ("width", "token parity", "steps", "matched/offered", "rejection observed", "full_snap", "verdict")
 
 
-def _cell(value: Any) -> str:
+def _cell(value: object) -> str:
     if value is None:
         return "-"
     if isinstance(value, bool):
@@ -15,7 +15,7 @@ def _cell(value: Any) -> str:
     return str(value)
 
 
-def rows(doc: dict[str, Any]) -> list[tuple[str, ...]]:
+def rows(doc: Results) -> list[tuple[str, ...]]:
     out: list[tuple[str, ...]] = []
     for width in doc["widths"]:
         cells = width["prompts"]
@@ -33,7 +33,7 @@ def rows(doc: dict[str, Any]) -> list[tuple[str, ...]]:
     return out
 
 
-def render(doc: dict[str, Any]) -> str:
+def render(doc: Results) -> str:
     body = rows(doc)
     widths = [max(len(h), *(len(r[i]) for r in body)) if body else len(h) for i, h in enumerate(HEADERS)]
 

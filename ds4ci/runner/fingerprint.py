@@ -16,8 +16,9 @@ import socket
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Literal
+from typing import Literal
 
+from ds4ci.records import FingerprintRecord, GpuRecord
 from ds4ci.runner.probes import ProbeResult, ProbeSpec, run_probes
 
 HealthStatus = Literal["ok", "unhealthy", "timeout", "unknown"]
@@ -345,8 +346,8 @@ def assess_health(results: Mapping[str, ProbeResult]) -> tuple[HealthStatus, str
     return "unknown", "no GPU tool found (nvidia-smi, rocminfo): GPU health was not checked"
 
 
-def _gpus(results: Mapping[str, ProbeResult], amd_driver: str | None) -> list[dict[str, Any]]:
-    gpus: list[dict[str, Any]] = []
+def _gpus(results: Mapping[str, ProbeResult], amd_driver: str | None) -> list[GpuRecord]:
+    gpus: list[GpuRecord] = []
     smi = _ok_text(results, "nvidia-smi")
     if smi is not None:
         for gpu in parse_nvidia_smi_csv(smi):
@@ -374,7 +375,7 @@ def _gpus(results: Mapping[str, ProbeResult], amd_driver: str | None) -> list[di
     return gpus[:MAX_GPUS]
 
 
-def assemble(results: Mapping[str, ProbeResult], uname: os.uname_result | None = None) -> dict[str, Any]:
+def assemble(results: Mapping[str, ProbeResult], uname: os.uname_result | None = None) -> FingerprintRecord:
     """Build the schema's ``fingerprint`` object from probe results (no I/O besides uname)."""
     uts = uname if uname is not None else os.uname()
     roc_text = _ok_text(results, "rocminfo")
@@ -429,7 +430,7 @@ def collect(
     *,
     env: Mapping[str, str] | None = None,
     files: HostFiles | None = None,
-) -> tuple[dict[str, Any], dict[str, ProbeResult]]:
+) -> tuple[FingerprintRecord, dict[str, ProbeResult]]:
     """Run every probe under ``deadline_s``; return the fingerprint and the raw probe results."""
     environ = dict(os.environ if env is None else env)
     specs = probe_specs(environ, files or HostFiles())
@@ -442,7 +443,7 @@ def collect(
     return fp, results
 
 
-def fingerprint(deadline_s: float = 20.0, progress: Callable[[str], None] | None = None) -> dict[str, Any]:
+def fingerprint(deadline_s: float = 20.0, progress: Callable[[str], None] | None = None) -> FingerprintRecord:
     """The ``fingerprint`` object of results.json v1 for this machine, within ~deadline_s."""
     fp, _ = collect(deadline_s, progress)
     return fp

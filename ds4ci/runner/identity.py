@@ -29,6 +29,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from ds4ci import records
 from ds4ci.errors import NoVerdictError, UsageError
 from ds4ci.fileio import write_text_atomic
 from ds4ci.log import ByteProgress, Logger, as_logger
@@ -57,7 +58,7 @@ class FileIdentity:
     pinned: str | None
     verified: bool
 
-    def to_json(self) -> dict[str, object]:
+    def to_json(self) -> records.FileIdentity:
         """The schema's ``file_identity`` object."""
         return {
             "role": self.role,

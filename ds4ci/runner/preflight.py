@@ -18,6 +18,7 @@ from pathlib import Path
 from typing import Any
 
 from ds4ci.options.config import DEFAULT_STALE_OVERRIDE_FILES, GateConfig
+from ds4ci.records import FingerprintRecord
 from ds4ci.runner import busy
 from ds4ci.runner.fingerprint import fingerprint
 
@@ -30,7 +31,7 @@ _SNIPPET_BYTES = 64
 class PreflightReport:
     runner: str
     problems: tuple[str, ...]
-    fingerprint: dict[str, Any]
+    fingerprint: FingerprintRecord
     busy: dict[str, Any] | None = None  # ds4ci.runner.busy record, set only when the runner ended busy
 
     @property
@@ -128,7 +129,7 @@ def check_ready(config: GateConfig) -> list[str]:
     ]
 
 
-def health_problems(fp: dict[str, Any]) -> list[str]:
+def health_problems(fp: FingerprintRecord) -> list[str]:
     """A hung or failing GPU stack is a problem; no GPU tool at all ("unknown") is not."""
     health = fp["health"]
     if health["status"] == "timeout":

@@ -15,9 +15,9 @@ import os
 import re
 import subprocess
 from pathlib import Path
-from typing import Any
 
 from ds4ci.errors import NoVerdictError, UsageError
+from ds4ci.records import Revision, RevisionsRecord, SyntheticMerge
 
 MAX_TEXT = 4096  # the schema's "text" limit
 MAX_CONFLICTS = 1000  # the schema's limit on listed conflicting paths
@@ -83,7 +83,7 @@ def check_repo(repo_dir: Path, timeout_s: float) -> None:
         )
 
 
-def resolve(repo_dir: Path, ref: str, what: str, timeout_s: float) -> dict[str, Any]:
+def resolve(repo_dir: Path, ref: str, what: str, timeout_s: float) -> Revision:
     """The schema's ``revision`` object for one ref: {"ref", "sha", "subject"}."""
     validate_ref(ref, what)
     proc = git(repo_dir, ["rev-parse", "--verify", "--quiet", "--end-of-options", f"{ref}^{{commit}}"], timeout_s)
@@ -110,11 +110,11 @@ def merge_base(repo_dir: Path, a: str, b: str, timeout_s: float) -> str | None:
     raise UsageError(f"git merge-base {a} {b} failed in {repo_dir}: {_text(proc.stderr).strip()[:300]}")
 
 
-def not_computed() -> dict[str, Any]:
+def not_computed() -> SyntheticMerge:
     return {"status": "not_computed", "tree": None, "conflicts": []}
 
 
-def synthetic_merge(repo_dir: Path, head_sha: str, other_sha: str, timeout_s: float) -> dict[str, Any]:
+def synthetic_merge(repo_dir: Path, head_sha: str, other_sha: str, timeout_s: float) -> SyntheticMerge:
     """Merge ``other`` into ``head`` in memory only: clean with its tree, or the conflicting paths."""
     proc = git(
         repo_dir,
@@ -162,7 +162,7 @@ def collect(
     base_ref: str | None,
     upstream_ref: str | None,
     timeout_s: float = 60.0,
-) -> dict[str, Any]:
+) -> RevisionsRecord:
     """The schema's ``revisions`` object for ``repo_dir``.
 
     merge_base and the synthetic merge pair head with base, or with upstream when no base is

@@ -15,7 +15,7 @@ from collections.abc import Callable, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from types import TracebackType
-from typing import IO, Union
+from typing import IO, Final, Union
 
 import psutil
 
@@ -23,8 +23,8 @@ from ds4ci.supervisor import procs
 from ds4ci.supervisor.procs import KilledProcess
 
 SHIM = Path(__file__).with_name("shim.py")
-NAMESPACE = "pid-namespace"
-FALLBACK = "subreaper+sweep"
+NAMESPACE: Final = "pid-namespace"
+FALLBACK: Final = "subreaper+sweep"
 STDOUT = subprocess.STDOUT
 DEFAULT_KILL_WAIT_S = 10.0
 _POLL_S = 0.02

@@ -9,6 +9,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
+from ds4ci.records import Containment
 from ds4ci.supervisor import procs
 from ds4ci.supervisor.child import (
     DEFAULT_KILL_WAIT_S,
@@ -68,7 +69,7 @@ class Supervisor:
         self.stale_killed: list[KilledProcess] = procs.sweep_stale() if sweep_stale else []
 
     @property
-    def containment(self) -> str | None:
+    def containment(self) -> Containment | None:
         """Which containment held for every command so far: the weakest one seen; None before any."""
         with self._lock:
             if FALLBACK in self._held:

@@ -20,6 +20,7 @@ from ds4ci.errors import PublishError, UsageError
 from ds4ci.evidence.results import load as load_results
 from ds4ci.github.verified import Published
 from ds4ci.report import render
+from ds4ci.report.sections import MARKER, parse_sections
 
 DATA = TESTS / "data" / "results"
 PASS = DATA / "pass.json"
@@ -60,7 +61,7 @@ def publish(fake: FakeGitHub, *results: Path, **kw: Any) -> int:
 
 
 def ours(fake: FakeGitHub) -> list[dict[str, Any]]:
-    return [c for c in fake.comments(42) if c["login"] == BOT_LOGIN and c["body"].startswith(render.MARKER)]
+    return [c for c in fake.comments(42) if c["login"] == BOT_LOGIN and c["body"].startswith(MARKER)]
 
 
 def cli(fake: FakeGitHub, *args: str, token: str = WRITE_TOKEN, extra_env: dict[str, str] | None = None
@@ -75,8 +76,8 @@ def cli(fake: FakeGitHub, *args: str, token: str = WRITE_TOKEN, extra_env: dict[
 
 
 def test_first_publish_then_rerun_updates_same_comment(fake: FakeGitHub) -> None:
-    fake.add_comment(42, "unrelated human comment " + render.MARKER, "alice")
-    fake.add_comment(42, render.MARKER + "\nforged by someone else", "mallory")
+    fake.add_comment(42, "unrelated human comment " + MARKER, "alice")
+    fake.add_comment(42, MARKER + "\nforged by someone else", "mallory")
     assert publish(fake, FAIL) == 0
     first = ours(fake)
     assert len(first) == 1 and "❌ fail" in first[0]["body"]
@@ -164,7 +165,7 @@ def test_per_runner_publishers_merge_sections(fake: FakeGitHub) -> None:
     assert publish(fake, PASS) == 0
     assert publish(fake, CONTROL) == 0
     body = ours(fake)[0]["body"]
-    assert {s.runner for s in render.parse_sections(body)} == {"gfx1151", "cuda-3090"}
+    assert {s.runner for s in parse_sections(body)} == {"gfx1151", "cuda-3090"}
 
 
 def test_concurrent_publishers_leave_one_comment_with_both_sections(fake: FakeGitHub) -> None:
@@ -184,7 +185,7 @@ def test_concurrent_publishers_leave_one_comment_with_both_sections(fake: FakeGi
     assert errors == []
     comments = ours(fake)
     assert len(comments) == 1
-    assert {s.runner for s in render.parse_sections(comments[0]["body"])} == {"gfx1151", "gfx1151-b", "cuda-3090"}
+    assert {s.runner for s in parse_sections(comments[0]["body"])} == {"gfx1151", "gfx1151-b", "cuda-3090"}
 
 
 def test_concurrent_processes_leave_one_comment(fake: FakeGitHub) -> None:
@@ -202,7 +203,7 @@ def test_concurrent_processes_leave_one_comment(fake: FakeGitHub) -> None:
         assert proc.returncode == 0, err
     comments = ours(fake)
     assert len(comments) == 1
-    assert {s.runner for s in render.parse_sections(comments[0]["body"])} == {"gfx1151", "gfx1151-b"}
+    assert {s.runner for s in parse_sections(comments[0]["body"])} == {"gfx1151", "gfx1151-b"}
 
 
 def test_duplicates_from_a_race_are_folded_into_the_oldest(fake: FakeGitHub) -> None:
@@ -213,7 +214,7 @@ def test_duplicates_from_a_race_are_folded_into_the_oldest(fake: FakeGitHub) -> 
     assert publish(fake, PASS) == 0
     comments = ours(fake)
     assert [c["id"] for c in comments] == [oldest]
-    assert {s.runner for s in render.parse_sections(comments[0]["body"])} == {"gfx1151", "gfx1151-b", "cuda-3090"}
+    assert {s.runner for s in parse_sections(comments[0]["body"])} == {"gfx1151", "gfx1151-b", "cuda-3090"}
 
 
 def test_server_errors_then_success(fake: FakeGitHub) -> None:
@@ -298,7 +299,7 @@ def test_dry_run_sends_nothing_and_needs_no_token(
     monkeypatch.delenv("GITHUB_TOKEN")
     assert publish(fake, PASS, CONTROL, dry_run=True) == 0
     out = capsys.readouterr().out
-    assert render.MARKER in out
+    assert MARKER in out
     assert "ds4ci/gfx1151=success" in out and "ds4ci/cuda-3090=error" in out
     assert fake.requests == []
 

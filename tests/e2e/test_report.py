@@ -16,6 +16,7 @@ from paths import ROOT, TESTS
 
 from ds4ci.evidence.results import load, validate
 from ds4ci.report import markdown, render
+from ds4ci.report.sections import MARKER, parse_sections
 
 DATA = TESTS / "data" / "results"
 GOLDEN = TESTS / "golden"
@@ -49,7 +50,7 @@ def check_golden(name: str, text: str) -> None:
 )
 def test_comment_matches_golden(golden: str, names: list[str]) -> None:
     body, _ = render.render([doc(n) for n in names], kind="comment", run_url=RUN_URL)
-    assert body.startswith(render.MARKER + "\n")
+    assert body.startswith(MARKER + "\n")
     check_golden(golden, body)
 
 
@@ -77,7 +78,7 @@ def test_comment_content_requirements() -> None:
 
 def test_sections_round_trip_and_merge() -> None:
     body, sections = render.render([doc("pass"), doc("negative-control")], run_url=RUN_URL)
-    parsed = render.parse_sections(body)
+    parsed = parse_sections(body)
     assert [(s.runner, s.state, s.digest) for s in parsed] == [(s.runner, s.state, s.digest) for s in sections]
     # A publisher for one runner keeps the other runner's section from the existing comment.
     body2, merged = render.render([doc("fail")], run_url=RUN_URL, existing=parsed)
@@ -124,7 +125,7 @@ def test_hostile_strings_are_neutralised(kind: str) -> None:
     assert body.count("<!-- ds4ci:sticky-comment -->") == (1 if kind == "comment" else 0)
     assert body.count("<!-- ds4ci:section v=1") == 1
     assert body.count("<!-- ds4ci:section-end") == 1
-    assert len(render.parse_sections(body if kind == "comment" else render.MARKER + body)) == 1
+    assert len(parse_sections(body if kind == "comment" else MARKER + body)) == 1
     text = _outside_code(body)
     assert "<script" not in text and "<b>" not in text
     assert not re.search(r"@[A-Za-z0-9]", text), "an @mention survived outside code"
@@ -194,7 +195,7 @@ def test_template_dir_overrides_bundled(tmp_path: Path) -> None:
     (tmp_path / "pending.md.j2").write_text("unused")
     (tmp_path / "comment.md.j2").write_text("CUSTOM {{ rows | length }} {{ '<b>' }}\n")
     body, _ = render.render([doc("pass")], template_dir=tmp_path)
-    assert body == render.MARKER + "\nCUSTOM 1 &lt;b&gt;\n"  # values still escaped by finalize
+    assert body == MARKER + "\nCUSTOM 1 &lt;b&gt;\n"  # values still escaped by finalize
 
 
 def run_cli(*args: str) -> subprocess.CompletedProcess[str]:

@@ -1,0 +1,294 @@
+"""The typed shape of ``results.json``: one ``TypedDict`` per object of the v1 JSON Schema.
+
+The schema (``ds4ci/evidence/schema/result-v1.json``) is the authority on what a results file may
+contain and is what untrusted files are validated against; these records let ``mypy --strict``
+check every field the gate writes and every field verify, report and publish read.
+``tests/unit/evidence/test_records.py`` walks both and fails on any field, optional key or type
+present on one side only.
+
+They live in the base stage because results are assembled from every stage below the gate: the
+runner's fingerprint and revisions, the judging stage's cells, the gate's checks and build.
+Where the schema is open (``additionalProperties``), the record is a ``dict[str, ...]``.
+No ``from __future__ import annotations`` here: ``NotRequired`` must be seen when a class is made.
+"""
+
+import sys
+from typing import Literal, TypedDict
+
+if sys.version_info >= (3, 11):
+    from typing import NotRequired
+else:  # pragma: no cover - Python 3.10
+    from typing_extensions import NotRequired
+
+Verdict = Literal["pass", "fail", "error", "not_run"]
+ExitCode = Literal[0, 1, 2, 3]
+StepStatus = Literal["pass", "fail", "error"]
+CheckParser = Literal["junit", "ctest", "build-progress", "compute-sanitizer", "exit-code"]
+RunnerRole = Literal["gate", "negative-control"]
+EnvPrefix = Literal["DFLASH_", "LUCE_"]
+Scope = Literal["full", "focused"]
+Arm = Literal["target-only", "reference-exact"]
+Containment = Literal["pid-namespace", "subreaper+sweep"]
+
+
+class FileIdentity(TypedDict):
+    """One input file: its role, where it was read, its size and SHA-256, the pin it was checked against."""
+
+    role: str
+    path: str
+    size: int
+    sha256: str
+    pinned: str | None
+    verified: bool
+
+
+class MismatchRecord(TypedDict):
+    """The first differing token position and a window of IDs around it from both arms."""
+
+    position: int
+    window_start: int
+    target_ids: list[int]
+    spec_ids: list[int]
+    target_len: int
+    spec_len: int
+
+
+class PromptResult(TypedDict):
+    """One width x prompt cell: parity, speculation counters and why it failed."""
+
+    prompt_index: int
+    prompt_sha256: str
+    verdict: Verdict
+    reasons: list[str]
+    requests: int
+    tokens_target: int | None
+    tokens_spec: int | None
+    parity_requests: int
+    steps: int | None
+    matched: int | None
+    offered: int | None
+    rejection_observed: bool
+    full_snap: bool | None
+    banner: bool
+    repeats_identical: bool
+    counters_identical: bool
+    mismatch: MismatchRecord | None
+
+
+class WidthResult(TypedDict):
+    """One reference-exact server (one width q) and its cells."""
+
+    q: int
+    verdict: Verdict
+    reasons: list[str]
+    prompts: list[PromptResult]
+    server_log: str | None
+    server_start_s: float | None
+
+
+class Revision(TypedDict):
+    ref: str | None
+    sha: str
+    subject: NotRequired[str]
+
+
+class CheckResult(TypedDict):
+    """One extra check ([[checks]]): its command, parsed counts and log tail."""
+
+    name: str
+    parser: CheckParser
+    command: str
+    status: StepStatus
+    passed: int | None
+    failed: int | None
+    skipped: int | None
+    total: int | None
+    duration_s: float
+    exit_code: int | None
+    summary: str
+    log_tail: str
+
+
+class RunnerInfo(TypedDict):
+    name: str
+    role: RunnerRole
+    negative_control_for: NotRequired[str | None]
+
+
+class ServerTiming(TypedDict):
+    arm: Arm
+    q: int | None
+    ready_s: float | None
+    run_s: float | None
+
+
+class Timings(TypedDict):
+    total_s: float
+    hashing_s: float
+    servers: list[ServerTiming]
+
+
+class Identities(TypedDict):
+    """Every input file's identity (null before hashing ran)."""
+
+    server_bin: FileIdentity | None
+    target: FileIdentity | None
+    draft: FileIdentity | None
+    prompts: list[FileIdentity]
+
+
+class RecordedSettings(TypedDict):
+    """The settings the run used, as sealed in attempt.json."""
+
+    widths: list[int]
+    max_tokens: int
+    seed: int
+    repeats: int
+    target_device: str
+    max_ctx: int
+    chunk: int
+    mmvq_max_ncols: int
+    startup_timeout_s: float
+    request_timeout_s: float
+    stop_timeout_s: float
+    server_args: NotRequired[list[str]]
+    env_prefixes: NotRequired[list[EnvPrefix]]
+    log_cap_mib: NotRequired[int]
+    request_body: NotRequired[dict[str, object]]
+    configured_widths: NotRequired[list[int]]
+    scope: NotRequired[Scope]
+
+
+class PolicyRecord(TypedDict):
+    """The policy part of each arm's environment."""
+
+    common: dict[str, str]
+    removed: list[str]
+    arms: dict[str, dict[str, str]]
+    difference: list[str]
+
+
+class ServerInfo(TypedDict):
+    name: str | None
+    version: str | None
+
+
+class TargetPrompt(TypedDict):
+    prompt_index: int
+    n: int | None
+    ids_sha256: str | None
+
+
+class TargetOnlyResult(TypedDict):
+    """The target-only server: the oracle every width is compared against."""
+
+    verdict: Verdict
+    reasons: list[str]
+    deterministic: bool
+    prompts: list[TargetPrompt]
+    server_log: str | None
+
+
+class EvidenceRecord(TypedDict):
+    dir: str
+    manifest_sha256: str | None
+    diagnostics: str | None
+
+
+class GpuRecord(TypedDict):
+    vendor: Literal["nvidia", "amd", "unknown"]
+    name: str
+    arch: NotRequired[str | None]
+    memory_mib: NotRequired[int | None]
+    driver: NotRequired[str | None]
+
+
+class HealthRecord(TypedDict):
+    status: Literal["ok", "unhealthy", "timeout", "unknown"]
+    detail: str
+
+
+ProbeStatus = Literal["ok", "missing", "timeout", "failed"]
+
+
+class FingerprintRecord(TypedDict):
+    """Hardware, driver and toolchain of the runner (``ds4ci preflight``)."""
+
+    gpus: list[GpuRecord]
+    health: HealthRecord
+    toolchain: dict[str, str | None]
+    host: dict[str, str | None]
+    probes: dict[str, ProbeStatus]
+
+
+class SyntheticMerge(TypedDict):
+    status: Literal["clean", "conflict", "not_computed"]
+    tree: str | None
+    conflicts: list[str]
+
+
+class RevisionsRecord(TypedDict):
+    """Exactly which commits the evidence is for (``ds4ci revisions``)."""
+
+    head: Revision
+    base: Revision | None
+    upstream: Revision | None
+    merge_base: str | None
+    synthetic_merge: SyntheticMerge
+    last_validated_predecessor: str | None
+    dirty: NotRequired[bool | None]
+
+
+class InheritedVariable(TypedDict):
+    name: str
+    value: str
+    passed: bool
+
+
+class Provenance(TypedDict):
+    inherited: list[InheritedVariable]
+
+
+class BuildRecord(TypedDict):
+    """The [build] step: the server under test built from the PR."""
+
+    command: str
+    cwd: str
+    server_bin: str
+    status: StepStatus
+    exit_code: int | None
+    duration_s: float
+    targets_built: int | None
+    targets_total: int | None
+    summary: str
+    log_tail: str
+
+
+class Results(TypedDict):
+    """One runner's ``results.json``."""
+
+    schema: Literal["ds4ci/result/v1"]
+    ds4ci_version: str
+    runner: RunnerInfo
+    verdict: Verdict
+    reasons: list[str]
+    exit_code: ExitCode
+    started_at: str
+    finished_at: str
+    timings: Timings
+    identities: Identities
+    settings: RecordedSettings
+    policy: PolicyRecord
+    server: ServerInfo
+    target_only: TargetOnlyResult
+    widths: list[WidthResult]
+    evidence: EvidenceRecord
+    fingerprint: FingerprintRecord | None
+    revisions: RevisionsRecord | None
+    checks: list[CheckResult]
+    reproduce: str
+    provenance: NotRequired[Provenance]
+    warnings: NotRequired[list[str]]
+    errors: NotRequired[list[str]]
+    containment: NotRequired[Containment | None]
+    build: NotRequired[BuildRecord | None]

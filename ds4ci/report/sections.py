@@ -1,0 +1,101 @@
+"""The sticky comment's section protocol: markers, :class:`Section`, parsing and merging.
+
+Runners finishing at different times share one comment: each runner's part is a
+:class:`Section` wrapped in HTML-comment markers that carry its identity (runner, role, state,
+head, results digest). A publisher for one runner parses the sections of the existing comment
+(:func:`parse_sections`), replaces its own and keeps the others (:func:`merge_sections`).
+Rendering a section's body is :mod:`ds4ci.report.render`'s job.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import re
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
+
+from ds4ci.records import Results
+from ds4ci.report.markdown import Trusted
+
+MARKER = "<!-- ds4ci:sticky-comment -->"
+STATES = ("pass", "fail", "error", "not_run", "pending", "unverified")
+UNVERIFIED = "unverified"  # a result no bundle backs (e.g. a fork's artifact): shown, never as a pass
+
+_RUNNER_RE = r"[A-Za-z0-9][A-Za-z0-9._-]{0,62}"
+_SECTION_RE = re.compile(
+    r"^<!-- ds4ci:section v=1 runner=(?P<runner>" + _RUNNER_RE + r") role=(?P<role>gate|negative-control)"
+    r" state=(?P<state>pass|fail|error|not_run|pending|unverified) head=(?P<head>[0-9a-f]{40}|none)"
+    r" digest=(?P<digest>[0-9a-f]{64}|none) -->\n(?P<body>.*?)\n<!-- ds4ci:section-end runner=(?P=runner) -->$",
+    re.MULTILINE | re.DOTALL,
+)
+
+
+@dataclass(frozen=True)
+class Section:
+    """One runner's rendered part of the comment plus the identity carried in its marker."""
+
+    runner: str
+    role: str
+    state: str
+    head: str | None
+    digest: str | None
+    body: str
+
+    def text(self) -> Trusted:
+        meta = (
+            f"<!-- ds4ci:section v=1 runner={self.runner} role={self.role} state={self.state} "
+            f"head={self.head or 'none'} digest={self.digest or 'none'} -->"
+        )
+        return Trusted(f"{meta}\n{self.body}\n<!-- ds4ci:section-end runner={self.runner} -->")
+
+
+def results_digest(doc: Results) -> str:
+    """SHA-256 of the canonical JSON of a results document (identifies it in the comment)."""
+    canonical = json.dumps(doc, sort_keys=True, separators=(",", ":"), ensure_ascii=True, allow_nan=False)
+    return hashlib.sha256(canonical.encode("ascii")).hexdigest()
+
+
+def head_sha(doc: Results) -> str | None:
+    """The head commit a results document is for (None without revisions)."""
+    revisions = doc["revisions"]
+    return revisions["head"]["sha"] if revisions is not None else None
+
+
+def parse_sections(body: str) -> list[Section]:
+    """The runner sections embedded in one of our comments (malformed ones are ignored)."""
+    if not body.startswith(MARKER):
+        return []
+    sections = []
+    for match in _SECTION_RE.finditer(body):
+        head = match.group("head")
+        digest = match.group("digest")
+        sections.append(
+            Section(
+                runner=match.group("runner"),
+                role=match.group("role"),
+                state=match.group("state"),
+                head=None if head == "none" else head,
+                digest=None if digest == "none" else digest,
+                body=match.group("body"),
+            )
+        )
+    return sections
+
+
+def merge_sections(ours: Sequence[Section], existing: Iterable[Section]) -> list[Section]:
+    """Our sections replace same-runner ones; every other runner's section is kept (first wins).
+
+    An unverified section never replaces one that a verified run wrote for the same runner.
+    """
+    existing = list(existing)
+    trusted = {s.runner for s in existing if s.state != UNVERIFIED}
+    merged: dict[str, Section] = {s.runner: s for s in ours if not (s.state == UNVERIFIED and s.runner in trusted)}
+    for section in existing:
+        merged.setdefault(section.runner, section)
+    return order_sections(merged.values())
+
+
+def order_sections(sections: Iterable[Section]) -> list[Section]:
+    # A stable order keeps an unchanged comment byte-identical (no needless edit).
+    return sorted(sections, key=lambda s: (s.role != "gate", s.runner))
