@@ -2,11 +2,12 @@
 
 from __future__ import annotations
 
+import json
 import os
 import sys
 from collections.abc import Mapping
 from pathlib import Path
-from typing import Any
+from typing import Any, TextIO
 
 from ds4ci.errors import NoVerdictError, UsageError
 from ds4ci.evidence import bundle, results, store
@@ -34,24 +35,47 @@ def refuse_credentials(environ: Mapping[str, str]) -> None:
     print(f"ds4ci: warning: {message}", file=sys.stderr)
 
 
-def run_gate_command(config_file: Path | None, overrides: Mapping[str, Any]) -> int:
+def summary(doc: dict[str, Any], cfg: config.GateConfig) -> dict[str, Any]:
+    """``ds4ci gate --json``: the outcome in one object (the full document is results.json)."""
+    return {
+        "verdict": doc["verdict"],
+        "exit_code": doc["exit_code"],
+        "runner": doc["runner"]["name"],
+        "scope": doc["settings"]["scope"],
+        "reasons": doc["reasons"],
+        "evidence": {"dir": doc["evidence"]["dir"], "manifest_sha256": doc["evidence"]["manifest_sha256"]},
+        "results_out": str(cfg.results_out) if cfg.results_out is not None else None,
+        "bundle_out": str(cfg.bundle_out) if cfg.bundle_out is not None else None,
+        "widths": {str(w["q"]): w["verdict"] for w in doc["widths"]},
+    }
+
+
+def run_gate_command(config_file: Path | None, overrides: Mapping[str, Any], as_json: bool = False) -> int:
+    """Human lines (the table, output paths) go to stdout, or to stderr with ``as_json``."""
     refuse_credentials(os.environ)
     cfg = config.load(config_file, overrides)
     outcome = run_gate(cfg)
-    print(table.render(outcome.results))
+    human = sys.stderr if as_json else sys.stdout
+    print(table.render(outcome.results), file=human)
+    _write_outputs(cfg, outcome.results, human)
+    if as_json:
+        sys.stdout.write(json.dumps(summary(outcome.results, cfg), indent=2, sort_keys=True) + "\n")
+    return outcome.exit_code
+
+
+def _write_outputs(cfg: config.GateConfig, doc: dict[str, Any], human: TextIO) -> None:
     if cfg.results_out is not None:
         try:
-            results.write_atomic(cfg.results_out, outcome.results)
+            results.write_atomic(cfg.results_out, doc)
         except OSError as exc:
             raise NoVerdictError(f"cannot write --results-out {cfg.results_out}: {exc.strerror or exc}") from exc
-        print(f"results: {cfg.results_out}")
+        print(f"results: {cfg.results_out}", file=human)
     if cfg.bundle_out is not None:
-        final = Path(outcome.results["evidence"]["dir"])
-        if outcome.results["evidence"]["manifest_sha256"] is None:
+        final = Path(doc["evidence"]["dir"])
+        if doc["evidence"]["manifest_sha256"] is None:
             raise NoVerdictError(f"no sealed evidence to archive as --bundle-out {cfg.bundle_out}; see {final}")
         try:
             bundle.write_archive(final, cfg.bundle_out, store.sealed_files(final))
         except OSError as exc:
             raise NoVerdictError(f"cannot write --bundle-out {cfg.bundle_out}: {exc.strerror or exc}") from exc
-        print(f"bundle: {cfg.bundle_out}")
-    return outcome.exit_code
+        print(f"bundle: {cfg.bundle_out}", file=human)
