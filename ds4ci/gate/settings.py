@@ -29,7 +29,10 @@ def _text(value: Any) -> str:
         return str(value.absolute())
     if isinstance(value, tuple):
         return ",".join(str(item) for item in value)
-    return f"{value:g}" if isinstance(value, float) else str(value)
+    if isinstance(value, float):  # short where exact (600, not 600.0), else every digit
+        short = f"{value:g}"
+        return short if float(short) == value else repr(value)
+    return str(value)
 
 
 def reproduce_args(cfg: GateConfig) -> list[str]:

@@ -147,7 +147,7 @@ def test_reproduce_command_round_trips_through_the_cli(tmp_path: Path) -> None:
         "--prompt-file", str(tmp_path / "q.txt"), "--prompt-sha256", "c" * 64,
         "--runner", "r9", "--widths", "3,5", "--max-tokens", "17", "--seed", str(2**64 - 1), "--repeats", "3",
         "--target-device", "cuda:1", "--max-ctx", "2048", "--chunk", "64", "--mmvq-max-ncols", "9",
-        "--startup-timeout", "12.5", "--request-timeout", "1e5", "--stop-timeout", "7",
+        "--startup-timeout", "123456.7", "--request-timeout", "1e5", "--stop-timeout", "7",
         "--server-arg=--flag", "--server-arg", "value", "--log-cap-mib", "3",
         "--evidence-dir", str(tmp_path / "ev"), "--source-dir", str(tmp_path), "--base-ref", "origin/main",
         "--upstream-ref", "upstream/main",
