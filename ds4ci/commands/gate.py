@@ -2,11 +2,13 @@
 
 from __future__ import annotations
 
+import json
 import os
 import re
+import sys
 from collections.abc import Mapping
 from pathlib import Path
-from typing import Any
+from typing import Any, TextIO
 
 from ds4ci.errors import Ds4ciError, NoVerdictError, UsageError
 from ds4ci.evidence import bundle, results, store
@@ -14,6 +16,7 @@ from ds4ci.gate.annotations import annotation_path, announce
 from ds4ci.gate.run import GateOutcome, run_gate
 from ds4ci.log import Logger
 from ds4ci.options import config
+from ds4ci.records import Results
 from ds4ci.report import table
 
 # Write credentials a GitHub job may carry. The gate runs the pull request's code (the server it
@@ -42,7 +45,23 @@ def _toml_line(exc: BaseException) -> int | None:
     return int(match.group(1)) if match else None
 
 
-def run_gate_command(config_file: Path | None, overrides: Mapping[str, Any]) -> int:
+def summary(doc: Results, cfg: config.GateConfig) -> dict[str, Any]:
+    """``ds4ci gate --json``: the outcome in one object (the full document is results.json)."""
+    return {
+        "verdict": doc["verdict"],
+        "exit_code": doc["exit_code"],
+        "runner": doc["runner"]["name"],
+        "scope": doc["settings"].get("scope"),
+        "reasons": doc["reasons"],
+        "evidence": {"dir": doc["evidence"]["dir"], "manifest_sha256": doc["evidence"]["manifest_sha256"]},
+        "results_out": str(cfg.results_out) if cfg.results_out is not None else None,
+        "bundle_out": str(cfg.bundle_out) if cfg.bundle_out is not None else None,
+        "widths": {str(w["q"]): w["verdict"] for w in doc["widths"]},
+    }
+
+
+def run_gate_command(config_file: Path | None, overrides: Mapping[str, Any], as_json: bool = False) -> int:
+    """Human lines (the table, output paths) go to stdout, or to stderr with ``as_json``."""
     log = Logger.from_env()
     try:
         refuse_credentials(os.environ, log)
@@ -56,30 +75,34 @@ def run_gate_command(config_file: Path | None, overrides: Mapping[str, Any]) -> 
         log.annotate("error", str(exc), file=where, line=_toml_line(exc) if where else None, title="ds4ci gate: config")
         raise
     outcome = run_gate(cfg, log)
-    print(table.render(outcome.results))
+    human = sys.stderr if as_json else sys.stdout
+    print(table.render(outcome.results), file=human)
     try:
-        _write_outputs(cfg, outcome)
+        _write_outputs(cfg, outcome, human)
     except Ds4ciError as exc:  # the verdict cannot stand without its files: say why, not the verdict
         log.annotate("error", str(exc), title="ds4ci gate")
         raise
     announce(log, outcome.results)
+    if as_json:
+        sys.stdout.write(json.dumps(summary(outcome.results, cfg), indent=2, sort_keys=True) + "\n")
     return outcome.exit_code
 
 
-def _write_outputs(cfg: config.GateConfig, outcome: GateOutcome) -> None:
+def _write_outputs(cfg: config.GateConfig, outcome: GateOutcome, human: TextIO) -> None:
     """--results-out and --bundle-out, when asked for."""
+    doc = outcome.results
     if cfg.results_out is not None:
         try:
-            results.write_atomic(cfg.results_out, outcome.results)
+            results.write_atomic(cfg.results_out, doc)
         except OSError as exc:
             raise NoVerdictError(f"cannot write --results-out {cfg.results_out}: {exc.strerror or exc}") from exc
-        print(f"results: {cfg.results_out}")
+        print(f"results: {cfg.results_out}", file=human)
     if cfg.bundle_out is not None:
-        final = Path(outcome.results["evidence"]["dir"])
-        if outcome.results["evidence"]["manifest_sha256"] is None:
+        final = Path(doc["evidence"]["dir"])
+        if doc["evidence"]["manifest_sha256"] is None:
             raise NoVerdictError(f"no sealed evidence to archive as --bundle-out {cfg.bundle_out}; see {final}")
         try:
             bundle.write_archive(final, cfg.bundle_out, store.sealed_files(final))
         except OSError as exc:
             raise NoVerdictError(f"cannot write --bundle-out {cfg.bundle_out}: {exc.strerror or exc}") from exc
-        print(f"bundle: {cfg.bundle_out}")
+        print(f"bundle: {cfg.bundle_out}", file=human)

@@ -54,9 +54,10 @@ def run_merge_check(
     finally:
         gh.close()
     report = merge.evaluate(facts, need)
+    code = EXIT_PASS if report.ready else EXIT_FAIL
     if as_json:
-        doc = {"repo": repo_name, **report.to_json()}
+        doc = {"repo": repo_name, **report.to_json(), "exit_code": code}
         sys.stdout.write(json.dumps(doc, indent=2, sort_keys=True) + "\n")
     else:
         sys.stdout.write(merge.render_text(report))
-    return EXIT_PASS if report.ready else EXIT_FAIL
+    return code

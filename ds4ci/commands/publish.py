@@ -16,6 +16,7 @@ from typing import TYPE_CHECKING
 
 from ds4ci.errors import UsageError
 from ds4ci.github import publish
+from ds4ci.options.table import DEFAULT_WIDTHS
 
 if TYPE_CHECKING:
     from ds4ci.github.client import Client
@@ -161,7 +162,7 @@ def _needs_hardware(
     from ds4ci.report import render
 
     present = {d["runner"]["name"] for d in docs}
-    widths = next((w for d in docs if (w := d["settings"].get("configured_widths"))), [2, 3, 4])
+    widths = next((w for d in docs if (w := d["settings"].get("configured_widths"))), list(DEFAULT_WIDTHS))
     env = render.environment(template_dir)
     sections = []
     for runner in expected:

@@ -28,7 +28,7 @@ from ds4ci.evidence import bundle, results
 from ds4ci.evidence.store import MANIFEST, RESULTS, regular_files
 from ds4ci.judging import judge
 from ds4ci.judging.verdict import ERROR, FAIL, PASS
-from ds4ci.options.config import parse_sha256, parse_widths, read_toml
+from ds4ci.options.config import DEFAULT_WIDTHS, parse_sha256, parse_widths, read_toml
 from ds4ci.records import Results, TargetOnlyResult, Verdict, WidthResult
 from ds4ci.runner.identity import hash_file
 
@@ -282,7 +282,7 @@ def expectations(config_file: Path) -> dict[str, Any]:
     if not isinstance(gate, dict):
         raise UsageError(f"{config_file}: [gate] must be a table")
     out: dict[str, Any] = {k: gate[k] for k in ("max_tokens", "seed", "repeats") if k in gate}
-    out["widths"] = list(parse_widths(gate.get("widths", [2, 3, 4])))
+    out["widths"] = list(parse_widths(gate.get("widths", DEFAULT_WIDTHS)))
     for role, key in (("target", "target_sha256"), ("draft", "draft_sha256"), ("server_bin", "server_sha256")):
         if key in gate:
             out[f"{role}_sha256"] = parse_sha256(gate[key], f"{config_file}: gate.{key}")

@@ -7,62 +7,71 @@ that re-runs this gate when pasted), both derived here from one ``GateConfig``.
 from __future__ import annotations
 
 import shlex
-from typing import cast
+from pathlib import Path
+from typing import Any, cast
 
 from ds4ci.errors import NoVerdictError
 from ds4ci.judging import judge
+from ds4ci.options import table
 from ds4ci.options.config import GateConfig
-from ds4ci.records import EnvPrefix, RecordedSettings, Scope
+from ds4ci.records import RecordedSettings, Scope
+
+
+def _attr(cfg: GateConfig, dotted: str) -> list[Any]:
+    """The values at a dotted GateConfig path; ``*`` steps into each item of a tuple."""
+    found: list[Any] = [cfg]
+    for part in dotted.split("."):
+        found = [item for value in found for item in value] if part == "*" else [getattr(value, part) for value in found]
+    return [value() if callable(value) else value for value in found]
+
+
+def _text(value: Any) -> str:
+    if isinstance(value, Path):
+        return str(value.absolute())
+    if isinstance(value, tuple):
+        return ",".join(str(item) for item in value)
+    if isinstance(value, float):  # short where exact (600, not 600.0), else every digit
+        short = f"{value:g}"
+        return short if float(short) == value else repr(value)
+    return str(value)
+
+
+def reproduce_args(cfg: GateConfig) -> list[str]:
+    """The flags that re-run this gate, in the options table's order (values that are unset are left out)."""
+    parts: list[str] = []
+    for option in table.OPTIONS:
+        if not option.reproduce or option.flag is None:
+            continue
+        found = _attr(cfg, option.attr or option.name)
+        if option.repeat:  # one flag per item: a tuple value (server_args) is given item by item
+            found = [item for value in found for item in (value if isinstance(value, tuple) else (value,))]
+        for value in found:
+            if value is None or value == () or (option.repeat and value == ""):
+                continue
+            # A repeated value may start with '-' (a server argument): keep it attached to its flag.
+            parts += [f"{option.flag}={_text(value)}"] if option.repeat else [option.flag, _text(value)]
+    return parts
 
 
 def reproduce_command(cfg: GateConfig) -> str:
     """A command that re-runs this gate when pasted (absolute paths: it may be pasted anywhere)."""
-    parts = ["ds4ci", "gate"]
-    if cfg.config_file is not None:
-        parts += ["--config", str(cfg.config_file.absolute())]
-    if cfg.build is None:  # with [build], the config's build produces the binary
-        parts += ["--server-bin", str(cfg.server_bin.path)]
-    parts += [
-        "--target", str(cfg.target.path.absolute()), "--target-sha256", cfg.target.sha256 or "",
-        "--draft", str(cfg.draft.path.absolute()), "--draft-sha256", cfg.draft.sha256 or "",
-    ]
-    if cfg.server_bin.sha256:
-        parts += ["--server-sha256", cfg.server_bin.sha256]
-    for prompt in cfg.prompts:
-        parts += ["--prompt-file", str(prompt.path.absolute()), "--prompt-sha256", prompt.sha256 or ""]
-    parts += [
-        "--runner", cfg.runner, "--widths", ",".join(str(q) for q in cfg.widths),
-        "--max-tokens", str(cfg.max_tokens), "--seed", str(cfg.seed), "--repeats", str(cfg.repeats),
-        "--target-device", cfg.target_device, "--max-ctx", str(cfg.max_ctx), "--chunk", str(cfg.chunk),
-        "--mmvq-max-ncols", str(cfg.mmvq_max_ncols), "--evidence-dir", str(cfg.evidence_dir),
-    ]
-    for arg in cfg.server_args:
-        parts.append(f"--server-arg={arg}")
-    text = shlex.join(parts)
+    text = shlex.join(["ds4ci", "gate", *reproduce_args(cfg)])
     return text if len(text) <= 4000 else text[:3996] + " ..."
 
 
 def settings_json(cfg: GateConfig) -> RecordedSettings:
-    return {
-        "widths": list(cfg.widths),
-        "max_tokens": cfg.max_tokens,
-        "seed": cfg.seed,
-        "repeats": cfg.repeats,
-        "target_device": cfg.target_device,
-        "max_ctx": cfg.max_ctx,
-        "chunk": cfg.chunk,
-        "mmvq_max_ncols": cfg.mmvq_max_ncols,
-        "startup_timeout_s": cfg.startup_timeout_s,
-        "request_timeout_s": cfg.request_timeout_s,
-        "stop_timeout_s": cfg.stop_timeout_s,
-        "server_args": list(cfg.server_args_all()),
-        # options/config.py accepts only these values; Literal-typed GateConfig fields would make both casts go
-        "env_prefixes": cast("list[EnvPrefix]", list(cfg.env_prefixes)),
-        "log_cap_mib": cfg.log_cap_mib,
+    """``results.json`` ``settings``: every option the table records, plus what follows from them."""
+    recorded: dict[str, Any] = {}
+    for option in table.OPTIONS:
+        if option.recorded is not None:
+            value = _attr(cfg, option.record_attr or option.attr or option.name)[0]
+            recorded[option.recorded] = list(value) if isinstance(value, tuple) else value
+    return cast(RecordedSettings, {
+        **recorded,
         "request_body": judge.request_body("<prompt>", cfg.seed, cfg.max_tokens),
         "configured_widths": list(cfg.configured_widths),
         "scope": cast(Scope, cfg.scope),
-    }
+    })
 
 
 def judge_settings(cfg: GateConfig, prompt_sha256s: list[str]) -> judge.Settings:

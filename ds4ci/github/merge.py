@@ -16,18 +16,18 @@ from pathlib import Path
 from typing import Any
 
 from ds4ci.errors import UsageError
-from ds4ci.options.config import read_toml
+from ds4ci.options import table as options
+from ds4ci.options.config import read_section
 from ds4ci.report import markdown
 
 RUNNER_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,62}$")
 GATE_CONTEXT = "ds4ci/{runner}"
-DEFAULT_APPROVALS = 1
+DEFAULT_APPROVALS: int = options.DEFAULT_APPROVALS
 # Reviewers whose approval counts: GitHub's own required-review rule counts only people with
 # write access; author_association is what the review itself says about that.
 COUNTED_ASSOCIATIONS = frozenset({"OWNER", "MEMBER", "COLLABORATOR"})
 # Review states that change a reviewer's verdict; COMMENTED and PENDING do not.
 _DECISIVE = frozenset({"APPROVED", "CHANGES_REQUESTED", "DISMISSED"})
-_MERGE_KEYS = frozenset({"runners", "checks", "approvals"})
 
 
 @dataclass(frozen=True)
@@ -302,20 +302,15 @@ def _names(value: Any, where: str, pattern: re.Pattern[str] | None) -> tuple[str
 
 
 def _approvals(value: Any, where: str) -> int:
-    if isinstance(value, bool) or not isinstance(value, int) or value < 0:
-        raise UsageError(f"{where}: expected an integer >= 0, found {value!r}")
-    return value
+    check = options.get("merge", "approvals").check
+    assert check is not None
+    found: int = check(value, where)
+    return found
 
 
 def load_merge_table(path: Path) -> dict[str, Any]:
     """The ``[merge]`` table of a ds4ci.toml ({} when absent); other tables are not looked at."""
-    table = read_toml(path).get("merge", {})
-    if not isinstance(table, dict):
-        raise UsageError(f"{path}: [merge] must be a table")
-    extra = sorted(set(table) - _MERGE_KEYS)
-    if extra:
-        raise UsageError(f"[merge]: unknown key(s) {', '.join(extra)}; expected only {', '.join(sorted(_MERGE_KEYS))}")
-    return table
+    return read_section(path, "merge")
 
 
 def requirements(

@@ -18,7 +18,6 @@ from __future__ import annotations
 
 import contextlib
 import fnmatch
-import math
 import os
 import time
 from collections.abc import Callable, Iterable, Mapping, Sequence
@@ -26,8 +25,8 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
-from ds4ci.errors import UsageError
-from ds4ci.options.config import read_toml
+from ds4ci.options.config import read_section
+from ds4ci.options.values import wait_seconds
 from ds4ci.runner.probes import ProbeResult, ProbeSpec, run_probes
 
 NVIDIA_APPS_FIELDS = ("pid", "process_name", "used_gpu_memory", "gpu_uuid")
@@ -375,18 +374,10 @@ def wait_until_free(
     return BusyOutcome(runner, busy_wait_s, clock() - start, checks, result)
 
 
-def parse_busy_wait(value: Any, where: str) -> float:
-    if isinstance(value, bool) or not isinstance(value, int | float) or not math.isfinite(value) or value < 0:
-        raise UsageError(f"{where}: expected a number of seconds >= 0, found {value!r}")
-    return float(value)
+parse_busy_wait = wait_seconds  # the checker of preflight.busy_wait in the options table
 
 
 def load_busy_wait(config: Path) -> float | None:
     """``[preflight] busy_wait`` of a ds4ci.toml; None when not set."""
-    table = read_toml(config).get("preflight", {})
-    if not isinstance(table, dict):
-        raise UsageError(f"{config}: [preflight] must be a table")
-    extra = sorted(set(table) - {"busy_wait"})
-    if extra:
-        raise UsageError(f"[preflight]: unknown key(s) {', '.join(extra)}; expected only busy_wait")
+    table = read_section(config, "preflight")
     return parse_busy_wait(table["busy_wait"], "preflight.busy_wait") if "busy_wait" in table else None

@@ -236,3 +236,25 @@ def test_a_prompt_is_sent_only_as_the_bytes_that_were_verified(tmp_path: Path) -
     prompt.write_bytes(b"\xff\xfe")
     with pytest.raises(NoVerdictError, match="not UTF-8"):
         _read_verified_prompt(prompt, hashlib.sha256(b"\xff\xfe").hexdigest())
+
+
+def test_json_prints_one_summary_object_on_stdout_and_the_table_on_stderr(ws: Workspace) -> None:
+    bundle = ws.root / "bundle.tar.gz"
+    run = ws.gate("--json", widths="2,3", bundle_out=bundle)
+    assert run.code == 0, run.stderr
+    doc = json.loads(run.stdout)  # stdout is exactly one JSON object: no table, no "results:" line
+    assert run.results is not None
+    assert doc["verdict"] == run.results["verdict"] == "pass" and doc["exit_code"] == 0
+    assert doc["widths"] == {"2": "pass", "3": "pass"}
+    assert doc["evidence"] == {k: run.results["evidence"][k] for k in ("dir", "manifest_sha256")}
+    assert doc["bundle_out"] == str(bundle) and bundle.is_file()
+    assert doc["results_out"] is not None and doc["runner"] == run.results["runner"]["name"]
+    assert f"bundle: {bundle}" in run.stderr and "q=2" in run.stderr  # the human table, on stderr
+
+
+def test_json_keeps_the_exit_code_of_a_failing_gate(ws: Workspace) -> None:
+    run = ws.gate("--json", widths="2", faults="leak-fused-verify")
+    assert run.code == 1, run.stderr
+    doc = json.loads(run.stdout)
+    assert (doc["verdict"], doc["exit_code"], doc["widths"]) == ("fail", 1, {"2": "fail"})
+    assert doc["reasons"]

@@ -102,6 +102,7 @@ def test_json_document(fake: FakeGitHub) -> None:
     assert proc.returncode == 1, proc.stderr
     doc = json.loads(proc.stdout)
     assert (doc["pr"], doc["head"], doc["repo"], doc["ready"]) == (42, HEAD, "acme/engine", False)
+    assert doc["exit_code"] == proc.returncode
     assert all(set(c) == {"name", "ok", "detail"} for c in doc["conditions"])
     by_name = {c["name"]: c for c in doc["conditions"]}
     assert by_name["gate ds4ci/sm86"]["ok"] is True

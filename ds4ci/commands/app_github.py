@@ -1,0 +1,183 @@
+"""Typer wiring of the commands that talk to GitHub: ``publish``, ``dispatch-check``, ``merge-check``.
+
+``merge-check``'s ``[merge]`` flags come from the options table.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Annotated, Any
+
+import typer
+
+from ds4ci.commands.finish import exit_with
+from ds4ci.commands.flags import table_flags
+from ds4ci.options import table
+
+_API_URL_HELP = "GitHub API base URL. Default: $GITHUB_API_URL or https://api.github.com."
+_TOKEN_ENV_HELP = "Name of the environment variable holding the token."  # noqa: S105 - a help text
+
+
+_Results = Annotated[
+    list[Path] | None,
+    typer.Argument(
+        help="One evidence bundle per runner (promoted attempt directory or the gate's --bundle-out .tar.gz), "
+        "or a results.json whose bundle is at its recorded evidence location. Every bundle is verified first."
+    ),
+]
+_Pending = Annotated[
+    bool, typer.Option("--pending", help="Post a pending ds4ci/<runner> status (job start); needs --runner and --sha.")
+]
+_SummaryFile = Annotated[
+    Path | None,
+    typer.Option(help="Where the job summary goes. Default: $GITHUB_STEP_SUMMARY when set."),
+]
+_Unverified = Annotated[
+    bool,
+    typer.Option(
+        "--unverified", help="Accept a results.json without its bundle: comment labelled unverified, never a status."
+    ),
+]
+_CommentAuthor = Annotated[
+    str | None,
+    typer.Option(
+        help="Login the token comments as, for app installation tokens that cannot read /user "
+        "(e.g. my-app[bot]). Default under Actions: github-actions[bot]."
+    ),
+]
+_AllowFocusedReruns = Annotated[
+    bool,
+    typer.Option(
+        "--allow-focused-reruns",
+        help="Let a focused rerun (fewer widths than configured) pass on top of a full pass on an ancestor. "
+        "Default: a focused pass stays pending ('full run required').",
+    ),
+]
+_ExpectRunner = Annotated[
+    list[str] | None,
+    typer.Option(
+        metavar="NAME",
+        help="A runner that should have reported; if it has no result here (busy or offline), the comment "
+        "says what it last validated, what changed since and which run is still required. Repeatable.",
+    ),
+]
+_MergeConfig = Annotated[
+    Path | None,
+    typer.Option(
+        help="ds4ci.toml whose [merge] table names the required runners, checks and approvals: the comment "
+        "then shows the 'Review and merge status' checklist of `ds4ci merge-check` (needs --pr)."
+    ),
+]
+
+
+def publish(
+    results: _Results = None,
+    repo: Annotated[str | None, typer.Option(help="OWNER/NAME of the repository.")] = None,
+    pr: Annotated[int | None, typer.Option(help="Pull request number: sticky comment + statuses on its head.")] = None,
+    sha: Annotated[str | None, typer.Option(help="Full 40-hex commit SHA to set statuses on.")] = None,
+    api_url: Annotated[str | None, typer.Option(help=_API_URL_HELP)] = None,
+    target_url: Annotated[str | None, typer.Option(help="Link for the statuses (the workflow run).")] = None,
+    token_env: Annotated[str, typer.Option(help=_TOKEN_ENV_HELP)] = "GITHUB_TOKEN",
+    dry_run: Annotated[bool, typer.Option("--dry-run", help="Print the comment and statuses; send nothing.")] = False,
+    no_comment: Annotated[bool, typer.Option("--no-comment", help="Do not create or edit the sticky comment.")] = False,
+    no_status: Annotated[bool, typer.Option("--no-status", help="Do not set commit statuses.")] = False,
+    pending: _Pending = False,
+    runner: Annotated[str | None, typer.Option(help="Runner name for --pending.")] = None,
+    template_dir: Annotated[Path | None, typer.Option(help="Directory of Jinja2 templates overriding the bundled ones.")] = None,
+    summary_file: _SummaryFile = None,
+    unverified: _Unverified = False,
+    comment_author: _CommentAuthor = None,
+    allow_focused_reruns: _AllowFocusedReruns = False,
+    expect_runner: _ExpectRunner = None,
+    merge_config: _MergeConfig = None,
+) -> None:
+    """Post the sticky PR comment and one commit status per runner (context ds4ci/<runner>).
+
+    Statuses rest on `ds4ci verify`'s recomputation from each evidence bundle, never on results.json
+    alone: a bundle that does not verify is published as error. Only a passing, verified result for
+    exactly the commit being set can ever become a green status.
+    """
+    from ds4ci.commands.publish import PublishRequest, run_publish
+
+    request = PublishRequest(
+        repo=repo, pr=pr, sha=sha, api_url=api_url, target_url=target_url, token_env=token_env, dry_run=dry_run,
+        no_comment=no_comment, no_status=no_status, template_dir=template_dir, summary_file=summary_file,
+        comment_author=comment_author, allow_focused=allow_focused_reruns, merge_config=merge_config,
+        expect_runners=tuple(expect_runner or ()),
+    )
+    exit_with(
+        lambda: run_publish(results or [], request, pending=pending, runner=runner, unverified=unverified)
+    )
+
+
+def dispatch_check(
+    pr: Annotated[str, typer.Option(help="Pull request number (required for workflow_dispatch).")] = "",
+    head_sha: Annotated[
+        str, typer.Option(help="Full 40-hex head SHA the maintainer reviewed; the run is refused if the PR moved.")
+    ] = "",
+    widths: Annotated[str, typer.Option(help="Comma-separated widths, e.g. 2,3,4; empty: those of ds4ci.toml.")] = "",
+    runners: Annotated[str, typer.Option(help="'all' or comma-separated runner names, e.g. gfx1151,sm86.")] = "all",
+    runner_table: Annotated[
+        str | None,
+        typer.Option(help='JSON list of {"name", "labels", "gpu"} replacing the built-in gfx1151/sm86 runners.'),
+    ] = None,
+    repo: Annotated[str | None, typer.Option(help="OWNER/NAME. Default: $GITHUB_REPOSITORY.")] = None,
+    api_url: Annotated[str | None, typer.Option(help=_API_URL_HELP)] = None,
+    token_env: Annotated[str, typer.Option(help=_TOKEN_ENV_HELP)] = "GITHUB_TOKEN",
+    event_name: Annotated[str | None, typer.Option(help="Triggering event. Default: $GITHUB_EVENT_NAME.")] = None,
+    github_output: Annotated[
+        Path | None, typer.Option(help="Append the plan as step outputs here. Default: $GITHUB_OUTPUT when set.")
+    ] = None,
+) -> None:
+    """Validate a gate run's inputs against its event; verify a pinned PR head; print the run plan.
+
+    Exit 0 with outputs pr, head-sha, widths, runners, matrix, fork; 2 on bad input or a moved head;
+    3 when GitHub could not be asked.
+    """
+    from ds4ci.commands.dispatch import run_dispatch_check
+
+    exit_with(
+        lambda: run_dispatch_check(
+            pr=pr,
+            head_sha=head_sha,
+            widths=widths,
+            runners=runners,
+            runner_table=runner_table,
+            repo=repo,
+            api_url=api_url,
+            token_env=token_env,
+            event_name=event_name,
+            github_output=github_output,
+        )
+    )
+
+
+@table_flags("merge-check")
+def merge_check(
+    pr: Annotated[int, typer.Option(help="Pull request number.")],
+    repo: Annotated[str | None, typer.Option(help="OWNER/NAME. Default: $GITHUB_REPOSITORY.")] = None,
+    api_url: Annotated[str | None, typer.Option(help=_API_URL_HELP)] = None,
+    json_out: Annotated[
+        bool,
+        typer.Option("--json", help="Print one JSON object on stdout: repo, pr, head, ready, exit_code and the "
+                     "conditions (name, ok, detail: the reason when unmet)."),
+    ] = False,
+    config: Annotated[Path | None, typer.Option(help="ds4ci.toml whose [merge] table gives runners, checks, approvals.")] = None,
+    **settings: Any,
+) -> None:
+    """Is the pull request ready to merge on its exact current head?
+
+    Ready only when every gate runner and named check is green on the head, enough approvals are
+    on the head, no changes are requested, no review thread is unresolved, and the PR is open,
+    not a draft and mergeable. Token from $GITHUB_TOKEN. Exit 0 ready, 1 not ready (one line per
+    unmet condition), 2 usage error, 3 GitHub error.
+    """
+    from ds4ci.commands.merge_check import run_merge_check
+
+    need = table.overrides("merge-check", settings)
+    exit_with(
+        lambda: run_merge_check(
+            pr=pr, repo=repo, api_url=api_url, runners=need["runners"], checks=need["checks"],
+            approvals=need["approvals"], as_json=json_out, config=config,
+        )
+    )
