@@ -28,7 +28,8 @@ PUBLISH_CASES = [
     ("publish: 500s, then success", "tests/e2e/test_publish.py", "statuses and comment land after retries"),
     ("publish: secondary rate limit with Retry-After", "tests/e2e/test_publish.py", "waits as told, then lands"),
     ("publish: read-only token (fork PR)", "tests/e2e/test_publish.py", "exit 3, two-stage workaround named, summary kept"),
-    ("results file malformed / oversized", "tests/e2e/test_publish.py, tests/unit/evidence/test_results_fuzz.py", "exit 2, nothing posted"),
+    ("results file malformed / oversized", "tests/e2e/test_publish.py, tests/unit/evidence/test_results_fuzz.py",
+     "exit 2, nothing posted"),
     ("results claim a different head", "tests/e2e/test_publish.py", "exit 2, refused as stale, nothing green"),
 ]
 

@@ -63,7 +63,8 @@ def main() -> None:
             say(NAME, f"parser seed {seed}: {rows[-1]['passing']} passing, {rows[-1]['failing']} failing "
                       f"-> {rows[-1]['summary']}")
     figures: dict[str, Any] = {"runs": rows}
-    for label, prefix in (("results", "tests/unit/evidence/test_results_fuzz.py"), ("parser", "tests/unit/judging/test_protocol.py")):
+    suites = (("results", "tests/unit/evidence/test_results_fuzz.py"), ("parser", "tests/unit/judging/test_protocol.py"))
+    for label, prefix in suites:
         mine = [r for r in rows if r["target"].startswith(prefix)]
         tried = sum(r["passing"] + r["failing"] for r in mine)
         failed_runs = [r["seed"] for r in mine if r["returncode"] != 0]
