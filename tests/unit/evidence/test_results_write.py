@@ -74,6 +74,6 @@ def test_preload_builds_the_one_validator_in_the_background(monkeypatch: pytest.
     results.preload()
     assert started == ["ds4ci-results-schema"]
     built = results._validator()  # waits for the background build if it is still running
-    assert results._VALIDATOR == [built]
+    assert results._VALIDATOR[:] == [built]
     assert results._validator() is built
     assert results.validate(copy.deepcopy(PASS)) == PASS

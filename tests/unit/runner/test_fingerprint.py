@@ -10,12 +10,9 @@ import pytest
 from paths import TESTS
 
 from ds4ci.evidence import results
-from ds4ci.runner.fingerprint import (
-    HostFiles,
+from ds4ci.runner.fingerprint import HostFiles, assemble, assess_health, collect
+from ds4ci.runner.hostinfo import (
     NvidiaGpu,
-    assemble,
-    assess_health,
-    collect,
     parse_cpuinfo,
     parse_cuda_version_json,
     parse_first_line,
