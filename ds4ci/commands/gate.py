@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import gc
 import os
 import sys
 from collections.abc import Mapping
@@ -9,10 +10,9 @@ from pathlib import Path
 from typing import Any
 
 from ds4ci.errors import NoVerdictError, UsageError
-from ds4ci.evidence import bundle, results, store
+from ds4ci.evidence import results, store
 from ds4ci.gate.run import run_gate
 from ds4ci.options import config
-from ds4ci.report import table
 
 # Write credentials a GitHub job may carry. The gate runs the pull request's code (the server it
 # builds) as the same user, which can read ds4ci's environment through /proc/<pid>/environ.
@@ -34,10 +34,34 @@ def refuse_credentials(environ: Mapping[str, str]) -> None:
     print(f"ds4ci: warning: {message}", file=sys.stderr)
 
 
+def prepare_quick_exit() -> None:
+    """Let the interpreter exit in milliseconds instead of ~0.2 s, losing nothing.
+
+    At shutdown CPython runs full collections over every object of every module (typer, pydantic,
+    requests, jsonschema: hundreds of thousands). Frozen objects are never traversed. Output is
+    flushed here and again by the interpreter, atexit handlers still run, and every evidence file
+    is closed (results.json fsynced) before this is called; recent cyclic garbage is collected
+    first, so a file dropped in a cycle is still finalized (flushed) like before.
+    """
+    sys.stdout.flush()
+    sys.stderr.flush()
+    gc.collect(1)
+    gc.freeze()
+
+
 def run_gate_command(config_file: Path | None, overrides: Mapping[str, Any]) -> int:
+    try:
+        return _run_gate_command(config_file, overrides)
+    finally:
+        prepare_quick_exit()
+
+
+def _run_gate_command(config_file: Path | None, overrides: Mapping[str, Any]) -> int:
     refuse_credentials(os.environ)
     cfg = config.load(config_file, overrides)
     outcome = run_gate(cfg)
+    from ds4ci.report import table  # imported once the run is over: the first progress line comes sooner
+
     print(table.render(outcome.results))
     if cfg.results_out is not None:
         try:
@@ -49,6 +73,8 @@ def run_gate_command(config_file: Path | None, overrides: Mapping[str, Any]) -> 
         final = Path(outcome.results["evidence"]["dir"])
         if outcome.results["evidence"]["manifest_sha256"] is None:
             raise NoVerdictError(f"no sealed evidence to archive as --bundle-out {cfg.bundle_out}; see {final}")
+        from ds4ci.evidence import bundle  # tarfile and gzip, only for --bundle-out
+
         try:
             bundle.write_archive(final, cfg.bundle_out, store.sealed_files(final))
         except OSError as exc:
