@@ -2,22 +2,24 @@
 
 from __future__ import annotations
 
+import fcntl
+import gc
 import json
 import os
 import re
+import stat
 import sys
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any, TextIO
 
 from ds4ci.errors import Ds4ciError, NoVerdictError, UsageError
-from ds4ci.evidence import bundle, results, store
+from ds4ci.evidence import results, store
 from ds4ci.gate.annotations import annotation_path, announce
 from ds4ci.gate.run import GateOutcome, run_gate
 from ds4ci.log import Logger
 from ds4ci.options import config
 from ds4ci.records import Results
-from ds4ci.report import table
 
 # Write credentials a GitHub job may carry. The gate runs the pull request's code (the server it
 # builds) as the same user, which can read ds4ci's environment through /proc/<pid>/environ.
@@ -60,8 +62,50 @@ def summary(doc: Results, cfg: config.GateConfig) -> dict[str, Any]:
     }
 
 
+def _writable_file_open() -> bool:
+    """Is a regular file other than stdin/stdout/stderr open for writing? (True when it cannot tell.)"""
+    try:
+        fds = [int(entry.name) for entry in Path("/proc/self/fd").iterdir()]
+    except OSError:
+        return True
+    for fd in fds:
+        try:
+            regular = fd > 2 and stat.S_ISREG(os.fstat(fd).st_mode)
+            writable = regular and fcntl.fcntl(fd, fcntl.F_GETFL) & os.O_ACCMODE in (os.O_WRONLY, os.O_RDWR)
+        except OSError:  # closed meanwhile (the fd that listed the directory)
+            continue
+        if writable:
+            return True
+    return False
+
+
+def prepare_quick_exit() -> bool:
+    """Let the interpreter exit in milliseconds instead of ~0.2 s, losing nothing; True if it will.
+
+    At shutdown CPython runs full collections over every object of every module loaded (typer,
+    pydantic, jsonschema: hundreds of thousands of objects); frozen objects are never traversed.
+    A frozen object is still freed by reference counting and atexit handlers still run; only a
+    buffered file held by a reference cycle would no longer be flushed at exit, so the heap is
+    frozen only when no file but stdio is open for writing (every evidence file is closed by then),
+    and stdout and stderr are flushed here, as the interpreter does again at exit.
+    """
+    sys.stdout.flush()
+    sys.stderr.flush()
+    if _writable_file_open():
+        return False
+    gc.freeze()
+    return True
+
+
 def run_gate_command(config_file: Path | None, overrides: Mapping[str, Any], as_json: bool = False) -> int:
     """Human lines (the table, output paths) go to stdout, or to stderr with ``as_json``."""
+    try:
+        return _run_gate_command(config_file, overrides, as_json)
+    finally:
+        prepare_quick_exit()
+
+
+def _run_gate_command(config_file: Path | None, overrides: Mapping[str, Any], as_json: bool) -> int:
     log = Logger.from_env()
     try:
         refuse_credentials(os.environ, log)
@@ -75,6 +119,8 @@ def run_gate_command(config_file: Path | None, overrides: Mapping[str, Any], as_
         log.annotate("error", str(exc), file=where, line=_toml_line(exc) if where else None, title="ds4ci gate: config")
         raise
     outcome = run_gate(cfg, log)
+    from ds4ci.report import table  # imported once the run is over: the first progress line comes sooner
+
     human = sys.stderr if as_json else sys.stdout
     print(table.render(outcome.results), file=human)
     try:
@@ -101,6 +147,8 @@ def _write_outputs(cfg: config.GateConfig, outcome: GateOutcome, human: TextIO) 
         final = Path(doc["evidence"]["dir"])
         if doc["evidence"]["manifest_sha256"] is None:
             raise NoVerdictError(f"no sealed evidence to archive as --bundle-out {cfg.bundle_out}; see {final}")
+        from ds4ci.evidence import bundle  # tarfile and gzip, only for --bundle-out
+
         try:
             bundle.write_archive(final, cfg.bundle_out, store.sealed_files(final))
         except OSError as exc:

@@ -9,6 +9,7 @@ from __future__ import annotations
 import json
 import math
 import re
+import threading
 from collections.abc import Iterable
 from datetime import datetime
 from importlib import resources
@@ -70,22 +71,39 @@ def _is_date_time(value: object) -> bool:
     return second <= 60
 
 
+_VALIDATOR: list[Any] = []  # the one Draft 2020-12 validator of this process, once built
+_VALIDATOR_LOCK = threading.Lock()
+
+
+def _validator() -> Any:
+    """The v1 validator, built on first use (importing jsonschema takes ~0.15 s; building it, ~10 ms)."""
+    with _VALIDATOR_LOCK:
+        if not _VALIDATOR:
+            import jsonschema  # heavy import kept off the CLI start-up path
+
+            checker = jsonschema.FormatChecker(formats=())
+            checker.checks("date-time")(_is_date_time)
+            _VALIDATOR.append(jsonschema.Draft202012Validator(schema(), format_checker=checker))
+        return _VALIDATOR[0]
+
+
+def preload() -> None:
+    """Build the validator in a daemon thread: the gate calls this while its first server loads, so
+    writing results.json at the end does not wait for the import. ``validate`` waits for it if needed."""
+    threading.Thread(target=_validator, name="ds4ci-results-schema", daemon=True).start()
+
+
 def validate(doc: object, source: str = "results") -> Results:
     """Validate a parsed document against the v1 schema; return it typed, or raise ResultsError.
 
     The schema is the authority; ``tests/unit/evidence/test_records.py`` proves the ``Results``
     record describes exactly what it allows, which is what makes the cast below sound.
     """
-    import jsonschema  # heavy import kept off the CLI start-up path
-
     if not isinstance(doc, dict):
         raise ResultsError(f"{source}: expected a JSON object at the top level, found {type(doc).__name__}")
     if doc.get("schema") != SCHEMA_ID:
         raise ResultsError(f"{source}: expected \"schema\": \"{SCHEMA_ID}\", found {doc.get('schema')!r}")
-    checker = jsonschema.FormatChecker(formats=())
-    checker.checks("date-time")(_is_date_time)
-    validator = jsonschema.Draft202012Validator(schema(), format_checker=checker)
-    errors = sorted(validator.iter_errors(doc), key=lambda e: list(e.absolute_path))
+    errors = sorted(_validator().iter_errors(doc), key=lambda e: list(e.absolute_path))
     if errors:
         first = errors[0]
         where = "/".join(str(p) for p in first.absolute_path) or "(top level)"
@@ -134,7 +152,21 @@ def dumps(doc: Results) -> str:
     return json.dumps(doc, indent=2, sort_keys=True, allow_nan=False) + "\n"
 
 
+_LAST_VALID: list[str] = []  # the text of the last document write_atomic validated
+
+
 def write_atomic(path: Path, doc: Results) -> None:
-    """Write validated results to ``path`` via a temporary file and rename (never half-written)."""
-    validate(doc, str(path))
-    write_text_atomic(path, dumps(doc))
+    """Write validated results to ``path`` via a temporary file and rename (never half-written).
+
+    The gate writes the same document twice (into the evidence, then to --results-out): text
+    identical to the last validated document is valid already and is not validated again.
+    """
+    try:
+        text: str | None = dumps(doc)
+    except (TypeError, ValueError):  # not JSON at all: validate says why, or dumps below raises as before
+        text = None
+    if text is None or _LAST_VALID[-1:] != [text]:
+        validate(doc, str(path))
+        text = dumps(doc) if text is None else text
+        _LAST_VALID[:] = [text]
+    write_text_atomic(path, text)

@@ -23,7 +23,7 @@ from dataclasses import dataclass
 from datetime import datetime, timezone
 from pathlib import Path
 from types import FrameType
-from typing import Any, cast
+from typing import TYPE_CHECKING, Any, cast
 
 from ds4ci import __version__
 from ds4ci.errors import EXIT_ERROR, EXIT_FAIL, EXIT_PASS, Ds4ciError, NoVerdictError
@@ -36,6 +36,9 @@ from ds4ci.log import Logger, as_logger
 from ds4ci.options import policy
 from ds4ci.options.config import GateConfig
 from ds4ci.records import Arm, Containment, ExitCode, FileIdentity, Identities, Results, RunnerRole, Verdict
+
+if TYPE_CHECKING:
+    from ds4ci.runner.fingerprint import Background
 
 Progress = Callable[[str], None]
 EXIT_FOR_VERDICT: dict[Verdict, ExitCode] = {PASS: EXIT_PASS, FAIL: EXIT_FAIL, ERROR: EXIT_ERROR, NOT_RUN: EXIT_ERROR}
@@ -152,10 +155,11 @@ class _Run:
         build = self.doc["build"] = run_build(self.cfg.build, self.attempt.path / "build", self.progress)
         return build["status"] == "pass"
 
-    def record_fingerprint(self) -> None:
-        from ds4ci.runner.preflight import fingerprint
+    def record_fingerprint(self, taken: Background | None = None) -> None:
+        """Probe the machine here, or record what ``taken`` probed meanwhile (its error raised here)."""
+        from ds4ci.runner.fingerprint import fingerprint
 
-        self.doc["fingerprint"] = fingerprint(progress=self.progress)
+        self.doc["fingerprint"] = taken.result() if taken is not None else fingerprint(progress=self.progress)
         store.write_json(self.attempt.path / "preflight.json", self.doc["fingerprint"])
 
     def record_revisions(self) -> None:
@@ -289,9 +293,18 @@ class _Run:
         })
 
     def run_arms(self) -> None:
-        target_env, spec_envs = self.arm_environments()
-        sealed = settings.judge_settings(self.cfg, [p["sha256"] for p in self.doc["identities"]["prompts"]])
-        self._run_server(None, target_env)
+        from ds4ci.runner.fingerprint import Background
+
+        taken = Background(progress=self.progress)  # the probes run while the target-only server loads
+        results.preload()
+        try:
+            target_env, spec_envs = self.arm_environments()
+            sealed = settings.judge_settings(self.cfg, [p["sha256"] for p in self.doc["identities"]["prompts"]])
+            self._run_server(None, target_env)
+        except BaseException:
+            self.record_fingerprint(taken)  # a fingerprint error stands first, as when the probes ran first
+            raise
+        self.record_fingerprint(taken)
         target = judge.judge_target(self.attempt.path, sealed)
         self.doc["target_only"] = target.doc
         self.doc["warnings"] += target.warnings
@@ -409,10 +422,11 @@ def run_gate(cfg: GateConfig, progress: Progress | Logger | None = None) -> Gate
                 run.verify_identities()
                 settings.refuse_stale_overrides(cfg)
             run.record_revisions()
-            run.record_fingerprint()
+            if built and cfg.role == "gate":
+                run.run_arms()  # fingerprint included
+            else:
+                run.record_fingerprint()
             if built:
-                if cfg.role == "gate":
-                    run.run_arms()
                 run.run_checks()
         except Ds4ciError as exc:
             run.doc["reasons"].append(str(exc))

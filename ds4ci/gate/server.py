@@ -17,6 +17,7 @@ Guarantees the gate relies on:
 from __future__ import annotations
 
 import contextlib
+import http.client
 import json
 import os
 import socket
@@ -26,8 +27,6 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-import requests
-
 from ds4ci import supervisor
 from ds4ci.errors import NoVerdictError
 from ds4ci.log import Logger, as_logger, file_growth
@@ -36,6 +35,8 @@ from ds4ci.supervisor import Child
 HOST = "127.0.0.1"
 _HEALTH_POLL_S = 0.01
 _LOG_TAIL_BYTES = 4000
+# What a loopback exchange can fail with: refused/reset/timed out (OSError), a broken answer.
+_HTTP_ERRORS = (OSError, http.client.HTTPException)
 
 
 @dataclass(frozen=True)
@@ -91,6 +92,32 @@ def server_command(settings: ServerSettings, port: int) -> list[str]:
     ]
 
 
+@dataclass(frozen=True)
+class Answer:
+    status_code: int
+    body: Any  # the parsed JSON, None when it is not JSON
+
+
+def exchange(port: int, method: str, path: str, timeout_s: float, body: dict[str, Any] | None = None) -> Answer:
+    """One HTTP/1.1 request to the server on loopback over a fresh connection (never through a proxy).
+
+    Raises OSError (TimeoutError past ``timeout_s`` for any one socket operation) or HTTPException.
+    """
+    data = None if body is None else json.dumps(body, allow_nan=False).encode("utf-8")
+    connection = http.client.HTTPConnection(HOST, port, timeout=timeout_s)
+    try:
+        connection.request(method, path, body=data, headers={"Content-Type": "application/json"} if data else {})
+        answer = connection.getresponse()
+        raw = answer.read()
+    finally:
+        connection.close()
+    try:
+        parsed = json.loads(raw)
+    except ValueError:  # not JSON, or not UTF-8
+        parsed = None
+    return Answer(answer.status, parsed)
+
+
 class Server:
     """A started server. Use ``launch()``; always leave through ``stop()`` (the context manager does)."""
 
@@ -113,8 +140,6 @@ class Server:
         self.stdout_path = log_dir / "stdout.log"
         self.ready_s: float | None = None
         self.props: dict[str, Any] | None = None
-        self._http = requests.Session()
-        self._http.trust_env = False  # never route loopback traffic through a proxy from the environment
         self.needed_kill = False
         self.in_flight = False
         self.exit_code: int | None = None
@@ -157,7 +182,6 @@ class Server:
     def _wait_ready(self, started: float) -> None:
         assert self.child is not None
         deadline = started + self.settings.startup_timeout_s
-        url = f"http://{HOST}:{self.port}/health"
         while True:
             code = self.child.poll()
             if code is not None:
@@ -171,11 +195,11 @@ class Server:
                     f"(--startup-timeout); last log lines:\n{self.log_tail()}"
                 )
             try:
-                answer = self._http.get(url, timeout=2.0)
-            except requests.RequestException:
+                answer = exchange(self.port, "GET", "/health", 2.0)
+            except _HTTP_ERRORS:
                 time.sleep(_HEALTH_POLL_S)
                 continue
-            if answer.status_code == 200 and _json_or_none(answer) == {"status": "ok"}:
+            if answer.status_code == 200 and answer.body == {"status": "ok"}:
                 self._check_listener_is_ours()
                 return
             time.sleep(_HEALTH_POLL_S)
@@ -195,17 +219,16 @@ class Server:
 
     def _get_props(self) -> dict[str, Any]:
         try:
-            answer = self._http.get(f"http://{HOST}:{self.port}/props", timeout=self.settings.request_timeout_s)
-        except requests.RequestException as exc:
-            raise NoVerdictError(f"{self.label}: GET /props failed: {exc}") from exc
-        body = _json_or_none(answer)
+            answer = exchange(self.port, "GET", "/props", self.settings.request_timeout_s)
+        except _HTTP_ERRORS as exc:
+            raise NoVerdictError(f"{self.label}: GET /props failed: {exc.__class__.__name__}: {exc}") from exc
+        body = answer.body
         if answer.status_code != 200 or not isinstance(body, dict):
             raise NoVerdictError(f"{self.label}: GET /props answered {answer.status_code}, expected 200 with JSON")
         return body
 
     def stop(self) -> None:
         """SIGTERM, SIGKILL after stop_timeout, then kill and reap everything the server left."""
-        self._http.close()
         child = self.child
         if child is None:
             return
@@ -240,22 +263,20 @@ class Server:
         self.in_flight = True
         try:
             with self._heartbeat("waiting for the answer"):
-                answer = self._http.post(
-                    f"http://{HOST}:{self.port}/v1/chat/completions", json=body, timeout=self.settings.request_timeout_s
-                )
-        except requests.Timeout as exc:
+                answer = exchange(self.port, "POST", "/v1/chat/completions", self.settings.request_timeout_s, body)
+        except TimeoutError as exc:
             raise NoVerdictError(
                 f"{self.label}: no answer within {self.settings.request_timeout_s:g} s (--request-timeout); "
                 f"last log lines:\n{self.log_tail()}"
             ) from exc
-        except requests.RequestException as exc:
+        except _HTTP_ERRORS as exc:
             code = self._exit_code_soon()
             state = f"server exited with code {code}" if code is not None else "server still running"
             raise NoVerdictError(
                 f"{self.label}: request failed ({exc.__class__.__name__}; {state}); last log lines:\n{self.log_tail()}"
             ) from exc
         elapsed = time.monotonic() - started
-        response = _json_or_none(answer)
+        response = answer.body
         if answer.status_code != 200 or not isinstance(response, dict):
             raise NoVerdictError(
                 f"{self.label}: /v1/chat/completions answered HTTP {answer.status_code}, expected 200 with JSON; "
@@ -284,9 +305,3 @@ class Server:
                 parts.append(f"[{path.stem}] {text}")
         return "\n".join(parts) or "(empty logs)"
 
-
-def _json_or_none(answer: requests.Response) -> Any:
-    try:
-        return answer.json()
-    except ValueError:
-        return None

@@ -179,6 +179,21 @@ def _read_file(spec: ProbeSpec, max_bytes: int) -> ProbeResult:
     return ProbeResult(spec.name, "ok", text, "", 0, elapsed, f"read {spec.path}", len(data) > max_bytes)
 
 
+def _check(specs: Sequence[ProbeSpec], deadline_s: float) -> None:
+    if deadline_s <= 0:
+        raise ValueError(f"deadline must be a positive number of seconds, found {deadline_s}")
+    names = [spec.name for spec in specs]
+    if len(set(names)) != len(names):
+        raise ValueError(f"probe names must be unique, found {names}")
+
+
+def _abandoned(spec: ProbeSpec, elapsed_s: float, deadline_s: float) -> ProbeResult:
+    """The result of a probe whose worker never returned (stuck in exec or in a read)."""
+    what = " ".join(spec.argv) if spec.argv else str(spec.path)
+    detail = f"{what} did not even start or finish reading within {deadline_s:g} s; abandoned"
+    return ProbeResult(spec.name, "timeout", "", "", None, elapsed_s, detail)
+
+
 def run_probes(
     specs: Sequence[ProbeSpec],
     deadline_s: float,
@@ -196,11 +211,7 @@ def run_probes(
     will not let die (D state), which cannot be produced on demand. ``sup`` is the supervisor
     (default: the process-wide one).
     """
-    if deadline_s <= 0:
-        raise ValueError(f"deadline must be a positive number of seconds, found {deadline_s}")
-    names = [spec.name for spec in specs]
-    if len(set(names)) != len(names):
-        raise ValueError(f"probe names must be unique, found {names}")
+    _check(specs, deadline_s)
     environ = dict(os.environ if env is None else env)
     runner = sup or supervisor.default()
     started = time.monotonic()
@@ -230,16 +241,7 @@ def run_probes(
         done = dict(results)
     for spec in specs:
         if spec.name not in done:
-            what = " ".join(spec.argv) if spec.argv else str(spec.path)
-            done[spec.name] = ProbeResult(
-                spec.name,
-                "timeout",
-                "",
-                "",
-                None,
-                time.monotonic() - started,
-                f"{what} did not even start or finish reading within {deadline_s:g} s; abandoned",
-            )
+            done[spec.name] = _abandoned(spec, time.monotonic() - started, deadline_s)
             if progress is not None:
                 progress(f"probe {spec.name}: {done[spec.name].detail}")
     return {spec.name: done[spec.name] for spec in specs}

@@ -111,7 +111,7 @@ BILLION_LAUGHS = b"""<?xml version="1.0"?>
 <!DOCTYPE lolz [<!ENTITY lol "lol"><!ENTITY lol2 "&lol;&lol;&lol;&lol;&lol;&lol;&lol;&lol;&lol;&lol;">]>
 <testsuite tests="1" failures="0"><testcase name="&lol2;"/></testsuite>"""
 EXTERNAL = b"""<?xml version="1.0"?>
-<!doctype testsuite [<!ENTITY secret SYSTEM "file:///etc/passwd">]>
+<!DOCTYPE testsuite [<!ENTITY secret SYSTEM "file:///etc/passwd">]>
 <testsuite tests="1"><testcase name="&secret;"/></testsuite>"""
 
 
@@ -120,6 +120,8 @@ EXTERNAL = b"""<?xml version="1.0"?>
     [
         (BILLION_LAUGHS, "DOCTYPE/ENTITY"),
         (EXTERNAL, "DOCTYPE/ENTITY"),
+        # XML keywords are case-sensitive: a lower-case doctype is not XML at all.
+        (EXTERNAL.replace(b"<!DOCTYPE", b"<!doctype"), "not well-formed"),
         # UTF-16 could hide "<!DOCTYPE" from a byte search: not accepted at all.
         ('<?xml version="1.0" encoding="UTF-16"?><testsuite/>'.encode("utf-16"), "not UTF-8"),
         (b"<testsuite><testcase name='a'>", "not well-formed"),
@@ -133,6 +135,19 @@ def test_junit_untrusted_or_empty_reports_are_errors(data: bytes, reason: str) -
     outcome = parse_output("junit", "", 0, data)
     assert outcome.status == "error"
     assert reason in outcome.summary
+
+
+@pytest.mark.parametrize(("data", "refusal"), [(BILLION_LAUGHS, "DTDForbidden"), (EXTERNAL, "DTDForbidden")])
+def test_junit_entity_bombs_and_external_entities_are_refused_by_defusedxml(data: bytes, refusal: str) -> None:
+    """The parser itself (defusedxml, DTDs forbidden) refuses them: no entity is expanded or fetched."""
+    outcome = parse_output("junit", "", 0, data)
+    assert outcome.status == "error"
+    assert refusal in outcome.summary and "lol" * 10 not in outcome.summary and "root:" not in outcome.summary
+
+
+def test_junit_nul_bytes_are_not_well_formed() -> None:
+    outcome = parse_output("junit", "", 0, b"<testsuite><testcase name='a\x00'/></testsuite>")
+    assert outcome.status == "error" and "not well-formed" in outcome.summary
 
 
 def test_junit_declared_failures_are_not_hidden_by_cases() -> None:

@@ -10,12 +10,9 @@ import pytest
 from paths import TESTS
 
 from ds4ci.evidence import results
-from ds4ci.runner.fingerprint import (
-    HostFiles,
+from ds4ci.runner.fingerprint import HostFiles, assemble, assess_health, collect
+from ds4ci.runner.hostinfo import (
     NvidiaGpu,
-    assemble,
-    assess_health,
-    collect,
     parse_cpuinfo,
     parse_cuda_version_json,
     parse_first_line,
@@ -285,3 +282,29 @@ def test_validator_really_rejects_off_schema_objects(bad: dict[str, Any]) -> Non
     # Guards the helper above: a validator that accepted anything would make the schema tests vacuous.
     with pytest.raises(jsonschema.ValidationError):
         fingerprint_validator().validate(bad)
+
+
+def test_background_hands_over_the_fingerprint_or_exactly_its_error(monkeypatch: pytest.MonkeyPatch) -> None:
+    from ds4ci.runner import fingerprint as fp_module
+
+    taken: list[tuple[float, Any]] = []
+
+    def fake(deadline_s: float = 20.0, progress: Any = None) -> dict[str, Any]:
+        taken.append((deadline_s, progress))
+        return {"gpus": []}
+
+    monkeypatch.setattr(fp_module, "fingerprint", fake)
+    say = print
+    assert fp_module.Background(5.0, say).result() == {"gpus": []}
+    assert taken == [(5.0, say)]
+
+    boom = OSError(28, "No space left on device")
+
+    def broken(*_args: object) -> dict[str, Any]:
+        raise boom
+
+    monkeypatch.setattr(fp_module, "fingerprint", broken)
+    pending = fp_module.Background()
+    with pytest.raises(OSError) as raised:
+        pending.result()
+    assert raised.value is boom

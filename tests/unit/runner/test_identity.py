@@ -93,6 +93,15 @@ def test_digests_match_hashlib_in_input_order(aged: dict[str, Path], tmp_path: P
     assert hash_file(aged["big"]) == sha(CONTENTS["big"])
 
 
+@pytest.mark.parametrize("size", [0, 1, 64 * 1024 - 1, 64 * 1024, 64 * 1024 + 1, 300_000])
+def test_hash_file_is_right_at_every_buffer_boundary(tmp_path: Path, size: int) -> None:
+    """hash_file sizes its buffer to the file (at least 64 KiB, at most BUFFER_SIZE): never a short hash."""
+    data = os.urandom(size)
+    path = tmp_path / "f"
+    path.write_bytes(data)
+    assert hash_file(path) == sha(data)
+
+
 def test_to_json_matches_schema(aged: dict[str, Path], tmp_path: Path) -> None:
     out, _ = run([PinnedFile("prompt0", aged["small"], None)], tmp_path / "c.json")
     definition = {"$defs": schema()["$defs"], "$ref": "#/$defs/file_identity"}
