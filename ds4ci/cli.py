@@ -1,211 +1,29 @@
-"""The ``ds4ci`` command line: options in, one library call, exit code out.
+"""The ``ds4ci`` entry point: a gate run starts without Typer, everything else goes to the Typer app.
 
-Heavy libraries (PyGithub, Jinja2, requests, jsonschema) are imported inside the commands
-that need them, so ``ds4ci --help`` stays fast.
+Typer builds its parameters through pydantic, about 0.3 s of imports before a command runs. A
+gate run is the one command whose start matters (the first progress line should appear at once),
+so ``ds4ci gate ...`` is parsed first by ``commands.fastgate`` from the same options table; any
+argument list that parser does not take exactly (``--help`` included) goes to the Typer app, which
+parses it and reports any error itself.
 """
 
 from __future__ import annotations
 
 import sys
-from pathlib import Path
-from typing import Annotated, Any
-
-import typer
-
-from ds4ci import __version__
-from ds4ci.commands import app_gate, app_github
-from ds4ci.commands.finish import exit_with
-from ds4ci.commands.flags import table_flags
-from ds4ci.errors import EXIT_ERROR
-from ds4ci.options import table
-
-_DEFAULT_WIDTHS = ",".join(str(q) for q in table.DEFAULT_WIDTHS)
-app = typer.Typer(
-    name="ds4ci",
-    help=(
-        "DS4 reference-exact speculative-decoding parity gate.\n\n"
-        "Runs the inference server as plain greedy (target-only) decoding and with reference-exact "
-        "speculative decoding at several draft widths, proves the token IDs are identical and that "
-        "speculation really ran and rolled back, keeps the evidence, and reports to pull requests.\n\n"
-        "Exit codes: 0 pass, 1 fail (contract violated), 2 usage or configuration error, "
-        "3 error (no verdict could be reached)."
-    ),
-    no_args_is_help=True,
-    add_completion=False,
-    pretty_exceptions_enable=False,
-    rich_markup_mode=None,
-)
-
-
-def _version_callback(value: bool) -> None:
-    if value:
-        typer.echo(f"ds4ci {__version__}")
-        raise typer.Exit(0)
-
-
-@app.callback()
-def _root(
-    version: Annotated[
-        bool,
-        typer.Option("--version", callback=_version_callback, is_eager=True, help="Print the version and exit."),
-    ] = False,
-) -> None:
-    """DS4 reference-exact speculative-decoding parity gate."""
-
-
-app.command("gate")(app_gate.gate)
-
-
-@app.command()
-def verify(
-    bundles: Annotated[
-        list[Path], typer.Argument(help="Evidence bundles: promoted attempt directories or .tar.gz archives of them.")
-    ],
-    json_out: Annotated[bool, typer.Option("--json", help="Print the recomputed documents as JSON.")] = False,
-    expect_config: Annotated[
-        Path | None,
-        typer.Option(
-            help="Trusted ds4ci.toml (e.g. the base branch's): its widths, max_tokens, seed, repeats and pins "
-            "must be what each bundle ran."
-        ),
-    ] = None,
-) -> None:
-    """Re-derive each bundle's verdict from its raw evidence; trust nothing in results.json.
-
-    Checks every file against manifest.json, re-parses every server log, recomputes every verdict
-    with the gate's own judging code and compares with results.json field by field.
-    Exit 0: every bundle intact, consistent and passing; 1: intact and consistent, some failing;
-    3: something does not verify (the message says what).
-    """
-    from ds4ci.commands.verify import run_verify
-
-    exit_with(lambda: run_verify(bundles, as_json=json_out, expect_config=expect_config))
-
-
-hash_cache_app = typer.Typer(
-    help="The SHA-256 cache the gate may use for big model files (see docs/identity.md).", no_args_is_help=True
-)
-app.add_typer(hash_cache_app, name="hash-cache")
-
-
-@hash_cache_app.command("add")
-def hash_cache_add(
-    files: Annotated[list[Path], typer.Argument(help="Files to hash and record (e.g. the pinned model files).")],
-    cache: Annotated[
-        Path | None,
-        typer.Option(help="Cache file to fill; the gate reads it through hash_cache_path. Default: the user's cache."),
-    ] = None,
-) -> None:
-    """Hash files and record them in a hash cache, e.g. a root-owned one the gate reads but PR code cannot write."""
-    from ds4ci.commands.hashcache import run_hash_cache_add
-
-    exit_with(lambda: run_hash_cache_add(files, cache))
-
-
-@app.command()
-def demo(
-    keep: Annotated[
-        Path | None, typer.Option(help="Keep the demo workspace (models, evidence, results) in this new directory.")
-    ] = None,
-) -> None:
-    """Show the gate on the bundled simulator: a pass at q=2,3,4, then a leaked approximate verifier caught.
-
-    Needs no GPU. Exits 0 only when the pass passes and the failure is caught.
-    """
-    from ds4ci.commands.demo import run_demo
-
-    exit_with(lambda: run_demo(keep))
-
-
-@app.command()
-def selftest(
-    device: Annotated[str, typer.Option(help="Reference server --target-device: cuda:N, hip:N or cpu.")] = "cuda:0",
-    runner: Annotated[str | None, typer.Option(help="Runner name. Default: selftest-<host name>.")] = None,
-    publish_dry_run: Annotated[
-        bool, typer.Option("--publish-dry-run", help="Also show what ds4ci publish would post (nothing is sent).")
-    ] = False,
-    workdir: Annotated[
-        Path | None, typer.Option(help="New or empty directory for models, evidence and results. Default: a temp dir.")
-    ] = None,
-    dtype: Annotated[str, typer.Option(help="Reference server dtype: bfloat16, float16 or float32.")] = "bfloat16",
-    prompts: Annotated[int, typer.Option(help="Prompts per gate run (1-8).")] = 4,
-    max_tokens: Annotated[int, typer.Option(help="Tokens per request.")] = table.get("gate", "max_tokens").default,
-    widths: Annotated[str, typer.Option(help="Comma-separated draft widths.")] = _DEFAULT_WIDTHS,
-) -> None:
-    """Run the real gate twice against the PyTorch reference server (needs torch: ds4ci[selftest]).
-
-    Reference-exact speculation must pass; the approximate verifier leaked into the speculative
-    arm must be caught at a first differing position. Exits 0 only when both happen.
-    """
-    from ds4ci.commands.selftest import run_selftest
-
-    exit_with(lambda: run_selftest(device=device, runner=runner, publish_dry_run=publish_dry_run, workdir=workdir,
-                                    dtype=dtype, prompts=prompts, max_tokens=max_tokens, widths=widths))
-
-
-@app.command()
-def report(
-    results: Annotated[list[Path], typer.Argument(help="One results.json per runner.")],
-    format: Annotated[
-        str, typer.Option("--format", help="comment (PR comment, <= 60,000 bytes) or summary (job summary).")
-    ] = "comment",
-    template_dir: Annotated[Path | None, typer.Option(help="Directory of Jinja2 templates overriding the bundled ones.")] = None,
-    output: Annotated[Path | None, typer.Option(help="Write here instead of standard output.")] = None,
-    run_url: Annotated[str | None, typer.Option(help="Link to the workflow run, shown in the footer.")] = None,
-) -> None:
-    """Render one or more runners' results.json as Markdown (escaped, size-bounded)."""
-    from ds4ci.commands.report import run_report
-
-    exit_with(lambda: run_report(results, fmt=format, template_dir=template_dir, output=output, run_url=run_url))
-
-
-app.command("publish")(app_github.publish)
-
-
-@app.command()
-@table_flags("preflight")
-def preflight(
-    config: Annotated[Path | None, typer.Option(help="ds4ci.toml: model files and stale override files to check.")] = None,
-    runner: Annotated[str | None, typer.Option(help="Runner name recorded with the fingerprint.")] = None,
-    json_out: Annotated[bool, typer.Option("--json", help="Print the fingerprint and checks as JSON.")] = False,
-    deadline: Annotated[float, typer.Option(help="Hard deadline in seconds for the GPU health probe.")] = 20.0,
-    **settings: Any,
-) -> None:
-    """Check that this runner is ready (GPU answers, files present, no stale overrides) and fingerprint it.
-
-    A probe stuck in uninterruptible sleep cannot hold the job: the deadline is enforced here.
-    A GPU used by a process that is not ds4ci's makes the runner busy (JSON key "busy").
-    Exit 0 ready, 3 not ready or busy.
-    """
-    from ds4ci.commands.preflight import run_preflight
-
-    busy_wait = table.overrides("preflight", settings)["busy_wait"]
-
-    exit_with(
-        lambda: run_preflight(config=config, runner=runner, as_json=json_out, deadline_s=deadline, busy_wait_s=busy_wait)
-    )
-
-
-@app.command()
-def revisions(
-    repo_dir: Annotated[Path, typer.Option(help="Git checkout to describe.")] = Path(),
-    head_ref: Annotated[str, typer.Option(help="The revision under test.")] = "HEAD",
-    base_ref: Annotated[str | None, typer.Option(help="The PR's base branch ref, e.g. origin/main.")] = None,
-    upstream_ref: Annotated[str | None, typer.Option(help="Upstream main ref, e.g. upstream/main.")] = None,
-) -> None:
-    """Print head, base, upstream, merge base and a synthetic merge analysis as JSON."""
-    from ds4ci.commands.revisions import run_revisions
-
-    exit_with(lambda: run_revisions(repo_dir=repo_dir, head_ref=head_ref, base_ref=base_ref, upstream_ref=upstream_ref))
-
-
-app.command("dispatch-check")(app_github.dispatch_check)
-app.command("merge-check")(app_github.merge_check)
 
 
 def main() -> None:
-    try:
-        app()
-    except KeyboardInterrupt:
-        typer.echo("ds4ci: interrupted", err=True)
-        sys.exit(EXIT_ERROR)
+    argv = sys.argv[1:]
+    if argv[:1] == ["gate"]:
+        from ds4ci.commands import fastgate
+
+        params = fastgate.parse(argv[1:])
+        if params is not None:
+            sys.exit(fastgate.run(params))
+    from ds4ci.commands.app import main as app_main
+
+    app_main()
+
+
+if __name__ == "__main__":
+    main()

@@ -6,7 +6,6 @@ from typing import Any
 
 from ds4ci.commands.finish import exit_with
 from ds4ci.commands.flags import table_flags
-from ds4ci.options import table
 
 
 @table_flags("gate")
@@ -18,8 +17,6 @@ def gate(**settings: Any) -> None:
     (verdict, exit_code, runner, scope, evidence, results_out, bundle_out, widths: verdict per
     width) and the human table goes to stderr. Exit codes: 0 pass, 1 fail, 2 usage, 3 no verdict.
     """
-    from ds4ci.commands.gate import run_gate_command
+    from ds4ci.commands.gate import run_from_flags
 
-    overrides = table.overrides("gate", settings)
-    config_file, as_json = overrides.pop("config_file"), bool(overrides.pop("json"))
-    exit_with(lambda: run_gate_command(config_file, overrides, as_json=as_json))
+    exit_with(lambda: run_from_flags(settings))

@@ -2,23 +2,32 @@
 
 from __future__ import annotations
 
+import sys
 from collections.abc import Callable
 from typing import NoReturn
-
-import typer
 
 from ds4ci.errors import EXIT_ERROR, Ds4ciError
 
 
-def exit_with(command: Callable[[], int]) -> NoReturn:
-    """Run one command's library call; its exit code, or a Ds4ciError's, ends the process."""
+def run_command(command: Callable[[], int]) -> int:
+    """Run one command's library call; its exit code, or one line on stderr and a Ds4ciError's code."""
     try:
-        code = command()
+        return command()
     except Ds4ciError as exc:
-        typer.echo(f"ds4ci: error: {exc}", err=True)
-        raise typer.Exit(exc.exit_code) from exc
+        print(f"ds4ci: error: {exc}", file=sys.stderr, flush=True)
+        return exc.exit_code
+    except KeyboardInterrupt:
+        print("ds4ci: interrupted", file=sys.stderr, flush=True)
+        return EXIT_ERROR
     except Exception as exc:  # a bug in ds4ci: one line and exit 3 (no verdict), never a traceback or exit 1
         first = str(exc).splitlines()[0] if str(exc) else ""
-        typer.echo(f"ds4ci: internal error (a bug in ds4ci, please report it): {type(exc).__name__}: {first}", err=True)
-        raise typer.Exit(EXIT_ERROR) from exc
-    raise typer.Exit(code)
+        print(f"ds4ci: internal error (a bug in ds4ci, please report it): {type(exc).__name__}: {first}",
+              file=sys.stderr, flush=True)
+        return EXIT_ERROR
+
+
+def exit_with(command: Callable[[], int]) -> NoReturn:
+    """``run_command`` inside a Typer command: its code ends the process."""
+    import typer
+
+    raise typer.Exit(run_command(command))

@@ -97,6 +97,15 @@ def prepare_quick_exit() -> bool:
     return True
 
 
+def run_from_flags(params: Mapping[str, Any]) -> int:
+    """``ds4ci gate`` from its parsed flags (parameter name -> value), by either parser."""
+    from ds4ci.options.table import overrides as flag_overrides
+
+    overrides = flag_overrides("gate", params)
+    config_file, as_json = overrides.pop("config_file"), bool(overrides.pop("json"))
+    return run_gate_command(config_file, overrides, as_json=as_json)
+
+
 def run_gate_command(config_file: Path | None, overrides: Mapping[str, Any], as_json: bool = False) -> int:
     """Human lines (the table, output paths) go to stdout, or to stderr with ``as_json``."""
     try:

@@ -13,7 +13,6 @@ Order, failing closed at every step:
 from __future__ import annotations
 
 import contextlib
-import hashlib
 import os
 import signal
 import sys
@@ -23,19 +22,20 @@ from dataclasses import dataclass
 from datetime import datetime, timezone
 from pathlib import Path
 from types import FrameType
-from typing import TYPE_CHECKING, Any, cast
+from typing import TYPE_CHECKING, Any
 
 from ds4ci import __version__
 from ds4ci.errors import EXIT_ERROR, EXIT_FAIL, EXIT_PASS, Ds4ciError, NoVerdictError
 from ds4ci.evidence import results, store
 from ds4ci.gate import settings
+from ds4ci.gate.document import containment, initial_results, inputs, read_verified_prompt
 from ds4ci.gate.server import Server, ServerSettings
 from ds4ci.judging import judge
 from ds4ci.judging.verdict import ERROR, FAIL, NOT_RUN, PASS
 from ds4ci.log import Logger, as_logger
 from ds4ci.options import policy
 from ds4ci.options.config import GateConfig
-from ds4ci.records import Arm, Containment, ExitCode, FileIdentity, Identities, Results, RunnerRole, Verdict
+from ds4ci.records import Arm, ExitCode, Results, Verdict
 
 if TYPE_CHECKING:
     from ds4ci.runner.fingerprint import Background
@@ -87,37 +87,7 @@ class _Run:
         self.progress = progress
         self.started = time.monotonic()
         self.started_at = _now()
-        self.doc: Results = {
-            "schema": results.SCHEMA_ID,
-            "ds4ci_version": __version__,
-            "runner": {
-                # options/config.py accepts no other role; a Literal-typed GateConfig.role would make the cast go
-                "name": cfg.runner, "role": cast(RunnerRole, cfg.role), "negative_control_for": cfg.negative_control_for,
-            },
-            "verdict": NOT_RUN,
-            "reasons": [],
-            "exit_code": EXIT_ERROR,
-            "started_at": self.started_at,
-            "finished_at": self.started_at,
-            "timings": {"total_s": 0.0, "hashing_s": 0.0, "servers": []},
-            "identities": {"server_bin": None, "target": None, "draft": None, "prompts": []},
-            "settings": settings.settings_json(cfg),
-            "policy": {
-                "common": policy.common_policy(cfg.mmvq_max_ncols, cfg.env_prefixes),
-                "removed": [], "arms": {}, "difference": [],
-            },
-            "provenance": {"inherited": policy.provenance(os.environ)},
-            "warnings": list(cfg.notes),
-            "server": {"name": None, "version": None},
-            "target_only": {"verdict": NOT_RUN, "reasons": [], "deterministic": False, "prompts": [], "server_log": None},
-            "widths": [],
-            "evidence": {"dir": "", "manifest_sha256": None, "diagnostics": None},
-            "fingerprint": None,
-            "revisions": None,
-            "checks": [],
-            "build": None,
-            "reproduce": settings.reproduce_command(cfg),
-        }
+        self.doc: Results = initial_results(cfg, self.started_at)
         self.prompts: list[str] = []
 
     # -- steps ------------------------------------------------------------------------------
@@ -144,7 +114,7 @@ class _Run:
             "draft": by_role["draft"].to_json(),
             "prompts": [by_role[p.role].to_json() for p in cfg.prompts],
         }
-        self.prompts = [_read_verified_prompt(p.path, by_role[p.role].sha256) for p in cfg.prompts]
+        self.prompts = [read_verified_prompt(p.path, by_role[p.role].sha256) for p in cfg.prompts]
 
     def run_build(self) -> bool:
         """Build the server first when [build] is configured; False when the gate must stop here."""
@@ -326,7 +296,7 @@ class _Run:
     def finish(self) -> GateOutcome:
         doc = self.doc
         doc["errors"] = list(doc["reasons"])[:200]  # run-level: verify recomputes the rest from the evidence
-        doc["containment"] = _containment()
+        doc["containment"] = containment()
         verdict, reasons = self.overall()
         doc["verdict"], doc["reasons"] = verdict, reasons[:200]
         doc["exit_code"] = EXIT_FOR_VERDICT[verdict]
@@ -339,7 +309,7 @@ class _Run:
         try:
             # Sealed whatever happened (null before hashing ran): verify reads identities from here.
             store.write_json(self.attempt.path / "identities.json", doc["identities"])
-            doc["evidence"]["manifest_sha256"] = store.seal(self.attempt, _inputs(doc["identities"]))
+            doc["evidence"]["manifest_sha256"] = store.seal(self.attempt, inputs(doc["identities"]))
             results.write_atomic(self.attempt.path / store.RESULTS, doc)
             store.promote(self.attempt, verdict)
         except (OSError, NoVerdictError) as exc:
@@ -354,35 +324,8 @@ class _Run:
         return GateOutcome(doc, doc["exit_code"])
 
 
-def _read_verified_prompt(path: Path, sha256: str) -> str:
-    """The prompt text sent to the servers: exactly the bytes whose SHA-256 was just verified."""
-    try:
-        data = path.read_bytes()
-    except OSError as exc:
-        raise NoVerdictError(f"prompt file {path} became unreadable after it was verified: {exc.strerror or exc}") from exc
-    if hashlib.sha256(data).hexdigest() != sha256:
-        raise NoVerdictError(f"prompt file {path} changed after its SHA-256 was verified; refusing to send it")
-    try:
-        return data.decode("utf-8")
-    except UnicodeDecodeError as exc:
-        raise NoVerdictError(f"prompt file {path} is not UTF-8 text ({exc.reason} at byte {exc.start})") from exc
-
-
-def _inputs(identities: Identities) -> list[FileIdentity]:
-    """Every input file's identity for the manifest (none before hashing ran)."""
-    singles = [i for i in (identities["server_bin"], identities["target"], identities["draft"]) if i is not None]
-    return [*singles, *identities["prompts"]]
-
-
 def _text_or_none(value: Any) -> str | None:
     return value[:4096] if isinstance(value, str) else None
-
-
-def _containment() -> Containment | None:
-    """Which containment held for every process this run started (None if it started none)."""
-    from ds4ci import supervisor
-
-    return supervisor.default().containment
 
 
 def _rounded(value: float | None) -> float | None:

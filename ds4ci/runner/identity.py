@@ -25,7 +25,7 @@ import threading
 import time
 from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor, as_completed
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -286,6 +286,91 @@ def _short(sha: str) -> str:
     return sha[:16] + "…"
 
 
+def _cache_file(cache_path: Path | None, say: Logger) -> Path | None:
+    if cache_path is not None:
+        return cache_path
+    try:
+        return default_cache_path()
+    except (RuntimeError, KeyError):  # no home directory to be found: hash without a cache
+        say.warning("no home directory for the hash cache; every file will be read")
+        return None
+
+
+@dataclass
+class _Hasher:
+    """One hashing job per distinct file: a cache hit, or a read with progress for big files."""
+
+    unique: dict[str, PinnedFile]
+    entries: dict[str, dict[str, Any]]
+    use_cache: bool
+    say: Logger
+    progress_min_bytes: int
+    stop: threading.Event = field(default_factory=threading.Event)
+    local: threading.local = field(default_factory=threading.local)
+
+    def job(self, real: str) -> _Digest:
+        item = self.unique[real]
+        _, st = _stat_regular(item.role, item.path)
+        key = StatKey.of(real, st)
+        self.say(f"hashing {item.role} {item.path} ({human_size(st.st_size)}) ...")
+        hit = _lookup(self.entries, key) if self.use_cache else None
+        if hit is not None:
+            self.say(f"  {item.role}: sha256 {_short(hit)} (cache hit)")
+            return _Digest(hit, key, cacheable=False)
+        buffer = getattr(self.local, "buffer", None)
+        if buffer is None:
+            buffer = self.local.buffer = bytearray(BUFFER_SIZE)
+        started_ns = time.time_ns()
+        t0 = time.perf_counter()
+        big = st.st_size >= self.progress_min_bytes
+        bar = ByteProgress(f"hashing {item.role}", st.st_size, self.say) if big else None
+        sha, key, before = _read_digest(item.role, item.path, real, buffer, self.stop, bar.advance if bar else None)
+        if bar is not None:
+            bar.done()
+        seconds = time.perf_counter() - t0
+        rate = before.st_size / seconds / 1e6 if seconds > 0 else float("inf")
+        racy = max(before.st_mtime_ns, before.st_ctime_ns) > started_ns - RACY_WINDOW_NS
+        note = " (modified moments ago: not cached)" if racy else ""
+        self.say(f"  {item.role}: sha256 {_short(sha)} {rate:.1f} MB/s{note}")
+        return _Digest(sha, key, cacheable=not racy)
+
+    def run(self, workers: int | None) -> dict[str, _Digest]:
+        count = workers if workers is not None else min(len(self.unique), os.cpu_count() or 1)
+        with ThreadPoolExecutor(max_workers=max(1, count), thread_name_prefix="ds4ci-hash") as pool:
+            futures = {pool.submit(self.job, real): real for real in self.unique}
+            digests: dict[str, _Digest] = {}
+            try:
+                # as_completed: the first real failure surfaces first, before the _Cancelled it causes.
+                for fut in as_completed(futures):
+                    digests[futures[fut]] = fut.result()
+            except BaseException:
+                self.stop.set()
+                for fut in futures:
+                    fut.cancel()
+                raise
+        return digests
+
+
+def _verified(files: Sequence[PinnedFile], reals: Sequence[str], digests: dict[str, _Digest]) -> list[FileIdentity]:
+    """Identities in input order; every pin checked, all mismatches in one error."""
+    out: list[FileIdentity] = []
+    mismatches: list[str] = []
+    for item, real in zip(files, reals, strict=True):
+        digest = digests[real]
+        pinned = item.sha256.lower() if item.sha256 is not None else None
+        verified = pinned is not None and pinned == digest.sha256
+        if pinned is not None and not verified:
+            mismatches.append(f"  {item.role} {item.path}: expected {pinned}, found {digest.sha256}")
+        out.append(FileIdentity(item.role, item.path, digest.key.size, digest.sha256, pinned, verified))
+    if mismatches:
+        raise NoVerdictError(
+            f"pinned SHA-256 mismatch for {len(mismatches)} file(s); refusing to start any server:\n"
+            + "\n".join(mismatches)
+            + "\nStage the expected files or, if the new files are intended, update the pins."
+        )
+    return out
+
+
 def identify(
     files: Sequence[PinnedFile],
     *,
@@ -306,82 +391,17 @@ def identify(
     if not files:
         return []
     say = as_logger(progress)  # thread-safe: lines from the hashing threads never interleave
-
     # Stat everything first so a typo in the last path fails in milliseconds, not after 86 GB.
-    stats = [_stat_regular(f.role, f.path) for f in files]
-    cache_file = cache_path
-    if cache_file is None:
-        try:
-            cache_file = default_cache_path()
-        except (RuntimeError, KeyError):  # no home directory to be found: hash without a cache
-            say.warning("no home directory for the hash cache; every file will be read")
+    reals = [_stat_regular(f.role, f.path)[0] for f in files]
+    cache_file = _cache_file(cache_path, say)
     entries = load_cache(cache_file, say) if use_cache and cache_file is not None else {}
-
     # One job per distinct realpath: two roles naming the same file are read once.
     unique: dict[str, PinnedFile] = {}
-    for item, (real, _) in zip(files, stats, strict=True):
+    for item, real in zip(files, reals, strict=True):
         unique.setdefault(real, item)
-
-    local = threading.local()
-    stop = threading.Event()
-
-    def job(real: str) -> _Digest:
-        item = unique[real]
-        _, st = _stat_regular(item.role, item.path)
-        key = StatKey.of(real, st)
-        say(f"hashing {item.role} {item.path} ({human_size(st.st_size)}) ...")
-        hit = _lookup(entries, key) if use_cache else None
-        if hit is not None:
-            say(f"  {item.role}: sha256 {_short(hit)} (cache hit)")
-            return _Digest(hit, key, cacheable=False)
-        buffer = getattr(local, "buffer", None)
-        if buffer is None:
-            buffer = local.buffer = bytearray(BUFFER_SIZE)
-        started_ns = time.time_ns()
-        t0 = time.perf_counter()
-        bar = ByteProgress(f"hashing {item.role}", st.st_size, say) if st.st_size >= progress_min_bytes else None
-        sha, key, before = _read_digest(item.role, item.path, real, buffer, stop, bar.advance if bar else None)
-        if bar is not None:
-            bar.done()
-        seconds = time.perf_counter() - t0
-        rate = before.st_size / seconds / 1e6 if seconds > 0 else float("inf")
-        racy = max(before.st_mtime_ns, before.st_ctime_ns) > started_ns - RACY_WINDOW_NS
-        note = " (modified moments ago: not cached)" if racy else ""
-        say(f"  {item.role}: sha256 {_short(sha)} {rate:.1f} MB/s{note}")
-        return _Digest(sha, key, cacheable=not racy)
-
-    count = workers if workers is not None else min(len(unique), os.cpu_count() or 1)
-    with ThreadPoolExecutor(max_workers=max(1, count), thread_name_prefix="ds4ci-hash") as pool:
-        futures = {pool.submit(job, real): real for real in unique}
-        digests: dict[str, _Digest] = {}
-        try:
-            # as_completed: the first real failure surfaces first, before the _Cancelled it causes.
-            for fut in as_completed(futures):
-                digests[futures[fut]] = fut.result()
-        except BaseException:
-            stop.set()
-            for fut in futures:
-                fut.cancel()
-            raise
-
+    digests = _Hasher(unique, entries, use_cache, say, progress_min_bytes).run(workers)
     fresh = {d.key.realpath: {**d.key.fields(), "sha256": d.sha256} for d in digests.values() if d.cacheable}
     # use_cache=False still refreshes the cache: a forced re-read is the most trustworthy entry.
     if fresh and cache_file is not None:
         save_cache(cache_file, fresh, say)
-
-    out: list[FileIdentity] = []
-    mismatches: list[str] = []
-    for item, (real, _) in zip(files, stats, strict=True):
-        digest = digests[real]
-        pinned = item.sha256.lower() if item.sha256 is not None else None
-        verified = pinned is not None and pinned == digest.sha256
-        if pinned is not None and not verified:
-            mismatches.append(f"  {item.role} {item.path}: expected {pinned}, found {digest.sha256}")
-        out.append(FileIdentity(item.role, item.path, digest.key.size, digest.sha256, pinned, verified))
-    if mismatches:
-        raise NoVerdictError(
-            f"pinned SHA-256 mismatch for {len(mismatches)} file(s); refusing to start any server:\n"
-            + "\n".join(mismatches)
-            + "\nStage the expected files or, if the new files are intended, update the pins."
-        )
-    return out
+    return _verified(files, reals, digests)

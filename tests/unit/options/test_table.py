@@ -12,7 +12,7 @@ from typing import Any
 import pytest
 import typer.main
 
-from ds4ci import cli
+from ds4ci.commands import app as cli
 from ds4ci.errors import UsageError
 from ds4ci.gate import settings
 from ds4ci.options import config, table
