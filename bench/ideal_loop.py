@@ -54,13 +54,18 @@ def free_port() -> int:
         return port
 
 
+def server_argv(args: argparse.Namespace, port: int) -> list[str]:
+    """The command line ds4ci's gate gives the server (HIP device defaults, as ds4ci.toml sets none)."""
+    return [str(args.server_bin), str(args.target), "--host", "127.0.0.1", "--port", str(port), "--max-ctx", "4096",
+            "--chunk", "512", "--target-device", "hip:0", "--ds4-fused-decode", "--ds4-prefill", "exact"]
+
+
 def run(args: argparse.Namespace) -> list[dict[str, float | int | None]]:
     servers: list[dict[str, float | int | None]] = []
     prompts = [p.read_text(encoding="utf-8") for p in args.prompt_file]
     for q in [None, *(int(w) for w in args.widths.split(","))]:
         port = free_port()
-        cmd = [str(args.server_bin), str(args.target), "--host", "127.0.0.1", "--port", str(port), "--max-ctx", "4096",
-               "--chunk", "512", "--target-device", "hip:0", "--ds4-fused-decode", "--ds4-prefill", "exact"]
+        cmd = server_argv(args, port)
         logs = args.log_dir / ("target-only" if q is None else f"q{q}")
         logs.mkdir(parents=True, exist_ok=True)
         with (logs / "stdout.log").open("wb") as out, (logs / "stderr.log").open("wb") as err:

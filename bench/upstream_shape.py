@@ -28,7 +28,6 @@ from __future__ import annotations
 import argparse
 import hashlib
 import json
-import socket
 import subprocess
 import sys
 import time
@@ -36,7 +35,7 @@ import urllib.request
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from ideal_loop import SAMPLER, env_for
+from ideal_loop import SAMPLER, env_for, free_port, server_argv
 
 
 def sha256_file(path: Path) -> str:
@@ -45,13 +44,6 @@ def sha256_file(path: Path) -> str:
         for block in iter(lambda: fh.read(1024 * 1024), b""):
             digest.update(block)
     return digest.hexdigest()
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port: int = s.getsockname()[1]
-        return port
 
 
 def wait_ready(port: int, proc: subprocess.Popen[bytes], timeout: float) -> None:
@@ -70,8 +62,7 @@ def wait_ready(port: int, proc: subprocess.Popen[bytes], timeout: float) -> None
 
 def run_case(args: argparse.Namespace, q: int | None, prompts: list[str]) -> dict[str, float | int | None]:
     port = free_port()
-    cmd = [str(args.server_bin), str(args.target), "--host", "127.0.0.1", "--port", str(port), "--max-ctx", "4096",
-           "--chunk", "512", "--target-device", "hip:0", "--ds4-fused-decode", "--ds4-prefill", "exact"]
+    cmd = server_argv(args, port)
     logs = args.log_dir / ("target-only" if q is None else f"q{q}")
     logs.mkdir(parents=True, exist_ok=True)
     with (logs / "stdout.log").open("wb") as out, (logs / "stderr.log").open("wb") as err:

@@ -222,22 +222,6 @@ def test_a_failing_extra_check_fails_an_otherwise_passing_gate(ws: Workspace) ->
     assert "check 'unit': fail" in run.reasons()
 
 
-def test_a_prompt_is_sent_only_as_the_bytes_that_were_verified(tmp_path: Path) -> None:
-    from ds4ci.errors import NoVerdictError
-    from ds4ci.gate.run import _read_verified_prompt
-
-    prompt = tmp_path / "p.txt"
-    prompt.write_text("verified text\n")
-    digest = hashlib.sha256(b"verified text\n").hexdigest()
-    assert _read_verified_prompt(prompt, digest) == "verified text\n"
-    prompt.write_text("swapped after hashing\n")
-    with pytest.raises(NoVerdictError, match="changed after its SHA-256 was verified"):
-        _read_verified_prompt(prompt, digest)
-    prompt.write_bytes(b"\xff\xfe")
-    with pytest.raises(NoVerdictError, match="not UTF-8"):
-        _read_verified_prompt(prompt, hashlib.sha256(b"\xff\xfe").hexdigest())
-
-
 def test_json_prints_one_summary_object_on_stdout_and_the_table_on_stderr(ws: Workspace) -> None:
     bundle = ws.root / "bundle.tar.gz"
     run = ws.gate("--json", widths="2,3", bundle_out=bundle)
