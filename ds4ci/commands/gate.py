@@ -15,7 +15,6 @@ from typing import Any, TextIO
 
 from ds4ci.errors import Ds4ciError, NoVerdictError, UsageError
 from ds4ci.evidence import results, store
-from ds4ci.gate.annotations import annotation_path, announce
 from ds4ci.gate.run import GateOutcome, run_gate
 from ds4ci.log import Logger
 from ds4ci.options import config
@@ -124,6 +123,8 @@ def _run_gate_command(config_file: Path | None, overrides: Mapping[str, Any], as
     try:
         cfg = config.load(config_file, overrides)
     except Ds4ciError as exc:
+        from ds4ci.gate.annotations import annotation_path
+
         where = annotation_path(config_file) if config_file is not None else None
         log.annotate("error", str(exc), file=where, line=_toml_line(exc) if where else None, title="ds4ci gate: config")
         raise
@@ -137,6 +138,8 @@ def _run_gate_command(config_file: Path | None, overrides: Mapping[str, Any], as
     except Ds4ciError as exc:  # the verdict cannot stand without its files: say why, not the verdict
         log.annotate("error", str(exc), title="ds4ci gate")
         raise
+    from ds4ci.gate.annotations import announce  # judging's line formats: needed only now
+
     announce(log, outcome.results)
     if as_json:
         sys.stdout.write(json.dumps(summary(outcome.results, cfg), indent=2, sort_keys=True) + "\n")

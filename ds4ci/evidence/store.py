@@ -27,7 +27,6 @@ from typing import Any
 
 from ds4ci.errors import NoVerdictError
 from ds4ci.records import FileIdentity
-from ds4ci.runner.identity import hash_file
 
 ATTEMPTS = "attempts"
 RUNS = "runs"
@@ -116,7 +115,7 @@ def build_manifest(attempt_dir: Path, inputs: Sequence[FileIdentity]) -> dict[st
     if problems:
         raise NoVerdictError("the evidence holds entries that are not regular files: " + "; ".join(problems[:10]))
     files = [
-        {"path": rel, "size": path.stat().st_size, "sha256": hash_file(path)}
+        {"path": rel, "size": path.stat().st_size, "sha256": _hash_file(path)}
         for rel, path in sorted(found.items()) if rel not in (MANIFEST, RESULTS)
     ]
     return {"schema": "ds4ci/manifest/v1", "inputs": inputs, "evidence": files}
@@ -126,7 +125,7 @@ def seal(attempt: Attempt, inputs: Sequence[FileIdentity]) -> str:
     """Write manifest.json into the attempt and return its SHA-256 (the evidence bundle digest)."""
     manifest_path = attempt.path / MANIFEST
     write_json(manifest_path, build_manifest(attempt.path, inputs))
-    return hash_file(manifest_path)
+    return _hash_file(manifest_path)
 
 
 def sealed_files(directory: Path) -> list[str]:
@@ -148,3 +147,9 @@ def promote(attempt: Attempt, verdict: str) -> Path:
             f"could not promote {attempt.path} to {final}: {exc.strerror or exc}; the attempt stays where it is"
         ) from exc
     return final
+
+
+def _hash_file(path: Path) -> str:
+    from ds4ci.runner.identity import hash_file  # at sealing time: thread pools and the cache code are not needed before
+
+    return hash_file(path)

@@ -29,7 +29,6 @@ from ds4ci.errors import EXIT_ERROR, EXIT_FAIL, EXIT_PASS, Ds4ciError, NoVerdict
 from ds4ci.evidence import results, store
 from ds4ci.gate import settings
 from ds4ci.gate.document import containment, initial_results, inputs, read_verified_prompt
-from ds4ci.gate.server import Server, ServerSettings
 from ds4ci.judging import judge
 from ds4ci.judging.verdict import ERROR, FAIL, NOT_RUN, PASS
 from ds4ci.log import Logger, as_logger
@@ -37,7 +36,8 @@ from ds4ci.options import policy
 from ds4ci.options.config import GateConfig
 from ds4ci.records import Arm, ExitCode, Results, Verdict
 
-if TYPE_CHECKING:
+if TYPE_CHECKING:  # imported when first used: http.client, ssl and psutil come after the first line
+    from ds4ci.gate.server import Server, ServerSettings
     from ds4ci.runner.fingerprint import Background
 
 Progress = Callable[[str], None]
@@ -152,6 +152,8 @@ class _Run:
         self.doc["checks"] = run_checks(self.cfg.checks, self.attempt.path / "checks", progress=self.progress)
 
     def _settings(self) -> ServerSettings:
+        from ds4ci.gate.server import ServerSettings
+
         cfg = self.cfg
         return ServerSettings(
             binary=cfg.server_bin.path,
@@ -218,6 +220,8 @@ class _Run:
         server_dir = self.attempt.path / judge.SERVERS / key
         life: dict[str, Any] = {"key": key, "q": q, "requests": [], "error": None}
         t0 = time.monotonic()
+        from ds4ci.gate.server import Server
+
         server = Server(self._settings(), env.env, server_dir, self.progress, label)
         try:
             with self.progress.group(f"{label} server"):
