@@ -50,6 +50,15 @@ def parser(description: str) -> argparse.ArgumentParser:
     return p
 
 
+def gate_knobs(p: argparse.ArgumentParser) -> None:
+    """The simulated workload every gate bench runs: start-up delay, token time, tokens, prompts, repeats."""
+    p.add_argument("--startup-delay", type=float, default=1.0)
+    p.add_argument("--token-delay", type=float, default=0.005)
+    p.add_argument("--max-tokens", type=int, default=96)
+    p.add_argument("--prompts", type=int, default=1)
+    p.add_argument("--repeats", type=int, default=2)
+
+
 def median(values: Sequence[float]) -> float:
     return statistics.median(values)
 

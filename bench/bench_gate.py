@@ -25,7 +25,7 @@ from pathlib import Path
 from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from _common import BIN, emit, median, parser, say, verdict
+from _common import BIN, emit, gate_knobs, median, parser, say, verdict
 
 NAME = "gate"
 
@@ -76,11 +76,7 @@ TIMINGS: list[dict[str, Any]] = []
 def main() -> None:
     p = parser(__doc__.splitlines()[0])
     p.add_argument("--rounds", type=int, help="rounds of (1 width, 3 widths, baseline); default 3, full 5")
-    p.add_argument("--startup-delay", type=float, default=1.0)
-    p.add_argument("--token-delay", type=float, default=0.005)
-    p.add_argument("--max-tokens", type=int, default=96)
-    p.add_argument("--prompts", type=int, default=1)
-    p.add_argument("--repeats", type=int, default=2)
+    gate_knobs(p)
     args = p.parse_args()
     rounds = args.rounds or (5 if args.full else 3)
     per_server_tokens = args.prompts * args.repeats * args.max_tokens

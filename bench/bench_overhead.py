@@ -50,7 +50,7 @@ from pathlib import Path
 from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from _common import BIN, emit, median, parser, say
+from _common import BIN, emit, gate_knobs, median, parser, say
 from bench_gate import workspace
 
 NAME = "overhead"
@@ -189,11 +189,7 @@ def paths_prompts(paths: dict[str, Path]) -> list[Path]:
 def main() -> None:
     p = parser(__doc__.splitlines()[0])
     p.add_argument("--rounds", type=int, help="rounds of (ds4ci, ideal loop, upstream shape); default 3, full 5")
-    p.add_argument("--startup-delay", type=float, default=1.0)
-    p.add_argument("--token-delay", type=float, default=0.005)
-    p.add_argument("--max-tokens", type=int, default=96)
-    p.add_argument("--prompts", type=int, default=1)
-    p.add_argument("--repeats", type=int, default=2)
+    gate_knobs(p)
     args = p.parse_args()
     rounds = args.rounds or (5 if args.full else 3)
     server_floor = args.startup_delay + args.prompts * args.repeats * args.max_tokens * args.token_delay
