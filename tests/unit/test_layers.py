@@ -112,3 +112,21 @@ def test_the_checker_sees_an_upward_and_a_lazy_import(tmp_path: Path) -> None:
     found = imports_of("ds4ci.judging.rules", module)
     assert found == {"ds4ci.commands.verify", "ds4ci.judging.protocol"}
     assert stage_of("ds4ci.commands.verify") > stage_of("ds4ci.judging.rules")
+
+
+MAX_FUNCTION_LINES = 60  # a function longer than this wants splitting
+MAX_MODULE_LINES = 420  # a module longer than this has more than one job
+
+
+def test_functions_and_modules_stay_small() -> None:
+    too_long = []
+    for name, path in sorted(MODULES.items()):
+        text = path.read_text(encoding="utf-8")
+        if len(text.splitlines()) > MAX_MODULE_LINES:
+            too_long.append(f"{name}: {len(text.splitlines())} lines (limit {MAX_MODULE_LINES})")
+        for node in ast.walk(ast.parse(text)):
+            if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
+                length = (node.end_lineno or node.lineno) - node.lineno + 1
+                if length > MAX_FUNCTION_LINES:
+                    too_long.append(f"{name}.{node.name}: {length} lines (limit {MAX_FUNCTION_LINES})")
+    assert not too_long, "split these:\n" + "\n".join(too_long)
