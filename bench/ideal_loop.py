@@ -101,19 +101,25 @@ def run(args: argparse.Namespace) -> list[dict[str, float | int | None]]:
     return servers
 
 
-def main() -> None:
-    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+def loop_parser(description: str) -> argparse.ArgumentParser:
+    """The flags both server loops take (the workload ds4ci's gate would run)."""
+    p = argparse.ArgumentParser(description=description)
     p.add_argument("--server-bin", type=Path, required=True)
     p.add_argument("--target", type=Path, required=True)
     p.add_argument("--draft", type=Path, required=True)
     p.add_argument("--prompt-file", type=Path, action="append", required=True)
-    p.add_argument("--widths", default="2,3,4")
     p.add_argument("--max-tokens", type=int, default=96)
     p.add_argument("--repeats", type=int, default=2)
     p.add_argument("--seed", type=int, default=1234)
     p.add_argument("--log-dir", type=Path, required=True)
     p.add_argument("--json-out", type=Path, help="write each server's ready and run times here as JSON")
     p.add_argument("--full", action="store_true", help="no effect (the sizes are the flags above; bench_overhead.py sets them)")
+    return p
+
+
+def main() -> None:
+    p = loop_parser(__doc__.splitlines()[0])
+    p.add_argument("--widths", default="2,3,4")
     args = p.parse_args()
     t0 = time.perf_counter()
     servers = run(args)

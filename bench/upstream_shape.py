@@ -35,7 +35,7 @@ import urllib.request
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from ideal_loop import SAMPLER, env_for, free_port, server_argv
+from ideal_loop import SAMPLER, env_for, free_port, loop_parser, server_argv
 
 
 def sha256_file(path: Path) -> str:
@@ -94,18 +94,8 @@ def run_case(args: argparse.Namespace, q: int | None, prompts: list[str]) -> dic
 
 
 def main() -> None:
-    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    p.add_argument("--server-bin", type=Path, required=True)
-    p.add_argument("--target", type=Path, required=True)
-    p.add_argument("--draft", type=Path, required=True)
-    p.add_argument("--prompt-file", type=Path, action="append", required=True)
+    p = loop_parser(__doc__.splitlines()[0])
     p.add_argument("--spec-q", type=int, default=4, help="the one width of this run")
-    p.add_argument("--max-tokens", type=int, default=96)
-    p.add_argument("--repeats", type=int, default=2)
-    p.add_argument("--seed", type=int, default=1234)
-    p.add_argument("--log-dir", type=Path, required=True)
-    p.add_argument("--json-out", type=Path, help="write each server's ready and run times here as JSON")
-    p.add_argument("--full", action="store_true", help="no effect (the sizes are the flags above; bench_overhead.py sets them)")
     args = p.parse_args()
     t0 = time.perf_counter()
     for path in (args.server_bin, args.target, args.draft, *args.prompt_file):

@@ -20,7 +20,6 @@ from pathlib import Path
 from typing import Any, TextIO, cast
 
 from ds4ci.errors import EXIT_FAIL, EXIT_PASS, UsageError
-from ds4ci.evidence import results
 from ds4ci.gate.run import GateOutcome, run_gate
 from ds4ci.log import Logger
 from ds4ci.options import config
@@ -156,7 +155,7 @@ def _run(
     cfg = config.load(None, overrides)
     with _env("DS4SIM_FAULTS", faults):
         outcome = run_gate(cfg, Logger.from_env(cast(TextIO, _Shown(sys.stderr, show))))
-    results.write_atomic(workspace / f"{runner}.results.json", outcome.results)
+    outcome.write_results(workspace / f"{runner}.results.json")
     return outcome
 
 

@@ -14,7 +14,7 @@ from pathlib import Path
 from typing import Any, TextIO
 
 from ds4ci.errors import Ds4ciError, NoVerdictError, UsageError
-from ds4ci.evidence import results, store
+from ds4ci.evidence import store
 from ds4ci.gate.run import GateOutcome, run_gate
 from ds4ci.log import Logger
 from ds4ci.options import config
@@ -151,7 +151,7 @@ def _write_outputs(cfg: config.GateConfig, outcome: GateOutcome, human: TextIO) 
     doc = outcome.results
     if cfg.results_out is not None:
         try:
-            results.write_atomic(cfg.results_out, doc)
+            outcome.write_results(cfg.results_out)
         except OSError as exc:
             raise NoVerdictError(f"cannot write --results-out {cfg.results_out}: {exc.strerror or exc}") from exc
         print(f"results: {cfg.results_out}", file=human)

@@ -152,21 +152,13 @@ def dumps(doc: Results) -> str:
     return json.dumps(doc, indent=2, sort_keys=True, allow_nan=False) + "\n"
 
 
-_LAST_VALID: list[str] = []  # the text of the last document write_atomic validated
+def write_atomic(path: Path, doc: Results) -> str:
+    """Validate ``doc``, write it to ``path`` via a temporary file and rename (never half-written).
 
-
-def write_atomic(path: Path, doc: Results) -> None:
-    """Write validated results to ``path`` via a temporary file and rename (never half-written).
-
-    The gate writes the same document twice (into the evidence, then to --results-out): text
-    identical to the last validated document is valid already and is not validated again.
+    Returns the text written: a caller that writes the same document elsewhere too (the gate's
+    --results-out) writes this text instead of serialising and validating it again.
     """
-    try:
-        text: str | None = dumps(doc)
-    except (TypeError, ValueError):  # not JSON at all: validate says why, or dumps below raises as before
-        text = None
-    if text is None or _LAST_VALID[-1:] != [text]:
-        validate(doc, str(path))
-        text = dumps(doc) if text is None else text
-        _LAST_VALID[:] = [text]
+    validate(doc, str(path))
+    text = dumps(doc)
     write_text_atomic(path, text)
+    return text

@@ -27,6 +27,7 @@ from typing import TYPE_CHECKING, Any
 from ds4ci import __version__
 from ds4ci.errors import EXIT_ERROR, EXIT_FAIL, EXIT_PASS, Ds4ciError, NoVerdictError
 from ds4ci.evidence import results, store
+from ds4ci.fileio import write_text_atomic
 from ds4ci.gate import settings
 from ds4ci.gate.document import containment, initial_results, inputs, read_verified_prompt
 from ds4ci.judging import judge
@@ -52,6 +53,14 @@ class GateInterrupted(NoVerdictError):
 class GateOutcome:
     results: Results
     exit_code: int
+    results_text: str | None = None  # ``results`` as validated and written into the evidence (None: not written)
+
+    def write_results(self, path: Path) -> None:
+        """Write results.json elsewhere too: the evidence's validated text, byte for byte, when there is one."""
+        if self.results_text is None:
+            results.write_atomic(path, self.results)
+        else:
+            write_text_atomic(path, self.results_text)
 
 
 def _now() -> str:
@@ -314,7 +323,7 @@ class _Run:
             # Sealed whatever happened (null before hashing ran): verify reads identities from here.
             store.write_json(self.attempt.path / "identities.json", doc["identities"])
             doc["evidence"]["manifest_sha256"] = store.seal(self.attempt, inputs(doc["identities"]))
-            results.write_atomic(self.attempt.path / store.RESULTS, doc)
+            text: str | None = results.write_atomic(self.attempt.path / store.RESULTS, doc)
             store.promote(self.attempt, verdict)
         except (OSError, NoVerdictError) as exc:
             # The attempt stays in attempts/ (never a partial final directory); no verdict can stand.
@@ -323,9 +332,10 @@ class _Run:
             doc["reasons"] = [*doc["reasons"], f"evidence could not be sealed and promoted: {detail}"][:200]
             doc["evidence"]["dir"] = str(self.attempt.path)
             doc["evidence"]["manifest_sha256"] = None
+            text = None
             with contextlib.suppress(OSError):
-                results.write_atomic(self.attempt.path / store.RESULTS, doc)
-        return GateOutcome(doc, doc["exit_code"])
+                text = results.write_atomic(self.attempt.path / store.RESULTS, doc)
+        return GateOutcome(doc, doc["exit_code"], text)
 
 
 def _text_or_none(value: Any) -> str | None:

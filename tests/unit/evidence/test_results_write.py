@@ -1,4 +1,4 @@
-"""results.write_atomic validates what it writes, once per distinct document; the validator is shared."""
+"""results.write_atomic validates every document it writes and returns the text; the validator is shared."""
 
 from __future__ import annotations
 
@@ -29,15 +29,13 @@ def _counting(monkeypatch: pytest.MonkeyPatch) -> list[Any]:
     return seen
 
 
-def test_the_same_document_written_twice_is_validated_once(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_write_atomic_validates_and_returns_the_text_it_wrote(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     seen = _counting(monkeypatch)
     doc = copy.deepcopy(PASS)
-    doc["reasons"] = ["written twice"]  # text no earlier test wrote
-    results.write_atomic(tmp_path / "evidence.json", doc)
-    results.write_atomic(tmp_path / "results-out.json", doc)
+    text = results.write_atomic(tmp_path / "evidence.json", doc)
     assert len(seen) == 1
-    assert (tmp_path / "evidence.json").read_bytes() == (tmp_path / "results-out.json").read_bytes()
-    assert results.load(tmp_path / "results-out.json") == doc
+    assert (tmp_path / "evidence.json").read_text(encoding="utf-8") == text == results.dumps(doc)
+    assert results.load(tmp_path / "evidence.json") == doc
 
 
 def test_a_changed_document_is_validated_again_and_an_invalid_one_never_written(
