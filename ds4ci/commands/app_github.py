@@ -61,6 +61,13 @@ _ExpectRunner = Annotated[
         "says what it last validated, what changed since and which run is still required. Repeatable.",
     ),
 ]
+_ExpectConfig = Annotated[
+    Path | None,
+    typer.Option(
+        help="The trusted ds4ci.toml (e.g. the base branch's copy): a bundle made with other widths, repeats, "
+        "prompts, pins or checks than it allows is published as error (a focused rerun's widths are a subset).",
+    ),
+]
 _MergeConfig = Annotated[
     Path | None,
     typer.Option(
@@ -90,12 +97,15 @@ def publish(
     allow_focused_reruns: _AllowFocusedReruns = False,
     expect_runner: _ExpectRunner = None,
     merge_config: _MergeConfig = None,
+    expect_config: _ExpectConfig = None,
 ) -> None:
     """Post the sticky PR comment and one commit status per runner (context ds4ci/<runner>).
 
     Statuses rest on `ds4ci verify`'s recomputation from each evidence bundle, never on results.json
-    alone: a bundle that does not verify is published as error. Only a passing, verified result for
-    exactly the commit being set can ever become a green status.
+    alone: a bundle that does not verify is published as error. Only a passing, verified result whose
+    sealed revisions name exactly the commit being set can ever become a green status. A negative
+    control's pass is success with "negative control: ...". --unverified results set no status.
+    Exit 0 posted (a failing gate published correctly too), 2 refused or bad input, 3 GitHub failed.
     """
     from ds4ci.commands.publish import PublishRequest, run_publish
 
@@ -103,7 +113,7 @@ def publish(
         repo=repo, pr=pr, sha=sha, api_url=api_url, target_url=target_url, token_env=token_env, dry_run=dry_run,
         no_comment=no_comment, no_status=no_status, template_dir=template_dir, summary_file=summary_file,
         comment_author=comment_author, allow_focused=allow_focused_reruns, merge_config=merge_config,
-        expect_runners=tuple(expect_runner or ()),
+        expect_runners=tuple(expect_runner or ()), expect_config=expect_config,
     )
     exit_with(
         lambda: run_publish(results or [], request, pending=pending, runner=runner, unverified=unverified)
@@ -167,6 +177,8 @@ def merge_check(
 ) -> None:
     """Is the pull request ready to merge on its exact current head?
 
+    Only the publisher's ds4ci/<runner> statuses count (--publisher, default github-actions[bot]), and
+    a check only from its app or account ([[merge.checks]]); others are listed as ignored.
     Ready only when every gate runner and named check is green on the head, enough approvals are
     on the head, no changes are requested, no review thread is unresolved, and the PR is open,
     not a draft and mergeable. Token from $GITHUB_TOKEN. Exit 0 ready, 1 not ready (one line per
@@ -178,6 +190,6 @@ def merge_check(
     exit_with(
         lambda: run_merge_check(
             pr=pr, repo=repo, api_url=api_url, runners=need["runners"], checks=need["checks"],
-            approvals=need["approvals"], as_json=json_out, config=config,
+            approvals=need["approvals"], as_json=json_out, config=config, publisher=need["publisher"],
         )
     )

@@ -57,6 +57,7 @@ class PublishRequest:
     allow_focused: bool = False
     merge_config: Path | None = None
     expect_runners: tuple[str, ...] = ()
+    expect_config: Path | None = None  # the trusted ds4ci.toml every bundle's settings must match
 
 
 def run_publish(
@@ -74,7 +75,12 @@ def run_publish(
     from ds4ci.report.render import check_inputs
 
     check_inputs(results)
-    return publish_documents(verified.load(results, unverified), request)
+    expected = None
+    if request.expect_config is not None:
+        from ds4ci.evidence.verify import expectations
+
+        expected = expectations(request.expect_config)
+    return publish_documents(verified.load(results, verified.Trust(expected, unverified)), request)
 
 
 def publish_documents(published: list[Published], request: PublishRequest) -> int:
@@ -91,7 +97,9 @@ def publish_documents(published: list[Published], request: PublishRequest) -> in
     trusted = [p.doc for p in published if p.may_set_status]
     plans = [] if r.no_status or not trusted else publish.plan_statuses(trusted, head, r.target_url)
     client = None if r.dry_run else _client(r.repo, r.api_url, r.token_env)
-    plans = _focused(plans, docs, client, r.pr, head, r.allow_focused)
+    # Whose statuses count in the history (predecessors, an ancestor's full pass): our own identity's.
+    publisher = client.identity(r.comment_author) if client is not None and r.pr is not None else None
+    plans = _focused(plans, docs, client, r.pr, head, r.allow_focused, publisher)
     for p in published:
         if not p.may_set_status:
             print(f"ds4ci: no status for {p.doc['runner']['name']}: its result is unverified", file=sys.stderr)
@@ -115,7 +123,7 @@ def publish_documents(published: list[Published], request: PublishRequest) -> in
                 "stale results (re-run the gate on the new head)"
             )
         if not r.no_comment:
-            author = client.identity(r.comment_author)
+            author = publisher
     for plan in plans:
         client.create_status(plan.sha, plan.state, plan.context, plan.description, plan.target_url)
         print(f"ds4ci: status {plan.context}={plan.state} on {plan.sha}", file=sys.stderr)
@@ -123,11 +131,11 @@ def publish_documents(published: list[Published], request: PublishRequest) -> in
         predecessors = {}
         for doc in docs:
             if doc["verdict"] != "pass":
-                found = publish.last_validated_predecessor(client, r.pr, head, doc["runner"]["name"])
+                found = publish.last_validated_predecessor(client, r.pr, head, doc["runner"]["name"], author)
                 if found:
                     predecessors[doc["runner"]["name"]] = found
         merge_status = _merge_status(client, r.pr, r.merge_config, r.api_url, r.token_env) if r.merge_config else []
-        missing = _needs_hardware(client, r.pr, head, docs, r.expect_runners, r.template_dir)
+        missing = _needs_hardware(client, r.pr, head, docs, r.expect_runners, r.template_dir, author)
         build = publish.BodyBuilder(docs, run_url=r.target_url, template_dir=r.template_dir, predecessors=predecessors,
                                     merge_status=merge_status, extra=missing)
         outcome = publish.upsert_comment(client, r.pr, author, build)
@@ -137,7 +145,7 @@ def publish_documents(published: list[Published], request: PublishRequest) -> in
 
 def _focused(
     plans: list[publish.StatusPlan], docs: list[Results], client: Client | None, pr: int | None, head: str,
-    allowed: bool,
+    allowed: bool, publisher: str | None,
 ) -> list[publish.StatusPlan]:
     """Focused reruns: green only on top of a full pass on an ancestor where allowed; the comment says which."""
     by_context = {f"ds4ci/{d['runner']['name']}": d for d in docs}
@@ -148,7 +156,9 @@ def _focused(
             out.append(plan)
             continue
         runner = doc["runner"]["name"]
-        full = publish.last_full_pass(client, pr, head, runner) if client is not None and pr is not None else None
+        full = None
+        if client is not None and pr is not None and publisher is not None:
+            full = publish.last_full_pass(client, pr, head, runner, publisher)
         decided = publish.focused_plan(plan, doc, full, allowed)
         doc.setdefault("warnings", []).insert(0, f"focused rerun: status {decided.state}: {decided.description}")
         out.append(decided)
@@ -157,6 +167,7 @@ def _focused(
 
 def _needs_hardware(
     client: Client, pr: int, head: str, docs: list[Results], expected: Sequence[str], template_dir: Path | None,
+    publisher: str,
 ) -> list[Section]:
     """A section for every expected runner without a result on this head (busy or offline)."""
     from ds4ci.report import render
@@ -170,7 +181,7 @@ def _needs_hardware(
             continue
         if not publish.RUNNER_RE.match(runner):
             raise UsageError(f"--expect-runner {runner!r}: expected letters, digits, '.', '_' or '-'")
-        predecessor = publish.last_validated_predecessor(client, pr, head, runner)
+        predecessor = publish.last_validated_predecessor(client, pr, head, runner, publisher)
         commits, files = client.compare(predecessor, head) if predecessor else ([], [])
         sections.append(render.needs_hardware_section(env, runner, head, widths, predecessor, commits, files))
     return sections
@@ -181,7 +192,7 @@ def _merge_status(client: Client, pr: int, merge_config: Path, api_url: str | No
     from ds4ci.github import merge, mergefacts
     from ds4ci.github.client import DEFAULT_API_URL, THROTTLE_ENV
 
-    need = merge.requirements(merge_config, None, None, None)
+    need = merge.requirements(merge_config, None, None, None)  # the publisher: merge.publisher of that file
     url = (api_url or os.environ.get("GITHUB_API_URL") or DEFAULT_API_URL).rstrip("/")
     polite = os.environ.get(THROTTLE_ENV, "1") != "0"
     gql = mergefacts.GraphQL(mergefacts.graphql_url(url), os.environ.get(token_env, ""), backoff_s=1.0 if polite else 0.0)

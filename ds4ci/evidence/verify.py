@@ -239,29 +239,63 @@ def verify_dir(root: Path, label: str | None = None) -> Verification:
     return found
 
 
-def expectation_problems(found: Verification, expected: Mapping[str, Any]) -> list[str]:
-    """Settings and pins the trusted side demands (from its own config) that the bundle must show."""
+def _for_runner(expected: Mapping[str, Any], runner: str) -> dict[str, Any]:
+    """The trusted expectations for one runner: ``[gate]``'s, with its ``[runners.<name>]`` table applied."""
+    own = expected.get("runners", {}).get(runner, {})
+    return {**{k: val for k, val in expected.items() if k != "runners"}, **own}
+
+
+def expectation_mismatches(
+    found: Verification, expected: Mapping[str, Any], *, focused: bool = False
+) -> list[tuple[str, object, object]]:
+    """(setting, what the bundle ran, what the trusted config allows) for every setting that differs.
+
+    ``focused``: a focused rerun (fewer widths, all of them configured, and the configured widths
+    equal to the trusted ones) is allowed; whether it may turn green is the publisher's policy.
+    """
     recorded = found.recorded
     if recorded is None:
         return []
-    problems = []
+    want = _for_runner(expected, recorded["runner"]["name"])
     settings = recorded["settings"]
-    ran: dict[str, object] = {
-        "widths": settings["widths"], "max_tokens": settings["max_tokens"], "seed": settings["seed"],
-        "repeats": settings["repeats"],
-    }
-    for key, value in ran.items():
-        if key in expected and value != expected[key]:
-            problems.append(f"{key}: the trusted config expects {expected[key]!r}, the bundle ran {value!r}")
+    out: list[tuple[str, object, object]] = []
+    role = want.get("role", "gate")
+    if recorded["runner"]["role"] != role:
+        out.append(("role", recorded["runner"]["role"], role))
+    checks = [[c["name"], c["command"]] for c in recorded["checks"]]
+    if "checks" in want and checks != want["checks"]:
+        out.append(("checks", checks, want["checks"]))
+    if role != "gate":  # a negative control runs the checks only: no models, widths or prompts
+        return out
+    widths = settings["widths"]
+    focused_ok = (focused and settings.get("scope") == "focused" and set(widths) < set(want.get("widths", ()))
+                  and settings.get("configured_widths") == want.get("widths"))
+    if "widths" in want and widths != want["widths"] and not focused_ok:
+        out.append(("widths", widths, want["widths"]))
+    for key in ("max_tokens", "seed", "repeats"):
+        if key in want and settings[key] != want[key]:
+            out.append((key, settings[key], want[key]))
     ids = recorded["identities"]
-    for role, identity in (("target", ids["target"]), ("draft", ids["draft"]), ("server_bin", ids["server_bin"])):
-        want = expected.get(f"{role}_sha256")
+    for role_name, identity in (("target", ids["target"]), ("draft", ids["draft"]), ("server_bin", ids["server_bin"])):
         have = identity["sha256"] if identity is not None else None
-        if want is not None and want != have:
-            problems.append(f"{role}: the trusted config pins {want}, the bundle ran {have}")
-    want_prompts: Sequence[str] | None = expected.get("prompt_sha256s")
-    if want_prompts is not None and [p["sha256"] for p in ids["prompts"]] != list(want_prompts):
-        problems.append("prompts: the bundle's prompt SHA-256s differ from the trusted config's")
+        if want.get(f"{role_name}_sha256") not in (None, have):
+            out.append((role_name, have, want[f"{role_name}_sha256"]))
+    prompts = [p["sha256"] for p in ids["prompts"]]
+    if want.get("prompt_sha256s") is not None and prompts != list(want["prompt_sha256s"]):
+        out.append(("prompts", prompts, list(want["prompt_sha256s"])))
+    return out
+
+
+def expectation_problems(found: Verification, expected: Mapping[str, Any]) -> list[str]:
+    """Settings and pins the trusted side demands (from its own config) that the bundle must show."""
+    problems = []
+    for key, have, want in expectation_mismatches(found, expected):
+        if key in ("target", "draft", "server_bin"):
+            problems.append(f"{key}: the trusted config pins {want}, the bundle ran {have}")
+        elif key == "prompts":
+            problems.append("prompts: the bundle's prompt SHA-256s differ from the trusted config's")
+        else:
+            problems.append(f"{key}: the trusted config expects {want!r}, the bundle ran {have!r}")
     return problems
 
 
@@ -276,22 +310,43 @@ def dumps(items: Sequence[Verification]) -> str:
     return json.dumps([as_json(v) for v in items], indent=2, sort_keys=True)
 
 
-def expectations(config_file: Path) -> dict[str, Any]:
-    """What a trusted config demands of a bundle (only keys it sets; nothing is checked for files)."""
-    gate = read_toml(config_file).get("gate", {})
-    if not isinstance(gate, dict):
-        raise UsageError(f"{config_file}: [gate] must be a table")
-    out: dict[str, Any] = {k: gate[k] for k in ("max_tokens", "seed", "repeats") if k in gate}
-    out["widths"] = list(parse_widths(gate.get("widths", DEFAULT_WIDTHS)))
-    for role, key in (("target", "target_sha256"), ("draft", "draft_sha256"), ("server_bin", "server_sha256")):
+_RUNNER_EXPECTED = {"max_tokens": "max_tokens", "seed": "seed", "repeats": "repeats", "target_sha256": "target_sha256",
+                    "draft_sha256": "draft_sha256", "server_sha256": "server_bin_sha256"}
+
+
+def _gate_expectations(gate: Mapping[str, Any], where: str) -> dict[str, Any]:
+    """What one settings table ([gate] or a [runners.<name>] table) demands; only the keys it sets."""
+    out: dict[str, Any] = {}
+    for key, name in _RUNNER_EXPECTED.items():
         if key in gate:
-            out[f"{role}_sha256"] = parse_sha256(gate[key], f"{config_file}: gate.{key}")
+            out[name] = parse_sha256(gate[key], f"{where}.{key}") if key.endswith("sha256") else gate[key]
+    if "widths" in gate:
+        out["widths"] = list(parse_widths(gate["widths"]))
+    if "role" in gate:
+        out["role"] = gate["role"]
     prompts = gate.get("prompts")
     if prompts is not None:
         if not isinstance(prompts, list) or not all(isinstance(p, dict) for p in prompts):
-            raise UsageError(f"{config_file}: gate.prompts must be an array of tables with a sha256 each")
-        out["prompt_sha256s"] = [parse_sha256(p.get("sha256"), f"{config_file}: gate.prompts[{i}].sha256")
+            raise UsageError(f"{where}.prompts must be an array of tables with a sha256 each")
+        out["prompt_sha256s"] = [parse_sha256(p.get("sha256"), f"{where}.prompts[{i}].sha256")
                                  for i, p in enumerate(prompts)]
+    return out
+
+
+def expectations(config_file: Path) -> dict[str, Any]:
+    """What a trusted config demands of a bundle: settings, pins, prompts, checks, and per-runner tables."""
+    doc = read_toml(config_file)
+    gate, runner, runners = doc.get("gate", {}), doc.get("runner", {}), doc.get("runners", {})
+    if not all(isinstance(t, dict) for t in (gate, runner, runners, *runners.values())):
+        raise UsageError(f"{config_file}: [gate], [runner] and [runners.<name>] must be tables")
+    out = _gate_expectations({**gate, **({"role": runner["role"]} if "role" in runner else {})},
+                             f"{config_file}: gate")
+    out.setdefault("widths", list(DEFAULT_WIDTHS))
+    checks = doc.get("checks", [])
+    if not isinstance(checks, list) or not all(isinstance(c, dict) for c in checks):
+        raise UsageError(f"{config_file}: checks must be [[checks]] tables")
+    out["checks"] = [[c.get("name"), c.get("command")] for c in checks]
+    out["runners"] = {name: _gate_expectations(t, f"{config_file}: runners.{name}") for name, t in runners.items()}
     return out
 
 

@@ -221,22 +221,13 @@ class Client:
         """The latest check run of each name on ``sha`` (every page)."""
         return self._pages(f"{self._base}/commits/{sha}/check-runs", f"list the check runs of {sha[:12]}", "check_runs")
 
-    def latest_statuses(self, sha: str) -> list[Any]:
-        """The combined status of ``sha``: the latest status of each context (every page)."""
-        return self._pages(f"{self._base}/commits/{sha}/status", f"read the combined status of {sha[:12]}", "statuses")
+    def commit_statuses(self, sha: str) -> list[Any]:
+        """Every status of ``sha``, newest first, each with its ``creator`` (every page)."""
+        return self._pages(f"{self._base}/commits/{sha}/statuses", f"list the statuses of {sha[:12]}")
 
     def reviews(self, number: int) -> list[Any]:
         """The reviews of a pull request, oldest first (every page)."""
         return self._pages(f"{self._base}/pulls/{number}/reviews", f"list the reviews of pull request #{number}")
-
-    def combined_statuses(self, sha: str) -> dict[str, tuple[str, str]]:
-        """context -> (state, description) of the latest status per context on ``sha``."""
-        data = self._json("GET", f"{self._base}/commits/{sha}/status", f"read the statuses of {sha[:12]}")
-        statuses = data.get("statuses", []) if isinstance(data, dict) else []
-        return {
-            str(s.get("context")): (str(s.get("state")), str(s.get("description") or ""))
-            for s in statuses if isinstance(s, dict)
-        }
 
     def compare(self, base: str, head: str) -> tuple[list[str], list[str]]:
         """(commits, changed files) from ``base`` (excluded) to ``head`` (GET .../compare/base...head)."""
@@ -246,9 +237,6 @@ class Client:
         commits = [str(c.get("sha")) for c in data.get("commits", []) if isinstance(c, dict)]
         files = [str(f.get("filename")) for f in data.get("files", []) if isinstance(f, dict)]
         return commits, files
-
-    def combined_states(self, sha: str) -> dict[str, str]:
-        return {context: state for context, (state, _) in self.combined_statuses(sha).items()}
 
     def list_comments(self, number: int) -> list[Comment]:
         def call() -> list[Comment]:

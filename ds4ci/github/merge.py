@@ -16,13 +16,18 @@ from pathlib import Path
 from typing import Any
 
 from ds4ci.errors import UsageError
+from ds4ci.github import statuses as found_statuses
+from ds4ci.github.statuses import Status
 from ds4ci.options import table as options
 from ds4ci.options.config import read_section
+from ds4ci.options.sections import unknown
 from ds4ci.report import markdown
 
 RUNNER_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,62}$")
 GATE_CONTEXT = "ds4ci/{runner}"
 DEFAULT_APPROVALS: int = options.DEFAULT_APPROVALS
+DEFAULT_PUBLISHER: str = options.DEFAULT_PUBLISHER
+DEFAULT_CHECK_APP: str = options.DEFAULT_CHECK_APP
 # Reviewers whose approval counts: GitHub's own required-review rule counts only people with
 # write access; author_association is what the review itself says about that.
 COUNTED_ASSOCIATIONS = frozenset({"OWNER", "MEMBER", "COLLABORATOR"})
@@ -31,10 +36,24 @@ _DECISIVE = frozenset({"APPROVED", "CHANGES_REQUESTED", "DISMISSED"})
 
 
 @dataclass(frozen=True)
+class CheckSource:
+    """Who may satisfy a required check: check runs of one GitHub App, statuses of one account."""
+
+    name: str
+    app: str = DEFAULT_CHECK_APP
+    creator: str | None = None  # None: the publisher
+
+
+@dataclass(frozen=True)
 class Requirements:
     runners: tuple[str, ...]
     checks: tuple[str, ...] = ()
     approvals: int = DEFAULT_APPROVALS
+    publisher: str = DEFAULT_PUBLISHER  # the only account whose ds4ci/<runner> statuses count
+    sources: tuple[CheckSource, ...] = ()  # per-check sources; a check not listed: CheckSource(name)
+
+    def source(self, check: str) -> CheckSource:
+        return next((s for s in self.sources if s.name == check), CheckSource(check))
 
 
 @dataclass(frozen=True)
@@ -50,20 +69,12 @@ class PullFacts:
 
 
 @dataclass(frozen=True)
-class Status:
-    """The latest commit status of one context on the head."""
-
-    context: str
-    state: str  # error | failure | pending | success
-    description: str = ""
-
-
-@dataclass(frozen=True)
 class CheckRun:
     name: str
     status: str  # queued | in_progress | completed | waiting | requested | pending
     conclusion: str | None  # success | failure | neutral | cancelled | skipped | timed_out | action_required
     head_sha: str
+    app: str = DEFAULT_CHECK_APP  # app.slug: the GitHub App that created it
 
 
 @dataclass(frozen=True)
@@ -91,7 +102,7 @@ class ReviewThread:
 @dataclass(frozen=True)
 class MergeFacts:
     pull: PullFacts
-    statuses: tuple[Status, ...] = ()
+    statuses: tuple[Status, ...] = ()  # every status of the head, newest first, with its creator
     check_runs: tuple[CheckRun, ...] = ()
     reviews: tuple[Review, ...] = ()  # chronological, as GitHub lists them
     threads: tuple[ReviewThread, ...] = ()
@@ -166,29 +177,45 @@ def _pull_conditions(pull: PullFacts) -> list[Condition]:
     return [open_, draft, mergeable]
 
 
-def _gate_condition(runner: str, head: str, statuses: Mapping[str, Status], green_on: str | None) -> Condition:
+def _with(detail: str, ignored: str) -> str:
+    return f"{detail}; {ignored}" if ignored else detail
+
+
+def _gate_condition(runner: str, head: str, found: Sequence[Status], publisher: str, green_on: str | None) -> Condition:
+    """Only the publisher's newest ds4ci/<runner> status counts; anyone else's is listed as ignored."""
     context = GATE_CONTEXT.format(runner=runner)
     name = f"gate {context}"
-    status = statuses.get(context)
+    status = found_statuses.from_creator(found, publisher).get(context)
+    ignored = found_statuses.describe_ignored(found_statuses.ignored(found, context, publisher))
     if status is not None and status.state == "success":
-        return Condition(name, True, f"success on the head {_short(head)}")
+        return Condition(name, True, _with(f"success on the head {_short(head)}", ignored))
     on_head = "not set" if status is None else status.state + (f" ({status.description})" if status.description else "")
+    on_head += f" by {publisher}"
     if green_on:
         return Condition(
             name, False,
-            f"{on_head} on the current head {_short(head)}; it was success only on the older head "
-            f"{green_on}: re-run the gate on the current head",
+            _with(f"{on_head} on the current head {_short(head)}; it was success only on the older head "
+                  f"{green_on}: re-run the gate on the current head", ignored),
         )
-    return Condition(name, False, f"{on_head} on the current head {_short(head)}; no success on any commit of this PR")
+    return Condition(name, False, _with(
+        f"{on_head} on the current head {_short(head)}; no success on any commit of this PR", ignored))
 
 
-def _check_condition(check: str, head: str, statuses: Mapping[str, Status], runs: Sequence[CheckRun]) -> Condition:
-    """A name is a check run's name or a commit status context; every match must be success."""
+def _check_condition(source: CheckSource, head: str, found: Sequence[Status], publisher: str,
+                     all_runs: Sequence[CheckRun]) -> Condition:
+    """Check runs of the check's app and statuses of its creator count (every match must be success)."""
+    check, creator = source.name, source.creator or publisher
     name = f"check {check}"
-    matches = [r for r in runs if r.name == check and r.head_sha == head]
-    status = statuses.get(check)
+    runs = [r for r in all_runs if r.name == check and r.head_sha == head]
+    matches = [r for r in runs if r.app == source.app]
+    foreign = [f"check run by app {r.app}" for r in runs if r.app != source.app]
+    foreign += [f"status {s.state} by {s.creator}" for s in found_statuses.ignored(found, check, creator)]
+    ignored = f"ignored (not from app {source.app} or account {creator}): {', '.join(foreign)}" if foreign else ""
+    status = found_statuses.from_creator(found, creator).get(check)
     if not matches and status is None:
-        return Condition(name, False, f"missing: no check run or commit status named {check!r} on the head {_short(head)}")
+        return Condition(name, False, _with(
+            f"missing: no check run of app {source.app} or commit status by {creator} named {check!r} "
+            f"on the head {_short(head)}", ignored))
     problems = []
     for run in matches:
         if run.status != "completed":
@@ -199,8 +226,8 @@ def _check_condition(check: str, head: str, statuses: Mapping[str, Status], runs
         what = "pending" if status.state == "pending" else f"failed ({status.state})"
         problems.append(f"status {what}" + (f": {status.description}" if status.description else ""))
     if problems:
-        return Condition(name, False, "; ".join(problems) + f" on the head {_short(head)}")
-    return Condition(name, True, f"success on the head {_short(head)}")
+        return Condition(name, False, _with("; ".join(problems) + f" on the head {_short(head)}", ignored))
+    return Condition(name, True, _with(f"success on the head {_short(head)}", ignored))
 
 
 def _latest_verdicts(reviews: Sequence[Review]) -> dict[str, Review]:
@@ -253,11 +280,12 @@ def _thread_conditions(threads: Sequence[ReviewThread]) -> list[Condition]:
 
 def evaluate(facts: MergeFacts, requirements: Requirements) -> MergeReport:
     """Every requirement as a condition, in a fixed order; ready iff all hold."""
-    head = facts.pull.head
-    statuses = {s.context: s for s in facts.statuses}
+    head, need = facts.pull.head, requirements
     conditions = _pull_conditions(facts.pull)
-    conditions += [_gate_condition(r, head, statuses, facts.gate_green_on.get(r)) for r in requirements.runners]
-    conditions += [_check_condition(c, head, statuses, facts.check_runs) for c in requirements.checks]
+    conditions += [_gate_condition(r, head, facts.statuses, need.publisher, facts.gate_green_on.get(r))
+                   for r in need.runners]
+    conditions += [_check_condition(need.source(c), head, facts.statuses, need.publisher, facts.check_runs)
+                   for c in need.checks]
     conditions += _review_conditions(facts.reviews, head, requirements.approvals)
     conditions += _thread_conditions(facts.threads)
     return MergeReport(facts.pull.number, head, tuple(conditions))
@@ -313,8 +341,29 @@ def load_merge_table(path: Path) -> dict[str, Any]:
     return read_section(path, "merge")
 
 
+def _check_sources(value: Any) -> tuple[tuple[str, ...], tuple[CheckSource, ...]]:
+    """``merge.checks``: names, or ``[[merge.checks]]`` tables saying which app and account may satisfy each."""
+    if not isinstance(value, list):
+        raise UsageError(f"merge.checks: expected a list of names or tables, found {value!r}")
+    names, sources = [], []
+    for i, item in enumerate(value):
+        if not isinstance(item, dict):
+            names.append(item)
+            continue
+        where = f"merge.checks[{i}]"
+        unknown(item, options.keys("merge.checks"), where)
+        found = {o.key: o.check(item[o.key], f"{where}.{o.key}") for o in options.in_section("merge.checks")
+                 if o.key in item and o.check is not None}
+        if "name" not in found:
+            raise UsageError(f"{where}.name: expected the check run's name or the status context")
+        names.append(found["name"])
+        sources.append(CheckSource(found["name"], found.get("app", DEFAULT_CHECK_APP), found.get("creator")))
+    return _names(names, "merge.checks", None), tuple(sources)
+
+
 def requirements(
-    config: Path | None, runners: Sequence[str] | None, checks: Sequence[str] | None, approvals: int | None
+    config: Path | None, runners: Sequence[str] | None, checks: Sequence[str] | None, approvals: int | None,
+    publisher: str | None = None,
 ) -> Requirements:
     """CLI values win over ``[merge]`` (a list given on the command line replaces the file's)."""
     table = load_merge_table(config) if config is not None else {}
@@ -322,11 +371,19 @@ def requirements(
         run = _names(list(runners), "--runner", RUNNER_RE)
     else:
         run = _names(table.get("runners", []), "merge.runners", RUNNER_RE)
-    chk = _names(list(checks), "--check", None) if checks else _names(table.get("checks", []), "merge.checks", None)
+    sources: tuple[CheckSource, ...] = ()
+    if checks:
+        chk = _names(list(checks), "--check", None)
+    else:
+        chk, sources = _check_sources(table.get("checks", []))
     if approvals is not None:
         need = _approvals(approvals, "--approvals")
     else:
         need = _approvals(table.get("approvals", DEFAULT_APPROVALS), "merge.approvals")
     if not run:
         raise UsageError("name at least one gate runner: --runner NAME (or merge.runners in the config file)")
-    return Requirements(run, chk, need)
+    who = options.get("merge", "publisher")
+    assert who.check is not None
+    login = who.check(publisher, "--publisher") if publisher is not None else who.check(
+        table.get("publisher", DEFAULT_PUBLISHER), "merge.publisher")
+    return Requirements(run, chk, need, login, sources)

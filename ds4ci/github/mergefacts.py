@@ -15,7 +15,7 @@ from typing import Any
 import requests
 
 from ds4ci.errors import PublishError
-from ds4ci.github import merge, publish
+from ds4ci.github import merge, publish, statuses
 from ds4ci.github.client import Client
 
 _HEX40 = re.compile(r"^[0-9a-f]{40}$")
@@ -132,18 +132,6 @@ def pull_facts(number: int, data: Any, reads: int = 1) -> merge.PullFacts:
     )
 
 
-def statuses(items: list[Any], sha: str) -> tuple[merge.Status, ...]:
-    what = f"the combined status of {sha[:12]}"
-    out: dict[str, merge.Status] = {}
-    for item in items:
-        context = _get(item, "context", str, what)
-        state = _get(item, "state", str, what)
-        if context in out:
-            raise _bad(what, f"one latest status per context, {context!r} twice", item)
-        out[context] = merge.Status(context, state, str(_get(item, "description", str, what, nullable=True) or ""))
-    return tuple(out.values())
-
-
 def check_runs(items: list[Any], sha: str) -> tuple[merge.CheckRun, ...]:
     what = f"the check runs of {sha[:12]}"
     return tuple(
@@ -152,6 +140,7 @@ def check_runs(items: list[Any], sha: str) -> tuple[merge.CheckRun, ...]:
             status=_get(item, "status", str, what),
             conclusion=_get(item, "conclusion", str, what, nullable=True),
             head_sha=_get(item, "head_sha", str, what),
+            app=_get(_get(item, "app", dict, what, nullable=True) or {"slug": "(no app)"}, "slug", str, what),
         )
         for item in items
     )
@@ -227,15 +216,16 @@ def gather(
 ) -> merge.MergeFacts:
     pull = read_pull(client, number, reads=mergeable_reads, delay_s=mergeable_delay_s, sleep=sleep)
     head = pull.head
-    found_statuses = statuses(client.latest_statuses(head), head)
+    found_statuses = statuses.parse(client.commit_statuses(head), head)
     runs = check_runs(client.check_runs(head), head)
     found_reviews = reviews(client.reviews(number), number)
     threads = review_threads(gql, repo, number)
-    states = {s.context: s.state for s in found_statuses}
+    ours = statuses.from_creator(found_statuses, need.publisher)
     green_on = {}
     for runner in need.runners:
-        if states.get(merge.GATE_CONTEXT.format(runner=runner)) != "success":
-            older = publish.last_validated_predecessor(client, number, head, runner)
+        mine = ours.get(merge.GATE_CONTEXT.format(runner=runner))
+        if mine is None or mine.state != "success":
+            older = publish.last_validated_predecessor(client, number, head, runner, need.publisher)
             if older:
                 green_on[runner] = older
     now = pull_facts(number, client.pull(number))

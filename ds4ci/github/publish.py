@@ -16,6 +16,7 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 
 from ds4ci.errors import PublishError, UsageError
+from ds4ci.github import statuses
 from ds4ci.github.client import Client, Comment
 from ds4ci.records import Results
 from ds4ci.report import markdown, render
@@ -49,11 +50,19 @@ class UpsertOutcome:
 
 
 def _consistent_pass(doc: Results) -> bool:
-    """A pass that the rest of the document agrees with (fail closed on contradictions)."""
+    """A pass that the rest of the document agrees with (fail closed on contradictions).
+
+    A gate runner's pass needs every width and the target-only arm passed; a negative control (a
+    runner whose hardware is not the one the exactness claim is for) runs its checks only, so its
+    pass needs at least one check, every check passed, and no width claimed.
+    """
+    checks_ok = all(c["status"] == "pass" for c in doc["checks"])
+    if doc["verdict"] != "pass" or doc["exit_code"] != 0 or not checks_ok:
+        return False
+    if doc["runner"]["role"] == "negative-control":
+        return bool(doc["checks"]) and not doc["widths"]
     return (
-        doc["verdict"] == "pass"
-        and doc["exit_code"] == 0
-        and bool(doc["widths"])
+        bool(doc["widths"])
         and all(w["verdict"] == "pass" and w["prompts"] for w in doc["widths"])
         and doc["target_only"]["verdict"] == "pass"
     )
@@ -67,8 +76,12 @@ def status_state(doc: Results) -> str:
 
 
 def _description(doc: Results, state: str) -> str:
-    prefix = "negative control: " if doc["runner"]["role"] == "negative-control" else ""
-    if state == "success":
+    control = doc["runner"]["role"] == "negative-control"
+    prefix = "negative control: " if control else ""
+    if state == "success" and control:
+        beside = doc["runner"].get("negative_control_for")
+        text = f"{len(doc['checks'])} check(s) passed; no parity claim" + (f" (parity: ds4ci/{beside})" if beside else "")
+    elif state == "success":
         widths = ",".join(str(w["q"]) for w in doc["widths"])
         text = f"pass: token parity at q={widths}, {doc['settings']['max_tokens']} tokens"
     elif doc["verdict"] == "pass":
@@ -112,18 +125,29 @@ def plan_statuses(docs: Sequence[Results], head: str, target_url: str | None) ->
 
 
 FOCUSED_PREFIX = "focused pass"
+FOCUSED_SWITCH = "--allow-focused-reruns"  # publish's switch; gate.yml's allow-focused-reruns input passes it
 
 
-def last_full_pass(client: Client, pr: int, head: str, runner: str) -> str | None:
-    """The newest PR commit before ``head`` (so an ancestor) with a full (not focused) ds4ci/<runner> pass."""
+def _publisher_states(client: Client, sha: str, publisher: str) -> dict[str, statuses.Status]:
+    return statuses.from_creator(statuses.parse(client.commit_statuses(sha), sha), publisher)
+
+
+def _walk(client: Client, pr: int, head: str, runner: str, publisher: str, full_only: bool) -> str | None:
+    """The newest PR commit before ``head`` whose ds4ci/<runner> success was posted by ``publisher``."""
     commits = client.pr_commits(pr)
     if head in commits:
         commits = commits[: commits.index(head)]
     for sha in reversed(commits[-PREDECESSOR_WALK:]):
-        state, description = client.combined_statuses(sha).get(f"ds4ci/{runner}", ("", ""))
-        if state == "success" and not description.startswith(FOCUSED_PREFIX):
+        status = _publisher_states(client, sha, publisher).get(f"ds4ci/{runner}")
+        focused = status is not None and status.description.startswith(FOCUSED_PREFIX)
+        if status is not None and status.state == "success" and not (full_only and focused):
             return sha
     return None
+
+
+def last_full_pass(client: Client, pr: int, head: str, runner: str, publisher: str) -> str | None:
+    """The newest PR commit before ``head`` (so an ancestor) with a full (not focused) ds4ci/<runner> pass."""
+    return _walk(client, pr, head, runner, publisher, full_only=True)
 
 
 def focused_plan(plan: StatusPlan, doc: Results, full_pass: str | None, allowed: bool) -> StatusPlan:
@@ -134,19 +158,13 @@ def focused_plan(plan: StatusPlan, doc: Results, full_pass: str | None, allowed:
     if allowed and full_pass is not None:
         text = f"{FOCUSED_PREFIX} at q={widths} on top of the full pass at {full_pass[:12]}"
         return replace(plan, description=text)
-    why = "focused reruns are not allowed ([merge] focused_reruns)" if not allowed else "no full pass on an ancestor"
+    why = f"focused reruns need publish {FOCUSED_SWITCH}" if not allowed else "no full pass on an ancestor"
     return replace(plan, state="pending", description=f"{FOCUSED_PREFIX} at q={widths}; full run required: {why}"[:140])
 
 
-def last_validated_predecessor(client: Client, pr: int, head: str, runner: str) -> str | None:
-    """The newest PR commit before ``head`` whose ds4ci/<runner> status is success (bounded walk)."""
-    commits = client.pr_commits(pr)
-    if head in commits:
-        commits = commits[: commits.index(head)]
-    for sha in reversed(commits[-PREDECESSOR_WALK:]):
-        if client.combined_states(sha).get(f"ds4ci/{runner}") == "success":
-            return sha
-    return None
+def last_validated_predecessor(client: Client, pr: int, head: str, runner: str, publisher: str) -> str | None:
+    """The newest PR commit before ``head`` whose ds4ci/<runner> status from ``publisher`` is success."""
+    return _walk(client, pr, head, runner, publisher, full_only=False)
 
 
 def _ours(comments: Sequence[Comment], identity: str) -> list[Comment]:

@@ -2,24 +2,31 @@
 
 Every input is a bundle (a promoted attempt directory or a ``.tar.gz`` of one) or a results.json
 whose bundle is found at the evidence location recorded in it (the file must then be identical to
-the bundle's own). Each bundle is verified by ``ds4ci verify``'s code. A bundle that does not
-verify is published as ``error`` ("evidence does not verify") and shows no pass. A results.json
-with no bundle is refused unless ``--unverified``; an unverified result is labelled as such in the
-comment and never sets a status.
+the bundle's own). Each bundle is verified by ``ds4ci verify``'s code, then every check in
+:data:`BUNDLE_CHECKS` runs on the opened, verified bundle (the one place per-bundle trust checks
+are added): the sealed head, and the trusted config's settings. A bundle that fails any of them
+is published as ``error`` and shows no pass.
+
+With ``--unverified`` every input is a results.json read as data: no path inside it is opened
+(its ``evidence.dir`` is never followed), its section is labelled unverified, shows no pass mark,
+never sets a status and never replaces a verified section.
 """
 
 from __future__ import annotations
 
 import copy
-from collections.abc import Sequence
-from dataclasses import dataclass
+import json
+import os
+import stat
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, cast
 
 from ds4ci.errors import EXIT_ERROR, UsageError
-from ds4ci.evidence import results
+from ds4ci.evidence import bundle, results
 from ds4ci.evidence.store import RESULTS
-from ds4ci.evidence.verify import verify_path
+from ds4ci.evidence.verify import Verification, expectation_mismatches, verify_dir
 from ds4ci.judging.verdict import ERROR, PASS
 from ds4ci.records import Results
 from ds4ci.report.sections import UNVERIFIED as UNVERIFIED_STATE
@@ -30,12 +37,87 @@ UNVERIFIED = (
 )
 
 
+REVISIONS = "revisions.json"
+MAX_REVISIONS_BYTES = 1 << 20
+NO_SEALED_HEAD = (
+    "the bundle has no sealed revisions.json, so it names no commit: it cannot set a status on any commit "
+    "(run the gate with --source-dir on a git checkout)"
+)
+
+
 @dataclass(frozen=True)
 class Published:
     """One runner's document as it may be published, and whether it may set a status."""
 
     doc: Results
     may_set_status: bool
+
+
+@dataclass(frozen=True)
+class Trust:
+    """What the trusted side demands of every bundle: the settings of its own config (``--expect-config``)."""
+
+    expected: Mapping[str, Any] | None = None
+    unverified: bool = False
+
+
+@dataclass
+class Opened:
+    """A verified bundle while it is open: its files, what it recorded, and what the checks found."""
+
+    root: Path
+    recorded: Results
+    problems: list[str] = field(default_factory=list)
+    may_set_status: bool = True
+
+
+BundleCheck = Callable[[Opened, Trust], None]
+
+
+def sealed_head(root: Path) -> str | None:
+    """``head.sha`` of the bundle's sealed revisions.json (a regular file, size-limited); None when absent."""
+    path = root / REVISIONS
+    try:
+        info = os.lstat(path)
+    except FileNotFoundError:
+        return None
+    if not stat.S_ISREG(info.st_mode) or info.st_size > MAX_REVISIONS_BYTES:
+        raise UsageError(f"{REVISIONS} in the bundle is not a regular file of at most {MAX_REVISIONS_BYTES} bytes")
+    try:
+        doc = json.loads(path.read_bytes())
+    except ValueError as exc:
+        raise UsageError(f"{REVISIONS} in the bundle is not JSON: {exc}") from None
+    head = doc.get("head") if isinstance(doc, dict) else None
+    sha = head.get("sha") if isinstance(head, dict) else None
+    return sha if isinstance(sha, str) else None
+
+
+def check_sealed_head(found: Opened, trust: Trust) -> None:
+    """The commit a status goes to is the sealed head, never one results.json names by itself."""
+    sealed = sealed_head(found.root)
+    recorded = found.recorded["revisions"]
+    claimed = recorded["head"]["sha"] if recorded is not None else None
+    if sealed is None:
+        found.problems.append(NO_SEALED_HEAD)
+        found.may_set_status = False
+    elif claimed != sealed:
+        found.problems.append(f"results.json names the head {claimed} but the sealed {REVISIONS} says {sealed}")
+
+
+def check_trusted_settings(found: Opened, trust: Trust) -> None:
+    """Widths, repeats, prompts, pins and checks equal the trusted config's (``--expect-config``)."""
+    if trust.expected is None:
+        return
+    verification = Verification(str(found.root), recorded=found.recorded)
+    mismatches = expectation_mismatches(verification, trust.expected, focused=True)
+    if mismatches:
+        found.problems.append("made with settings the trusted config does not allow: " + "; ".join(
+            f"{key} {have!r} != {want!r}" for key, have, want in mismatches))
+
+
+# Every check run on each bundle that verified, in order; each may add problems (the bundle is then
+# published as error) or forbid any status. Signed attestations add their check here.
+BUNDLE_CHECKS: tuple[BundleCheck, ...] = (check_sealed_head, check_trusted_settings)
 
 
 def is_bundle(path: Path) -> bool:
@@ -74,33 +156,57 @@ def not_verified(doc: Results, problems: Sequence[str]) -> Results:
     return out
 
 
-def from_bundle(path: Path) -> Published:
-    found = verify_path(path, None)
-    if found.recorded is None:
-        raise UsageError(f"{path}: not a readable evidence bundle ({'; '.join(found.problems[:3])})")
+def _opened(path: Path, trust: Trust) -> Opened:
+    """Verify the bundle and run every check of :data:`BUNDLE_CHECKS` on it while it is open."""
+    try:
+        with bundle.opened(path) as root:
+            found = verify_dir(root, label=str(path))
+            if found.recorded is None:
+                raise UsageError(f"{path}: not a readable evidence bundle ({'; '.join(found.problems[:3])})")
+            opened = Opened(root, found.recorded, list(found.problems))
+            if not opened.problems:
+                for check in BUNDLE_CHECKS:
+                    check(opened, trust)
+            return opened
+    except bundle.BundleError as exc:
+        raise UsageError(f"{path}: not a readable evidence bundle ({exc})") from None
+
+
+def from_bundle(path: Path, trust: Trust) -> Published:
+    if trust.unverified:
+        raise UsageError(
+            f"{path}: --unverified takes results.json files only (read as data, never followed); "
+            "publish bundles without --unverified"
+        )
+    found = _opened(path, trust)
     if found.problems:
-        return Published(not_verified(found.recorded, found.problems), may_set_status=True)
+        return Published(not_verified(found.recorded, found.problems), may_set_status=found.may_set_status)
     return Published(found.recorded, may_set_status=True)
 
 
-def from_results(path: Path, unverified: bool) -> Published:
-    doc = results.load(path)
-    bundle = Path(doc["evidence"]["dir"]) if doc["evidence"]["dir"] else None
-    if bundle is not None and (bundle / RESULTS).is_file():
-        if (bundle / RESULTS).read_bytes() != path.read_bytes():
-            raise UsageError(f"{path} differs from its evidence bundle's own {bundle / RESULTS}; refusing it")
-        return from_bundle(bundle)
-    if not unverified:
-        raise UsageError(
-            f"{path}: its evidence bundle ({bundle or 'none recorded'}) is not here; publish the bundle itself "
-            "(the attempt directory or the gate's --bundle-out .tar.gz), or pass --unverified for a comment "
-            "labelled unverified that sets no status"
-        )
+def labelled_unverified(doc: Results) -> Published:
+    """A document read as data only: labelled unverified, no pass anywhere, no status."""
     out = without_pass(doc, UNVERIFIED_STATE)
     cast(dict[str, Any], out)["verdict"] = UNVERIFIED_STATE  # the section is labelled unverified whatever it claims
     out["warnings"] = [UNVERIFIED, *out.get("warnings", [])]
     return Published(out, may_set_status=False)
 
 
-def load(paths: Sequence[Path], unverified: bool) -> list[Published]:
-    return [from_bundle(p) if is_bundle(p) else from_results(p, unverified) for p in paths]
+def from_results(path: Path, trust: Trust) -> Published:
+    doc = results.load(path)
+    if trust.unverified:  # read as data: nothing it names is opened
+        return labelled_unverified(doc)
+    evidence = Path(doc["evidence"]["dir"]) if doc["evidence"]["dir"] else None
+    if evidence is not None and (evidence / RESULTS).is_file():
+        if (evidence / RESULTS).read_bytes() != path.read_bytes():
+            raise UsageError(f"{path} differs from its evidence bundle's own {evidence / RESULTS}; refusing it")
+        return from_bundle(evidence, trust)
+    raise UsageError(
+        f"{path}: its evidence bundle ({evidence or 'none recorded'}) is not here; publish the bundle itself "
+        "(the attempt directory or the gate's --bundle-out .tar.gz), or pass --unverified for a comment "
+        "labelled unverified that sets no status"
+    )
+
+
+def load(paths: Sequence[Path], trust: Trust) -> list[Published]:
+    return [from_bundle(p, trust) if is_bundle(p) else from_results(p, trust) for p in paths]

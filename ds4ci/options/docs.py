@@ -19,6 +19,9 @@ _INTRO = {
     "checks": "Extra checks, one `[[checks]]` table each, run beside the gate and recorded in results.json.",
     "merge": "What `ds4ci merge-check` (and the comment's merge checklist of `ds4ci publish --merge-config`) "
              "requires; its flags replace the file's values.",
+    "merge.checks": "An entry of `merge.checks` written as a table says who may satisfy that check: check runs "
+                    "of one GitHub App, commit statuses of one account; runs and statuses from anyone else are "
+                    "listed as ignored. A plain name is the table with only `name`.",
     "preflight": "Settings of `ds4ci preflight`.",
     table.CLI: "Flags of `ds4ci gate` that no file sets.",
 }
@@ -64,7 +67,9 @@ def render() -> str:
         "`[runners.<name>]` table may set it, and the results.json `settings` field it is recorded as. "
         "Any other key is refused with the list of allowed ones.",
     ]
-    for section in (*table.OPTION_SECTIONS[:2], "runners", *table.OPTION_SECTIONS[2:], table.CLI):
+    order = [*table.OPTION_SECTIONS[:2], "runners", *table.OPTION_SECTIONS[2:], table.CLI]
+    order[order.index("merge") + 1:order.index("merge") + 1] = table.NESTED_SECTIONS
+    for section in order:
         out += ["", f"## {table.SECTION_TITLES[section]}", "", _INTRO[section], ""]
         if section == "runners":
             out.append("Keys: " + ", ".join(f"`{k}`" for k in sorted(table.keys("runners"))) + ".")

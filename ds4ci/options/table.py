@@ -22,6 +22,8 @@ DEFAULT_EVIDENCE_DIR = "ds4ci-evidence"
 DEFAULT_CHECK_TIMEOUT_S = 3600.0
 DEFAULT_BUILD_TIMEOUT_S = 4 * 3600.0
 DEFAULT_APPROVALS = 1
+DEFAULT_PUBLISHER = "github-actions[bot]"  # who posts statuses from a workflow's GITHUB_TOKEN
+DEFAULT_CHECK_APP = "github-actions"  # the app.slug of check runs made by GitHub Actions jobs
 # Arguments that depend on the device kind: --ds4-fused-decode exists only for single-device HIP
 # DeepSeek4; a CUDA server refuses it and exits 2 before listening.
 HIP_DEVICE_ARGS = ("--ds4-fused-decode", "--ds4-prefill", "exact")
@@ -29,7 +31,8 @@ OTHER_DEVICE_ARGS = ("--ds4-prefill", "exact")
 CLI = "cli"  # the section of flags that no file sets
 SECTION_TITLES = {
     "gate": "[gate]", "runner": "[runner]", "runners": "[runners.<name>]", "build": "[build]",
-    "checks": "[[checks]]", "merge": "[merge]", "preflight": "[preflight]", CLI: "command line only",
+    "checks": "[[checks]]", "merge": "[merge]", "merge.checks": "[[merge.checks]]", "preflight": "[preflight]",
+    CLI: "command line only",
 }
 
 
@@ -226,16 +229,27 @@ OPTIONS: tuple[Option, ...] = (
            toml_type="path"),
     Option("merge", "runners", "Gate runners whose ds4ci/<runner> status must be success on the head.",
            toml_type="array of strings", flag="--runner", command="merge-check", repeat=True, metavar="NAME"),
-    Option("merge", "checks", "Check runs or commit status contexts that must succeed on the head.",
-           toml_type="array of strings", flag="--check", command="merge-check", repeat=True, metavar="NAME"),
+    Option("merge", "checks", "Check runs or commit status contexts that must succeed on the head: a name (a "
+           f"check run of the app {DEFAULT_CHECK_APP!r} or a status by the publisher) or a [[merge.checks]] table.",
+           toml_type="array of strings or tables", flag="--check", command="merge-check", repeat=True,
+           metavar="NAME"),
     Option("merge", "approvals", "Approving reviews required on the head.", check=v.integer(0),
            default=DEFAULT_APPROVALS, toml_type="integer", flag="--approvals", command="merge-check", cli_type=int),
+    Option("merge", "publisher", "The account whose ds4ci/<runner> statuses count (the one `ds4ci publish` posts "
+           "as); statuses from anyone else are listed as ignored.", check=v.text, default=DEFAULT_PUBLISHER,
+           flag="--publisher", command="merge-check", metavar="LOGIN"),
+    Option("merge.checks", "name", "The check run's name or the commit status context (required).", check=v.text),
+    Option("merge.checks", "app", "The GitHub App (app.slug) whose check runs of this name count.", check=v.text,
+           default=DEFAULT_CHECK_APP),
+    Option("merge.checks", "creator", "The account (creator.login) whose commit statuses of this name count.",
+           check=v.text, default_doc="merge.publisher"),
     Option("preflight", "busy_wait", "Seconds to wait for a GPU busy with another process to become free.",
            check=v.wait_seconds, default=0.0, toml_type="number", flag="--busy-wait", command="preflight",
            cli_type=float),
 )
 OPTION_SECTIONS = ("gate", "runner", "build", "checks", "merge", "preflight")
 TOP_KEYS = (*OPTION_SECTIONS, "runners")
+NESTED_SECTIONS = ("merge.checks",)  # tables inside a section's key, documented after their section
 
 
 def in_section(section: str) -> tuple[Option, ...]:
