@@ -6,7 +6,9 @@ token, a read-only token ("Resource not accessible by integration") and an App-s
 that cannot read /user, and can inject faults into the next requests. Tests assert on the
 resulting state (``comments()``, ``statuses()``); ``requests`` is the log for counting.
 
-For merge gating it also serves check runs and the combined status of a commit, a pull
+Statuses carry ``creator.login`` (who posted them: the token's login, or ``add_status(creator=)``)
+in the list of a commit's statuses, and not in the combined status, as on GitHub; check runs carry
+``app.slug``. For merge gating it also serves check runs and the combined status of a commit, a pull
 request's reviews, its draft/mergeable/state fields (``mergeable`` may answer null a few times
 first, as GitHub does while it computes it), and ``POST /graphql`` answering the
 ``reviewThreads`` query with cursor pagination (``graphql_page_size`` threads per page).
@@ -29,6 +31,7 @@ WRITE_TOKEN = "ghs_fake_write_token_0123456789abcdefghijklmnopqrstuvwxyz"
 READ_TOKEN = "ghs_fake_read_only_token_0123456789abcdefghijklmnopqrstuvw"
 APP_TOKEN = "ghs_fake_app_installation_token_0123456789abcdefghijklmnop"
 BOT_LOGIN = "ds4ci-bot"
+ACTIONS_LOGIN = "github-actions[bot]"  # who a workflow's GITHUB_TOKEN posts as
 STATES = {"error", "failure", "pending", "success"}
 
 
@@ -50,7 +53,7 @@ class FakeGitHub:
             # token -> (login, may write, may read /user)
             WRITE_TOKEN: (BOT_LOGIN, True, True),
             READ_TOKEN: (BOT_LOGIN, False, True),
-            APP_TOKEN: ("github-actions[bot]", True, False),
+            APP_TOKEN: (ACTIONS_LOGIN, True, False),
         }
         self.pulls: dict[int, dict[str, Any]] = {}
         self._comments: dict[int, dict[str, Any]] = {}
@@ -151,10 +154,12 @@ class FakeGitHub:
         with self.lock:
             self._commit_files[sha] = list(files)
 
-    def add_status(self, sha: str, context: str, state: str, description: str = "") -> None:
+    def add_status(self, sha: str, context: str, state: str, description: str = "",
+                   creator: str = ACTIONS_LOGIN) -> None:
+        """A status posted by ``creator`` (GitHub records it as the status's ``creator.login``)."""
         with self.lock:
             self._new_status(
-                sha, {"state": state, "context": context, "description": description, "target_url": None}, BOT_LOGIN
+                sha, {"state": state, "context": context, "description": description, "target_url": None}, creator
             )
 
     def inject(self, status: int, count: int = 1, *, headers: dict[str, str] | None = None,
@@ -455,7 +460,9 @@ class FakeGitHub:
                 states = {s["state"] for s in latest_status.values()}
                 overall = ("failure" if states & {"failure", "error"} else "pending" if "pending" in states or not states
                            else "success")
-                self._page(h, path, query, [self._status_json(s) for s in latest_status.values()], list_item="statuses",
-                           extra={"state": overall, "sha": sha})
+                # GitHub's combined status lists simple statuses: no creator (who posted it is not said).
+                simple = [{k: v for k, v in self._status_json(s).items() if k != "creator"}
+                          for s in latest_status.values()]
+                self._page(h, path, query, simple, list_item="statuses", extra={"state": overall, "sha": sha})
             return
         self._send(h, 404, {"message": "Not Found", "path": path})

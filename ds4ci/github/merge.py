@@ -190,7 +190,6 @@ def _gate_condition(runner: str, head: str, found: Sequence[Status], publisher: 
     if status is not None and status.state == "success":
         return Condition(name, True, _with(f"success on the head {_short(head)}", ignored))
     on_head = "not set" if status is None else status.state + (f" ({status.description})" if status.description else "")
-    on_head += f" by {publisher}"
     if green_on:
         return Condition(
             name, False,
@@ -214,8 +213,8 @@ def _check_condition(source: CheckSource, head: str, found: Sequence[Status], pu
     status = found_statuses.from_creator(found, creator).get(check)
     if not matches and status is None:
         return Condition(name, False, _with(
-            f"missing: no check run of app {source.app} or commit status by {creator} named {check!r} "
-            f"on the head {_short(head)}", ignored))
+            f"missing: no check run or commit status named {check!r} on the head {_short(head)} "
+            f"(counted: check runs of app {source.app}, statuses by {creator})", ignored))
     problems = []
     for run in matches:
         if run.status != "completed":

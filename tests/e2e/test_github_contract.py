@@ -26,6 +26,7 @@ from paths import ROOT, TESTS
 
 from ds4ci.commands.publish import PublishRequest, publish_documents
 from ds4ci.evidence import results
+from ds4ci.github import statuses
 from ds4ci.github.client import Client, connect
 from ds4ci.github.verified import Published
 
@@ -176,7 +177,7 @@ def test_every_call_matches_the_contract(client: Client, prism: tuple[str, dict[
     assert client.identity()
     assert client.pr_head(1347) == head
     assert client.pr_commits(1347)
-    assert isinstance(client.combined_states(head), dict)
+    assert all(s.creator for s in statuses.parse(client.commit_statuses(head), head))  # creator.login, documented
     assert isinstance(client.list_comments(1347), list)
     created = client.create_comment(1347, "<!-- ds4ci:sticky-comment -->\nbody")
     client.edit_comment(created.id, "<!-- ds4ci:sticky-comment -->\nbody 2")

@@ -328,7 +328,7 @@ def test_missing_token_is_usage_error(fake: FakeGitHub, monkeypatch: pytest.Monk
 
 
 def test_last_validated_predecessor_is_found(fake: FakeGitHub) -> None:
-    fake.add_status(OLD, "ds4ci/gfx1151", "success")
+    fake.add_status(OLD, "ds4ci/gfx1151", "success", creator=BOT_LOGIN)
     assert publish(fake, FAIL) == 0
     body = ours(fake)[0]["body"]
     assert f"Last hardware-validated predecessor on this runner: `{OLD}`" in body

@@ -17,7 +17,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from fakegithub import WRITE_TOKEN, FakeGitHub
+from fakegithub import BOT_LOGIN, WRITE_TOKEN, FakeGitHub
 from gatekit import Workspace, git_repo
 
 RUNNER = "test-runner"
@@ -146,7 +146,7 @@ def test_an_unverified_section_never_replaces_a_verified_one(runs: dict[str, Any
 def _add_full_pass_on_an_ancestor(fake: FakeGitHub, runs: dict[str, Any]) -> str:
     ancestor = "a" * 40
     fake.add_pull(42, runs["head"], [ancestor, runs["head"]])
-    fake.add_status(ancestor, f"ds4ci/{RUNNER}", "success", "pass: token parity at q=2,3, 64 tokens")
+    fake.add_status(ancestor, f"ds4ci/{RUNNER}", "success", "pass: token parity at q=2,3, 64 tokens", creator=BOT_LOGIN)
     return ancestor
 
 
@@ -197,7 +197,7 @@ def test_a_runner_without_a_result_says_what_it_last_validated_and_what_is_still
 ) -> None:
     ancestor = "b" * 40
     fake.add_pull(42, runs["head"], [ancestor, runs["head"]])
-    fake.add_status(ancestor, "ds4ci/gfx1151", "success", "pass: token parity at q=2,3, 64 tokens")
+    fake.add_status(ancestor, "ds4ci/gfx1151", "success", "pass: token parity at q=2,3, 64 tokens", creator=BOT_LOGIN)
     fake.add_commit_files(runs["head"], ["server/src/spec.cpp", "server/src/verify.cpp"])
     proc = publish(fake, runs["pass"], "--expect-runner", "gfx1151", "--expect-runner", RUNNER)
     assert proc.returncode == 0, proc.stderr
