@@ -12,6 +12,7 @@ from pathlib import Path
 from typing import Any
 
 from ds4ci.evidence.store import RESULTS
+from ds4ci.gate.settings import scope_note
 from ds4ci.judging.verdict import PASS
 from ds4ci.log import Logger
 
@@ -53,7 +54,8 @@ def announce(log: Logger, doc: Mapping[str, Any]) -> None:
     if more:
         log.info(f"{more} more reason(s)/warning(s) in {Path(doc['evidence']['dir']) / RESULTS}")
     verdict = doc["verdict"]
-    summary = f"verdict {verdict.upper()} (exit code {doc['exit_code']}); evidence: {doc['evidence']['dir']}"
+    scope = scope_note(doc["settings"])
+    summary = f"verdict {verdict.upper()}{scope} (exit code {doc['exit_code']}); evidence: {doc['evidence']['dir']}"
     if verdict == PASS:
         log.notice(summary, title=title)
     else:

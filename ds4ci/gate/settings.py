@@ -7,6 +7,7 @@ that re-runs this gate when pasted), both derived here from one ``GateConfig``.
 from __future__ import annotations
 
 import shlex
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any, cast
 
@@ -72,6 +73,15 @@ def settings_json(cfg: GateConfig) -> RecordedSettings:
         "configured_widths": list(cfg.configured_widths),
         "scope": cast(Scope, cfg.scope),
     })
+
+
+def scope_note(settings: Mapping[str, Any]) -> str:
+    """`` (focused rerun: q=4 of the configured 2,3,4)`` for a focused run; empty for a full one."""
+    if settings.get("scope") != "focused":
+        return ""
+    ran = ",".join(str(q) for q in settings.get("widths", []))
+    configured = ",".join(str(q) for q in settings.get("configured_widths", []))
+    return f" (focused rerun: q={ran} of the configured {configured}; publish needs --allow-focused-reruns)"
 
 
 def judge_settings(cfg: GateConfig, prompt_sha256s: list[str]) -> judge.Settings:

@@ -148,10 +148,10 @@ def without_pass(doc: Results, instead: str) -> Results:
     return out
 
 
-def not_verified(doc: Results, problems: Sequence[str]) -> Results:
-    """The document as published when its evidence does not verify: an error that shows no pass."""
+def not_verified(doc: Results, problems: Sequence[str], why: str = "evidence does not verify: ") -> Results:
+    """The document as published when its evidence does not verify (or is refused): an error that shows no pass."""
     out = without_pass(doc, ERROR)
-    reason = "evidence does not verify: " + "; ".join(problems[:5])
+    reason = why + "; ".join(problems[:5])
     out["verdict"], out["exit_code"], out["reasons"] = ERROR, EXIT_ERROR, [reason[:4000]]
     return out
 
@@ -163,8 +163,10 @@ def _opened(path: Path, trust: Trust) -> Opened:
             found = verify_dir(root, label=str(path))
             if found.recorded is None:
                 raise UsageError(f"{path}: not a readable evidence bundle ({'; '.join(found.problems[:3])})")
-            opened = Opened(root, found.recorded, list(found.problems))
-            if not opened.problems:
+            opened = Opened(root, found.recorded)
+            if found.problems:
+                opened.problems.append("evidence does not verify: " + "; ".join(found.problems))
+            else:
                 for check in BUNDLE_CHECKS:
                     check(opened, trust)
             return opened
@@ -180,7 +182,7 @@ def from_bundle(path: Path, trust: Trust) -> Published:
         )
     found = _opened(path, trust)
     if found.problems:
-        return Published(not_verified(found.recorded, found.problems), may_set_status=found.may_set_status)
+        return Published(not_verified(found.recorded, found.problems, why=""), may_set_status=found.may_set_status)
     return Published(found.recorded, may_set_status=True)
 
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from ds4ci.gate.settings import scope_note
 from ds4ci.records import Results
 
 HEADERS = ("width", "token parity", "steps", "matched/offered", "rejection observed", "full_snap", "verdict")
@@ -40,13 +41,15 @@ def render(doc: Results) -> str:
     def line(cells: tuple[str, ...]) -> str:
         return " | ".join(c.ljust(w) for c, w in zip(cells, widths, strict=True)).rstrip()
 
-    parts = [line(HEADERS), "-+-".join("-" * w for w in widths)]
+    scope = scope_note(doc["settings"])
+    parts = ["scope: " + scope.strip(" ()")] if scope else []
+    parts += [line(HEADERS), "-+-".join("-" * w for w in widths)]
     parts += [line(r) for r in body]
     target = doc["target_only"]
     parts.append("")
     parts.append(
         f"target-only: {target['verdict']} (deterministic: {_cell(target['deterministic'])}); "
-        f"runner {doc['runner']['name']}: {doc['verdict'].upper()}"
+        f"runner {doc['runner']['name']}: {doc['verdict'].upper()}{scope}"
     )
     for reason in doc["reasons"][:20]:
         lines = reason.splitlines() or [""]

@@ -179,7 +179,7 @@ def test_the_comment_carries_the_review_and_merge_status_after_this_runs_statuse
     runs: dict[str, Any], fake: FakeGitHub, tmp_path: Path
 ) -> None:
     config = tmp_path / "ds4ci.toml"
-    config.write_text(f'[merge]\nrunners = ["{RUNNER}"]\nchecks = ["build"]\napprovals = 1\n')
+    config.write_text(f'[merge]\nrunners = ["{RUNNER}"]\nchecks = ["build"]\napprovals = 1\npublisher = "{BOT_LOGIN}"\n')
     fake.add_check_run(runs["head"], "build")
     fake.add_review(42, "alice", "APPROVED", runs["head"])
     fake.add_thread(42, "server/src/spec.cpp", 311)
