@@ -121,6 +121,65 @@ def test_merge_table_of_the_config_file_is_used_and_cli_wins(fake: FakeGitHub, t
     assert cli(fake, "--pr", "42", "--config", str(cfg), "--runner", "sm86").returncode == 0
 
 
+# ----- only the publisher's statuses and the configured app's check runs count -----------------
+
+
+def test_a_gate_status_posted_by_another_account_is_ignored_and_listed(fake: FakeGitHub) -> None:
+    make_ready(fake)
+    fake.add_status(HEAD, "ds4ci/sm86", "pending")  # the publisher's own: a re-run in progress
+    fake.add_status(HEAD, "ds4ci/sm86", "success", "pass", creator="mallory")  # newer, by someone else
+    fake.add_status(OLD, "ds4ci/sm86", "success", creator="mallory")  # not a validated predecessor either
+    proc = cli(fake, *STANDARD)
+    assert proc.returncode == 1, proc.stdout + proc.stderr
+    (line,) = [x for x in proc.stdout.splitlines() if "gate ds4ci/sm86" in x]
+    assert "pending on the current head" in line and "no success on any commit of this PR" in line
+    assert "ignored (not posted by the publisher): success by mallory" in line
+
+
+def test_the_publisher_is_configurable(fake: FakeGitHub, tmp_path: Path) -> None:
+    make_ready(fake)
+    fake.add_status(HEAD, "ds4ci/sm86", "success", creator="ds4ci-app[bot]")
+    fake.add_status(HEAD, "ds4ci/sm86", "failure", creator="github-actions[bot]")
+    assert "gate ds4ci/sm86: failure" in cli(fake, *STANDARD).stdout
+    proc = cli(fake, *STANDARD, "--publisher", "ds4ci-app[bot]")
+    assert "gate ds4ci/sm86" not in proc.stdout  # green: the configured publisher's status
+    # a plain check name counts statuses by the publisher: ai-review's (by github-actions[bot]) is now ignored
+    assert "check ai-review: missing" in proc.stdout and "status success by github-actions[bot]" in proc.stdout
+    cfg = tmp_path / "ds4ci.toml"
+    cfg.write_text('[merge]\nrunners = ["sm86"]\nchecks = ["build", {name = "ai-review", creator = '
+                   '"github-actions[bot]"}]\npublisher = "ds4ci-app[bot]"\n', encoding="utf-8")
+    proc = cli(fake, "--pr", "42", "--config", str(cfg))
+    assert proc.returncode == 0, proc.stdout
+
+
+def test_a_required_check_run_from_another_app_does_not_count(fake: FakeGitHub, tmp_path: Path) -> None:
+    make_ready(fake)
+    fake.add_check_run(HEAD, "lint", app="copycat")
+    proc = cli(fake, *STANDARD, "--check", "lint")
+    assert proc.returncode == 1
+    (line,) = [x for x in proc.stdout.splitlines() if "check lint" in x]
+    assert "missing: no check run or commit status named 'lint'" in line and "check run by app copycat" in line
+    cfg = tmp_path / "ds4ci.toml"
+    cfg.write_text('[merge]\nrunners = ["sm86"]\napprovals = 1\n\n[[merge.checks]]\nname = "lint"\napp = "copycat"\n'
+                   '\n[[merge.checks]]\nname = "build"\n', encoding="utf-8")
+    assert cli(fake, "--pr", "42", "--config", str(cfg)).returncode == 0
+
+
+def test_a_required_status_check_from_another_account_does_not_count(fake: FakeGitHub) -> None:
+    make_ready(fake)
+    fake.add_status(HEAD, "ci/jenkins", "success", creator="mallory")
+    proc = cli(fake, *STANDARD, "--check", "ci/jenkins")
+    assert proc.returncode == 1
+    assert "status success by mallory" in proc.stdout
+
+
+def test_a_malformed_merge_checks_table_is_a_usage_error(fake: FakeGitHub, tmp_path: Path) -> None:
+    cfg = tmp_path / "ds4ci.toml"
+    cfg.write_text('[merge]\nrunners = ["sm86"]\nchecks = [{name = "lint", ap = "x"}]\n', encoding="utf-8")
+    proc = cli(fake, "--pr", "42", "--config", str(cfg))
+    assert proc.returncode == 2 and "unknown key(s) ap" in proc.stderr
+
+
 def test_read_only_token_can_check(fake: FakeGitHub) -> None:
     # A fork's read-only GITHUB_TOKEN reads everything merge-check needs (GraphQL is a POST, but a read).
     make_ready(fake)

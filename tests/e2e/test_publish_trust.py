@@ -56,7 +56,8 @@ def runs(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
     return {"head": head, "pass": Path(good.results["evidence"]["dir"]), "trusted": config,
             "narrow": Path(other.results["evidence"]["dir"]), "control": Path(control.results["evidence"]["dir"]),
             "control.toml": control_cfg, "norev": Path(norev_doc["evidence"]["dir"]),
-            "focused": Path(focused.results["evidence"]["dir"])}
+            "focused": Path(focused.results["evidence"]["dir"]), "focused.out": focused.stdout + focused.stderr,
+            "full.out": good.stdout + good.stderr}
 
 
 @pytest.fixture
@@ -226,6 +227,16 @@ def test_a_focused_rerun_over_a_foreign_full_pass_stays_pending(runs: dict[str, 
     fake.add_status(ancestor, f"ds4ci/{RUNNER}", "success", "pass: token parity at q=2,3", creator=BOT_LOGIN)
     assert publish(fake, runs["focused"], "--allow-focused-reruns", "--expect-config", runs["trusted"]).returncode == 0
     assert fake.latest_states(runs["head"]) == {f"ds4ci/{RUNNER}": "success"}
+
+
+def test_a_focused_rerun_says_focused_in_the_pass_line_and_the_table(runs: dict[str, Any]) -> None:
+    out = runs["focused.out"]
+    (verdict,) = [line for line in out.splitlines() if "verdict PASS" in line]
+    assert "focused rerun: q=2 of the configured 2,3" in verdict
+    (table_line,) = [line for line in out.splitlines() if f"runner {RUNNER}: PASS" in line]
+    assert "focused rerun" in table_line
+    assert "scope: focused rerun" in out
+    assert "focused" not in runs["full.out"]
 
 
 def test_a_focused_rerun_names_the_real_switch(runs: dict[str, Any], fake: FakeGitHub) -> None:
