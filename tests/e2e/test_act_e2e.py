@@ -71,8 +71,13 @@ def _stand_in(directory: Path, body: str) -> Path:
     return directory
 
 
-def _stand_ins(tmp: Path, remote: Path, store: Path) -> dict[str, Path]:
-    """Composite stand-ins for the remote actions, with the inputs our workflows pass them."""
+def _stand_ins(tmp: Path, remote: Path, store: Path, others: dict[str, Path] | None = None) -> dict[str, Path]:
+    """Composite stand-ins for the remote actions, with the inputs our workflows pass them.
+
+    ``remote`` is acme/engine's local remote; ``others`` maps further repositories to theirs.
+    """
+    remotes = {"acme/engine": remote, **(others or {})}
+    cases = " ".join(f'{name}) remote="{path}";;' for name, path in remotes.items())
     checkout = _stand_in(tmp / "checkout", f"""\
         name: checkout stand-in (fetches the pinned ref from a local remote)
         inputs:
@@ -82,6 +87,7 @@ def _stand_ins(tmp: Path, remote: Path, store: Path) -> dict[str, Path]:
           persist-credentials: {{default: "true"}}
           sparse-checkout: {{default: ""}}
           sparse-checkout-cone-mode: {{default: "true"}}
+          fetch-depth: {{default: "1"}}
         runs:
           using: composite
           steps:
@@ -91,17 +97,20 @@ def _stand_ins(tmp: Path, remote: Path, store: Path) -> dict[str, Path]:
                 REF: ${{{{ inputs.ref }}}}
                 DEST: ${{{{ inputs.path }}}}
                 PERSIST: ${{{{ inputs.persist-credentials }}}}
+                DEPTH: ${{{{ inputs.fetch-depth }}}}
               run: |
                 set -euo pipefail
-                test "$REPOSITORY" = acme/engine || {{ echo "unexpected repository $REPOSITORY"; exit 1; }}
+                case "$REPOSITORY" in {cases} *) echo "unexpected repository $REPOSITORY"; exit 1;; esac
                 test "$PERSIST" = false || {{ echo "persist-credentials must be false"; exit 1; }}
                 dest="$GITHUB_WORKSPACE/$DEST"
                 mkdir -p "$dest"
                 find "$dest" -mindepth 1 -maxdepth 1 ! -name "$(basename "$GITHUB_WORKSPACE/subject")" \\
                   -exec rm -rf {{}} + 2>/dev/null || true
                 git -C "$dest" init -q
-                git -C "$dest" fetch -q "{remote}" "$REF"
+                git -C "$dest" fetch -q "$remote" "$REF"
                 git -C "$dest" -c advice.detachedHead=false checkout -q FETCH_HEAD
+                # fetch-depth 0: every branch too, as origin/<branch> (what the real action fetches).
+                if [ "$DEPTH" = 0 ]; then git -C "$dest" fetch -q "$remote" '+refs/heads/*:refs/remotes/origin/*'; fi
         """)
     upload = _stand_in(tmp / "upload", f"""\
         name: upload-artifact stand-in (copies into a shared directory)
@@ -233,8 +242,11 @@ def _act(tmp: Path, repo: Path, fake: FakeGitHub, wheelhouse: Path, models: Path
     local = _stand_ins(tmp / "stand-ins", repo, store)
     home = tmp / "home"
     home.mkdir(exist_ok=True)
+    event = tmp / "event.json"  # what GitHub's workflow_dispatch payload says about the repository
+    event.write_text(json.dumps({"inputs": inputs, "repository": {"default_branch": "main",
+                                                                  "full_name": "acme/engine"}}))
     cmd = [
-        str(ACT), "workflow_dispatch", "-W", ".github/workflows/gate.yml",
+        str(ACT), "workflow_dispatch", "-W", ".github/workflows/gate.yml", "-e", str(event),
         "-P", "ubuntu-latest=-self-hosted", "-P", "self-hosted=-self-hosted",
         "--action-cache-path", str(tmp / "actcache"),
         # Host mode runs every job on this one machine and in one $RUNNER_TEMP and $HOME; real
@@ -285,6 +297,12 @@ def test_dispatch_runs_gate_on_both_runners_and_publishes_one_comment(
     body = comments[0]["body"]
     assert "gfx1151" in body and "sm86" in body
     assert head[:12] in body
+    # The whole history was fetched and the base passed on: the merge analysis is in the evidence.
+    main = _git(repo, "rev-parse", "main")
+    assert f"- base: `{main}` `origin/main`" in body, body
+    assert "synthetic merge: clean" in body and "not_computed" not in body
+    # Every bundle was checked against the trusted settings of the base commit.
+    assert "--expect-config" in proc.stdout + proc.stderr or "made with settings" not in body
     # Only the pinned head got statuses; main's commit got none.
     assert fake.statuses(_git(repo, "rev-parse", "main")) == []
 
@@ -299,3 +317,66 @@ def test_dispatch_refused_when_the_pr_head_moved(tmp_path: Path, fake: FakeGitHu
     assert proc.returncode != 0
     assert "refusing to run" in proc.stdout + proc.stderr, _log(proc)
     assert fake.statuses() == [] and fake.comments() == []
+
+
+def test_fork_report_installs_ds4ci_from_its_repository_and_sets_no_status(
+    tmp_path: Path, fake: FakeGitHub, wheelhouse: Path
+) -> None:
+    """The adopter's copy of report.yml, in a repository that is not ds4ci, comments on a fork's PR."""
+    ds4ci = tmp_path / "ds4ci"
+    ds4ci.mkdir()
+    for name in PROJECT_FILES:
+        src = ROOT / name
+        if src.is_dir():
+            shutil.copytree(src, ds4ci / name, ignore=shutil.ignore_patterns("__pycache__", "*.pyc"))
+        elif src.exists():
+            shutil.copy2(src, ds4ci / name)
+    _git(ds4ci, "init", "-q", "-b", "main")
+    _git(ds4ci, "add", "-A")
+    _git(ds4ci, "commit", "-q", "-m", "ds4ci")
+    pin = _git(ds4ci, "rev-parse", "HEAD")
+    engine = tmp_path / "engine"  # the adopting repository: no pyproject.toml, nothing installable
+    (engine / ".github" / "workflows").mkdir(parents=True)
+    (engine / "README.md").write_text("the engine\n")
+    copied = (ROOT / ".github" / "workflows" / "report.yml").read_text()
+    copied = copied.replace('DS4CI_REPOSITORY: ""', "DS4CI_REPOSITORY: acme/ds4ci").replace(
+        'DS4CI_REF: ""', f"DS4CI_REF: {pin}").replace("workflows: [ds4ci gate]", "workflows: [ds4ci]")
+    (engine / ".github" / "workflows" / "report.yml").write_text(copied)
+    _git(engine, "init", "-q", "-b", "main")
+    _git(engine, "remote", "add", "origin", "https://github.com/acme/engine.git")
+    _git(engine, "add", "-A")
+    _git(engine, "commit", "-q", "-m", "engine")
+
+    doc = json.loads((ROOT / "tests" / "data" / "results" / "pass.json").read_text())
+    head = doc["revisions"]["head"]["sha"]
+    fake.add_pull(7, head)
+    store = tmp_path / "artifacts"
+    (store / "ds4ci-plan").mkdir(parents=True)
+    (store / "ds4ci-plan" / "plan.txt").write_text(f"pr=7\nhead-sha={head}\n")
+    (store / "ds4ci-results-gfx1151").mkdir()
+    (store / "ds4ci-results-gfx1151" / "results.json").write_text(json.dumps(doc))
+    local = _stand_ins(tmp_path / "stand-ins", engine, store, {"acme/ds4ci": ds4ci})
+    event = tmp_path / "event.json"
+    event.write_text(json.dumps({
+        "workflow_run": {"event": "pull_request", "head_repository": {"full_name": "fork/engine"},
+                         "head_sha": head, "id": 99, "html_url": "https://github.invalid/acme/engine/actions/runs/99"},
+        "repository": {"default_branch": "main", "full_name": "acme/engine"},
+    }))
+    home = tmp_path / "home"
+    home.mkdir()
+    cmd = [str(ACT), "workflow_run", "-W", ".github/workflows/report.yml", "-e", str(event),
+           "-P", "ubuntu-latest=-self-hosted", "--action-cache-path", str(tmp_path / "actcache"),
+           "-s", f"GITHUB_TOKEN={WRITE_TOKEN}", "--env", f"GITHUB_API_URL={fake.url}",
+           "--env", "PIP_NO_INDEX=1", "--env", f"PIP_FIND_LINKS={wheelhouse}"]
+    for uses, directory in local.items():
+        cmd += ["--local-repository", f"{uses}={directory}"]
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("GITHUB_", "RUNNER_", "ACT"))}
+    env["HOME"] = str(home)
+    env["PATH"] = f"{Path(sys.executable).parent}:{env.get('PATH', '')}"
+    proc = subprocess.run(cmd, cwd=engine, env=env, capture_output=True, text=True, timeout=900)
+
+    assert proc.returncode == 0, _log(proc)
+    assert "is not installable" not in proc.stdout + proc.stderr
+    (comment,) = fake.comments(7)
+    assert "unverified" in comment["body"] and "✅" not in comment["body"]
+    assert fake.statuses() == []  # a fork's artifact never sets a status

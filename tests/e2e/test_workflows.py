@@ -205,10 +205,39 @@ def test_reporter_never_runs_pull_request_code() -> None:
     assert list(doc["on"]) == ["workflow_run"]
     steps = doc["jobs"]["report"]["steps"]
     checkouts = [s for s in steps if str(s.get("uses", "")).startswith("actions/checkout@")]
-    assert [c["with"]["ref"] for c in checkouts] == ["${{ github.event.repository.default_branch }}"]
-    assert all("repository" not in c["with"] for c in checkouts)
+    # Only ds4ci is checked out: the pinned ds4ci repository, else this repository's default branch.
+    assert [c["with"]["ref"] for c in checkouts] == ["${{ env.DS4CI_REF || github.event.repository.default_branch }}"]
+    assert [c["with"]["repository"] for c in checkouts] == ["${{ env.DS4CI_REPOSITORY || github.repository }}"]
+    assert set(doc["env"]) == {"DS4CI_REPOSITORY", "DS4CI_REF"}
     script = "\n".join(s.get("run", "") for s in steps)
     assert "--no-status" in script and "dispatch-check" in script
+
+
+def test_reporter_installs_ds4ci_from_its_own_checkout_not_the_adopting_repository() -> None:
+    """Defect: it ran `pip install .` in the adopting repository ("Directory '.' is not installable")."""
+    steps = _load(ROOT / ".github" / "workflows" / "report.yml")["jobs"]["report"]["steps"]
+    (checkout,) = [s for s in steps if str(s.get("uses", "")).startswith("actions/checkout@")]
+    installs = [s["run"] for s in steps if "pip install" in s.get("run", "")]
+    assert installs and all(f"./{checkout['with']['path']}" in run for run in installs)
+    assert not any(re.search(r"pip install\b.*\s\.$", run, re.MULTILINE) for run in installs)
+    assert all('name = "ds4ci"' in run for run in installs)  # a clear error when the pin names another repository
+
+
+def test_gate_workflow_passes_base_trusted_config_and_focused_policy() -> None:
+    doc = _load(ROOT / ".github" / "workflows" / "gate.yml")
+    for trigger in ("workflow_dispatch", "workflow_call"):
+        assert doc["on"][trigger]["inputs"]["allow-focused-reruns"]["type"] == "boolean"
+    steps = doc["jobs"]["gate"]["steps"]
+    (subject,) = [s for s in steps if s.get("with", {}).get("path") == "subject"]
+    assert subject["with"]["fetch-depth"] == 0
+    (gate,) = [s for s in steps if s.get("uses") == "./"]
+    assert gate["with"]["base-ref"] == "${{ steps.base.outputs.base-ref }}"
+    publish = doc["jobs"]["publish"]["steps"]
+    (trusted,) = [s for s in publish if s.get("with", {}).get("path") == "trusted"]
+    assert trusted["with"]["ref"] == "${{ github.event.pull_request.base.sha || github.sha }}"
+    (step,) = [s for s in publish if "publish" in s.get("run", "") and "--expect-config" in s["run"]]
+    assert step["env"]["DS4CI_ALLOW_FOCUSED"] == "${{ inputs.allow-focused-reruns }}"
+    assert '--expect-config "trusted/$DS4CI_CONFIG"' in step["run"] and "--allow-focused-reruns" in step["run"]
 
 
 def test_example_adopter_workflow_calls_ours_pinned(tmp_path: Path) -> None:
