@@ -54,7 +54,7 @@ def announce(log: Logger, doc: Mapping[str, Any]) -> None:
     if more:
         log.info(f"{more} more reason(s)/warning(s) in {Path(doc['evidence']['dir']) / RESULTS}")
     verdict = doc["verdict"]
-    scope = scope_note(doc["settings"])
+    scope = scope_note(doc.get("settings") or {})
     summary = f"verdict {verdict.upper()}{scope} (exit code {doc['exit_code']}); evidence: {doc['evidence']['dir']}"
     if verdict == PASS:
         log.notice(summary, title=title)
