@@ -81,7 +81,7 @@ def scope_note(settings: Mapping[str, Any]) -> str:
         return ""
     ran = ",".join(str(q) for q in settings.get("widths", []))
     configured = ",".join(str(q) for q in settings.get("configured_widths", []))
-    return f" (focused rerun: q={ran} of the configured {configured}; publish needs --allow-focused-reruns)"
+    return f" (focused rerun: q={ran} of the configured {configured})"
 
 
 def judge_settings(cfg: GateConfig, prompt_sha256s: list[str]) -> judge.Settings:

@@ -1,9 +1,12 @@
 """Publishing: the sticky PR comment and one commit status per runner.
 
 Safety rules (each enforced before any request that could turn something green):
-only a result whose verdict is ``pass`` *and* is internally consistent becomes ``success``;
-statuses go to the SHA the results were produced for (``revisions.head.sha``), and nothing is
-posted when that SHA is missing, differs from ``--sha``, or is no longer the PR's head.
+only a result whose verdict is ``pass`` *and* is internally consistent becomes ``success``
+(a negative control's: every check passed, no width claimed); statuses go to the SHA the
+results were produced for (``revisions.head.sha``, which the trust step in ``verified`` has
+checked against the bundle's sealed revisions), and nothing is posted when that SHA is
+missing, differs from ``--sha``, or is no longer the PR's head. In the PR's history only
+statuses the publisher itself posted count (predecessors, the full pass under a focused rerun).
 """
 
 from __future__ import annotations

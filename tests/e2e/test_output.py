@@ -61,7 +61,9 @@ def test_under_actions_each_server_lives_in_one_group_and_a_pass_is_a_notice(tmp
     assert not ANSI.search(run.stderr)
     assert run.results is not None
     assert run.stderr.splitlines()[-1] == (
-        f"::notice title=ds4ci gate (test-runner)::verdict PASS (exit code 0); evidence: {run.results['evidence']['dir']}"
+        # 2,3 of the default 2,3,4: a focused rerun, and the verdict line says so
+        "::notice title=ds4ci gate (test-runner)::verdict PASS (focused rerun: q=2,3 of the configured 2,3,4) "
+        f"(exit code 0); evidence: {run.results['evidence']['dir']}"
     )
     assert "::error" not in run.stderr
 
@@ -80,7 +82,8 @@ def test_under_actions_a_leaked_approximate_verifier_is_an_error_on_the_servers_
     assert unescape(match.group(2)) == run.results["reasons"][0]
     assert "token IDs differ" in match.group(2)
     assert errors[-1] == (
-        f"::error title=ds4ci gate (test-runner)::verdict FAIL (exit code 1); evidence: {evidence}; 1 reason(s)"
+        "::error title=ds4ci gate (test-runner)::verdict FAIL (focused rerun: q=2 of the configured 2,3,4) "
+        f"(exit code 1); evidence: {evidence}; 1 reason(s)"
     )
     assert [t for t, _ in groups(run.stderr)] == ["input identities", "target-only server", "reference-exact q=2 server"]
 
