@@ -337,7 +337,8 @@ def expectations(config_file: Path) -> dict[str, Any]:
     """What a trusted config demands of a bundle: settings, pins, prompts, checks, and per-runner tables."""
     doc = read_toml(config_file)
     gate, runner, runners = doc.get("gate", {}), doc.get("runner", {}), doc.get("runners", {})
-    if not all(isinstance(t, dict) for t in (gate, runner, runners, *runners.values())):
+    if not all(isinstance(t, dict) for t in (gate, runner, runners)) or not all(
+            isinstance(t, dict) for t in runners.values()):
         raise UsageError(f"{config_file}: [gate], [runner] and [runners.<name>] must be tables")
     out = _gate_expectations({**gate, **({"role": runner["role"]} if "role" in runner else {})},
                              f"{config_file}: gate")
