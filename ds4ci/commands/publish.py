@@ -98,7 +98,8 @@ def publish_documents(published: list[Published], request: PublishRequest) -> in
     plans = [] if r.no_status or not trusted else publish.plan_statuses(trusted, head, r.target_url)
     client = None if r.dry_run else _client(r.repo, r.api_url, r.token_env)
     # Whose statuses count in the history (predecessors, an ancestor's full pass): our own identity's.
-    publisher = client.identity(r.comment_author) if client is not None and r.pr is not None else None
+    needs_history = not r.no_comment or any(d["settings"].get("scope") == "focused" for d in docs)
+    publisher = client.identity(r.comment_author) if client is not None and r.pr is not None and needs_history else None
     plans = _focused(plans, docs, client, r.pr, head, r.allow_focused, publisher)
     for p in published:
         if not p.may_set_status:
