@@ -23,7 +23,7 @@ import textwrap
 from pathlib import Path
 
 import pytest
-from fakegithub import WRITE_TOKEN, FakeGitHub
+from fakegithub import BOT_LOGIN, WRITE_TOKEN, FakeGitHub
 from paths import ROOT
 
 ACT = shutil.which("act", path=str(Path(sys.executable).parent)) or shutil.which("act")
@@ -303,6 +303,26 @@ def test_dispatch_runs_gate_on_both_runners_and_publishes_one_comment(
     assert "synthetic merge: clean" in body and "not_computed" not in body
     # Only the pinned head got statuses; main's commit got none.
     assert fake.statuses(_git(repo, "rev-parse", "main")) == []
+
+
+def test_dispatch_focused_rerun_reaches_publish_through_the_allow_input(
+    tmp_path: Path, fake: FakeGitHub, wheelhouse: Path
+) -> None:
+    """widths 2,3 of the configured 2,3,4, with allow-focused-reruns: green on top of an ancestor's full pass."""
+    models = tmp_path / "models"
+    repo, head = _make_repo(tmp_path, models)
+    ancestor = _git(repo, "rev-parse", "main")
+    fake.add_pull(7, head, [ancestor, head])
+    for runner in ("gfx1151", "sm86"):  # full passes the publisher itself posted on the ancestor
+        fake.add_status(ancestor, f"ds4ci/{runner}", "success", "pass: token parity at q=2,3,4", creator=BOT_LOGIN)
+
+    proc = _act(tmp_path, repo, fake, wheelhouse, models,
+                {"pr": "7", "head-sha": head, "widths": "2,3", "runners": "all", "allow-focused-reruns": "true"})
+
+    assert proc.returncode == 0, _log(proc)
+    assert fake.latest_states(head) == {"ds4ci/gfx1151": "success", "ds4ci/sm86": "success"}, _log(proc)
+    descriptions = {s["description"] for s in fake.statuses(head)}
+    assert descriptions == {f"focused pass at q=2,3 on top of the full pass at {ancestor[:12]}"}
 
 
 def test_dispatch_refused_when_the_pr_head_moved(tmp_path: Path, fake: FakeGitHub, wheelhouse: Path) -> None:
