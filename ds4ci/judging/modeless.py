@@ -34,9 +34,14 @@ def _carries_mode(attempt: Path, key: str) -> bool:
         if not path.is_file():
             return True  # a missing log is not evidence of a missing mode; the judge reports it
         for record in scan_log(path, stream, _SCAN_LIMIT).records:
-            if record.kind in (TRACE, SUMMARY) or (record.kind == MALFORMED and record.text.startswith(TRACE_TAG)):
+            if record.kind in (TRACE, SUMMARY) or (record.kind == MALFORMED and _claims_mode(record.text)):
                 return True
     return False
+
+
+def _claims_mode(text: str) -> bool:
+    """A malformed line still claims the mode when it is a trace or a summary that names a counter."""
+    return text.startswith(TRACE_TAG) or "matched=" in text or "offered=" in text
 
 
 def no_mode_reason(attempt: Path, keys: Sequence[str]) -> str | None:

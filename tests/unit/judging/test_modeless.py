@@ -63,6 +63,20 @@ def test_a_countered_summary_alone_also_means_the_mode(tmp_path: Path) -> None:
     assert modeless.no_mode_reason(attempt, ["target-only", *SPEC]) is None
 
 
+def test_a_malformed_summary_naming_counters_still_claims_the_mode(tmp_path: Path) -> None:
+    attempt = _attempt("fixed-verify", tmp_path)
+    with (attempt / "servers" / "q4" / "stderr.log").open("a", encoding="utf-8") as log:
+        log.write("[ds4-spec] gen=9 steps=4 matched=5.0 offered=12.0 q_cap=4 full_snap=1\n")
+    assert modeless.no_mode_reason(attempt, ["target-only", *SPEC]) is None
+
+
+def test_the_real_counterless_summary_is_what_the_build_printed(tmp_path: Path) -> None:
+    attempt = _attempt("fixed-verify", tmp_path)
+    text = (attempt / "servers" / "q2" / "stderr.log").read_text(encoding="utf-8")
+    assert "[ds4-spec] gen=95 steps=95 mean_accept=0.00/0.75 q_cap=2 full_snap=0" in text
+    assert "matched=" not in text and "offered=" not in text
+
+
 def test_no_reason_when_target_only_answered_nothing(tmp_path: Path) -> None:
     attempt = _attempt("public", tmp_path)
     life_path = attempt / "servers" / "target-only" / "lifecycle.json"
