@@ -140,3 +140,14 @@ def test_real_logs_hold_no_trusted_line_but_the_abort_is_there(tmp_path: Path) -
     target = json.loads((attempt / "servers" / "target-only" / "lifecycle.json").read_text(encoding="utf-8"))
     assert target["stop"]["exit_code"] == 0 and all(e["answered"] for e in target["requests"])
     assert (attempt / "servers" / "target-only" / "stdout.log").read_bytes() == b""
+
+
+def test_props_cannot_tell_the_arms_apart(tmp_path: Path) -> None:
+    attempt = _attempt("fixed-verify", tmp_path)
+    for key in ("target-only", *SPEC):
+        props = json.loads((attempt / "servers" / key / "props.json").read_text(encoding="utf-8"))
+        assert props["server"] == {"name": "luce-dflash", "props_schema": 2, "version": "0.0.0+cpp"}
+        assert props["speculative"]["enabled"] is False and props["speculative_mode"] == "off"
+        assert props["capabilities"]["speculative_supported"] is False and props["model"]["draft_path"] is None
+    text = (attempt / "servers" / "q2" / "stderr.log").read_text(encoding="utf-8")
+    assert "[deepseek4] DSpark spec-decode ENABLED" in text  # the draft was loaded all the same
