@@ -131,16 +131,44 @@ def selftest(
     prompts: Annotated[int, typer.Option(help="Prompts per gate run (1-8).")] = 4,
     max_tokens: Annotated[int, typer.Option(help="Tokens per request.")] = table.get("gate", "max_tokens").default,
     widths: Annotated[str, typer.Option(help="Comma-separated draft widths.")] = _DEFAULT_WIDTHS,
+    server_bin: Annotated[
+        Path | None,
+        typer.Option(help="Instead: run the tiny DS4 models (ds4ci tiny-models) through this real dflash_server build "
+                          "and report the gate's verdict, each server's times, and whether speculation answered what "
+                          "target-only answered (needs gguf: ds4ci[tiny]; exit code: the gate's)."),
+    ] = None,
+    seed: Annotated[int, typer.Option(help="With --server-bin: the tiny models' seed.")] = 1,
 ) -> None:
     """Run the real gate twice against the PyTorch reference server (needs torch: ds4ci[selftest]).
 
     Reference-exact speculation must pass; the approximate verifier leaked into the speculative
     arm must be caught at a first differing position. Exits 0 only when both happen.
+    With --server-bin PATH: check a real build and this runner with the tiny models instead.
     """
+    if server_bin is not None:
+        from ds4ci.commands.selftest_real import run_real_selftest
+
+        exit_with(lambda: run_real_selftest(server_bin, workdir, runner, seed))
     from ds4ci.commands.selftest import run_selftest
 
     exit_with(lambda: run_selftest(device=device, runner=runner, publish_dry_run=publish_dry_run, workdir=workdir,
                                     dtype=dtype, prompts=prompts, max_tokens=max_tokens, widths=widths))
+
+
+@app.command("tiny-models")
+def tiny_models(
+    folder: Annotated[Path, typer.Argument(help="Directory to write into (created if missing).")],
+    seed: Annotated[int, typer.Option(help="Seed of every weight and prompt: the same seed gives identical files.")] = 1,
+) -> None:
+    """Write tiny random DS4 target and DSpark draft GGUF files, prompts and a pinned ds4ci.toml.
+
+    The shapes are ones the real dflash_server's CUDA kernels accept; every generated token decodes
+    to one ASCII word (" w417"), so answers spell their token IDs. Needs gguf: pip install 'ds4ci[tiny]'.
+    Then: ds4ci gate --config DIR/ds4ci.toml --server-bin PATH, or ds4ci selftest --server-bin PATH.
+    """
+    from ds4ci.commands.tiny_models import run_tiny_models
+
+    exit_with(lambda: run_tiny_models(folder, seed))
 
 
 @app.command()

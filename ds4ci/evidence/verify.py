@@ -177,7 +177,7 @@ def recompute(root: Path, recorded: Results, problems: list[str]) -> Recomputed 
         return None
     checks = recorded["checks"]
     target_for_overall = target_doc if target_doc is not None else recorded["target_only"]
-    verdict, reasons = judge.overall(errors, target_for_overall, widths, checks, build)
+    verdict, reasons = judge.overall(errors, target_for_overall, widths, checks, build, attempt=root)
     return {
         "verdict": verdict,
         "reasons": reasons[:200],

@@ -304,7 +304,7 @@ class _Run:
     def overall(self) -> tuple[Verdict, list[str]]:
         doc = self.doc
         target = doc["target_only"] if self.cfg.role == "gate" else None
-        return judge.overall(doc["reasons"], target, doc["widths"], doc["checks"], doc["build"])
+        return judge.overall(doc["reasons"], target, doc["widths"], doc["checks"], doc["build"], attempt=self.attempt.path)
 
     def finish(self) -> GateOutcome:
         doc = self.doc

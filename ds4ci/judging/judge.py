@@ -15,6 +15,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from ds4ci.judging import modeless
 from ds4ci.judging.attribution import ServerLog, attribute
 from ds4ci.judging.protocol import scan_log
 from ds4ci.judging.verdict import (
@@ -249,13 +250,20 @@ def _seconds(value: object) -> float | None:
 
 def overall(
     run_reasons: Sequence[str], target: TargetOnlyResult | None, widths: Sequence[WidthResult],
-    checks: Sequence[CheckResult], build: BuildRecord | None = None,
+    checks: Sequence[CheckResult], build: BuildRecord | None = None, attempt: Path | None = None,
 ) -> tuple[Verdict, list[str]]:
-    """The attempt's verdict: an error that stopped the run outranks everything judged after it."""
+    """The attempt's verdict: an error that stopped the run outranks everything judged after it.
+
+    With ``attempt`` (the sealed evidence), a build that answered target-only requests but printed no
+    reference-exact line in any arm gets the one reason of ``modeless.no_mode_reason``."""
     if run_reasons:
         return ERROR, list(run_reasons)
     if build is not None and build["status"] != PASS:  # nothing ran after a build that did not pass
         return (FAIL if build["status"] == FAIL else ERROR), [f"build: {build['status']}: {build['summary']}"]
+    if target is not None and attempt is not None:
+        modeless_reason = _modeless(attempt, widths)
+        if modeless_reason:
+            return ERROR, [modeless_reason]
     verdicts: list[Verdict] = []
     reasons: list[str] = []
     if target is not None:
@@ -273,3 +281,13 @@ def overall(
     if not verdicts:
         return ERROR, ["nothing was run: a negative-control runner needs [[checks]]"]
     return worst(verdicts), reasons
+
+
+def _modeless(attempt: Path, widths: Sequence[WidthResult]) -> str | None:
+    """The no-reference-exact-mode reason, only when target-only answered at least one request."""
+    try:
+        answered = any(e.get("answered") is True for e in load_lifecycle(attempt, TARGET_KEY)["requests"])
+    except EvidenceError:
+        return None
+    keys = [TARGET_KEY, *(server_key(w["q"]) for w in widths)]
+    return modeless.no_mode_reason(attempt, keys) if answered else None

@@ -1,0 +1,90 @@
+"""Writes the whole tiny-model set into a folder: target, draft, prompts, and a pinned ds4ci.toml.
+
+Everything is drawn from one seed: the same seed gives byte-identical files.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+
+from ds4ci.judging.tinywords import word
+from ds4ci.tinymodels.draft import write_draft
+from ds4ci.tinymodels.shapes import DraftShape, Shape
+from ds4ci.tinymodels.target import write_target
+from ds4ci.tinymodels.vocab import SPECIALS
+
+TARGET_FILE = "ds4-tiny-target.gguf"
+DRAFT_FILE = "ds4-tiny-dspark.gguf"
+CONFIG_FILE = "ds4ci.toml"
+N_PROMPTS = 2
+PROMPT_WORDS = 12  # about 60 bytes: each byte is one prompt token (no merges), so well over 32 tokens
+MIN_PROMPT_TOKENS = 32
+
+
+@dataclass(frozen=True)
+class TinySet:
+    folder: Path
+    target: Path
+    draft: Path
+    prompts: list[Path]
+    config: Path
+    sha256: dict[str, str]
+
+
+def _sha256(path: Path) -> str:
+    return hashlib.sha256(path.read_bytes()).hexdigest()
+
+
+def _prompt(rng: np.random.Generator, index: int, n_vocab: int, first_word: int) -> str:
+    words = "".join(word(int(i)) for i in rng.integers(first_word, n_vocab, PROMPT_WORDS))
+    text = f"Tiny prompt {index}: continue the list{words}\n"
+    if len(text.encode("utf-8")) < MIN_PROMPT_TOKENS:
+        raise AssertionError("prompt shorter than 32 byte tokens")
+    return text
+
+
+def _config(names: dict[str, str], sha: dict[str, str], prompts: list[str]) -> str:
+    lines = [
+        "# Tiny random DS4 models written by `ds4ci tiny-models` (pinned; regenerate rather than edit).",
+        "[gate]",
+        f'target = "{names["target"]}"',
+        f'target_sha256 = "{sha[names["target"]]}"',
+        f'draft = "{names["draft"]}"',
+        f'draft_sha256 = "{sha[names["draft"]]}"',
+        "prompts = [",
+        *[f'    {{ file = "{p}", sha256 = "{sha[p]}" }},' for p in prompts],
+        "]",
+        "widths = [2, 3, 4]",
+        "max_tokens = 96",
+        "repeats = 2",
+        'target_device = "cuda:0"',
+        "startup_timeout = 120",
+        "request_timeout = 120",
+        "stop_timeout = 30",
+        "",
+    ]
+    return "\n".join(lines)
+
+
+def write_tiny_set(folder: Path, seed: int, shape: Shape | None = None, draft: DraftShape | None = None) -> TinySet:
+    """Write the set into ``folder`` (created; existing files of the set are replaced)."""
+    shape = shape or Shape()
+    draft = draft or DraftShape()
+    folder.mkdir(parents=True, exist_ok=True)
+    target, draft_path = folder / TARGET_FILE, folder / DRAFT_FILE
+    vocab = write_target(target, shape, np.random.default_rng([seed, 0]))
+    write_draft(draft_path, shape, draft, vocab.special(SPECIALS[-1]), np.random.default_rng([seed, 1]))
+    rng = np.random.default_rng([seed, 2])
+    prompts = []
+    for i in range(1, N_PROMPTS + 1):
+        path = folder / f"prompt-{i}.txt"
+        path.write_text(_prompt(rng, i, shape.n_vocab, vocab.first_word), encoding="utf-8")
+        prompts.append(path)
+    sha = {p.name: _sha256(p) for p in (target, draft_path, *prompts)}
+    config = folder / CONFIG_FILE
+    config.write_text(_config({"target": TARGET_FILE, "draft": DRAFT_FILE}, sha, [p.name for p in prompts]), encoding="utf-8")
+    return TinySet(folder, target, draft_path, prompts, config, sha)

@@ -1,0 +1,54 @@
+"""The tiny DS4 target GGUF: hyperparameters, tokenizer, and every tensor the loader requires."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+from gguf import GGUFWriter
+
+from ds4ci.tinymodels import layers
+from ds4ci.tinymodels.shapes import TARGET_ARCH, Shape, hparams
+from ds4ci.tinymodels.tensors import TensorSink
+from ds4ci.tinymodels.vocab import SPECIALS, Vocab, build_vocab
+
+NAME = "ds4ci-tiny-random"
+
+
+def _metadata(w: GGUFWriter, s: Shape, vocab: Vocab) -> None:
+    w.add_name(NAME)
+    for key, value in hparams(s).items():
+        w.add_uint32(f"{TARGET_ARCH}.{key}", value)
+    w.add_array(f"{TARGET_ARCH}.attention.compress_ratios", list(s.compress_ratios))
+    w.add_tokenizer_model("gpt2")
+    w.add_tokenizer_pre("deepseek-v3")
+    w.add_token_list(vocab.tokens)
+    w.add_token_types(vocab.types)
+    w.add_bos_token_id(vocab.special(SPECIALS[0]))
+
+
+def write_target(path: Path, s: Shape, rng: np.random.Generator) -> Vocab:
+    if len(s.compress_ratios) != s.n_layer or set(s.compress_ratios) - {0, 4, 128}:
+        raise ValueError(f"compress_ratios must give 0, 4 or 128 for each of {s.n_layer} layers: {s.compress_ratios}")
+    vocab = build_vocab(s.n_vocab)
+    w = GGUFWriter(path, TARGET_ARCH)
+    _metadata(w, s, vocab)
+    sink = TensorSink(w, rng)
+    sink.f16("token_embd.weight", [s.n_embd, s.n_vocab], std=1.0)
+    sink.q8("output.weight", [s.n_embd, s.n_vocab], std=1.0, zero_rows=range(vocab.first_word))
+    layers.output_head(sink, s)
+    for il in range(s.n_layer):
+        layers.block(sink, s, il)
+        if il < s.n_hash_layer:
+            sink.expert_ids(f"blk.{il}.ffn_gate_tid2eid.weight", s.n_expert_used, s.n_vocab, s.n_expert)
+        if s.compress_ratios[il]:
+            layers.compressor(sink, s, il, s.compress_ratios[il])
+    _finish(w)
+    return vocab
+
+
+def _finish(w: GGUFWriter) -> None:
+    w.write_header_to_file()
+    w.write_kv_data_to_file()
+    w.write_tensors_to_file()
+    w.close()

@@ -1,0 +1,59 @@
+"""``ds4ci selftest --server-bin`` and ``ds4ci tiny-models`` as the CLI, and ``verify`` of our real H200 bundles.
+
+The server binary here is the simulator (a real process on loopback): it speaks the protocol with
+the reference-exact mode, so the tiny models' gate passes. The real dflash_server's run is in
+tests/data/real-server/h200-62880e2/ (docs/real-server.md).
+"""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from gatekit import sim_wrapper
+from paths import TESTS
+
+pytest.importorskip("gguf")
+
+CLI = [sys.executable, "-c", "from ds4ci.cli import main; main()"]
+CAPTURES = TESTS / "data" / "real-server" / "h200-62880e2"
+
+
+def _run(args: list[str], cwd: Path) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([*CLI, *args], cwd=cwd, capture_output=True, text=True, timeout=600, check=False)
+
+
+def test_selftest_with_a_server_binary_runs_the_tiny_models_through_the_gate(tmp_path: Path) -> None:
+    (tmp_path / "bin").mkdir()
+    wrapper = sim_wrapper(tmp_path / "bin")
+    done = _run(["selftest", "--server-bin", str(wrapper), "--workdir", str(tmp_path / "work"), "--runner", "st"], tmp_path)
+    assert done.returncode == 0, done.stderr[-3000:]
+    out = done.stdout
+    assert "gate verdict: pass (exit 0)" in out
+    for key in ("target-only", "q2", "q3", "q4"):
+        assert f"  {key}: ready " in out and "4/4 answered" in out
+    # the simulator's answers are not tiny-model words: the information says so instead of guessing
+    assert out.count("information, not a gate verdict:") == 6
+    assert (tmp_path / "work" / "models" / "ds4ci.toml").is_file()
+
+
+def test_selftest_refuses_a_missing_binary(tmp_path: Path) -> None:
+    done = _run(["selftest", "--server-bin", str(tmp_path / "nope")], tmp_path)
+    assert done.returncode == 2 and "no such file" in done.stderr
+
+
+def test_tiny_models_cli_writes_a_pinned_set(tmp_path: Path) -> None:
+    done = _run(["tiny-models", str(tmp_path / "m"), "--seed", "4"], tmp_path)
+    assert done.returncode == 0, done.stderr
+    assert sorted(p.name for p in (tmp_path / "m").iterdir()) == [
+        "ds4-tiny-dspark.gguf", "ds4-tiny-target.gguf", "ds4ci.toml", "prompt-1.txt", "prompt-2.txt"]
+    assert _run(["tiny-models", str(tmp_path / "x"), "--seed", "-1"], tmp_path).returncode == 2
+
+
+@pytest.mark.parametrize("name", ["public", "fixed-verify"])
+def test_verify_of_the_real_bundles_agrees_no_verdict(name: str, tmp_path: Path) -> None:
+    done = _run(["verify", str(CAPTURES / f"{name}.bundle.tar.gz")], tmp_path)
+    assert done.returncode == 3, done.stdout + done.stderr
+    assert "recomputed verdict error" in done.stdout + done.stderr
