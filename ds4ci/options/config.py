@@ -87,6 +87,7 @@ class GateConfig:
     notes: tuple[str, ...] = ()  # reviewer notes from the caller (CLI only), recorded as warnings
     build: BuildSpec | None = None
     configured_widths: tuple[int, ...] = DEFAULT_WIDTHS
+    gpu: tuple[str, ...] = ()  # the GPU this runner must have (any one of these); () when not stated
 
     @property
     def scope(self) -> str:
@@ -134,7 +135,9 @@ class _Sources:
         found = self.given(option)
         if found is None:
             return option.default
-        raw, where, _ = found
+        raw, where, from_file = found
+        if from_file:
+            file_type(option, raw, where)
         return option.check(raw, where) if option.check is not None else raw
 
     def path(self, key: str, required: bool = False) -> Path | None:
@@ -147,6 +150,16 @@ class _Sources:
             return None
         raw, where, from_file = found
         return v.path(raw, where, self.base if from_file else None)
+
+
+def file_type(option: table.Option, raw: Any, where: str) -> None:
+    """A file states an array as a TOML array: ``widths = "2,3,4"`` is refused although ``--widths 2,3,4`` is not."""
+    if option.toml_type.startswith("array") and isinstance(raw, str):
+        example = "[2, 3, 4]" if option.key == "widths" else '["..."]'
+        raise UsageError(
+            f"{where}: expected a TOML {option.toml_type} such as {option.key} = {example}, found the string {raw!r} "
+            f"(only the command line flag takes a comma-separated string)"
+        )
 
 
 def _own_runner_table(doc: Mapping[str, Any], name: str | None, source: Path | None) -> tuple[str | None, dict[str, Any]]:
@@ -249,7 +262,9 @@ def _outputs(src: _Sources) -> dict[str, Any]:
 
 def _widths(src: _Sources) -> dict[str, Any]:
     # A run that leaves out a configured width (e.g. a dispatch with widths: 2) is a focused rerun.
-    configured = parse_widths(src.tables["gate"].get("widths", DEFAULT_WIDTHS), "gate.widths")
+    raw = src.tables["gate"].get("widths", DEFAULT_WIDTHS)
+    file_type(table.get("gate", "widths"), raw, "gate.widths")
+    configured = parse_widths(raw, "gate.widths")
     widths: tuple[int, ...] = src.value("widths")
     mmvq = src.value("mmvq_max_ncols")
     mmvq = max(widths) if mmvq is None else mmvq
@@ -299,7 +314,7 @@ def load(config_file: Path | None, overrides: Mapping[str, Any]) -> GateConfig:
     return GateConfig(
         server_bin=server_bin, target=target, draft=draft, prompts=prompts,
         runner=v.runner_name(runner, "runner name"), role=role,
-        negative_control_for=src.value("negative_control_for", "runner"),
+        negative_control_for=src.value("negative_control_for", "runner"), gpu=src.value("gpu", "runner"),
         **_outputs(src), **_widths(src), **_server(src),
         **{key: src.value(key) for key in _PLAIN}, **{field: src.value(key) for field, key in _SECONDS.items()},
         checks=checks, source_dir=src.path("source_dir"),

@@ -205,6 +205,10 @@ OPTIONS: tuple[Option, ...] = (
            default_doc="the host name"),
     Option("runner", "role", "gate: prove parity; negative-control: run the extra checks only (no models).",
            check=v.one_of(v.RUNNER_ROLES), default="gate", runner_table=True),
+    Option("runner", "gpu", "The GPU this runner must have: an architecture (gfx1151, sm_90) or part of its name "
+           "(H200), or a list of them (any one); preflight and the gate stop with an error when the fingerprint "
+           "shows no such GPU.", check=v.gpu_names, default=(), toml_type="string or array of strings",
+           runner_table=True, attr="gpu"),
     Option("runner", "negative_control_for", "The gate runner this negative control stands beside.",
            check=v.text, runner_table=True),
     Option("build", "command", "Shell command that builds the server under test, e.g. \"cmake --build build -j\" "

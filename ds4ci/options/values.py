@@ -218,3 +218,12 @@ def parse_widths(value: Any, where: str = "widths") -> tuple[int, ...]:
     if max(widths) > MAX_WIDTH:
         raise UsageError(f"{where}: widths above {MAX_WIDTH} are not supported, found {max(widths)}")
     return widths
+
+
+def gpu_names(value: Any, where: str) -> tuple[str, ...]:
+    """``"gfx1151"`` or ``["sm_90", "H200"]``: the GPU this runner must have (any one of the list)."""
+    items = [value] if isinstance(value, str) else value
+    if not isinstance(items, list) or not items or not all(isinstance(i, str) and i.strip() for i in items):
+        raise UsageError(f"{where}: expected a GPU architecture or name like \"gfx1151\" or [\"sm_90\", \"H200\"], "
+                         f"found {value!r}")
+    return tuple(i.strip() for i in items)
