@@ -13,7 +13,7 @@ from typing import Annotated, Any
 import typer
 
 from ds4ci import __version__
-from ds4ci.commands import app_gate, app_github
+from ds4ci.commands import app_gate, app_github, app_setup
 from ds4ci.commands.finish import exit_with
 from ds4ci.commands.flags import table_flags
 from ds4ci.errors import EXIT_ERROR
@@ -54,6 +54,8 @@ def _root(
 
 
 app.command("gate")(app_gate.gate)
+app.command("init")(app_setup.init)
+app.add_typer(app_setup.config_app, name="config")
 
 
 @app.command()

@@ -148,11 +148,11 @@ class _Run:
 
     def record_revisions(self) -> None:
         """The source's revisions: --source-dir, else the working directory when it is a git checkout."""
-        from ds4ci.runner.revisions import collect, is_work_tree
+        from ds4ci.runner.revisions import collect, has_commit, is_work_tree
 
         source = self.cfg.source_dir
         if source is None:
-            if not is_work_tree(Path.cwd()):
+            if not is_work_tree(Path.cwd()) or not has_commit(Path.cwd()):  # nothing to describe (yet)
                 return
             source = Path.cwd()
         self.doc["revisions"] = collect(source, base_ref=self.cfg.base_ref, upstream_ref=self.cfg.upstream_ref)

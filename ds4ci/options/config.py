@@ -172,7 +172,8 @@ def _own_runner_table(doc: Mapping[str, Any], name: str | None, source: Path | N
     name = name if name is not None else socket.gethostname()
     if name not in per_runner:
         raise UsageError(
-            f"{source}: runner {name!r} has no [runners.{name}] table; configured runners: {', '.join(sorted(per_runner))}"
+            f"{source}: runner {name!r} has no [runners.{name}] table; configured runners: {', '.join(sorted(per_runner))}; "
+            f"pass --runner NAME with one of them (without --runner the name is runner.name, else the host name)"
         )
     own: dict[str, Any] = per_runner[name]
     sections.unknown(own, table.keys("runners"), f"[runners.{name}]")
@@ -297,8 +298,11 @@ _SECONDS = {"startup_timeout_s": "startup_timeout", "request_timeout_s": "reques
             "stop_timeout_s": "stop_timeout"}
 
 
-def load(config_file: Path | None, overrides: Mapping[str, Any]) -> GateConfig:
-    """Merge the config file (if any) with CLI overrides (non-None values win) and validate."""
+def load(config_file: Path | None, overrides: Mapping[str, Any], check_files: bool = True) -> GateConfig:
+    """Merge the config file (if any) with CLI overrides (non-None values win) and validate.
+
+    ``check_files=False`` (``ds4ci config check``) checks every value's form but not that the files exist.
+    """
     doc: dict[str, Any] = read_toml(config_file) if config_file is not None else {}
     src = _sources(doc, config_file, overrides)
     role = src.value("role", "runner")
@@ -308,7 +312,7 @@ def load(config_file: Path | None, overrides: Mapping[str, Any]) -> GateConfig:
     server_bin = _server_bin(src, build, needs_models)
     target, draft = _pinned(src, "target", needs_models), _pinned(src, "draft", needs_models)
     prompts = _prompts(src, src.tables["gate"].get("prompts"))
-    if needs_models:
+    if needs_models and check_files:
         _check_files(prompts, (target, draft), server_bin if build is None else None)
     runner = src.value("runner") or src.value("name", "runner") or socket.gethostname()
     return GateConfig(
