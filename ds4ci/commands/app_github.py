@@ -96,6 +96,8 @@ def publish(
     Statuses rest on `ds4ci verify`'s recomputation from each evidence bundle, never on results.json
     alone: a bundle that does not verify is published as error. Only a passing, verified result for
     exactly the commit being set can ever become a green status.
+
+    Exit codes: 0 published, 2 refused input (nothing is posted), 3 GitHub API error.
     """
     from ds4ci.commands.publish import PublishRequest, run_publish
 
