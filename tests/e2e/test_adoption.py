@@ -240,7 +240,8 @@ def test_the_wheel_ships_templates_schema_and_workflows(tmp_path: Path) -> None:
     entry_points = next(n for n in names if n.endswith("entry_points.txt"))
     assert "ds4ci = ds4ci.cli:main" in zipfile.ZipFile(wheel).read(entry_points).decode()
     (sdist,) = (tmp_path / "dist").glob("*.tar.gz")
-    members = {m.split("/", 1)[1] for m in tarfile.open(sdist).getnames() if "/" in m}
+    with tarfile.open(sdist) as archive:
+        members = {m.split("/", 1)[1] for m in archive.getnames() if "/" in m}
     assert {"templates/comment.md.j2", ".github/workflows/gate.yml", "CHANGELOG.md"} <= members
     # Installed on its own (this interpreter supplies the dependencies), the CLI runs from the wheel's files
     # and init finds the workflows packaged in it.
