@@ -7,11 +7,12 @@ the real dflash_server's crash on an H200 (our own capture) and aborts mid-reque
 from __future__ import annotations
 
 import json
+import subprocess
 import sys
 from pathlib import Path
 
 import pytest
-from gatekit import Workspace
+from gatekit import DS4CI, Workspace
 
 from ds4ci.evidence import results
 
@@ -74,6 +75,9 @@ def test_an_http_error_body_is_kept_and_quoted(tmp_path: Path) -> None:
     for request in life["requests"]:
         for key in ("request", "response"):
             assert request[key] is None or (final / request[key]).is_file()
+    # The bundle with the kept body still verifies as intact.
+    verify = subprocess.run([DS4CI, "verify", str(final)], capture_output=True, text=True, timeout=120, check=False)
+    assert "intact and consistent" in verify.stdout, verify.stdout + verify.stderr
 
 
 def test_a_server_that_stops_says_it_stopped(tmp_path: Path) -> None:
