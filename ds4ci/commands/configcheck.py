@@ -66,5 +66,7 @@ def run_config_check(config_file: Path | None, runner: str | None) -> int:
     print(f"{path}: valid (form only: the files are checked on the runner by `ds4ci preflight --config {path}`)")
     print("\n".join(checked))
     if missing:
-        print(f"note: {', '.join('${' + m + '}' for m in missing)} not set here; paths using them were checked for form only")
+        them = "it" if len(missing) == 1 else "them"
+        print(f"note: {', '.join('${' + m + '}' for m in missing)} not set here; the paths that use {them} were checked "
+              "for form only")
     return EXIT_PASS

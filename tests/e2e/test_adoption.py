@@ -121,6 +121,9 @@ def test_config_check_is_offline_and_strict(tmp_path: Path) -> None:
         (tmp_path / "ds4ci.toml").write_text(broken)
         bad = ds4ci("config", "check", "--config", "ds4ci.toml", cwd=tmp_path, env=env)
         assert bad.returncode == 2 and said in bad.stderr, (said, bad.stderr)
+    # The shipped example is valid as it stands (its pins are placeholders of the right form).
+    example = ds4ci("config", "check", "--config", str(ROOT / "examples" / "ds4ci.toml"), cwd=tmp_path, env=env)
+    assert example.returncode == 0 and "gfx1151: gate" in example.stdout, example.stderr
     # The gate refuses the same string widths (the flag takes "2,3,4", the file an array).
     ws = Workspace.create(tmp_path / "ws")
     (tmp_path / "ws" / "ds4ci.toml").write_text('[gate]\nwidths = "2,3,4"\n')
