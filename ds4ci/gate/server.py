@@ -28,7 +28,7 @@ from typing import Any
 
 from ds4ci import supervisor
 from ds4ci.errors import NoVerdictError
-from ds4ci.judging.logtail import excerpt, exit_description
+from ds4ci.judging.logtail import excerpt, exit_description, explain
 from ds4ci.log import Logger, as_logger, file_growth
 from ds4ci.supervisor import Child
 
@@ -205,14 +205,13 @@ class Server:
         while True:
             code = self.child.poll()
             if code is not None:
-                raise NoVerdictError(
-                    f"{self.label}: server exited with {exit_description(code)} before it was ready;\n{self.log_tail()}"
-                )
+                first = f"{self.label}: server exited with {exit_description(code)} before it was ready"
+                raise NoVerdictError(self.explain(first))
             if time.monotonic() > deadline:
-                raise NoVerdictError(
+                raise NoVerdictError(self.explain(
                     f"{self.label}: server did not answer /health within {self.settings.startup_timeout_s:g} s "
-                    f"(--startup-timeout);\n{self.log_tail()}"
-                )
+                    "(--startup-timeout)"
+                ))
             try:
                 answer = exchange(self.port, "GET", "/health", 2.0)
             except _HTTP_ERRORS:
@@ -292,16 +291,13 @@ class Server:
             with self._heartbeat("waiting for the answer"):
                 answer = exchange(self.port, "POST", "/v1/chat/completions", self.settings.request_timeout_s, body)
         except TimeoutError as exc:
-            raise NoVerdictError(
-                f"{self.label}: no answer within {self.settings.request_timeout_s:g} s (--request-timeout);\n"
-                f"{self.log_tail()}"
-            ) from exc
+            raise NoVerdictError(self.explain(
+                f"{self.label}: no answer within {self.settings.request_timeout_s:g} s (--request-timeout)"
+            )) from exc
         except _HTTP_ERRORS as exc:
             code = self._exit_code_soon()
             state = f"server exited with {exit_description(code)}" if code is not None else "server still running"
-            raise NoVerdictError(
-                f"{self.label}: request failed ({exc.__class__.__name__}; {state});\n{self.log_tail()}"
-            ) from exc
+            raise NoVerdictError(self.explain(f"{self.label}: request failed ({exc.__class__.__name__}; {state})")) from exc
         elapsed = time.monotonic() - started
         response = answer.body
         if answer.status_code != 200 or not isinstance(response, dict):
@@ -325,3 +321,7 @@ class Server:
     def log_tail(self) -> str:
         """For messages: abort-looking lines first, then the last lines of stderr and stdout, bounded."""
         return excerpt([self.stderr_path, self.stdout_path])
+
+    def explain(self, first: str) -> str:
+        """A reason: ``first`` (with the abort line that says why, when the log has one), then the log excerpt."""
+        return explain(first, [self.stderr_path, self.stdout_path])

@@ -22,6 +22,7 @@ _LINE_CHARS = 300  # a longer line is shown with its end cut (it stays one line)
 _ABORT_LINES = 3
 _TAIL_LINES = 8
 _EXCERPT_CHARS = 2400
+_HEADLINE_CHARS = 200
 
 ABORT = re.compile(
     r"GGML_ASSERT|GGML_ABORT|\babort(ed)?\b|ggml_abort|CUDA error|HIP error|hipError|cudaError|Segmentation fault"
@@ -66,9 +67,20 @@ def _short(line: str) -> str:
     return line if len(line) <= _LINE_CHARS else line[: _LINE_CHARS - 1] + "…"
 
 
+def explain(first: str, paths: Sequence[Path]) -> str:
+    """``first`` + ``: <the last abort line>`` when there is one (the cause on the reason's first line), then the excerpt."""
+    streams = [(path.stem, _last_lines(path)) for path in paths]
+    aborts = [line for _, lines in streams for line in lines if looks_like_abort(line)]
+    cause = f": {aborts[-1][:_HEADLINE_CHARS]}" if aborts else ""
+    return f"{first}{cause}\n{_excerpt(streams)}"
+
+
 def excerpt(paths: Sequence[Path]) -> str:
     """Abort-looking lines first, then the last lines of each stream, labelled ``[stderr]``/``[stdout]``."""
-    streams = [(path.stem, _last_lines(path)) for path in paths]
+    return _excerpt([(path.stem, _last_lines(path)) for path in paths])
+
+
+def _excerpt(streams: list[tuple[str, list[str]]]) -> str:
     aborts = [f"[{name}] {line}" for name, lines in streams for line in lines if looks_like_abort(line)][-_ABORT_LINES:]
     parts: list[str] = []
     if aborts:

@@ -48,6 +48,7 @@ def test_a_crash_mid_request_quotes_the_abort_line_first_and_keeps_the_verdict(t
     assert len(reason) <= 4096
     assert "server exited with code -6 (SIGABRT)" in reason
     lines = reason.splitlines()
+    assert ASSERT_LINE in lines[0]  # the cause is on the first line too (annotations, one-line summaries)
     assert lines[1] == "abort lines:" and ASSERT_LINE in lines[2], reason
     # Then the LAST lines of the log (the backtrace's end), never the configuration box.
     assert "libc.so.6(+0x129ecc)" in lines[-1]
