@@ -128,7 +128,9 @@ OPTIONS: tuple[Option, ...] = (
            metavar="PATH", attr="prompts.*.path", reproduce=True),
     Option(CLI, "prompt_sha256s", "Pinned SHA-256 of the prompt file given in the same position.",
            flag="--prompt-sha256", repeat=True, metavar="HEX", attr="prompts.*.sha256", reproduce=True),
-    _gate("evidence_dir", "Directory that keeps every attempt; finished runs are promoted here and never replaced.",
+    _gate("evidence_dir", "Directory that keeps every attempt; finished runs are promoted here and never replaced. "
+          "Inside a git checkout it must be ignored (`ds4ci init` adds it to .gitignore; the gate warns otherwise); "
+          "the action uses $RUNNER_TEMP/ds4ci-evidence.",
           default_doc="./" + DEFAULT_EVIDENCE_DIR, toml_type="path", cli_type=Path, attr="evidence_dir",
           reproduce=True),
     _gate("results_out", "Also write results.json here (the evidence keeps its own copy).", toml_type="path",
