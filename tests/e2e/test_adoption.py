@@ -7,6 +7,7 @@ row, the job summary, the evidence folder, `python -m ds4ci` and every --help's 
 
 from __future__ import annotations
 
+import json
 import os
 import re
 import shlex
@@ -266,3 +267,15 @@ def test_the_wheel_ships_templates_schema_and_workflows(tmp_path: Path) -> None:
                           capture_output=True, text=True, check=False)
     assert init.returncode == 0, init.stderr
     assert (repo / ".github" / "workflows" / "gate.yml").read_bytes() == (ROOT / ".github/workflows/gate.yml").read_bytes()
+
+
+def test_a_run_that_never_started_an_arm_reads_not_run_and_its_reproduce_is_whole(tmp_path: Path) -> None:
+    ws = Workspace.create(tmp_path)
+    run = ws.gate(draft_sha256="f" * 64, widths="2", results_out=tmp_path / "r.json")
+    assert run.code == 3 and "target-only: not run;" in run.stdout, run.stdout
+    assert "deterministic" not in run.stdout
+    (tmp_path / "kept.json").write_text(json.dumps(run.results))
+    report = ds4ci("report", str(tmp_path / "kept.json"), "--format", "comment", cwd=tmp_path, env=clean_env(tmp_path))
+    assert report.returncode == 0, report.stderr
+    assert run.results is not None and len(run.results["reproduce"]) > 600  # longer than the old inline cut
+    assert run.results["reproduce"] in report.stdout
