@@ -11,6 +11,7 @@ as they are. Nothing is overwritten without ``--force``.
 from __future__ import annotations
 
 import hashlib
+import json
 import re
 import sys
 from dataclasses import dataclass, field
@@ -49,12 +50,11 @@ def _sha256(path: Path) -> str:
     return digest.hexdigest()
 
 
-def _pin(path: Path | None, base: Path) -> str:
+def _pin(path: Path | None) -> str:
     """The file's SHA-256, or the placeholder when it is not readable here (a model staged on the runner only)."""
-    resolved = path if path is None or path.is_absolute() else base / path
-    if resolved is None or not resolved.is_file():
+    if path is None or not path.is_file():
         return PIN_PLACEHOLDER
-    return _sha256(resolved)
+    return _sha256(path)
 
 
 def _runner_table(name: str, simulator: bool) -> list[str]:
@@ -87,12 +87,14 @@ def _files(req: InitRequest) -> tuple[Path | None, Path | None, Path | None, lis
 
 
 def _rel(path: Path | None, base: Path, fallback: str) -> str:
+    """A TOML string: the path (given relative to the working directory) relative to the config file when it lies
+    below it, else absolute; ``fallback`` (a path for the runner, e.g. under ${DS4_MODEL_DIR}) when none is given."""
     if path is None:
-        return fallback
+        return json.dumps(fallback)
     try:
-        return str(path.absolute().relative_to(base.absolute()))
+        return json.dumps(str(path.absolute().relative_to(base.absolute())))
     except ValueError:
-        return str(path)
+        return json.dumps(str(path.absolute()))
 
 
 def config_text(req: InitRequest) -> str:
@@ -100,7 +102,7 @@ def config_text(req: InitRequest) -> str:
     base = req.directory
     evidence = table.DEFAULT_EVIDENCE_DIR
     prompt_lines = [
-        f'  {{ file = "{_rel(p, base, "")}", sha256 = "{_pin(p, base)}" }},' for p in prompts
+        f'  {{ file = {_rel(p, base, "")}, sha256 = "{_pin(p)}" }},' for p in prompts
     ] or [f'  {{ file = "ci/ds4/prompt-1.txt", sha256 = "{PIN_PLACEHOLDER}" }},']
     lines = [
         "# ds4ci.toml, written by `ds4ci init` (every key: docs/configuration.md; check it: `ds4ci config check`).",
@@ -108,11 +110,11 @@ def config_text(req: InitRequest) -> str:
         "# put its SHA-256 there (`sha256sum FILE`), or run `ds4ci init --force` with the file named.",
         "",
         "[gate]",
-        f'server_bin = "{_rel(server, base, "build/bin/dflash_server")}"',
-        f'target = "{_rel(target, base, "${DS4_MODEL_DIR}/target.gguf")}"',
-        f'target_sha256 = "{_pin(target, base)}"',
-        f'draft = "{_rel(draft, base, "${DS4_MODEL_DIR}/draft.gguf")}"',
-        f'draft_sha256 = "{_pin(draft, base)}"',
+        f'server_bin = {_rel(server, base, "build/bin/dflash_server")}',
+        f'target = {_rel(target, base, "${DS4_MODEL_DIR}/target.gguf")}',
+        f'target_sha256 = "{_pin(target)}"',
+        f'draft = {_rel(draft, base, "${DS4_MODEL_DIR}/draft.gguf")}',
+        f'draft_sha256 = "{_pin(draft)}"',
         "prompts = [", *prompt_lines, "]",
         f"widths = {list(table.DEFAULT_WIDTHS)}",
         f'evidence_dir = "{evidence}"   # ignored by git (.gitignore); the action uses $RUNNER_TEMP instead',
