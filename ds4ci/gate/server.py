@@ -36,6 +36,7 @@ HOST = "127.0.0.1"
 _HEALTH_POLL_S = 0.01
 BODY_KEEP_BYTES = 64 * 1024  # an error answer's body kept in the evidence
 _BODY_QUOTE_CHARS = 300  # and quoted in the reason
+_STOP_HEARTBEAT_S = 5.0  # a stopping server is heard from at least this often (freeing a big model takes a while)
 # What a loopback exchange can fail with: refused/reset/timed out (OSError), a broken answer.
 _HTTP_ERRORS = (OSError, http.client.HTTPException)
 
@@ -255,7 +256,7 @@ class Server:
         if running:
             self.progress(f"{self.label}: stopping (SIGTERM; the server may take a while to free the GPU)")
         try:
-            with self._heartbeat("stopping"):
+            with self._heartbeat("stopping", every_s=min(self.progress.heartbeat_s, _STOP_HEARTBEAT_S)):
                 self.needed_kill = child.terminate(self.settings.stop_timeout_s)
             if self.needed_kill:
                 self.progress(f"{self.label}: still running {self.settings.stop_timeout_s:g} s after SIGTERM; SIGKILL")
@@ -268,10 +269,10 @@ class Server:
         how = f"stopped in {self.stop_s:.2f} s" if running else "had already exited"
         self.progress(f"{self.label}: {how}, exit {exit_description(self.exit_code)}")
 
-    def _heartbeat(self, what: str) -> contextlib.AbstractContextManager[None]:
+    def _heartbeat(self, what: str, every_s: float | None = None) -> contextlib.AbstractContextManager[None]:
         """``<label>: still <what>: 45 s, log +2.1 MiB`` every heartbeat interval (growth of stderr + stdout)."""
         growth = file_growth([self.stderr_path, self.stdout_path])
-        return self.progress.heartbeat(what, detail=growth, prefix=f"{self.label}: ")
+        return self.progress.heartbeat(what, interval_s=every_s, detail=growth, prefix=f"{self.label}: ")
 
     # -- requests --------------------------------------------------------------------------
     def _sizes(self) -> tuple[int, int]:
