@@ -13,7 +13,7 @@ from typing import Annotated, Any
 import typer
 
 from ds4ci import __version__
-from ds4ci.commands import app_gate, app_github
+from ds4ci.commands import app_gate, app_github, app_setup
 from ds4ci.commands.finish import exit_with
 from ds4ci.commands.flags import table_flags
 from ds4ci.errors import EXIT_ERROR
@@ -54,6 +54,8 @@ def _root(
 
 
 app.command("gate")(app_gate.gate)
+app.command("init")(app_setup.init)
+app.add_typer(app_setup.config_app, name="config")
 
 
 @app.command()
@@ -96,7 +98,10 @@ def hash_cache_add(
         typer.Option(help="Cache file to fill; the gate reads it through hash_cache_path. Default: the user's cache."),
     ] = None,
 ) -> None:
-    """Hash files and record them in a hash cache, e.g. a root-owned one the gate reads but PR code cannot write."""
+    """Hash files and record them in a hash cache, e.g. a root-owned one the gate reads but PR code cannot write.
+
+    Exit codes: 0 recorded, 2 a file or the cache cannot be read or written.
+    """
     from ds4ci.commands.hashcache import run_hash_cache_add
 
     exit_with(lambda: run_hash_cache_add(files, cache))
@@ -110,7 +115,8 @@ def demo(
 ) -> None:
     """Show the gate on the bundled simulator: a pass at q=2,3,4, then a leaked approximate verifier caught.
 
-    Needs no GPU. Exits 0 only when the pass passes and the failure is caught.
+    Needs no GPU. Exit codes: 0 when the pass passes and the failure is caught, 1 when either does not
+    happen, 2 usage (--keep exists), 3 internal error.
     """
     from ds4ci.commands.demo import run_demo
 
@@ -139,11 +145,12 @@ def selftest(
     ] = None,
     seed: Annotated[int, typer.Option(help="With --server-bin: the tiny models' seed.")] = 1,
 ) -> None:
-    """Run the real gate twice against the PyTorch reference server (needs torch: ds4ci[selftest]).
+    """Run the real gate twice against the PyTorch reference server (needs PyTorch: pip install torch).
 
     Reference-exact speculation must pass; the approximate verifier leaked into the speculative
-    arm must be caught at a first differing position. Exits 0 only when both happen.
-    With --server-bin PATH: check a real build and this runner with the tiny models instead.
+    arm must be caught at a first differing position. Exit codes: 0 when both happen, 1 when one does not,
+    2 usage, 3 no verdict (PyTorch missing, or a gate run reached none).
+    With --server-bin PATH: check a real build and this runner with the tiny models instead (exit code: the gate's).
     """
     if server_bin is not None:
         from ds4ci.commands.selftest_real import run_real_selftest
@@ -181,7 +188,10 @@ def report(
     output: Annotated[Path | None, typer.Option(help="Write here instead of standard output.")] = None,
     run_url: Annotated[str | None, typer.Option(help="Link to the workflow run, shown in the footer.")] = None,
 ) -> None:
-    """Render one or more runners' results.json as Markdown (escaped, size-bounded)."""
+    """Render one or more runners' results.json as Markdown (escaped, size-bounded).
+
+    Exit codes: 0 written, 2 a results file is missing, invalid or duplicated (nothing is written).
+    """
     from ds4ci.commands.report import run_report
 
     exit_with(lambda: run_report(results, fmt=format, template_dir=template_dir, output=output, run_url=run_url))
@@ -221,7 +231,10 @@ def revisions(
     base_ref: Annotated[str | None, typer.Option(help="The PR's base branch ref, e.g. origin/main.")] = None,
     upstream_ref: Annotated[str | None, typer.Option(help="Upstream main ref, e.g. upstream/main.")] = None,
 ) -> None:
-    """Print head, base, upstream, merge base and a synthetic merge analysis as JSON."""
+    """Print head, base, upstream, merge base and a synthetic merge analysis as JSON.
+
+    Exit codes: 0 printed, 2 not a git checkout or a ref that does not name a commit, 3 git failed.
+    """
     from ds4ci.commands.revisions import run_revisions
 
     exit_with(lambda: run_revisions(repo_dir=repo_dir, head_ref=head_ref, base_ref=base_ref, upstream_ref=upstream_ref))

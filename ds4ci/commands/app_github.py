@@ -105,7 +105,9 @@ def publish(
     alone: a bundle that does not verify is published as error. Only a passing, verified result whose
     sealed revisions name exactly the commit being set can ever become a green status. A negative
     control's pass is success with "negative control: ...". --unverified results set no status.
-    Exit 0 posted (a failing gate published correctly too), 2 refused or bad input, 3 GitHub failed.
+
+    Exit codes: 0 published (a failing gate published correctly too), 2 refused input (nothing is posted),
+    3 GitHub API error.
     """
     from ds4ci.commands.publish import PublishRequest, run_publish
 

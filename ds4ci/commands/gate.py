@@ -13,6 +13,7 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any, TextIO
 
+from ds4ci.commands.gate_outputs import warn_evidence_in_checkout, write_step_summary
 from ds4ci.errors import Ds4ciError, NoVerdictError, UsageError
 from ds4ci.evidence import store
 from ds4ci.gate.run import GateOutcome, run_gate
@@ -128,11 +129,13 @@ def _run_gate_command(config_file: Path | None, overrides: Mapping[str, Any], as
         where = annotation_path(config_file) if config_file is not None else None
         log.annotate("error", str(exc), file=where, line=_toml_line(exc) if where else None, title="ds4ci gate: config")
         raise
+    warn_evidence_in_checkout(cfg.evidence_dir, log)
     outcome = run_gate(cfg, log)
     from ds4ci.report import table  # imported once the run is over: the first progress line comes sooner
 
     human = sys.stderr if as_json else sys.stdout
     print(table.render(outcome.results), file=human)
+    write_step_summary(outcome.results, log)
     try:
         _write_outputs(cfg, outcome, human)
     except Ds4ciError as exc:  # the verdict cannot stand without its files: say why, not the verdict

@@ -233,7 +233,8 @@ def _checked_device(device: str, dtype: str, prompts: int) -> str:
     if not 1 <= prompts <= 8:
         raise UsageError(f"--prompts {prompts}: expected 1..8")
     if importlib.util.find_spec("torch") is None:
-        raise NoVerdictError("ds4ci selftest needs PyTorch for the reference server: pip install 'ds4ci[selftest]'")
+        raise NoVerdictError("ds4ci selftest needs PyTorch for the reference server: install it into this environment "
+                             "(pip install torch: a CUDA, ROCm or CPU build)")
     return "cpu:0" if device == "cpu" else device  # the gate takes KIND:INDEX; the reference server reads cpu:N as the CPU
 
 

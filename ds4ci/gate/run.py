@@ -31,6 +31,7 @@ from ds4ci.fileio import write_text_atomic
 from ds4ci.gate import settings
 from ds4ci.gate.document import containment, initial_results, inputs, read_verified_prompt
 from ds4ci.judging import judge
+from ds4ci.judging.logtail import fit_reason
 from ds4ci.judging.verdict import ERROR, FAIL, NOT_RUN, PASS
 from ds4ci.log import Logger, as_logger
 from ds4ci.options import policy
@@ -137,17 +138,21 @@ class _Run:
     def record_fingerprint(self, taken: Background | None = None) -> None:
         """Probe the machine here, or record what ``taken`` probed meanwhile (its error raised here)."""
         from ds4ci.runner.fingerprint import fingerprint
+        from ds4ci.runner.gpus import gpu_problems
 
-        self.doc["fingerprint"] = taken.result() if taken is not None else fingerprint(progress=self.progress)
-        store.write_json(self.attempt.path / "preflight.json", self.doc["fingerprint"])
+        fp = self.doc["fingerprint"] = taken.result() if taken is not None else fingerprint(progress=self.progress)
+        store.write_json(self.attempt.path / "preflight.json", fp)
+        wrong = gpu_problems(self.cfg.gpu, fp, self.cfg.runner)
+        if wrong:
+            raise NoVerdictError(wrong[0])
 
     def record_revisions(self) -> None:
         """The source's revisions: --source-dir, else the working directory when it is a git checkout."""
-        from ds4ci.runner.revisions import collect, is_work_tree
+        from ds4ci.runner.revisions import collect, has_commit, is_work_tree
 
         source = self.cfg.source_dir
         if source is None:
-            if not is_work_tree(Path.cwd()):
+            if not is_work_tree(Path.cwd()) or not has_commit(Path.cwd()):  # nothing to describe (yet)
                 return
             source = Path.cwd()
         self.doc["revisions"] = collect(source, base_ref=self.cfg.base_ref, upstream_ref=self.cfg.upstream_ref)
@@ -202,17 +207,24 @@ class _Run:
 
     def _serve(self, server: Server, key: str, entries: list[dict[str, Any]]) -> None:
         """Every prompt, ``repeats`` times, interleaved; each exchange recorded as it happens."""
+        from ds4ci.gate.server import HttpAnswerError
+
         for repeat in range(self.cfg.repeats):
             for index, prompt in enumerate(self.prompts):
                 stem = f"{judge.REQUESTS}/{key}/p{index}-r{repeat + 1}"
                 entry: dict[str, Any] = {
                     "index": len(entries), "prompt_index": index, "repeat": repeat,
-                    "request": f"{stem}.request.json", "response": f"{stem}.response.json", "answered": False,
+                    "request": f"{stem}.request.json", "response": None, "answered": False,
                 }
                 body = judge.request_body(prompt, self.cfg.seed, self.cfg.max_tokens)
                 store.write_json(self.attempt.path / entry["request"], body)
                 entries.append(entry)
-                exchange = server.complete(body)
+                try:
+                    exchange = server.complete(body, keep_error_body=self.attempt.path / f"{stem}.response.error-body")
+                except HttpAnswerError as exc:  # the body the server sent is evidence: name it
+                    entry.update({"response": f"{stem}.response.error-body", "http_status": exc.status_code})
+                    raise
+                entry["response"] = f"{stem}.response.json"
                 store.write_json(self.attempt.path / entry["response"], exchange.response)
                 entry.update({
                     "answered": True, "elapsed_s": round(exchange.elapsed_s, 3),
@@ -240,10 +252,9 @@ class _Run:
                 finally:
                     server.stop()
         except NoVerdictError as exc:
+            life["error"] = fit_reason(str(exc))
             if isinstance(exc, GateInterrupted):
-                life["error"] = str(exc)
                 raise
-            life["error"] = str(exc)
             self.progress(f"{label}: no verdict: {str(exc).splitlines()[0]}")
         finally:
             self._server_timing(env.arm, q, server, t0)
@@ -278,16 +289,21 @@ class _Run:
     def run_arms(self) -> None:
         from ds4ci.runner.fingerprint import Background
 
-        taken = Background(progress=self.progress)  # the probes run while the target-only server loads
+        taken: Background | None = Background(progress=self.progress)  # probes run while the first server loads
+        if self.cfg.gpu:  # a stated GPU is checked before any server starts
+            self.record_fingerprint(taken)
+            taken = None
         results.preload()
         try:
             target_env, spec_envs = self.arm_environments()
             sealed = settings.judge_settings(self.cfg, [p["sha256"] for p in self.doc["identities"]["prompts"]])
             self._run_server(None, target_env)
         except BaseException:
-            self.record_fingerprint(taken)  # a fingerprint error stands first, as when the probes ran first
+            if taken is not None:
+                self.record_fingerprint(taken)  # a fingerprint error stands first, as when the probes ran first
             raise
-        self.record_fingerprint(taken)
+        if taken is not None:
+            self.record_fingerprint(taken)
         target = judge.judge_target(self.attempt.path, sealed)
         self.doc["target_only"] = target.doc
         self.doc["warnings"] += target.warnings
@@ -386,7 +402,7 @@ def run_gate(cfg: GateConfig, progress: Progress | Logger | None = None) -> Gate
             if built:
                 run.run_checks()
         except Ds4ciError as exc:
-            run.doc["reasons"].append(str(exc))
+            run.doc["reasons"].append(fit_reason(str(exc)))
             progress(f"no verdict: {exc}")
         except OSError as exc:  # evidence could not be written mid-run (disk full, read-only, ...)
             run.doc["reasons"].append(f"I/O error during the run: {exc.strerror or exc} ({exc.filename or ''})")

@@ -19,7 +19,6 @@ from __future__ import annotations
 import contextlib
 import http.client
 import json
-import os
 import socket
 import time
 from collections.abc import Callable, Mapping
@@ -29,12 +28,15 @@ from typing import Any
 
 from ds4ci import supervisor
 from ds4ci.errors import NoVerdictError
+from ds4ci.judging.logtail import excerpt, exit_description, explain
 from ds4ci.log import Logger, as_logger, file_growth
 from ds4ci.supervisor import Child
 
 HOST = "127.0.0.1"
 _HEALTH_POLL_S = 0.01
-_LOG_TAIL_BYTES = 4000
+BODY_KEEP_BYTES = 64 * 1024  # an error answer's body kept in the evidence
+_BODY_QUOTE_CHARS = 300  # and quoted in the reason
+_STOP_HEARTBEAT_S = 5.0  # a stopping server is heard from at least this often (freeing a big model takes a while)
 # What a loopback exchange can fail with: refused/reset/timed out (OSError), a broken answer.
 _HTTP_ERRORS = (OSError, http.client.HTTPException)
 
@@ -96,6 +98,25 @@ def server_command(settings: ServerSettings, port: int) -> list[str]:
 class Answer:
     status_code: int
     body: Any  # the parsed JSON, None when it is not JSON
+    raw: bytes = b""  # the body as received (at most BODY_KEEP_BYTES)
+
+
+class HttpAnswerError(NoVerdictError):
+    """The server answered a completion request, but not with 200 and JSON; ``raw`` is the body it sent."""
+
+    def __init__(self, message: str, status_code: int, raw: bytes) -> None:
+        super().__init__(message)
+        self.status_code = status_code
+        self.raw = raw
+
+
+def quote_body(raw: bytes) -> str:
+    """The start of an answer's body on one line, for a reason."""
+    if not raw:
+        return "an empty body"
+    text = " ".join(raw[: _BODY_QUOTE_CHARS * 4].decode("utf-8", errors="replace").split())
+    cut = "…" if len(text) > _BODY_QUOTE_CHARS or len(raw) > _BODY_QUOTE_CHARS * 4 else ""
+    return f"body ({len(raw)} bytes kept): {text[:_BODY_QUOTE_CHARS]}{cut}"
 
 
 def exchange(port: int, method: str, path: str, timeout_s: float, body: dict[str, Any] | None = None) -> Answer:
@@ -108,14 +129,14 @@ def exchange(port: int, method: str, path: str, timeout_s: float, body: dict[str
     try:
         connection.request(method, path, body=data, headers={"Content-Type": "application/json"} if data else {})
         answer = connection.getresponse()
-        raw = answer.read()
+        raw = answer.read(BODY_KEEP_BYTES + 1)
     finally:
         connection.close()
     try:
         parsed = json.loads(raw)
     except ValueError:  # not JSON, or not UTF-8
         parsed = None
-    return Answer(answer.status, parsed)
+    return Answer(answer.status, parsed, raw[:BODY_KEEP_BYTES])
 
 
 class Server:
@@ -185,15 +206,13 @@ class Server:
         while True:
             code = self.child.poll()
             if code is not None:
-                raise NoVerdictError(
-                    f"{self.label}: server exited with code {code} before it was ready; "
-                    f"last log lines:\n{self.log_tail()}"
-                )
+                first = f"{self.label}: server exited with {exit_description(code)} before it was ready"
+                raise NoVerdictError(self.explain(first))
             if time.monotonic() > deadline:
-                raise NoVerdictError(
+                raise NoVerdictError(self.explain(
                     f"{self.label}: server did not answer /health within {self.settings.startup_timeout_s:g} s "
-                    f"(--startup-timeout); last log lines:\n{self.log_tail()}"
-                )
+                    "(--startup-timeout)"
+                ))
             try:
                 answer = exchange(self.port, "GET", "/health", 2.0)
             except _HTTP_ERRORS:
@@ -233,10 +252,12 @@ class Server:
         if child is None:
             return
         t0 = time.monotonic()
-        if child.poll() is None:
+        running = child.poll() is None
+        if running:
             self.progress(f"{self.label}: stopping (SIGTERM; the server may take a while to free the GPU)")
         try:
-            self.needed_kill = child.terminate(self.settings.stop_timeout_s)
+            with self._heartbeat("stopping", every_s=min(self.progress.heartbeat_s, _STOP_HEARTBEAT_S)):
+                self.needed_kill = child.terminate(self.settings.stop_timeout_s)
             if self.needed_kill:
                 self.progress(f"{self.label}: still running {self.settings.stop_timeout_s:g} s after SIGTERM; SIGKILL")
             self.swept = [f"pid {k.pid}: {k.name}" for k in child.sweep()]
@@ -245,18 +266,24 @@ class Server:
             raise NoVerdictError(f"{self.label}: processes survived SIGKILL: {exc}") from exc
         self.exit_code = child.returncode
         self.stop_s = time.monotonic() - t0
+        how = f"stopped in {self.stop_s:.2f} s" if running else "had already exited"
+        self.progress(f"{self.label}: {how}, exit {exit_description(self.exit_code)}")
 
-    def _heartbeat(self, what: str) -> contextlib.AbstractContextManager[None]:
+    def _heartbeat(self, what: str, every_s: float | None = None) -> contextlib.AbstractContextManager[None]:
         """``<label>: still <what>: 45 s, log +2.1 MiB`` every heartbeat interval (growth of stderr + stdout)."""
         growth = file_growth([self.stderr_path, self.stdout_path])
-        return self.progress.heartbeat(what, detail=growth, prefix=f"{self.label}: ")
+        return self.progress.heartbeat(what, interval_s=every_s, detail=growth, prefix=f"{self.label}: ")
 
     # -- requests --------------------------------------------------------------------------
     def _sizes(self) -> tuple[int, int]:
         return self.stderr_path.stat().st_size, self.stdout_path.stat().st_size
 
-    def complete(self, body: dict[str, Any]) -> Exchange:
-        """Send one completion request (the exact body given) and wait for its answer."""
+    def complete(self, body: dict[str, Any], keep_error_body: Path | None = None) -> Exchange:
+        """Send one completion request (the exact body given) and wait for its answer.
+
+        An answer that is not 200 with JSON raises HttpAnswerError; its body (as received, bounded) is
+        written to ``keep_error_body`` first, when given.
+        """
         assert self.child is not None
         before = self._sizes()
         started = time.monotonic()
@@ -265,22 +292,23 @@ class Server:
             with self._heartbeat("waiting for the answer"):
                 answer = exchange(self.port, "POST", "/v1/chat/completions", self.settings.request_timeout_s, body)
         except TimeoutError as exc:
-            raise NoVerdictError(
-                f"{self.label}: no answer within {self.settings.request_timeout_s:g} s (--request-timeout); "
-                f"last log lines:\n{self.log_tail()}"
-            ) from exc
+            raise NoVerdictError(self.explain(
+                f"{self.label}: no answer within {self.settings.request_timeout_s:g} s (--request-timeout)"
+            )) from exc
         except _HTTP_ERRORS as exc:
             code = self._exit_code_soon()
-            state = f"server exited with code {code}" if code is not None else "server still running"
-            raise NoVerdictError(
-                f"{self.label}: request failed ({exc.__class__.__name__}; {state}); last log lines:\n{self.log_tail()}"
-            ) from exc
+            state = f"server exited with {exit_description(code)}" if code is not None else "server still running"
+            raise NoVerdictError(self.explain(f"{self.label}: request failed ({exc.__class__.__name__}; {state})")) from exc
         elapsed = time.monotonic() - started
         response = answer.body
         if answer.status_code != 200 or not isinstance(response, dict):
-            raise NoVerdictError(
+            if keep_error_body is not None:
+                keep_error_body.parent.mkdir(parents=True, exist_ok=True)
+                keep_error_body.write_bytes(answer.raw)
+            raise HttpAnswerError(
                 f"{self.label}: /v1/chat/completions answered HTTP {answer.status_code}, expected 200 with JSON; "
-                f"last log lines:\n{self.log_tail()}"
+                f"{quote_body(answer.raw)}\n{self.log_tail()}",
+                answer.status_code, answer.raw,
             )
         self.in_flight = False
         after = self._sizes()
@@ -292,16 +320,9 @@ class Server:
         return self.child.wait(grace_s)
 
     def log_tail(self) -> str:
-        """The end of both streams, for messages (stderr first: most diagnostics are there)."""
-        parts = []
-        for path in (self.stderr_path, self.stdout_path):
-            try:
-                with path.open("rb") as fh:
-                    fh.seek(max(0, fh.seek(0, os.SEEK_END) - _LOG_TAIL_BYTES))
-                    text = fh.read().decode("utf-8", errors="replace").rstrip()
-            except OSError:
-                text = ""
-            if text:
-                parts.append(f"[{path.stem}] {text}")
-        return "\n".join(parts) or "(empty logs)"
+        """For messages: abort-looking lines first, then the last lines of stderr and stdout, bounded."""
+        return excerpt([self.stderr_path, self.stdout_path])
 
+    def explain(self, first: str) -> str:
+        """A reason: ``first`` (with the abort line that says why, when the log has one), then the log excerpt."""
+        return explain(first, [self.stderr_path, self.stdout_path])

@@ -87,6 +87,7 @@ class GateConfig:
     notes: tuple[str, ...] = ()  # reviewer notes from the caller (CLI only), recorded as warnings
     build: BuildSpec | None = None
     configured_widths: tuple[int, ...] = DEFAULT_WIDTHS
+    gpu: tuple[str, ...] = ()  # the GPU this runner must have (any one of these); () when not stated
 
     @property
     def scope(self) -> str:
@@ -134,7 +135,9 @@ class _Sources:
         found = self.given(option)
         if found is None:
             return option.default
-        raw, where, _ = found
+        raw, where, from_file = found
+        if from_file:
+            file_type(option, raw, where)
         return option.check(raw, where) if option.check is not None else raw
 
     def path(self, key: str, required: bool = False) -> Path | None:
@@ -149,6 +152,16 @@ class _Sources:
         return v.path(raw, where, self.base if from_file else None)
 
 
+def file_type(option: table.Option, raw: Any, where: str) -> None:
+    """A file states an array as a TOML array: ``widths = "2,3,4"`` is refused although ``--widths 2,3,4`` is not."""
+    if option.toml_type.startswith("array") and isinstance(raw, str):
+        example = "[2, 3, 4]" if option.key == "widths" else '["..."]'
+        raise UsageError(
+            f"{where}: expected a TOML {option.toml_type} such as {option.key} = {example}, found the string {raw!r} "
+            f"(only the command line flag takes a comma-separated string)"
+        )
+
+
 def _own_runner_table(doc: Mapping[str, Any], name: str | None, source: Path | None) -> tuple[str | None, dict[str, Any]]:
     """``[runners.<name>]`` for this runner (the host name when nothing names it); {} when there are none."""
     per_runner = doc.get("runners", {})
@@ -159,7 +172,8 @@ def _own_runner_table(doc: Mapping[str, Any], name: str | None, source: Path | N
     name = name if name is not None else socket.gethostname()
     if name not in per_runner:
         raise UsageError(
-            f"{source}: runner {name!r} has no [runners.{name}] table; configured runners: {', '.join(sorted(per_runner))}"
+            f"{source}: runner {name!r} has no [runners.{name}] table; configured runners: {', '.join(sorted(per_runner))}; "
+            f"pass --runner NAME with one of them (without --runner the name is runner.name, else the host name)"
         )
     own: dict[str, Any] = per_runner[name]
     sections.unknown(own, table.keys("runners"), f"[runners.{name}]")
@@ -249,7 +263,9 @@ def _outputs(src: _Sources) -> dict[str, Any]:
 
 def _widths(src: _Sources) -> dict[str, Any]:
     # A run that leaves out a configured width (e.g. a dispatch with widths: 2) is a focused rerun.
-    configured = parse_widths(src.tables["gate"].get("widths", DEFAULT_WIDTHS), "gate.widths")
+    raw = src.tables["gate"].get("widths", DEFAULT_WIDTHS)
+    file_type(table.get("gate", "widths"), raw, "gate.widths")
+    configured = parse_widths(raw, "gate.widths")
     widths: tuple[int, ...] = src.value("widths")
     mmvq = src.value("mmvq_max_ncols")
     mmvq = max(widths) if mmvq is None else mmvq
@@ -282,8 +298,11 @@ _SECONDS = {"startup_timeout_s": "startup_timeout", "request_timeout_s": "reques
             "stop_timeout_s": "stop_timeout"}
 
 
-def load(config_file: Path | None, overrides: Mapping[str, Any]) -> GateConfig:
-    """Merge the config file (if any) with CLI overrides (non-None values win) and validate."""
+def load(config_file: Path | None, overrides: Mapping[str, Any], check_files: bool = True) -> GateConfig:
+    """Merge the config file (if any) with CLI overrides (non-None values win) and validate.
+
+    ``check_files=False`` (``ds4ci config check``) checks every value's form but not that the files exist.
+    """
     doc: dict[str, Any] = read_toml(config_file) if config_file is not None else {}
     src = _sources(doc, config_file, overrides)
     role = src.value("role", "runner")
@@ -293,13 +312,13 @@ def load(config_file: Path | None, overrides: Mapping[str, Any]) -> GateConfig:
     server_bin = _server_bin(src, build, needs_models)
     target, draft = _pinned(src, "target", needs_models), _pinned(src, "draft", needs_models)
     prompts = _prompts(src, src.tables["gate"].get("prompts"))
-    if needs_models:
+    if needs_models and check_files:
         _check_files(prompts, (target, draft), server_bin if build is None else None)
     runner = src.value("runner") or src.value("name", "runner") or socket.gethostname()
     return GateConfig(
         server_bin=server_bin, target=target, draft=draft, prompts=prompts,
         runner=v.runner_name(runner, "runner name"), role=role,
-        negative_control_for=src.value("negative_control_for", "runner"),
+        negative_control_for=src.value("negative_control_for", "runner"), gpu=src.value("gpu", "runner"),
         **_outputs(src), **_widths(src), **_server(src),
         **{key: src.value(key) for key in _PLAIN}, **{field: src.value(key) for field, key in _SECONDS.items()},
         checks=checks, source_dir=src.path("source_dir"),

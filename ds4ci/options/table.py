@@ -131,7 +131,9 @@ OPTIONS: tuple[Option, ...] = (
            metavar="PATH", attr="prompts.*.path", reproduce=True),
     Option(CLI, "prompt_sha256s", "Pinned SHA-256 of the prompt file given in the same position.",
            flag="--prompt-sha256", repeat=True, metavar="HEX", attr="prompts.*.sha256", reproduce=True),
-    _gate("evidence_dir", "Directory that keeps every attempt; finished runs are promoted here and never replaced.",
+    _gate("evidence_dir", "Directory that keeps every attempt; finished runs are promoted here and never replaced. "
+          "Inside a git checkout it must be ignored (`ds4ci init` adds it to .gitignore; the gate warns otherwise); "
+          "the action uses $RUNNER_TEMP/ds4ci-evidence.",
           default_doc="./" + DEFAULT_EVIDENCE_DIR, toml_type="path", cli_type=Path, attr="evidence_dir",
           reproduce=True),
     _gate("results_out", "Also write results.json here (the evidence keeps its own copy).", toml_type="path",
@@ -208,6 +210,10 @@ OPTIONS: tuple[Option, ...] = (
            default_doc="the host name"),
     Option("runner", "role", "gate: prove parity; negative-control: run the extra checks only (no models).",
            check=v.one_of(v.RUNNER_ROLES), default="gate", runner_table=True),
+    Option("runner", "gpu", "The GPU this runner must have: an architecture (gfx1151, sm_90) or part of its name "
+           "(H200), or a list of them (any one); preflight and the gate stop with an error when the fingerprint "
+           "shows no such GPU.", check=v.gpu_names, default=(), toml_type="string or array of strings",
+           runner_table=True, attr="gpu"),
     Option("runner", "negative_control_for", "The gate runner this negative control stands beside.",
            check=v.text, runner_table=True),
     Option("build", "command", "Shell command that builds the server under test, e.g. \"cmake --build build -j\" "

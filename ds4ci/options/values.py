@@ -28,6 +28,9 @@ MAX_NOTE_CHARS = 2000
 OWNED_SERVER_FLAGS = ("--host", "--port", "--max-ctx", "--chunk", "--target-device")
 CHECK_PARSERS = ("junit", "ctest", "build-progress", "compute-sanitizer", "exit-code")
 RUNNER_ROLES = ("gate", "negative-control")
+# What `ds4ci init` writes for a pin it cannot compute (the file is not on this machine).
+PIN_PLACEHOLDER_START = "TODO"
+PIN_PLACEHOLDER = "TODO: the file's SHA-256 (sha256sum FILE)"
 _HEX64 = re.compile(r"^[0-9a-f]{64}$")
 RUNNER_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,62}$")
 _DEVICE = re.compile(r"^[a-z]+:\d+$")
@@ -77,6 +80,12 @@ def path(value: Any, where: str, base: Path | None = None) -> Path:
 def parse_sha256(value: Any, where: str) -> str | None:
     if value is None:
         return None
+    if isinstance(value, str) and value.startswith(PIN_PLACEHOLDER_START):
+        raise UsageError(
+            f"{where}: not pinned yet ({value!r} is the placeholder `ds4ci init` writes for a file it could not "
+            "read); put the file's SHA-256 there (`sha256sum FILE` on the runner that has it, or "
+            "`ds4ci init --force --target FILE --draft FILE --prompt-file FILE` there)"
+        )
     if not isinstance(value, str) or not _HEX64.match(value.strip().lower()):
         raise UsageError(f"{where}: expected 64 hexadecimal characters (a SHA-256), found {value!r}")
     return value.strip().lower()
@@ -218,3 +227,12 @@ def parse_widths(value: Any, where: str = "widths") -> tuple[int, ...]:
     if max(widths) > MAX_WIDTH:
         raise UsageError(f"{where}: widths above {MAX_WIDTH} are not supported, found {max(widths)}")
     return widths
+
+
+def gpu_names(value: Any, where: str) -> tuple[str, ...]:
+    """``"gfx1151"`` or ``["sm_90", "H200"]``: the GPU this runner must have (any one of the list)."""
+    items = [value] if isinstance(value, str) else value
+    if not isinstance(items, list) or not items or not all(isinstance(i, str) and i.strip() for i in items):
+        raise UsageError(f"{where}: expected a GPU architecture or name like \"gfx1151\" or [\"sm_90\", \"H200\"], "
+                         f"found {value!r}")
+    return tuple(i.strip() for i in items)

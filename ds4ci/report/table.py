@@ -5,6 +5,7 @@ from __future__ import annotations
 from ds4ci.gate.settings import scope_note
 from ds4ci.records import Results
 
+_REASON_LINES = 24  # a reason quoting a log tail is bounded (judging.logtail); show all of it
 HEADERS = ("width", "token parity", "steps", "matched/offered", "rejection observed", "full_snap", "verdict")
 
 
@@ -47,16 +48,16 @@ def render(doc: Results) -> str:
     parts += [line(r) for r in body]
     target = doc["target_only"]
     parts.append("")
-    parts.append(
-        f"target-only: {target['verdict']} (deterministic: {_cell(target['deterministic'])}); "
-        f"runner {doc['runner']['name']}: {doc['verdict'].upper()}{scope}"
+    arm = "not run" if target["verdict"] == "not_run" else (
+        f"{target['verdict']} (deterministic: {_cell(target['deterministic'])})"
     )
+    parts.append(f"target-only: {arm}; runner {doc['runner']['name']}: {doc['verdict'].upper()}{scope}")
     for reason in doc["reasons"][:20]:
         lines = reason.splitlines() or [""]
         parts.append(f"  - {lines[0]}")
-        parts.extend(f"      {extra}" for extra in lines[1:8])
-        if len(lines) > 8:
-            parts.append(f"      ... ({len(lines) - 8} more lines in results.json)")
+        parts.extend(f"      {extra}" for extra in lines[1:_REASON_LINES])
+        if len(lines) > _REASON_LINES:
+            parts.append(f"      ... ({len(lines) - _REASON_LINES} more lines in results.json)")
     if len(doc["reasons"]) > 20:
         parts.append(f"  ... {len(doc['reasons']) - 20} more reason(s) in results.json")
     for warning in doc.get("warnings", [])[:20]:

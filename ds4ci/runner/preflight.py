@@ -21,6 +21,7 @@ from ds4ci.options.config import DEFAULT_STALE_OVERRIDE_FILES, GateConfig
 from ds4ci.records import FingerprintRecord
 from ds4ci.runner import busy
 from ds4ci.runner.fingerprint import fingerprint
+from ds4ci.runner.gpus import gpu_problems
 
 __all__ = ["PreflightReport", "check_ready", "fingerprint", "preflight", "render_table"]
 
@@ -160,7 +161,7 @@ def preflight(
         name = runner or socket.gethostname()
         problems = stale_override_problems(Path(p) for p in DEFAULT_STALE_OVERRIDE_FILES)
     fp = fingerprint(deadline_s, progress)
-    problems = [*problems, *health_problems(fp)]
+    problems = [*problems, *health_problems(fp), *gpu_problems(config.gpu if config else (), fp, name)]
     outcome = busy.wait_until_free(
         lambda: busy.detect(deadline_s), runner=name, busy_wait_s=0.0 if problems else busy_wait_s,
         progress=progress or (lambda _message: None),

@@ -149,6 +149,15 @@ def is_work_tree(directory: Path, timeout_s: float = 10.0) -> bool:
     return proc.returncode == 0 and _text(proc.stdout).strip() == "true"
 
 
+def has_commit(directory: Path, timeout_s: float = 10.0) -> bool:
+    """Whether HEAD names a commit (False in a repository with no commit yet, e.g. right after ``git init``)."""
+    try:
+        proc = git(directory, ["rev-parse", "--verify", "--quiet", "HEAD^{commit}"], timeout_s)
+    except (UsageError, NoVerdictError):
+        return False
+    return proc.returncode == 0
+
+
 def is_dirty(repo_dir: Path, timeout_s: float) -> bool | None:
     """Uncommitted changes to tracked files (untracked files do not count); None if git cannot tell."""
     proc = git(repo_dir, ["status", "--porcelain", "--untracked-files=no"], timeout_s)

@@ -95,6 +95,9 @@ class Engine:
         if s.fault("http-error"):
             self._log.line("[server] error: simulated internal failure (fault http-error)")
             return Answer(500, error_body("simulated internal server error"))
+        if s.fault("http-400"):
+            self._log.line("[server] request rejected: prompt_tokens exceeds max_ctx (fault http-400)")
+            return Answer(400, error_body(f"prompt is too long for max_ctx={s.args.max_ctx} (simulated, fault http-400)"))
         if s.fault("exit-mid-request"):
             self._log.line("GGML_ASSERT: simulated device fault while decoding (fault exit-mid-request)")
             os._exit(1)

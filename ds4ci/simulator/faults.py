@@ -46,6 +46,7 @@ FAULTS: dict[str, tuple[str, str]] = {
     "fork-helper": (ANY, "forks a helper that keeps the listening socket, ignores TERM and outlives it"),
     "setsid-helper": (ANY, "double-forks a setsid daemon outside its process group (exits by itself in 50 s)"),
     "http-error": (ANY, "answers every completion with HTTP 500 and a JSON error"),
+    "http-400": (ANY, "refuses every completion with HTTP 400 and a JSON error naming the cause"),
     # build variants: where and how the lines are written, which variables are read
     "luce-prefix": (ANY, "newer server: reads LUCE_DS4_* first, DFLASH_DS4_* only as fallback"),
     "luce-only": (ANY, "newer server: reads LUCE_DS4_* only, DFLASH_DS4_* are ignored"),

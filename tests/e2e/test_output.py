@@ -56,7 +56,8 @@ def test_under_actions_each_server_lives_in_one_group_and_a_pass_is_a_notice(tmp
         assert any(line.startswith(f"{label}: server pid ") for line in body), body  # start ...
         assert f"{label}: ready in" in "\n".join(body)  # ... health ...
         assert any(line.startswith(f"{label}: prompt 0 request 1/2: answered") for line in body)  # ... requests ...
-        assert body[-1].startswith(f"{label}: stopping")  # ... and stop, all inside
+        assert body[-2].startswith(f"{label}: stopping")  # ... and stop, all inside
+        assert re.fullmatch(rf"{label}: stopped in \d+\.\d\d s, exit code 0", body[-1]), body[-1]
     assert not any(line.startswith("[ds4ci ") for line in run.stderr.splitlines())  # the runner stamps lines itself
     assert not ANSI.search(run.stderr)
     assert run.results is not None

@@ -35,7 +35,7 @@ from ds4ci.refserver.modelfile import MAGIC, Arch, ModelFileError, read_model_fi
 
 needs_torch = pytest.mark.skipif(
     importlib.util.find_spec("torch") is None,
-    reason="PyTorch is not installed: the reference server needs it (pip install 'ds4ci[selftest]'; CPU torch is enough)",
+    reason="PyTorch is not installed: the reference server needs it (pip install torch; CPU torch is enough)",
 )
 
 SUMMARY = re.compile(

@@ -806,7 +806,7 @@ def test_failure_lines_are_the_real_ones() -> None:
 BUILD_FAULTS = {"luce-prefix", "luce-only", "trace-stdout", "summary-after-response"}
 LIFECYCLE_FAULTS = {
     "exit-before-ready", "loading-503", "exit-mid-request", "hang-request", "ignore-sigterm", "slow-teardown",
-    "fork-helper", "setsid-helper", "http-error",
+    "fork-helper", "setsid-helper", "http-error", "http-400",
 }
 
 

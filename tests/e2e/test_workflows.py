@@ -137,7 +137,26 @@ def test_permissions_are_empty_at_the_top_and_minimal_per_job() -> None:
     assert writers == {
         "gate.yml:publish": {"statuses", "pull-requests"},
         "report.yml:report": {"pull-requests"},
+        "release.yml:github-release": {"contents"},
+        "release.yml:pypi": {"id-token"},
     }
+
+
+def test_release_builds_checks_attaches_and_publishes_only_through_trusted_publishing() -> None:
+    doc = _load(ROOT / ".github" / "workflows" / "release.yml")
+    assert (doc.get("on") or doc.get(True))["push"]["tags"] == ["v*"]
+    jobs = doc["jobs"]
+    build = "\n".join(step.get("run", "") for step in jobs["build"]["steps"])
+    for needed in ("python\" -m build --outdir dist", "twine\" check --strict dist/*", "-m venv \"$RUNNER_TEMP/check-venv\"",
+                   "pip install --quiet --disable-pip-version-check dist/*.whl", "\"$ds4ci\" --help"):
+        assert needed in build, needed
+    # id-token: write only where PyPI is published, and that job runs only when the repository opts in.
+    holders = [name for name, job in jobs.items() if job["permissions"].get("id-token") == "write"]
+    assert holders == ["pypi"]
+    assert jobs["pypi"]["if"] == "vars.PYPI_PUBLISH == 'true'" and jobs["pypi"]["environment"]["name"] == "pypi"
+    (publish,) = [s for s in jobs["pypi"]["steps"] if str(s.get("uses", "")).startswith("pypa/gh-action-pypi-publish@")]
+    assert "with" not in publish or "password" not in publish["with"]  # no stored token
+    assert jobs["github-release"]["needs"] == jobs["pypi"]["needs"] == "build"
 
 
 def test_every_checkout_drops_credentials() -> None:

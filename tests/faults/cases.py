@@ -191,6 +191,7 @@ CASES: list[Case] = [
     Case("server hangs on a request", "lifecycle", 3, "error", "no answer within 2 s", "hang-request",
          {"request_timeout": 2}),
     Case("server answers HTTP 500", "lifecycle", 3, "error", "HTTP 500", "http-error"),
+    Case("server refuses with HTTP 400", "lifecycle", 3, "error", "prompt is too long for max_ctx", "http-400"),
     # A kill after every request was answered and logged changes no token: a warning, not an error.
     Case("server ignores SIGTERM", "lifecycle", 0, "pass", "killed with SIGKILL after every request was answered",
          "ignore-sigterm", {"stop_timeout": 1}),

@@ -1,0 +1,73 @@
+"""Typer wiring of the commands that set a repository up: ``init`` and ``config check``."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Annotated
+
+import typer
+
+from ds4ci.commands.finish import exit_with
+
+config_app = typer.Typer(
+    help="Check a ds4ci.toml. Exit codes: 0 valid, 2 invalid (each problem is listed).", no_args_is_help=True
+)
+
+
+def init(
+    runner: Annotated[
+        list[str] | None,
+        typer.Option("--runner", help="A runner to configure ([runners.<name>]); repeat for several. Names like "
+                     "gfx1151 or sm86 also set target_device and the gpu the runner must have."),
+    ] = None,
+    simulator: Annotated[
+        bool, typer.Option("--simulator", help="Also write tiny model and prompt files for the bundled simulator "
+                           "(ds4ci-sim/) and use it as the server: `ds4ci gate --config ds4ci.toml` then runs here, "
+                           "without a GPU.")
+    ] = False,
+    server_bin: Annotated[Path | None, typer.Option(help="The server binary (pinned when it exists here).")] = None,
+    target: Annotated[Path | None, typer.Option(help="Target model file; its SHA-256 is computed and pinned.")] = None,
+    draft: Annotated[Path | None, typer.Option(help="Draft model file; its SHA-256 is computed and pinned.")] = None,
+    prompt_file: Annotated[
+        list[Path] | None, typer.Option("--prompt-file", help="Prompt file, pinned; repeat for several.")
+    ] = None,
+    directory: Annotated[Path, typer.Option("--dir", help="The repository root to write into.")] = Path(),
+    no_workflows: Annotated[
+        bool, typer.Option("--no-workflows", help="Do not write .github/workflows/gate.yml and report.yml.")
+    ] = False,
+    force: Annotated[bool, typer.Option("--force", help="Overwrite ds4ci.toml and the workflows if they exist.")] = False,
+) -> None:
+    """Write a starter ds4ci.toml (pins computed from the files named), a .gitignore entry for the evidence
+    folder, and the workflows this ds4ci ships (.github/workflows/gate.yml, report.yml).
+
+    A file that is not on this machine (a model staged on the runner only) gets a TODO pin that
+    `ds4ci config check` and `ds4ci preflight` explain. Nothing is overwritten without --force.
+
+    Exit codes: 0 written, 2 refused (a file exists, a bad name); nothing is written then.
+    """
+    from ds4ci.commands.init import InitRequest, run_init
+
+    request = InitRequest(
+        directory=directory, runners=list(runner or []), simulator=simulator, server_bin=server_bin, target=target,
+        draft=draft, prompts=list(prompt_file or []), workflows=not no_workflows, force=force,
+    )
+    exit_with(lambda: run_init(request))
+
+
+@config_app.command("check")
+def config_check(
+    config: Annotated[Path | None, typer.Option(help="The file to check. Default: ./ds4ci.toml.")] = None,
+    runner: Annotated[
+        str | None, typer.Option(help="Check for this runner only. Default: every [runners.<name>] in the file.")
+    ] = None,
+) -> None:
+    """Validate a ds4ci.toml offline, as the gate would read it, without the model files.
+
+    Checks types, unknown keys, [runners.<name>] tables, widths (an array: widths = [2, 3, 4]) and
+    the form of every pin; `ds4ci preflight --config` checks the files themselves on the runner.
+
+    Exit codes: 0 valid, 2 invalid (each problem is listed).
+    """
+    from ds4ci.commands.configcheck import run_config_check
+
+    exit_with(lambda: run_config_check(config, runner))

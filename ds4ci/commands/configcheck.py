@@ -1,0 +1,72 @@
+"""``ds4ci config check``: a ds4ci.toml validated offline, for every runner it names, without the model files.
+
+Types, unknown keys, runner tables, widths and the form of every pin are checked by the same loader
+the gate uses; only the files' existence is not (``ds4ci preflight`` checks that on the runner).
+A ``${VAR}`` that is not set here is given a stand-in so the rest can be checked, and named.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import re
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+
+from ds4ci.commands.init import CONFIG_NAME
+from ds4ci.errors import EXIT_PASS, EXIT_USAGE, UsageError
+from ds4ci.options import config
+from ds4ci.options.values import read_toml
+
+_VAR = re.compile(r"\$\{([A-Za-z_][A-Za-z0-9_]*)\}")
+
+
+@contextlib.contextmanager
+def _stand_ins(text: str) -> Iterator[list[str]]:
+    """Set every ``${VAR}`` the file uses but this environment lacks to a stand-in path, for the check only."""
+    missing = sorted({name for name in _VAR.findall(text) if not os.environ.get(name)})
+    for name in missing:
+        os.environ[name] = f"/unset-{name}"
+    try:
+        yield missing
+    finally:
+        for name in missing:
+            os.environ.pop(name, None)
+
+
+def _runner_names(doc: dict[str, object], runner: str | None) -> list[str | None]:
+    if runner is not None:
+        return [runner]
+    tables = doc.get("runners")
+    return list(tables) if isinstance(tables, dict) and tables else [None]
+
+
+def run_config_check(config_file: Path | None, runner: str | None) -> int:
+    path = config_file if config_file is not None else Path(CONFIG_NAME)
+    doc = read_toml(path)
+    problems: list[str] = []
+    checked: list[str] = []
+    with _stand_ins(path.read_text(encoding="utf-8", errors="replace")) as missing:
+        for name in _runner_names(doc, runner):
+            try:
+                cfg = config.load(path, {"runner": name}, check_files=False)
+            except UsageError as exc:
+                problems.append(f"runner {name or '(host name)'}: {exc}")
+                continue
+            what = "extra checks only" if cfg.role != "gate" else (
+                f"widths {','.join(map(str, cfg.widths))}, {len(cfg.prompts)} prompt(s), target_device {cfg.target_device}"
+            )
+            checked.append(f"  {cfg.runner}: {cfg.role}: {what}" + (f", gpu {' or '.join(cfg.gpu)}" if cfg.gpu else ""))
+    if problems:
+        print(f"{path}: {len(problems)} problem(s):", file=sys.stderr)
+        for problem in problems:
+            print(f"  - {problem}", file=sys.stderr)
+        return EXIT_USAGE
+    print(f"{path}: valid (form only: the files are checked on the runner by `ds4ci preflight --config {path}`)")
+    print("\n".join(checked))
+    if missing:
+        them = "it" if len(missing) == 1 else "them"
+        print(f"note: {', '.join('${' + m + '}' for m in missing)} not set here; the paths that use {them} were checked "
+              "for form only")
+    return EXIT_PASS

@@ -1,0 +1,183 @@
+"""``ds4ci init``: a starter ``ds4ci.toml`` with real pins, a ``.gitignore`` entry, and the workflows.
+
+Pins are computed from the files named (``--target``, ``--draft``, ``--prompt-file``, ``--server-bin``);
+a file that is not on this machine gets a placeholder that every command explains
+(``values.PIN_PLACEHOLDER``). ``--simulator`` also writes tiny model and prompt files for the
+bundled simulator and points ``server_bin`` at it, so ``ds4ci gate --config ds4ci.toml`` runs here
+without a GPU. The workflows are the ones this ds4ci ships (``gate.yml``, ``report.yml``), copied
+as they are. Nothing is overwritten without ``--force``.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import re
+import sys
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from ds4ci.commands.demo import DEMO_PROMPT, write_sim_wrapper
+from ds4ci.errors import EXIT_PASS, UsageError
+from ds4ci.options import table
+from ds4ci.options.values import PIN_PLACEHOLDER, runner_name
+
+CONFIG_NAME = "ds4ci.toml"
+SIM_DIR = "ds4ci-sim"
+WORKFLOWS = ("gate.yml", "report.yml")
+_GFX = re.compile(r"^gfx\d+[a-z]?$", re.IGNORECASE)
+_SM = re.compile(r"^sm_?(\d{2,3})$", re.IGNORECASE)
+
+
+@dataclass
+class InitRequest:
+    directory: Path
+    runners: list[str] = field(default_factory=list)
+    simulator: bool = False
+    server_bin: Path | None = None
+    target: Path | None = None
+    draft: Path | None = None
+    prompts: list[Path] = field(default_factory=list)
+    workflows: bool = True
+    force: bool = False
+
+
+def _sha256(path: Path) -> str:
+    digest = hashlib.sha256()
+    with path.open("rb") as fh:
+        for block in iter(lambda: fh.read(1 << 20), b""):
+            digest.update(block)
+    return digest.hexdigest()
+
+
+def _pin(path: Path | None) -> str:
+    """The file's SHA-256, or the placeholder when it is not readable here (a model staged on the runner only)."""
+    if path is None or not path.is_file():
+        return PIN_PLACEHOLDER
+    return _sha256(path)
+
+
+def _runner_table(name: str, simulator: bool) -> list[str]:
+    """``[runners.<name>]``: device and expected GPU guessed from names like gfx1151 or sm86."""
+    lines = [f"[runners.{name}]"]
+    gfx, sm = _GFX.match(name), _SM.match(name)
+    device = "hip:0" if gfx else "cuda:0" if sm else table.get("gate", "target_device").default
+    lines.append(f'target_device = "{device}"')
+    gpu = name.lower() if gfx else f"sm_{sm.group(1)}" if sm else None
+    if gpu is not None:
+        note = "  # the simulator needs no GPU: uncomment on the real runner" if simulator else ""
+        lines.append(f'{"# " if simulator else ""}gpu = "{gpu}"{note}')
+    else:
+        lines.append('# gpu = "gfx1151"   # the GPU this runner must have (preflight and the gate check it)')
+    return [*lines, ""]
+
+
+def _files(req: InitRequest) -> tuple[Path | None, Path | None, Path | None, list[Path]]:
+    """(server_bin, target, draft, prompts): the simulator's own files with --simulator, else the ones named."""
+    if not req.simulator:
+        return req.server_bin, req.target, req.draft, req.prompts
+    sim = req.directory / SIM_DIR
+    sim.mkdir(parents=True, exist_ok=True)
+    target, draft, prompt = sim / "target.gguf", sim / "draft.gguf", sim / "prompt.txt"
+    target.write_bytes(b"GGUF ds4ci-sim target " + bytes(range(256)) * 64)
+    draft.write_bytes(b"GGUF ds4ci-sim draft " + bytes(reversed(range(256))) * 16)
+    prompt.write_text(DEMO_PROMPT, encoding="utf-8")
+    server = write_sim_wrapper(sim / "server")
+    return server, target, draft, [prompt]
+
+
+def _rel(path: Path | None, base: Path, fallback: str) -> str:
+    """A TOML string: the path (given relative to the working directory) relative to the config file when it lies
+    below it, else absolute; ``fallback`` (a path for the runner, e.g. under ${DS4_MODEL_DIR}) when none is given."""
+    if path is None:
+        return json.dumps(fallback)
+    try:
+        return json.dumps(str(path.absolute().relative_to(base.absolute())))
+    except ValueError:
+        return json.dumps(str(path.absolute()))
+
+
+def config_text(req: InitRequest) -> str:
+    server, target, draft, prompts = _files(req)
+    base = req.directory
+    evidence = table.DEFAULT_EVIDENCE_DIR
+    prompt_lines = [
+        f'  {{ file = {_rel(p, base, "")}, sha256 = "{_pin(p)}" }},' for p in prompts
+    ] or [f'  {{ file = "ci/ds4/prompt-1.txt", sha256 = "{PIN_PLACEHOLDER}" }},']
+    lines = [
+        "# ds4ci.toml, written by `ds4ci init` (every key: docs/configuration.md; check it: `ds4ci config check`).",
+        "# Paths are relative to this file. A pin that says TODO is a file ds4ci could not read here:",
+        "# put its SHA-256 there (`sha256sum FILE`), or run `ds4ci init --force` with the file named.",
+        "",
+        "[gate]",
+        f'server_bin = {_rel(server, base, "build/bin/dflash_server")}',
+        f'target = {_rel(target, base, "${DS4_MODEL_DIR}/target.gguf")}',
+        f'target_sha256 = "{_pin(target)}"',
+        f'draft = {_rel(draft, base, "${DS4_MODEL_DIR}/draft.gguf")}',
+        f'draft_sha256 = "{_pin(draft)}"',
+        "prompts = [", *prompt_lines, "]",
+        f"widths = {list(table.DEFAULT_WIDTHS)}",
+        f'evidence_dir = "{evidence}"   # ignored by git (.gitignore); the action uses $RUNNER_TEMP instead',
+        "",
+    ]
+    for name in req.runners:
+        lines += _runner_table(name, req.simulator)
+    return "\n".join(lines)
+
+
+def workflow_source(name: str) -> Path:
+    """A workflow as this ds4ci ships it: in the wheel (ds4ci/workflows), else the repository's .github/workflows."""
+    packaged = Path(__file__).resolve().parents[1] / "workflows" / name
+    if packaged.is_file():
+        return packaged
+    checkout = Path(__file__).resolve().parents[2] / ".github" / "workflows" / name
+    if checkout.is_file():
+        return checkout
+    raise UsageError(f"this ds4ci installation has no {name} (expected {packaged}); reinstall ds4ci, or pass --no-workflows")
+
+
+def _write_new(path: Path, text: str, force: bool, written: list[str]) -> None:
+    if path.exists() and not force:
+        raise UsageError(f"{path} exists; keep it, or pass --force to overwrite it")
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(text, encoding="utf-8")
+    written.append(str(path))
+
+
+def _ignore_evidence(directory: Path, simulator: bool, written: list[str]) -> None:
+    gitignore = directory / ".gitignore"
+    entry = f"/{table.DEFAULT_EVIDENCE_DIR}/"
+    text = gitignore.read_text(encoding="utf-8") if gitignore.is_file() else ""
+    present = text.splitlines()
+    wanted = [e for e in (entry, *([f"/{SIM_DIR}/"] if simulator else [])) if e not in present and e.rstrip("/") not in present]
+    if not wanted:
+        return
+    prefix = "" if not text or text.endswith("\n") else "\n"
+    lines = "".join(f"{e}\n" for e in wanted)
+    gitignore.write_text(f"{text}{prefix}# ds4ci: evidence of every attempt (large), simulator files\n{lines}", encoding="utf-8")
+    written.append(f"{gitignore} (+ {' '.join(wanted)})")
+
+
+def run_init(req: InitRequest) -> int:
+    for name in req.runners:
+        runner_name(name, "--runner")
+    if len(set(req.runners)) != len(req.runners):
+        raise UsageError(f"--runner: a runner is named twice in {req.runners}")
+    if req.simulator and (req.target or req.draft or req.prompts or req.server_bin):
+        raise UsageError("--simulator writes its own server, model and prompt files; leave out --server-bin, "
+                         "--target, --draft and --prompt-file")
+    config = req.directory / CONFIG_NAME
+    flows = {req.directory / ".github" / "workflows" / n: workflow_source(n) for n in WORKFLOWS} if req.workflows else {}
+    present = [str(p) for p in (config, *flows) if p.exists()]
+    if present and not req.force:  # checked before anything is written: never half an init
+        raise UsageError(f"{', '.join(present)} already exist(s); keep them, or pass --force to overwrite")
+    req.directory.mkdir(parents=True, exist_ok=True)
+    written: list[str] = []
+    _write_new(config, config_text(req), True, written)
+    _ignore_evidence(req.directory, req.simulator, written)
+    for path, source in flows.items():
+        _write_new(path, source.read_text(encoding="utf-8"), True, written)
+    print("wrote:\n" + "\n".join(f"  {w}" for w in written))
+    runner = f" --runner {req.runners[0]}" if req.runners else ""
+    print(f"next: ds4ci config check --config {config}{runner}\n      ds4ci gate --config {config}{runner}", file=sys.stdout)
+    return EXIT_PASS

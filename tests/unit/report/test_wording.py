@@ -1,0 +1,44 @@
+"""Words a maintainer reads: an arm that never ran, the whole Reproduce command, long reasons in the table."""
+
+from __future__ import annotations
+
+import copy
+import json
+from typing import Any
+
+from paths import TESTS
+
+from ds4ci.evidence import results
+from ds4ci.report import render, table
+
+
+def doc(name: str) -> Any:
+    return json.loads((TESTS / "data" / "results" / name).read_text())
+
+
+def test_an_arm_that_never_ran_reads_not_run() -> None:
+    d = doc("error.json")
+    d["target_only"] = {**d["target_only"], "verdict": "not_run", "deterministic": False}
+    text = table.render(d)
+    assert "target-only: not run;" in text and "deterministic" not in text
+    body, _ = render.render([d], kind="summary")
+    assert "target-only: not run" in body and "target-only deterministic" not in body
+
+
+def test_the_reproduce_command_is_never_shortened() -> None:
+    d = copy.deepcopy(doc("pass.json"))
+    d["reproduce"] = "ds4ci gate " + " ".join(f"--prompt-file /very/long/path/number/{i}/prompt.txt" for i in range(60))
+    results.validate(d)
+    for kind in ("comment", "summary"):
+        body, _ = render.render([d], kind=kind)
+        assert d["reproduce"] in body, kind
+
+
+def test_the_table_shows_a_log_reason_whole() -> None:
+    d = doc("error.json")
+    reason = "q=2: request failed;\nabort lines:\n[stderr] GGML_ASSERT(x) failed\nlast 8 line(s) of stderr:\n" + "\n".join(
+        f"[stderr] frame {i}" for i in range(8)
+    )
+    d["reasons"] = [reason]
+    text = table.render(d)
+    assert "GGML_ASSERT(x) failed" in text and "[stderr] frame 7" in text and "more lines" not in text
