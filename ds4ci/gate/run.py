@@ -203,10 +203,10 @@ class _Run:
         """Every prompt, ``repeats`` times, interleaved; each exchange recorded as it happens."""
         for repeat in range(self.cfg.repeats):
             for index, prompt in enumerate(self.prompts):
-                stem = f"{judge.REQUESTS}/{key}/p{index}-r{repeat + 1}"
+                request, response = judge.exchange_paths(key, index, repeat)
                 entry: dict[str, Any] = {
                     "index": len(entries), "prompt_index": index, "repeat": repeat,
-                    "request": f"{stem}.request.json", "response": f"{stem}.response.json", "answered": False,
+                    "request": request, "response": response, "answered": False,
                 }
                 body = judge.request_body(prompt, self.cfg.seed, self.cfg.max_tokens)
                 store.write_json(self.attempt.path / entry["request"], body)
