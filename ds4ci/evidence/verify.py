@@ -5,10 +5,11 @@ A bundle is a promoted attempt directory (or a ``.tar.gz`` of one, see ``bundle.
 1. integrity: every file listed in ``manifest.json`` is there with its size and SHA-256, nothing
    else is (no extra file, no symlink or special file, no path outside the bundle), and
    ``results.json`` carries the manifest's digest;
-2. recomputation: every server log is re-parsed and every per-request, per-width and overall
-   verdict recomputed by ``judge`` (the code the gate itself judged with) from the raw logs, the
-   recorded requests and the sealed settings (``attempt.json``, ``identities.json``);
-3. comparison with ``results.json`` field by field; any disagreement is an error.
+2. derivation: the whole ``results.json`` is derived again from the sealed files by ``derive``
+   (the function the gate wrote it with): every server log re-parsed, every answer read, every
+   per-request, per-width and overall verdict, every check and the build re-judged, every other
+   field read from the sealed file it comes from (``docs/results.md``);
+3. comparison with ``results.json`` as canonical JSON; the first key path that differs is named.
 
 ``results.json`` is a summary, never the authority. Exit 0: intact, consistent, pass; 1: intact,
 consistent, fail; 3: anything that does not verify.

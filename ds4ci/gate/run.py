@@ -5,9 +5,10 @@ Order, failing closed at every step:
 2. every pinned SHA-256 verified, and stale override files refused, before any server starts;
 3. one target-only server answers every prompt ``repeats`` times, interleaved (A, B, ..., A, B);
 4. one reference-exact server per width does the same;
-5. after each server has stopped: override files checked again, and its raw evidence judged by
-   ``judge`` (the same code ``ds4ci verify`` runs on a sealed bundle);
-6. results.json, manifest, atomic promotion.
+5. after each server has stopped: override files checked again (the target-only server's raw
+   evidence is judged once, to know whether the widths can run);
+6. ``run.json`` (what no other file shows), the manifest, then ``results.json`` derived from the
+   sealed files alone by ``evidence.derive`` (the function ``ds4ci verify`` runs), atomic promotion.
 """
 
 from __future__ import annotations
@@ -87,7 +88,8 @@ def _signals_raise() -> Iterator[None]:
 
 
 class _Run:
-    """Mutable state of one gate run; everything it learns ends up in results.json."""
+    """Mutable state of one gate run; everything it learns is written to a sealed file, from which
+    results.json is derived (``doc`` only carries facts until they are written)."""
 
     def __init__(self, cfg: GateConfig, attempt: store.Attempt, progress: Logger) -> None:
         self.cfg = cfg
