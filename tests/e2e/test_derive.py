@@ -142,6 +142,9 @@ def test_every_leaf_of_results_json_is_derived_from_the_sealed_files(
             )
             named += 1
     assert named > len(walked) // 2  # most changes get past the schema and are caught by the derivation
+    for key in original:  # a field left out (the schema allows some to be) is a difference too
+        path.write_text(json.dumps({k: v for k, v in original.items() if k != key}))
+        assert verify.verify_dir(bundle).exit_code == 3, f"{key}: removed, still verifies"
     path.write_text(json.dumps(original))
 
 
