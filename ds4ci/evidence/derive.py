@@ -184,6 +184,8 @@ def derive(root: Path) -> Results:
                 errors.append("no target-only server evidence in the bundle")
     except judge.EvidenceError as exc:
         raise DeriveError(str(exc)) from exc
+    except (TypeError, ValueError, KeyError, AttributeError, IndexError) as exc:  # a sealed value of the wrong type
+        raise DeriveError(f"the servers' sealed records are malformed ({type(exc).__name__}: {str(exc)[:200]})") from exc
     verdict, reasons = judge.overall(errors, target, doc["widths"], checks, build)
     final = Path(run["evidence_dir"]) / (RUNS if verdict == PASS else FAILED) / run["attempt_id"]
     doc.update({

@@ -317,9 +317,9 @@ class _Run:
                 raise NoVerdictError("manifest.json changed between sealing and deriving results.json")
             text: str | None = results.write_atomic(self.attempt.path / store.RESULTS, doc)
             store.promote(self.attempt, doc["verdict"])
-        except (OSError, NoVerdictError, derive.DeriveError) as exc:
+        except Exception as exc:  # a bug included: no verdict, one line, never a traceback
             # The attempt stays in attempts/ (never a partial final directory); no verdict can stand.
-            detail = exc if not isinstance(exc, OSError) else f"{exc.strerror or exc} ({exc.filename or ''})"
+            detail = _detail(exc)
             doc = self.unsealed(f"evidence could not be sealed, derived and promoted: {detail}")
             text = None
             with contextlib.suppress(OSError):
@@ -335,6 +335,14 @@ class _Run:
         doc["containment"] = containment()
         doc["evidence"].update({"dir": str(self.attempt.path), "manifest_sha256": None, "diagnostics": None})
         return doc
+
+
+def _detail(exc: Exception) -> str:
+    if isinstance(exc, OSError):
+        return f"{exc.strerror or exc} ({exc.filename or ''})"
+    if isinstance(exc, (NoVerdictError, derive.DeriveError)):
+        return str(exc)
+    return f"internal error (a bug in ds4ci, please report it): {type(exc).__name__}: {exc}".splitlines()[0][:1000]
 
 
 def _rounded(value: float | None) -> float | None:

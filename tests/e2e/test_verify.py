@@ -235,3 +235,15 @@ def test_a_resealed_answer_with_other_text_is_judged_a_contradiction(bundles: di
     proc = verify(bundle)
     assert proc.returncode == 3, proc.stdout
     assert "q=2 verdict recorded pass, recomputed fail: q=2 prompt 0 request 1: the server's answer contradicts" in proc.stdout
+
+
+def test_a_lifecycle_value_of_the_wrong_type_is_one_line_not_a_traceback(bundles: dict[str, Path], tmp_path: Path) -> None:
+    bundle = copy(bundles, "pass", tmp_path)
+    path = bundle / "servers" / "q3" / "lifecycle.json"
+    life = json.loads(path.read_text())
+    life["swept"] = 5
+    path.write_text(json.dumps(life))
+    reseal(bundle)
+    proc = verify(bundle)
+    assert proc.returncode == 3 and "sealed records are malformed (TypeError" in proc.stdout, proc.stdout + proc.stderr
+    assert "Traceback" not in proc.stderr
