@@ -246,6 +246,9 @@ class _Run:
                 raise
             life["error"] = str(exc)
             self.progress(f"{label}: no verdict: {str(exc).splitlines()[0]}")
+        except Exception as exc:  # recorded (the requests stop short), then the run's own handler says what
+            life["error"] = f"{label}: stopped by {type(exc).__name__}: {str(exc)[:500]}"
+            raise
         finally:
             self._server_timing(env.arm, q, server, t0)
             if server.child is not None:
@@ -264,7 +267,6 @@ class _Run:
             life["overrides_after"] = settings.present_overrides(self.cfg)
             if server_dir.is_dir():
                 store.write_json(server_dir / judge.LIFECYCLE, life)
-
 
     def _server_timing(self, arm: Arm, q: int | None, server: Server | None, t0: float) -> None:
         self.doc["timings"]["servers"].append({
