@@ -204,14 +204,18 @@ def test_a_resealed_lifecycle_with_fewer_requests_than_repeats_does_not_verify(b
     assert "servers/q2/lifecycle.json records 2 request(s); 2 prompt(s) x 2 repeat(s) = 4 were due" in proc.stdout
 
 
+def resealed_edit(bundle: Path, rel: str, change: Callable[[Any], None]) -> subprocess.CompletedProcess[str]:
+    """Edit one sealed JSON file, re-seal as a forger would, and verify."""
+    doc = json.loads((bundle / rel).read_text())
+    change(doc)
+    (bundle / rel).write_text(json.dumps(doc))
+    reseal(bundle)
+    return verify(bundle)
+
+
 def test_a_lifecycle_path_out_of_the_bundle_is_never_followed(bundles: dict[str, Path], tmp_path: Path) -> None:
     bundle = copy(bundles, "pass", tmp_path)
-    path = bundle / "servers" / "q2" / "lifecycle.json"
-    life = json.loads(path.read_text())
-    life["requests"][0]["request"] = "/etc/hostname"
-    path.write_text(json.dumps(life))
-    reseal(bundle)
-    proc = verify(bundle)
+    proc = resealed_edit(bundle, "servers/q2/lifecycle.json", lambda d: d["requests"][0].update(request="/etc/hostname"))
     assert proc.returncode == 3 and "'request': '/etc/hostname'" in proc.stdout, proc.stdout
 
 
@@ -227,23 +231,14 @@ def test_an_answer_missing_from_the_bundle_is_an_error(bundles: dict[str, Path],
 
 def test_a_resealed_answer_with_other_text_is_judged_a_contradiction(bundles: dict[str, Path], tmp_path: Path) -> None:
     bundle = copy(bundles, "pass", tmp_path)
-    path = bundle / "requests" / "q2" / "p0-r1.response.json"
-    answer = json.loads(path.read_text())
-    answer["choices"][0]["message"]["content"] += " (edited)"
-    path.write_text(json.dumps(answer))
-    reseal(bundle)
-    proc = verify(bundle)
+    rel = "requests/q2/p0-r1.response.json"
+    proc = resealed_edit(bundle, rel, lambda d: d["choices"][0]["message"].update(content="edited"))
     assert proc.returncode == 3, proc.stdout
     assert "q=2 verdict recorded pass, recomputed fail: q=2 prompt 0 request 1: the server's answer contradicts" in proc.stdout
 
 
 def test_a_lifecycle_value_of_the_wrong_type_is_one_line_not_a_traceback(bundles: dict[str, Path], tmp_path: Path) -> None:
     bundle = copy(bundles, "pass", tmp_path)
-    path = bundle / "servers" / "q3" / "lifecycle.json"
-    life = json.loads(path.read_text())
-    life["swept"] = 5
-    path.write_text(json.dumps(life))
-    reseal(bundle)
-    proc = verify(bundle)
+    proc = resealed_edit(bundle, "servers/q3/lifecycle.json", lambda d: d.update(swept=5))
     assert proc.returncode == 3 and "sealed records are malformed (TypeError" in proc.stdout, proc.stdout + proc.stderr
     assert "Traceback" not in proc.stderr
