@@ -5,10 +5,11 @@ A bundle is a promoted attempt directory (or a ``.tar.gz`` of one, see ``bundle.
 1. integrity: every file listed in ``manifest.json`` is there with its size and SHA-256, nothing
    else is (no extra file, no symlink or special file, no path outside the bundle), and
    ``results.json`` carries the manifest's digest;
-2. recomputation: every server log is re-parsed and every per-request, per-width and overall
-   verdict recomputed by ``judge`` (the code the gate itself judged with) from the raw logs, the
-   recorded requests and the sealed settings (``attempt.json``, ``identities.json``);
-3. comparison with ``results.json`` field by field; any disagreement is an error.
+2. derivation: the whole ``results.json`` is derived again from the sealed files by ``derive``
+   (the function the gate wrote it with): every server log re-parsed, every answer read, every
+   per-request, per-width and overall verdict, every check and the build re-judged, every other
+   field read from the sealed file it comes from (``docs/results.md``);
+3. comparison with ``results.json`` as canonical JSON; the first key path that differs is named.
 
 ``results.json`` is a summary, never the authority. Exit 0: intact, consistent, pass; 1: intact,
 consistent, fail; 3: anything that does not verify.
@@ -25,8 +26,8 @@ from typing import Any, TypedDict
 
 from ds4ci.errors import EXIT_ERROR, EXIT_FAIL, EXIT_PASS, ResultsError, UsageError
 from ds4ci.evidence import bundle, results
+from ds4ci.evidence.derive import DeriveError, derive
 from ds4ci.evidence.store import MANIFEST, RESULTS, regular_files
-from ds4ci.judging import judge
 from ds4ci.judging.verdict import ERROR, FAIL, PASS
 from ds4ci.options.config import DEFAULT_WIDTHS, parse_sha256, parse_widths, read_toml
 from ds4ci.records import Results, TargetOnlyResult, Verdict, WidthResult
@@ -125,78 +126,55 @@ def check_integrity(root: Path) -> tuple[list[str], Results | None]:
     return problems, recorded
 
 
-def _sealed_settings(root: Path, recorded: Results, problems: list[str]) -> judge.Settings | None:
-    """The settings and prompt identities the gate sealed at the start, checked against results.json."""
-    try:
-        attempt = judge.read_json(root / "attempt.json")
-        identities = judge.read_json(root / "identities.json")
-    except judge.EvidenceError as exc:
-        problems.append(str(exc))
-        return None
-    settings = attempt.get("settings") if isinstance(attempt, dict) else None
-    if settings != recorded["settings"]:
-        problems.append("results.json settings differ from the settings sealed in attempt.json")
-        return None
-    if identities != recorded["identities"]:
-        problems.append("results.json identities differ from identities.json")
-        return None
-    # Equal to the validated records above, so the typed copies are read from here on.
-    sealed, prompts = recorded["settings"], recorded["identities"]["prompts"]
-    return judge.Settings(
-        widths=tuple(sealed["widths"]), repeats=sealed["repeats"], seed=sealed["seed"],
-        max_tokens=sealed["max_tokens"], prompt_sha256s=tuple(p["sha256"] for p in prompts),
-    )
-
-
-def recompute(root: Path, recorded: Results, problems: list[str]) -> Recomputed | None:
-    """The verdict-bearing part of results.json, recomputed from the raw evidence."""
-    if recorded["runner"]["role"] != "gate":  # a negative control ran checks only: no server evidence
-        verdict, reasons = judge.overall(list(recorded.get("errors", [])), None, [], recorded["checks"], recorded.get("build"))
-        return {"verdict": verdict, "reasons": reasons[:200], "target_only": recorded["target_only"], "widths": []}
-    settings = _sealed_settings(root, recorded, problems)
-    if settings is None:
-        return None
-    errors = list(recorded.get("errors", []))
-    build = recorded.get("build")
-    built = build is None or build["status"] == "pass"
-    target_doc: TargetOnlyResult | None = None
-    widths: list[WidthResult] = []
-    try:
-        if (root / judge.SERVERS / judge.TARGET_KEY).is_dir():
-            target = judge.judge_target(root, settings)
-            target_doc = target.doc
-            for q in settings.widths:
-                if (root / judge.SERVERS / judge.server_key(q)).is_dir():
-                    widths.append(judge.judge_width(root, q, settings, target.reference)[0])
-                elif not target.errors:
-                    errors.append(f"q={q}: no server evidence in the bundle")
-        elif not errors and built:
-            errors.append("no target-only server evidence in the bundle")
-    except judge.EvidenceError as exc:
-        problems.append(str(exc))
-        return None
-    checks = recorded["checks"]
-    target_for_overall = target_doc if target_doc is not None else recorded["target_only"]
-    verdict, reasons = judge.overall(errors, target_for_overall, widths, checks, build, attempt=root)
+def recompute(derived: Results) -> Recomputed:
+    """The verdict-bearing part of a derived document (what ``--json`` shows as recomputed)."""
     return {
-        "verdict": verdict,
-        "reasons": reasons[:200],
-        "target_only": target_doc if target_doc is not None else recorded["target_only"],
-        "widths": widths,
+        "verdict": derived["verdict"], "reasons": derived["reasons"],
+        "target_only": derived["target_only"], "widths": derived["widths"],
     }
 
 
-def compare(recorded: Results, recomputed: Recomputed) -> list[str]:
-    """Every verdict-bearing field where results.json and the recomputation disagree."""
+def _shown(value: object) -> str:
+    if value is _ABSENT:
+        return "absent"
+    text = json.dumps(value, sort_keys=True) if not isinstance(value, str) else value
+    return text if len(text) <= 80 else text[:79] + "…"
+
+
+_ABSENT = object()
+
+
+def first_difference(recorded: object, derived: object, path: str = "") -> str | None:
+    """The first key path where two JSON documents differ, as "PATH recorded X, derived Y" (None: equal)."""
+    if isinstance(recorded, dict) and isinstance(derived, dict):
+        for key in sorted(set(recorded) | set(derived)):
+            found = first_difference(recorded.get(key, _ABSENT), derived.get(key, _ABSENT), f"{path}.{key}" if path else key)
+            if found is not None:
+                return found
+        return None
+    if isinstance(recorded, list) and isinstance(derived, list):
+        for index in range(max(len(recorded), len(derived))):
+            a = recorded[index] if index < len(recorded) else _ABSENT
+            b = derived[index] if index < len(derived) else _ABSENT
+            found = first_difference(a, b, f"{path}[{index}]")
+            if found is not None:
+                return found
+        return None
+    if recorded is _ABSENT or derived is _ABSENT or json.dumps(recorded) != json.dumps(derived):
+        return f"{path or '(top level)'} recorded {_shown(recorded)}, derived {_shown(derived)}"
+    return None
+
+
+def compare(recorded: Results, derived: Results) -> list[str]:
+    """How results.json differs from the document derived from the sealed files (empty: identical)."""
+    difference = first_difference(recorded, derived)
+    if difference is None:
+        return []
     problems: list[str] = []
-    if recorded["verdict"] != recomputed["verdict"]:
-        problems.append(f"overall verdict recorded {recorded['verdict']}, recomputed {recomputed['verdict']}")
-    if recorded["reasons"] != recomputed["reasons"]:
-        problems.append("the recorded reasons differ from the recomputed ones")
-    if recorded["target_only"] != recomputed["target_only"]:
-        problems.append("the target-only result differs from its recomputation")
+    if recorded["verdict"] != derived["verdict"]:
+        problems.append(f"overall verdict recorded {recorded['verdict']}, recomputed {derived['verdict']}")
     got = {w["q"]: w for w in recorded["widths"]}
-    want = {w["q"]: w for w in recomputed["widths"]}
+    want = {w["q"]: w for w in derived["widths"]}
     for q in sorted(set(got) | set(want)):
         if q not in got:
             problems.append(f"q={q}: in the evidence but missing from results.json")
@@ -204,7 +182,7 @@ def compare(recorded: Results, recomputed: Recomputed) -> list[str]:
             problems.append(f"q={q}: in results.json but without server evidence")
         elif got[q] != want[q]:
             problems.append(_width_difference(q, got[q], want[q]))
-    return problems
+    return [f"results.json differs from what its sealed files derive: {difference}", *problems]
 
 
 def _differing_keys(got: Mapping[str, object], want: Mapping[str, object]) -> list[str]:
@@ -232,10 +210,13 @@ def verify_dir(root: Path, label: str | None = None) -> Verification:
     found.recorded = recorded
     if recorded is None:
         return found
-    recomputed = recompute(root, recorded, found.problems)
-    found.recomputed = recomputed
-    if recomputed is not None:
-        found.problems += compare(recorded, recomputed)
+    try:
+        derived = derive(root)
+    except DeriveError as exc:
+        found.problems.append(f"no results can be derived from the sealed files: {exc}")
+        return found
+    found.recomputed = recompute(derived)
+    found.problems += compare(recorded, derived)
     return found
 
 

@@ -1,23 +1,27 @@
-"""``[build]``: build the server under test, contained like every child, and judge the build.
+"""``[build]``: build the server under test, contained like every child, and seal what happened.
 
 The build runs the pull request's own build system, so it runs under the process supervisor with
-the job's credentials removed (as an extra check does). Its exit code decides: 0 passes (the built
-``server_bin`` is then hashed, recorded and started), anything else is a **fail** (the PR does not
-build), a timeout or a process that survives SIGKILL is an **error** (no verdict). Ninja/make
-``[N/M]`` progress lines give ``targets_built`` / ``targets_total`` for the comment.
+the job's credentials removed (as an extra check does). Its log is ``build/build.log`` and what
+happened (exit code, timeout, duration) is sealed in ``build/build.json``; the verdict comes from
+those files through ``ds4ci.judging.steps.build_result`` (the code ``ds4ci verify`` uses): exit
+code 0 passes (the built ``server_bin`` is then hashed, recorded and started), anything else is a
+**fail** (the PR does not build), a timeout or a process that survives SIGKILL is an **error**.
 """
 
 from __future__ import annotations
 
+import json
 from collections.abc import Callable
 from pathlib import Path
 
-from ds4ci.gate.checks import run_check
+from ds4ci.gate.checks import run_step
+from ds4ci.judging.steps import build_result
 from ds4ci.log import Logger, as_logger
 from ds4ci.options.config import BuildSpec, CheckSpec
-from ds4ci.records import BuildRecord, StepStatus
+from ds4ci.records import BuildRecord
 
 Progress = Callable[[str], None]
+RECORD = "build.json"
 
 
 def run_build(spec: BuildSpec, log_dir: Path, progress: Progress | Logger) -> BuildRecord:
@@ -30,30 +34,14 @@ def run_build(spec: BuildSpec, log_dir: Path, progress: Progress | Logger) -> Bu
 def _build(spec: BuildSpec, log_dir: Path, progress: Logger) -> BuildRecord:
     log_dir.mkdir(parents=True, exist_ok=True)
     progress(f"build: running `{spec.command}` in {spec.cwd or Path.cwd()} (timeout {spec.timeout_s:g} s)")
-    check = run_check(
+    record = run_step(
         CheckSpec("build", spec.command, "build-progress", None, spec.timeout_s, spec.cwd), log_dir / "build.log",
         progress=progress,
     )
-    code = check["exit_code"]
-    status: StepStatus
-    if code is None:  # timed out, could not start, or left something unkillable: no verdict
-        status, summary = "error", check["summary"]
-    elif code == 0:
-        status, summary = "pass", "built" + (f": {check['summary']}" if check["total"] is not None else "")
-    else:
-        status, summary = "fail", f"the build failed with exit code {code}" + (
-            f" ({check['passed']}/{check['total']} targets built)" if check["total"] is not None else ""
-        )
-    progress(f"build: {status}: {summary} ({check['duration_s']:.1f} s)")
-    return {
-        "command": check["command"],
-        "cwd": str(spec.cwd or Path.cwd()),
-        "server_bin": str(spec.server_bin),
-        "status": status,
-        "exit_code": code,
-        "duration_s": check["duration_s"],
-        "targets_built": check["passed"],
-        "targets_total": check["total"],
-        "summary": summary,
-        "log_tail": check["log_tail"],
-    }
+    for key in ("name", "parser", "report"):
+        del record[key]
+    record.update({"cwd": str(spec.cwd or Path.cwd()), "server_bin": str(spec.server_bin)})
+    (log_dir / RECORD).write_text(json.dumps(record, indent=2, sort_keys=True, allow_nan=False) + "\n", encoding="utf-8")
+    build = build_result(record, log_dir, "build")
+    progress(f"build: {build['status']}: {build['summary']} ({build['duration_s']:.1f} s)")
+    return build

@@ -5,9 +5,10 @@ Order, failing closed at every step:
 2. every pinned SHA-256 verified, and stale override files refused, before any server starts;
 3. one target-only server answers every prompt ``repeats`` times, interleaved (A, B, ..., A, B);
 4. one reference-exact server per width does the same;
-5. after each server has stopped: override files checked again, and its raw evidence judged by
-   ``judge`` (the same code ``ds4ci verify`` runs on a sealed bundle);
-6. results.json, manifest, atomic promotion.
+5. after each server has stopped: override files checked again (the target-only server's raw
+   evidence is judged once, to know whether the widths can run);
+6. ``run.json`` (what no other file shows), the manifest, then ``results.json`` derived from the
+   sealed files alone by ``evidence.derive`` (the function ``ds4ci verify`` runs), atomic promotion.
 """
 
 from __future__ import annotations
@@ -25,25 +26,24 @@ from types import FrameType
 from typing import TYPE_CHECKING, Any
 
 from ds4ci import __version__
-from ds4ci.errors import EXIT_ERROR, EXIT_FAIL, EXIT_PASS, Ds4ciError, NoVerdictError
-from ds4ci.evidence import results, store
+from ds4ci.errors import EXIT_ERROR, Ds4ciError, NoVerdictError
+from ds4ci.evidence import derive, results, store
 from ds4ci.fileio import write_text_atomic
 from ds4ci.gate import settings
 from ds4ci.gate.document import containment, initial_results, inputs, read_verified_prompt
 from ds4ci.judging import judge
 from ds4ci.judging.logtail import fit_reason
-from ds4ci.judging.verdict import ERROR, FAIL, NOT_RUN, PASS
+from ds4ci.judging.verdict import ERROR
 from ds4ci.log import Logger, as_logger
 from ds4ci.options import policy
 from ds4ci.options.config import GateConfig
-from ds4ci.records import Arm, ExitCode, Results, Verdict
+from ds4ci.records import Arm, Results
 
 if TYPE_CHECKING:  # imported when first used: http.client, ssl and psutil come after the first line
     from ds4ci.gate.server import Server, ServerSettings
     from ds4ci.runner.fingerprint import Background
 
 Progress = Callable[[str], None]
-EXIT_FOR_VERDICT: dict[Verdict, ExitCode] = {PASS: EXIT_PASS, FAIL: EXIT_FAIL, ERROR: EXIT_ERROR, NOT_RUN: EXIT_ERROR}
 
 
 class GateInterrupted(NoVerdictError):
@@ -89,7 +89,8 @@ def _signals_raise() -> Iterator[None]:
 
 
 class _Run:
-    """Mutable state of one gate run; everything it learns ends up in results.json."""
+    """Mutable state of one gate run; everything it learns is written to a sealed file, from which
+    results.json is derived (``doc`` only carries facts until they are written)."""
 
     def __init__(self, cfg: GateConfig, attempt: store.Attempt, progress: Logger) -> None:
         self.cfg = cfg
@@ -211,20 +212,21 @@ class _Run:
 
         for repeat in range(self.cfg.repeats):
             for index, prompt in enumerate(self.prompts):
-                stem = f"{judge.REQUESTS}/{key}/p{index}-r{repeat + 1}"
+                request, response = judge.exchange_paths(key, index, repeat)
+                error_body = response.removesuffix(".json") + ".error-body"
                 entry: dict[str, Any] = {
                     "index": len(entries), "prompt_index": index, "repeat": repeat,
-                    "request": f"{stem}.request.json", "response": None, "answered": False,
+                    "request": request, "response": None, "answered": False,  # named once it exists
                 }
                 body = judge.request_body(prompt, self.cfg.seed, self.cfg.max_tokens)
                 store.write_json(self.attempt.path / entry["request"], body)
                 entries.append(entry)
                 try:
-                    exchange = server.complete(body, keep_error_body=self.attempt.path / f"{stem}.response.error-body")
+                    exchange = server.complete(body, keep_error_body=self.attempt.path / error_body)
                 except HttpAnswerError as exc:  # the body the server sent is evidence: name it
-                    entry.update({"response": f"{stem}.response.error-body", "http_status": exc.status_code})
+                    entry.update({"response": error_body, "http_status": exc.status_code})
                     raise
-                entry["response"] = f"{stem}.response.json"
+                entry["response"] = response
                 store.write_json(self.attempt.path / entry["response"], exchange.response)
                 entry.update({
                     "answered": True, "elapsed_s": round(exchange.elapsed_s, 3),
@@ -256,6 +258,9 @@ class _Run:
             if isinstance(exc, GateInterrupted):
                 raise
             self.progress(f"{label}: no verdict: {str(exc).splitlines()[0]}")
+        except Exception as exc:  # recorded (the requests stop short), then the run's own handler says what
+            life["error"] = f"{label}: stopped by {type(exc).__name__}: {str(exc)[:500]}"
+            raise
         finally:
             self._server_timing(env.arm, q, server, t0)
             if server.child is not None:
@@ -274,10 +279,6 @@ class _Run:
             life["overrides_after"] = settings.present_overrides(self.cfg)
             if server_dir.is_dir():
                 store.write_json(server_dir / judge.LIFECYCLE, life)
-        if q is None:
-            info = (server.props or {}).get("server")
-            info = info if isinstance(info, dict) else {}
-            self.doc["server"] = {"name": _text_or_none(info.get("name")), "version": _text_or_none(info.get("version"))}
 
     def _server_timing(self, arm: Arm, q: int | None, server: Server | None, t0: float) -> None:
         self.doc["timings"]["servers"].append({
@@ -298,64 +299,66 @@ class _Run:
             target_env, spec_envs = self.arm_environments()
             sealed = settings.judge_settings(self.cfg, [p["sha256"] for p in self.doc["identities"]["prompts"]])
             self._run_server(None, target_env)
-        except BaseException:
-            if taken is not None:
-                self.record_fingerprint(taken)  # a fingerprint error stands first, as when the probes ran first
-            raise
-        if taken is not None:
-            self.record_fingerprint(taken)
+        finally:
+            if taken is not None:  # a fingerprint error stands first, as when the probes ran first
+                self.record_fingerprint(taken)
+        # Judged here only to know whether the widths can run: results.json is derived after sealing.
         target = judge.judge_target(self.attempt.path, sealed)
-        self.doc["target_only"] = target.doc
-        self.doc["warnings"] += target.warnings
         if target.errors:  # without a target-only reference no width can be judged
-            self.doc["reasons"] += target.errors
             return
         for q in self.cfg.widths:
             self._run_server(q, spec_envs[q])
-            width, warnings = judge.judge_width(self.attempt.path, q, sealed, target.reference)
-            self.doc["widths"].append(width)
-            self.doc["warnings"] += warnings
 
     # -- verdict and evidence ---------------------------------------------------------------
-    def overall(self) -> tuple[Verdict, list[str]]:
-        doc = self.doc
-        target = doc["target_only"] if self.cfg.role == "gate" else None
-        return judge.overall(doc["reasons"], target, doc["widths"], doc["checks"], doc["build"], attempt=self.attempt.path)
+    def seal_run_facts(self) -> None:
+        """Write what no other sealed file shows (run.json), and every carrier the derivation reads."""
+        doc, path = self.doc, self.attempt.path
+        store.write_json(path / derive.IDENTITIES, doc["identities"])  # null before hashing ran
+        for rel, value in ((derive.POLICY, doc["policy"]), (derive.PROVENANCE, doc["provenance"])):
+            if not (path / rel).exists():  # the arms never got their environments: the common part still holds
+                store.write_json(path / rel, value)
+        doc["timings"]["total_s"] = round(time.monotonic() - self.started, 3)
+        store.write_json(path / derive.RUN, {
+            "errors": list(doc["reasons"])[: derive.MAX_REASONS], "finished_at": _now(), "timings": doc["timings"],
+            "containment": containment(), "evidence_dir": str(self.attempt.root), "attempt_id": self.attempt.attempt_id,
+        })
 
     def finish(self) -> GateOutcome:
-        doc = self.doc
-        doc["errors"] = list(doc["reasons"])[:200]  # run-level: verify recomputes the rest from the evidence
-        doc["containment"] = containment()
-        verdict, reasons = self.overall()
-        doc["verdict"], doc["reasons"] = verdict, reasons[:200]
-        doc["exit_code"] = EXIT_FOR_VERDICT[verdict]
-        doc["finished_at"] = _now()
-        doc["timings"]["total_s"] = round(time.monotonic() - self.started, 3)
-        final = self.attempt.final_path(verdict)
-        doc["evidence"]["dir"] = str(final)
-        if verdict != PASS:
-            doc["evidence"]["diagnostics"] = str(final / "servers")
+        """Seal the attempt, derive results.json from the sealed files alone, promote by the derived verdict."""
         try:
-            # Sealed whatever happened (null before hashing ran): verify reads identities from here.
-            store.write_json(self.attempt.path / "identities.json", doc["identities"])
-            doc["evidence"]["manifest_sha256"] = store.seal(self.attempt, inputs(doc["identities"]))
+            self.seal_run_facts()
+            manifest_sha256 = store.seal(self.attempt, inputs(self.doc["identities"]))
+            doc = derive.derive(self.attempt.path)
+            if doc["evidence"]["manifest_sha256"] != manifest_sha256:
+                raise NoVerdictError("manifest.json changed between sealing and deriving results.json")
             text: str | None = results.write_atomic(self.attempt.path / store.RESULTS, doc)
-            store.promote(self.attempt, verdict)
-        except (OSError, NoVerdictError) as exc:
+            store.promote(self.attempt, doc["verdict"])
+        except Exception as exc:  # a bug included: no verdict, one line, never a traceback
             # The attempt stays in attempts/ (never a partial final directory); no verdict can stand.
-            detail = exc if isinstance(exc, NoVerdictError) else f"{exc.strerror or exc} ({exc.filename or ''})"
-            doc["verdict"], doc["exit_code"] = ERROR, EXIT_ERROR
-            doc["reasons"] = [*doc["reasons"], f"evidence could not be sealed and promoted: {detail}"][:200]
-            doc["evidence"]["dir"] = str(self.attempt.path)
-            doc["evidence"]["manifest_sha256"] = None
+            detail = _detail(exc)
+            doc = self.unsealed(f"evidence could not be sealed, derived and promoted: {detail}")
             text = None
             with contextlib.suppress(OSError):
                 text = results.write_atomic(self.attempt.path / store.RESULTS, doc)
         return GateOutcome(doc, doc["exit_code"], text)
 
+    def unsealed(self, reason: str) -> Results:
+        """No verdict: the document of an attempt that could not be sealed (it stays in attempts/)."""
+        doc = self.doc
+        doc["errors"] = [*doc["reasons"], reason][: derive.MAX_REASONS]
+        doc["verdict"], doc["exit_code"], doc["reasons"] = ERROR, EXIT_ERROR, list(doc["errors"])
+        doc["finished_at"] = _now()
+        doc["containment"] = containment()
+        doc["evidence"].update({"dir": str(self.attempt.path), "manifest_sha256": None, "diagnostics": None})
+        return doc
 
-def _text_or_none(value: Any) -> str | None:
-    return value[:4096] if isinstance(value, str) else None
+
+def _detail(exc: Exception) -> str:
+    if isinstance(exc, OSError):
+        return f"{exc.strerror or exc} ({exc.filename or ''})"
+    if isinstance(exc, (NoVerdictError, derive.DeriveError)):
+        return str(exc)
+    return f"internal error (a bug in ds4ci, please report it): {type(exc).__name__}: {exc}".splitlines()[0][:1000]
 
 
 def _rounded(value: float | None) -> float | None:
@@ -386,7 +389,8 @@ def run_gate(cfg: GateConfig, progress: Progress | Logger | None = None) -> Gate
     run = _Run(cfg, attempt, progress)
     store.write_json(attempt.path / "attempt.json", {
         "ds4ci_version": __version__, "argv": sys.argv, "started_at": run.started_at,
-        "settings": run.doc["settings"], "runner": run.doc["runner"],
+        "settings": run.doc["settings"], "runner": run.doc["runner"], "reproduce": run.doc["reproduce"],
+        "notes": run.doc.get("warnings", []),
     })
     with _signals_raise():
         try:

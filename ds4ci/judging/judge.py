@@ -27,6 +27,7 @@ from ds4ci.judging.verdict import (
     ids_digest,
     judge_target_only,
     judge_width_prompt,
+    read_answer,
     worst,
 )
 from ds4ci.records import BuildRecord, CheckResult, TargetOnlyResult, Verdict, WidthResult
@@ -111,6 +112,29 @@ def load_lifecycle(attempt: Path, key: str) -> dict[str, Any]:
     return doc
 
 
+def exchange_paths(key: str, prompt_index: int, repeat: int) -> tuple[str, str]:
+    """Where one request's body and answer are sealed, relative to the attempt."""
+    stem = f"{REQUESTS}/{key}/p{prompt_index}-r{repeat + 1}"
+    return f"{stem}.request.json", f"{stem}.response.json"
+
+
+def check_order(key: str, entries: Sequence[Mapping[str, Any]], settings: Settings) -> None:
+    """A server that lived to the end was sent every prompt ``repeats`` times, interleaved, at the gate's paths."""
+    prompts, where = len(settings.prompt_sha256s), f"{SERVERS}/{key}/{LIFECYCLE}"
+    if len(entries) != prompts * settings.repeats:
+        raise EvidenceError(
+            f"{where} records {len(entries)} request(s); {prompts} prompt(s) x {settings.repeats} repeat(s) "
+            f"= {prompts * settings.repeats} were due"
+        )
+    for index, entry in enumerate(entries):
+        prompt, repeat = index % prompts, index // prompts
+        request, response = exchange_paths(key, prompt, repeat)
+        due = {"index": index, "prompt_index": prompt, "repeat": repeat, "request": request, "response": response}
+        found = {k: entry.get(k) for k in due}
+        if found != due:
+            raise EvidenceError(f"{where}: request {index} is recorded as {found}, expected {due} (interleaved order)")
+
+
 def _check_body(attempt: Path, entry: Mapping[str, Any], settings: Settings, where: str) -> list[str]:
     """The recorded request body must be exactly the one the settings prescribe."""
     body = read_json(attempt / entry["request"])
@@ -133,6 +157,7 @@ def observe(
 ) -> tuple[list[Observed], ServerLog, list[str]]:
     """One stopped server's requests with their attributed records, and request-body problems."""
     entries = life["requests"]
+    check_order(key, entries, settings)
     answered = [e for e in entries if e.get("answered") is True]
     limit = RECORDS_PER_REQUEST * len(entries) + RECORDS_SLACK
     scans = []
@@ -147,7 +172,8 @@ def observe(
     for entry, request_log in zip(entries, log.requests, strict=True):
         where = f"{key} request {entry.get('index')}"
         problems += _check_body(attempt, entry, settings, where)
-        observed.append(Observed(entry["prompt_index"], entry["repeat"], request_log, attributed=not log.problems))
+        answer = read_answer(read_json(attempt / entry["response"])) if entry.get("answered") is True else None
+        observed.append(Observed(entry["prompt_index"], entry["repeat"], request_log, not log.problems, answer))
     if len(answered) != len(entries):
         problems.append(f"{len(entries) - len(answered)} of {len(entries)} request(s) were not answered")
     return observed, log, problems

@@ -32,13 +32,49 @@ def ids_digest(ids: Sequence[int]) -> str:
 
 
 @dataclass(frozen=True)
+class Answer:
+    """What the server answered over HTTP for one request: the text, why it stopped, how many tokens it says."""
+
+    text: str | None
+    finish_reason: str | None
+    completion_tokens: int | None
+    problems: tuple[str, ...] = ()  # what the answer lacks (each a reason: an answer must say all three)
+
+    def same_words(self, other: Answer) -> bool:
+        return (self.text, self.finish_reason) == (other.text, other.finish_reason)
+
+
+def read_answer(response: object) -> Answer:
+    """The three facts of an OpenAI-style chat completion (the real server's shape), each checked for type."""
+    problems = []
+    choices = response.get("choices") if isinstance(response, dict) else None
+    choice = choices[0] if isinstance(choices, list) and len(choices) == 1 else None
+    message = choice.get("message") if isinstance(choice, dict) else None
+    text = message.get("content") if isinstance(message, dict) else None
+    reason = choice.get("finish_reason") if isinstance(choice, dict) else None
+    usage = response.get("usage") if isinstance(response, dict) else None
+    tokens = usage.get("completion_tokens") if isinstance(usage, dict) else None
+    if not isinstance(text, str):
+        problems.append("no choices[0].message.content text (exactly one choice expected)")
+        text = None
+    if not isinstance(reason, str):
+        problems.append("no choices[0].finish_reason")
+        reason = None
+    if not isinstance(tokens, int) or isinstance(tokens, bool):
+        problems.append("no integer usage.completion_tokens")
+        tokens = None
+    return Answer(text, reason, tokens, tuple(f"the server's answer has {p}" for p in problems))
+
+
+@dataclass(frozen=True)
 class Observed:
-    """One request as the gate saw it: which arm, which prompt, which repeat, its log records."""
+    """One request as the gate saw it: which arm, which prompt, which repeat, its log records and its answer."""
 
     prompt_index: int
     repeat: int
     log: RequestLog
     attributed: bool = True  # False when the server's log could not be split by order (its problems say why)
+    answer: Answer | None = None  # None only in unit tests of the log rules: the gate always reads one
 
 
 @dataclass
@@ -61,10 +97,18 @@ def check_trace(obs: Observed, where: str, reference_exact: int, speculation: in
     result.reasons.extend(f"{where}: {p}" for p in obs.log.problems)
     if not obs.attributed and not obs.log.traces:  # the server-wide problems say why
         return result
+    if obs.answer is not None:
+        result.reasons.extend(f"{where}: {p}" for p in obs.answer.problems)
     trace = _first_of_exactly_one(obs.log.traces, "[ds4-exact-verify-trace]", where, result.reasons)
     if trace is None:
         return result
     result.trace = trace
+    tokens = obs.answer.completion_tokens if obs.answer is not None else None
+    if tokens is not None and tokens != trace.n:
+        result.reasons.append(
+            f"{where}: the server's answer says completion_tokens={tokens} but its trace says n={trace.n}: "
+            "the server's answer contradicts its own trace"
+        )
     if trace.n != len(trace.ids):
         result.reasons.append(f"{where}: trace declares n={trace.n} but lists {len(trace.ids)} IDs")
     if not trace.ids:
@@ -119,6 +163,18 @@ class TargetReference:
     verdict: Verdict
     reasons: list[str]
     deterministic: bool
+    answers: dict[int, Answer] = field(default_factory=dict)  # the first request's answer per prompt
+
+
+_CONTRADICTS = "the server's answer contradicts its own trace"
+
+
+def _words_differ(where: str, first: Answer | None, other: Answer | None, same_ids_as: str) -> list[str]:
+    """A reason when two answers whose token IDs are equal differ in text or finish_reason."""
+    if first is None or other is None or first.same_words(other):
+        return []
+    what = "text" if first.text != other.text else f"finish_reason ({first.finish_reason!r} vs {other.finish_reason!r})"
+    return [f"{where}: {_CONTRADICTS} (the same token IDs as {same_ids_as}, a different {what})"]
 
 
 def judge_target_only(
@@ -126,6 +182,7 @@ def judge_target_only(
 ) -> TargetReference:
     reasons: list[str] = [f"target-only: {p}" for p in server_problems]
     ids: dict[int, tuple[int, ...]] = {}
+    answers: dict[int, Answer] = {}
     deterministic = True
     for index in range(prompt_count):
         runs = [o for o in observed if o.prompt_index == index]
@@ -148,6 +205,12 @@ def judge_target_only(
                 )
         if prompt_deterministic:
             ids[index] = first
+            for run in runs[1:]:
+                reasons += _words_differ(
+                    f"target-only prompt {index} request {run.repeat + 1}", runs[0].answer, run.answer, "request 1"
+                )
+            if runs[0].answer is not None:
+                answers[index] = runs[0].answer
     verdict: Verdict
     if not deterministic:
         verdict = ERROR
@@ -155,7 +218,7 @@ def judge_target_only(
         verdict = FAIL
     else:
         verdict = PASS
-    return TargetReference(ids, verdict, reasons, deterministic)
+    return TargetReference(ids, verdict, reasons, deterministic, answers)
 
 
 def _mismatch_json(m: Mismatch) -> MismatchRecord:
@@ -178,8 +241,12 @@ class _Parity:
     reasons: list[str]
 
 
-def _parity(where: str, target_ids: Sequence[int], checks: Sequence[RequestCheck], runs: Sequence[Observed]) -> _Parity:
+def _parity(
+    where: str, target_ids: Sequence[int], checks: Sequence[RequestCheck], runs: Sequence[Observed],
+    target_answer: Answer | None,
+) -> _Parity:
     parity = 0
+    contradictions: list[str] = []
     mismatch: Mismatch | None = None
     # Requests that differ in the same way are reported once, naming all of them.
     differing: dict[str, list[int]] = {}
@@ -189,6 +256,8 @@ def _parity(where: str, target_ids: Sequence[int], checks: Sequence[RequestCheck
         found = first_mismatch(target_ids, check.trace.ids)
         if found is None:
             parity += 1
+            request = f"{where} request {obs.repeat + 1}"
+            contradictions += _words_differ(request, target_answer, obs.answer, "the target-only answer")
         else:
             mismatch = mismatch or found
             differing.setdefault(found.describe(), []).append(obs.repeat + 1)
@@ -196,7 +265,7 @@ def _parity(where: str, target_ids: Sequence[int], checks: Sequence[RequestCheck
     for description, requests in differing.items():
         which = f"request {requests[0]}" if len(requests) == 1 else f"requests {', '.join(map(str, requests))}"
         reasons.append(f"{where} {which}: token IDs differ: {description}")
-    return _Parity(parity, mismatch, reasons)
+    return _Parity(parity, mismatch, reasons + contradictions)
 
 
 @dataclass(frozen=True)
@@ -229,7 +298,7 @@ def judge_width_prompt(
     banner_seen: bool,
     server_problems: Sequence[str] = (),
 ) -> PromptResult:
-    """One width x prompt cell of the results: clauses 1-5 and 7."""
+    """One width x prompt cell of the results: clauses 1-5, 7 and 8."""
     where = f"q={q} prompt {prompt_index}"
     runs = [o for o in observed if o.prompt_index == prompt_index]
     checks = [check_spec_request(o, q) for o in runs]
@@ -240,7 +309,8 @@ def judge_width_prompt(
     if not banner_seen:
         reasons.append(f"q={q}: the reference-exact activation banner '[ds4-spec] reference-exact verifier:' is missing")
     target_ids = reference.ids.get(prompt_index)
-    parity = _parity(where, target_ids, checks, runs) if target_ids is not None else _Parity(0, None, [])
+    target_answer = reference.answers.get(prompt_index)
+    parity = _parity(where, target_ids, checks, runs, target_answer) if target_ids is not None else _Parity(0, None, [])
     repeats = _repeats(where, checks, len(runs))
     reasons += parity.reasons + repeats.reasons
     verdict: Verdict

@@ -270,6 +270,9 @@ class Engine:
         text, stopped = _cut_at_stop(detokenize(d.ids), request.stop)
         n_prompt, n_out = len(prompt.ids), len(d.ids)
         finish = "stop" if stopped or n_out < request.max_tokens else "length"
+        if self._s.fault("answer-text-differs"):
+            text = f"{text} [not what the trace says]"
+        reported = n_out + 1 if self._s.fault("answer-tokens-off") else n_out
         accept_rate = round(d.matched / d.offered, 6) if d.offered else 0.0
         decode_s = max(n_out * self._s.knobs.token_delay_s, 0.001)
         body: dict[str, Any] = {
@@ -280,7 +283,7 @@ class Engine:
             "choices": [{"index": 0, "message": {"role": "assistant", "content": text}, "finish_reason": finish}],
             "usage": {
                 "prompt_tokens": n_prompt,
-                "completion_tokens": n_out,
+                "completion_tokens": reported,
                 "total_tokens": n_prompt + n_out,
                 "completion_tokens_details": {"reasoning_tokens": 0},
                 "timings": {

@@ -87,6 +87,9 @@ FAULTS: dict[str, tuple[str, str]] = {
     # clause 7: repeated requests identical
     "second-request-differs": (SPEC, "a prompt asked again answers differently (state leaks)"),
     "repeat-counters-differ": (SPEC, "a prompt asked again gives the same tokens but other counters"),
+    # the HTTP answer must agree with the trace: the tokens the trace lists are the ones answered
+    "answer-text-differs": (SPEC, "the answer's text differs from the trace's tokens (trace and IDs intact)"),
+    "answer-tokens-off": (SPEC, "the answer's usage.completion_tokens is one more than the trace's n"),
 }
 
 # These decide which variables say whether this is a speculation arm, so they cannot depend on the arm.

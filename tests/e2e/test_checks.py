@@ -14,7 +14,8 @@ from procscan import MARKER_VARIABLE, describe, new_marker, supervisor_or_skip, 
 
 from ds4ci.evidence.results import schema
 from ds4ci.gate import checks
-from ds4ci.gate.checks import CheckOutcome, parse_output, run_checks
+from ds4ci.gate.checks import run_checks
+from ds4ci.judging.steps import CheckOutcome, parse_output
 from ds4ci.options.config import CheckSpec
 
 DATA = TESTS / "data" / "checks"

@@ -14,6 +14,7 @@ import os
 import subprocess
 import sys
 from pathlib import Path
+from typing import Any
 
 import pytest
 from gatekit import DS4CI, FOREIGN_SERVER, GateRun, Workspace, git_repo, sha256
@@ -307,7 +308,29 @@ def test_an_internal_error_is_exit_3_with_one_line_and_the_attempt_kept(tmp_path
     """A bug in ds4ci (here: judging raises) never becomes a traceback or exit 1."""
     from ds4ci.gate.run import run_gate
     from ds4ci.judging import judge
-    from ds4ci.options import config
+
+    ws = Workspace.create(tmp_path)
+    real, calls = judge.judge_target, []
+
+    def broken_once(*args: Any, **kwargs: Any) -> Any:  # the gate's own call breaks; the derivation's works
+        calls.append(1)
+        if len(calls) == 1:
+            raise KeyError("boom")
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(judge, "judge_target", broken_once)
+    outcome = run_gate(_config(ws, tmp_path, monkeypatch), progress=lambda _m: None)
+    assert outcome.exit_code == 3
+    assert outcome.results["reasons"] == ["internal error (a bug in ds4ci, please report it): KeyError: 'boom'"]
+    assert Path(outcome.results["evidence"]["dir"]).parent.name == "failed"
+
+
+def test_a_derivation_that_breaks_leaves_the_attempt_unpromoted_with_one_line(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """results.json cannot be derived (here: judging always raises): no verdict, the attempt stays in attempts/."""
+    from ds4ci.gate.run import run_gate
+    from ds4ci.judging import judge
 
     ws = Workspace.create(tmp_path)
 
@@ -315,17 +338,24 @@ def test_an_internal_error_is_exit_3_with_one_line_and_the_attempt_kept(tmp_path
         raise KeyError("boom")
 
     monkeypatch.setattr(judge, "judge_target", broken)
+    outcome = run_gate(_config(ws, tmp_path, monkeypatch), progress=lambda _m: None)
+    assert outcome.exit_code == 3 and outcome.results["verdict"] == "error"
+    assert outcome.results["reasons"][-1].startswith("evidence could not be sealed, derived and promoted: ")
+    assert "KeyError" in outcome.results["reasons"][-1]
+    assert Path(outcome.results["evidence"]["dir"]).parent.name == "attempts"
+    assert (Path(outcome.results["evidence"]["dir"]) / "results.json").is_file()
+
+
+def _config(ws: Workspace, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Any:
+    from ds4ci.options import config
+
     for key, value in ws.env().items():
         monkeypatch.setenv(key, value)
-    cfg = config.load(None, {
+    return config.load(None, {
         "server_bin": ws.server, "target": ws.target, "target_sha256": sha256(ws.target), "draft": ws.draft,
         "draft_sha256": sha256(ws.draft), "prompt_files": ws.prompts, "prompt_sha256s": [sha256(p) for p in ws.prompts],
         "evidence_dir": tmp_path / "evidence", "widths": "2", "runner": "t", "stop_timeout": 3,
     })
-    outcome = run_gate(cfg, progress=lambda _m: None)
-    assert outcome.exit_code == 3
-    assert outcome.results["reasons"] == ["internal error (a bug in ds4ci, please report it): KeyError: 'boom'"]
-    assert Path(outcome.results["evidence"]["dir"]).parent.name == "failed"
 
 
 @pytest.mark.parametrize("variable", ["GITHUB_TOKEN", "GH_TOKEN", "ACTIONS_RUNTIME_TOKEN", "ACTIONS_ID_TOKEN_REQUEST_TOKEN"])

@@ -810,9 +810,33 @@ LIFECYCLE_FAULTS = {
 }
 
 
+ANSWER_FAULTS = {"answer-text-differs", "answer-tokens-off"}
+
+
+@pytest.mark.parametrize("fault", sorted(ANSWER_FAULTS))
+def test_answer_faults_change_the_answer_and_nothing_the_log_says(
+    sims: Starter, tmp_path: Path, reference: dict[str, list[int]], fault: str
+) -> None:
+    _, draft = make_models(tmp_path)
+    clean, _ = ask(sims(spec_env(draft, 3)), PROMPT)
+    sim = sims({**spec_env(draft, 3), "DS4SIM_FAULTS": fault})
+    response, lines = ask(sim, PROMPT)
+    assert one_trace(lines) == reference[PROMPT]
+    got, want = response.json(), clean.json()
+    text = [a["choices"][0]["message"]["content"] for a in (got, want)]
+    tokens = [a["usage"]["completion_tokens"] for a in (got, want)]
+    assert tokens[1] == len(reference[PROMPT])
+    if fault == "answer-text-differs":
+        assert text[0] != text[1] and tokens[0] == tokens[1]
+    else:
+        assert text[0] == text[1] and tokens[0] == tokens[1] + 1
+
+
 def test_every_fault_has_a_test() -> None:
     repeat = {"second-request-differs", "repeat-counters-differ"}
-    assert set(FAULTS) == set(SINGLE_REQUEST_CHECKS) | TARGET_FAULTS | repeat | LIFECYCLE_FAULTS | BUILD_FAULTS
+    assert set(FAULTS) == (
+        set(SINGLE_REQUEST_CHECKS) | TARGET_FAULTS | repeat | LIFECYCLE_FAULTS | BUILD_FAULTS | ANSWER_FAULTS
+    )
 
 
 def test_spec_faults_leave_the_target_arm_alone(sims: Starter, reference: dict[str, list[int]]) -> None:

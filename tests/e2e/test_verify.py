@@ -179,3 +179,66 @@ def test_the_gate_and_verify_judge_alike(bundles: dict[str, Path]) -> None:
     assert doc["recomputed"]["widths"] == recorded["widths"]
     assert doc["recomputed"]["target_only"] == recorded["target_only"]
     assert sha256(bundles["fail"] / "manifest.json") == recorded["evidence"]["manifest_sha256"]
+
+
+def _drop_from_manifest(bundle: Path, rel: str) -> None:
+    manifest = json.loads((bundle / "manifest.json").read_text())
+    manifest["evidence"] = [e for e in manifest["evidence"] if e["path"] != rel]
+    (bundle / "manifest.json").write_text(json.dumps(manifest))
+
+
+def test_a_resealed_lifecycle_with_fewer_requests_than_repeats_does_not_verify(bundles: dict[str, Path], tmp_path: Path) -> None:
+    bundle = copy(bundles, "pass", tmp_path)
+    path = bundle / "servers" / "q2" / "lifecycle.json"
+    life = json.loads(path.read_text())
+    dropped = life["requests"][2:]  # the second repeat of both prompts
+    life["requests"] = life["requests"][:2]
+    path.write_text(json.dumps(life))
+    for entry in dropped:
+        for rel in (entry["request"], entry["response"]):
+            (bundle / rel).unlink()
+            _drop_from_manifest(bundle, rel)
+    reseal(bundle)
+    proc = verify(bundle)
+    assert proc.returncode == 3, proc.stdout
+    assert "servers/q2/lifecycle.json records 2 request(s); 2 prompt(s) x 2 repeat(s) = 4 were due" in proc.stdout
+
+
+def resealed_edit(bundle: Path, rel: str, change: Callable[[Any], None]) -> subprocess.CompletedProcess[str]:
+    """Edit one sealed JSON file, re-seal as a forger would, and verify."""
+    doc = json.loads((bundle / rel).read_text())
+    change(doc)
+    (bundle / rel).write_text(json.dumps(doc))
+    reseal(bundle)
+    return verify(bundle)
+
+
+def test_a_lifecycle_path_out_of_the_bundle_is_never_followed(bundles: dict[str, Path], tmp_path: Path) -> None:
+    bundle = copy(bundles, "pass", tmp_path)
+    proc = resealed_edit(bundle, "servers/q2/lifecycle.json", lambda d: d["requests"][0].update(request="/etc/hostname"))
+    assert proc.returncode == 3 and "'request': '/etc/hostname'" in proc.stdout, proc.stdout
+
+
+def test_an_answer_missing_from_the_bundle_is_an_error(bundles: dict[str, Path], tmp_path: Path) -> None:
+    bundle = copy(bundles, "pass", tmp_path)
+    rel = "requests/q3/p1-r2.response.json"
+    (bundle / rel).unlink()
+    _drop_from_manifest(bundle, rel)
+    reseal(bundle)
+    proc = verify(bundle)
+    assert proc.returncode == 3 and "p1-r2.response.json is missing" in proc.stdout, proc.stdout
+
+
+def test_a_resealed_answer_with_other_text_is_judged_a_contradiction(bundles: dict[str, Path], tmp_path: Path) -> None:
+    bundle = copy(bundles, "pass", tmp_path)
+    rel = "requests/q2/p0-r1.response.json"
+    proc = resealed_edit(bundle, rel, lambda d: d["choices"][0]["message"].update(content="edited"))
+    assert proc.returncode == 3, proc.stdout
+    assert "q=2 verdict recorded pass, recomputed fail: q=2 prompt 0 request 1: the server's answer contradicts" in proc.stdout
+
+
+def test_a_lifecycle_value_of_the_wrong_type_is_one_line_not_a_traceback(bundles: dict[str, Path], tmp_path: Path) -> None:
+    bundle = copy(bundles, "pass", tmp_path)
+    proc = resealed_edit(bundle, "servers/q3/lifecycle.json", lambda d: d.update(swept=5))
+    assert proc.returncode == 3 and "sealed records are malformed (TypeError" in proc.stdout, proc.stdout + proc.stderr
+    assert "Traceback" not in proc.stderr

@@ -231,6 +231,10 @@ CASES: list[Case] = [
     Case("second request differs from the first", "7", 1, "fail", "repeated requests on one server gave different token IDs",
          "second-request-differs"),
     Case("second request's counters differ", "7", 1, "fail", "different speculation counters", "repeat-counters-differ"),
+    # clause 8: the HTTP answer agrees with the trace
+    Case("answer text differs from the trace", "8", 1, "fail", "the server's answer contradicts its own trace",
+         "answer-text-differs"),
+    Case("answer's completion_tokens differ from n", "8", 1, "fail", "but its trace says n=", "answer-tokens-off"),
     # clause 6 and the runner's readiness
     Case("pin mismatch", "6", 3, "error", "pinned SHA-256 mismatch", run=run_pin_mismatch),
     Case("stale override file present", "policy", 3, "error", "stale override file", run=run_stale_override),

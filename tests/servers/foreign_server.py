@@ -113,7 +113,7 @@ def main() -> int:
             else:
                 self.reply(404, {"error": {"message": "unknown endpoint"}})
 
-        def lines_for(self, body: dict) -> tuple[list[tuple[str, bool]], int]:
+        def lines_for(self, body: dict) -> tuple[list[tuple[str, bool]], list[int]]:
             sampled = (
                 float(body.get("temperature", 0)) > 0
                 or float(body.get("presence_penalty", 0)) != 0
@@ -128,7 +128,7 @@ def main() -> int:
                     out += [(UPSTREAM_TRACE_SPEC, False), (UPSTREAM_BANNER, False), (UPSTREAM_SUMMARY, False)]
                 else:
                     out.append((UPSTREAM_TRACE_TARGET, False))
-                return out, 3
+                return out, [8, 13, 21]
             ids = tokens(body["messages"][0]["content"], n)
             if speculating and behaviour == "mismatch":
                 ids[5] += 1
@@ -147,21 +147,23 @@ def main() -> int:
                 flags = f"reference_exact={int(spec_asked and exact)} speculation={int(speculating)}"
                 out.append((f"[ds4-exact-verify-trace] {flags} n={n} ids=[{' '.join(map(str, ids))}]",
                             behaviour == "trace-stdout"))
-            return out, n
+            return out, ids
 
         def do_POST(self) -> None:
             body = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
             if behaviour == "crash-on-request":
                 os._exit(9)
-            lines, n = self.lines_for(body)
+            lines, ids = self.lines_for(body)
             late = behaviour == "summary-after-response"
             if not late:
                 for text, to_stdout in lines:
                     log(text, to_stdout)
             self.reply(200, {
                 "object": "chat.completion",
-                "choices": [{"index": 0, "message": {"role": "assistant", "content": "x"}, "finish_reason": "length"}],
-                "usage": {"completion_tokens": n},
+                # the real server's answer shape: the text of the tokens the trace lists, their count
+                "choices": [{"index": 0, "message": {"role": "assistant", "content": " ".join(f"w{i}" for i in ids)},
+                             "finish_reason": "length"}],
+                "usage": {"completion_tokens": len(ids)},
             })
             if late:
                 for text, to_stdout in lines:
