@@ -15,6 +15,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from ds4ci.judging import confined
 from ds4ci.judging.attribution import ServerLog, attribute
 from ds4ci.judging.protocol import scan_log
 from ds4ci.judging.verdict import (
@@ -80,13 +81,15 @@ class EvidenceError(Exception):
     """Evidence that cannot be read as the gate writes it (missing, malformed): never a verdict."""
 
 
-def read_json(path: Path) -> Any:
+def read_json(attempt: Path, rel: object) -> Any:
+    """A JSON file of the attempt, ``rel`` read through ``confined`` (inside it, regular, size-limited)."""
     try:
-        return json.loads(path.read_text(encoding="utf-8"))
-    except FileNotFoundError as exc:
-        raise EvidenceError(f"{path.name} is missing from {path.parent}") from exc
-    except (OSError, UnicodeDecodeError, ValueError) as exc:
-        raise EvidenceError(f"{path} cannot be read as JSON: {exc}") from exc
+        data = confined.read_bytes(attempt, rel)
+        return json.loads(data.decode("utf-8"))
+    except confined.ConfinedError as exc:
+        raise EvidenceError(f"{exc}") from exc
+    except (UnicodeDecodeError, ValueError, RecursionError) as exc:
+        raise EvidenceError(f"{str(rel)[:200]} cannot be read as JSON: {str(exc)[:200]}") from exc
 
 
 def _is_entry(entry: Any) -> bool:
@@ -99,7 +102,7 @@ def _is_entry(entry: Any) -> bool:
 def load_lifecycle(attempt: Path, key: str) -> dict[str, Any]:
     """A server's lifecycle record, with the shape judging relies on checked (fail closed)."""
     where = f"{SERVERS}/{key}/{LIFECYCLE}"
-    doc = read_json(attempt / SERVERS / key / LIFECYCLE)
+    doc = read_json(attempt, where)
     if not isinstance(doc, dict) or not isinstance(doc.get("requests"), list):
         raise EvidenceError(f"{where} is not a lifecycle record (no requests list)")
     if not all(_is_entry(e) for e in doc["requests"]):
@@ -112,7 +115,7 @@ def load_lifecycle(attempt: Path, key: str) -> dict[str, Any]:
 
 def _check_body(attempt: Path, entry: Mapping[str, Any], settings: Settings, where: str) -> list[str]:
     """The recorded request body must be exactly the one the settings prescribe."""
-    body = read_json(attempt / entry["request"])
+    body = read_json(attempt, entry["request"])
     index = entry["prompt_index"]
     if not 0 <= index < len(settings.prompt_sha256s):
         return [f"{where}: recorded prompt index {index!r} is not one of the {len(settings.prompt_sha256s)} prompts"]
@@ -136,10 +139,10 @@ def observe(
     limit = RECORDS_PER_REQUEST * len(entries) + RECORDS_SLACK
     scans = []
     for stream in STREAMS:
-        path = attempt / SERVERS / key / f"{stream}.log"
-        if not path.is_file():
-            raise EvidenceError(f"{SERVERS}/{key}/{stream}.log is missing")
-        scans.append(scan_log(path, stream, limit))
+        try:
+            scans.append(scan_log(attempt / SERVERS / key / f"{stream}.log", stream, limit, root=attempt))
+        except confined.ConfinedError as exc:
+            raise EvidenceError(f"{SERVERS}/{key}/{stream}.log: {exc}") from exc
     log = attribute(scans, len(entries), speculative)
     problems: list[str] = []
     observed = []
