@@ -70,7 +70,7 @@ def _relative(scan: _Scan, member: tarfile.TarInfo) -> str:
     if name.is_absolute() or not name.parts or any(p in ("", ".", "..") for p in name.parts) or "\\" in member.name:
         raise BundleError(f"member {member.name[:200]!r} has an unsafe path")
     if not (member.isfile() or member.isdir()):
-        raise BundleError(f"member {member.name[:200]!r} is not a regular file or directory (links and devices are refused)")
+        raise BundleError(f"member {member.name[:200]!r} is not a regular file or directory (links are refused, devices too)")
     if scan.top is None:
         scan.top = name.parts[0]
     elif name.parts[0] != scan.top:

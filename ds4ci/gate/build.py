@@ -12,7 +12,8 @@ from __future__ import annotations
 from collections.abc import Callable
 from pathlib import Path
 
-from ds4ci.gate.checks import run_check
+from ds4ci.gate.cappedlog import log_was_cut
+from ds4ci.gate.checks import DEFAULT_LOG_CAP_BYTES, run_check
 from ds4ci.log import Logger, as_logger
 from ds4ci.options.config import BuildSpec, CheckSpec
 from ds4ci.records import BuildRecord, StepStatus
@@ -20,24 +21,27 @@ from ds4ci.records import BuildRecord, StepStatus
 Progress = Callable[[str], None]
 
 
-def run_build(spec: BuildSpec, log_dir: Path, progress: Progress | Logger) -> BuildRecord:
-    """Run the build in its own log group; the schema's ``build`` object (its log is ``log_dir/build.log``)."""
+def run_build(
+    spec: BuildSpec, log_dir: Path, progress: Progress | Logger, log_cap_bytes: int = DEFAULT_LOG_CAP_BYTES
+) -> BuildRecord:
+    """Run the build in its own log group; the schema's ``build`` object (its log is ``log_dir/build.log``,
+    cut at ``log_cap_bytes`` like a check's)."""
     log = as_logger(progress)
     with log.group("build"):
-        return _build(spec, log_dir, log)
+        return _build(spec, log_dir, log, log_cap_bytes)
 
 
-def _build(spec: BuildSpec, log_dir: Path, progress: Logger) -> BuildRecord:
+def _build(spec: BuildSpec, log_dir: Path, progress: Logger, log_cap_bytes: int) -> BuildRecord:
     log_dir.mkdir(parents=True, exist_ok=True)
     progress(f"build: running `{spec.command}` in {spec.cwd or Path.cwd()} (timeout {spec.timeout_s:g} s)")
     check = run_check(
         CheckSpec("build", spec.command, "build-progress", None, spec.timeout_s, spec.cwd), log_dir / "build.log",
-        progress=progress,
+        progress=progress, log_cap_bytes=log_cap_bytes,
     )
     code = check["exit_code"]
     status: StepStatus
-    if code is None:  # timed out, could not start, or left something unkillable: no verdict
-        status, summary = "error", check["summary"]
+    if code is None or log_was_cut(log_dir / "build.log"):  # timed out, could not start, left something
+        status, summary = "error", check["summary"]  # unkillable, or its log was cut at the cap: no verdict
     elif code == 0:
         status, summary = "pass", "built" + (f": {check['summary']}" if check["total"] is not None else "")
     else:

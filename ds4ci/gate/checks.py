@@ -21,9 +21,11 @@ from pathlib import Path
 from typing import cast
 
 from ds4ci import supervisor
+from ds4ci.gate.cappedlog import CappedLog
 from ds4ci.log import Logger, as_logger
 from ds4ci.options.config import CHECK_PARSERS, CheckSpec
 from ds4ci.options.policy import CREDENTIAL_VARIABLES
+from ds4ci.options.table import get as option
 from ds4ci.records import CheckParser, CheckResult, StepStatus
 
 LOG_TAIL_BYTES = 4096
@@ -31,6 +33,7 @@ MAX_PARSE_BYTES = 64 * 1024 * 1024  # parse at most the last 64 MiB of a (build)
 MAX_REPORT_BYTES = 64 * 1024 * 1024
 MAX_TEXT = 4096  # the schema's "text" limit
 KILL_GRACE_S = 5.0
+DEFAULT_LOG_CAP_BYTES = int(option("gate", "log_cap_mib").default) << 20
 
 Progress = Callable[[str], None]
 
@@ -254,18 +257,21 @@ def check_env() -> dict[str, str]:
 
 
 def _run_group(
-    command: str, cwd: Path | None, log: Path, timeout_s: float, sup: supervisor.Supervisor
+    command: str, cwd: Path | None, log: CappedLog, timeout_s: float, sup: supervisor.Supervisor
 ) -> supervisor.RunResult:
     """Run ``bash -c command`` with stdout and stderr in ``log``; everything it started is swept."""
-    return sup.run(
-        ["bash", "-c", command],
-        timeout_s,
-        cwd=cwd,
-        env=check_env(),
-        stdout=log,
-        stderr=supervisor.STDOUT,
-        grace_s=KILL_GRACE_S,
-    )
+    try:
+        return sup.run(
+            ["bash", "-c", command],
+            timeout_s,
+            cwd=cwd,
+            env=check_env(),
+            stdout=log.write_fd,
+            stderr=supervisor.STDOUT,
+            grace_s=KILL_GRACE_S,
+        )
+    finally:
+        log.close()
 
 
 def _tail(path: Path, limit: int) -> bytes:
@@ -303,14 +309,16 @@ def _read_report(path: Path | None, stamp_before: tuple[int, int, int, int] | No
 
 
 def run_check(
-    spec: CheckSpec, log: Path, sup: supervisor.Supervisor | None = None, progress: Progress | None = None
+    spec: CheckSpec, log: Path, sup: supervisor.Supervisor | None = None, progress: Progress | None = None,
+    log_cap_bytes: int = DEFAULT_LOG_CAP_BYTES,
 ) -> CheckResult:
-    """Run one check and return the schema's ``check`` object."""
+    """Run one check and return the schema's ``check`` object (its log cut at ``log_cap_bytes``)."""
     report_before = _report_stamp(spec.report)
     exit_code: int | None = None
     seconds = 0.0
+    capped = CappedLog(log, log_cap_bytes)
     try:
-        run = _run_group(spec.command, spec.cwd, log, spec.timeout_s, sup or supervisor.default())
+        run = _run_group(spec.command, spec.cwd, capped, spec.timeout_s, sup or supervisor.default())
     except (OSError, supervisor.SupervisorError) as exc:
         why = exc.strerror if isinstance(exc, OSError) and exc.strerror else str(exc)
         outcome = _error(f"could not start the command in {spec.cwd or Path.cwd()}: {why}")
@@ -321,6 +329,9 @@ def run_check(
         if run.abandoned:
             outcome = _error(f"{'timed out; ' if run.timed_out else ''}a process it started survived SIGKILL "
                              "(uninterruptible sleep?) and was abandoned")
+        elif capped.discarded:
+            outcome = _error(f"its output reached the log cap of {log_cap_bytes} bytes (log_cap_mib) and was cut there "
+                             f"({capped.discarded} bytes discarded): raise log_cap_mib or make the command quieter")
         elif run.timed_out:
             outcome = _error(f"timed out after {spec.timeout_s:g} s; it and everything it started were killed")
         else:
@@ -351,6 +362,7 @@ def run_checks(
     log_dir: Path,
     progress: Progress | Logger | None = None,
     sup: supervisor.Supervisor | None = None,
+    log_cap_bytes: int = DEFAULT_LOG_CAP_BYTES,
 ) -> list[CheckResult]:
     """Run every check in order (each is judged on its own); logs go to ``log_dir``.
 
@@ -369,7 +381,7 @@ def run_checks(
         used.add(unique)
         with log.group(f"check {spec.name}"):
             log(f"check {spec.name}: running ({spec.parser}, timeout {spec.timeout_s:g} s)")
-            result = run_check(spec, log_dir / f"check-{unique}.log", sup, log)
+            result = run_check(spec, log_dir / f"check-{unique}.log", sup, log, log_cap_bytes)
             log(f"check {spec.name}: {result['status']}: {result['summary']} ({result['duration_s']:.1f} s)")
         results.append(result)
     return results
