@@ -3,13 +3,12 @@
 Written from regular files only (never a symlink or special file), ``manifest.json`` first. Opened
 as untrusted input, in two passes. The first reads the tar headers only, writing nothing: every
 member must be a regular file or a directory with a plain relative name inside the one top
-directory (links, devices, absolute paths, ``..`` and repeated names are refused); once the
-manifest member is read (size-limited), every file must be one the manifest lists (or the manifest
-and ``results.json``), no larger than the manifest says, and the total no more than the manifest's
-sum. Members before the manifest, and the count, are held to fixed limits. Only then does the
-second pass extract the checked members into a fresh temporary directory. The first failure stops
-the scan, so a small archive cannot make ds4ci decompress or write much more than its manifest
-declares.
+directory (links, devices, absolute paths, ``..`` and repeated names are refused); the first file
+must be the manifest, read size-limited; every later file must be one the manifest lists (or
+``results.json``), no larger than the manifest says, and the total no more than the manifest's
+sum; the member count has a fixed limit. Only then does the second pass extract the checked
+members into a fresh temporary directory. The first failure stops the scan, so a small archive
+cannot make ds4ci decompress or write much more than its manifest declares.
 """
 
 from __future__ import annotations
@@ -126,12 +125,16 @@ def _scan_headers(tar: tarfile.TarFile) -> _Scan:
             raise BundleError(f"member {rel[:200]!r} appears twice in the archive")
         scan.files[rel] = member.size
         scan.total += member.size
-        _bound(scan, rel, member.size)
-        if rel == MANIFEST:
+        if scan.allowed is None:
+            if rel != MANIFEST:
+                raise BundleError(
+                    f"the archive's first file is {rel[:200]!r}, not manifest.json (gate --bundle-out writes the "
+                    "manifest first, so every later member is bounded by it): verify the bundle directory instead, "
+                    "or archive it again with gate --bundle-out"
+                )
             scan.allowed = _limits(tar, member)
             scan.budget = min(MAX_TOTAL_BYTES, sum(scan.allowed.values()))
-            for earlier, size in scan.files.items():
-                _bound(scan, earlier, size)
+        _bound(scan, rel, member.size)
     if scan.top is None or scan.allowed is None:
         raise BundleError("the archive holds no manifest.json below one top directory: not an evidence bundle")
     return scan

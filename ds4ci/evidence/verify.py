@@ -39,7 +39,7 @@ EXIT_VERDICT_ERROR: Final = 4
 # Most severe first: the code verify returns for several bundles.
 EXIT_SEVERITY = (EXIT_ERROR, EXIT_VERDICT_ERROR, EXIT_FAIL, EXIT_PASS)
 # Shapes of malformed sealed JSON that judging did not anticipate: still "does not verify", never a traceback.
-_MALFORMED = (TypeError, KeyError, AttributeError, IndexError, ValueError, RecursionError)
+_MALFORMED = (TypeError, KeyError, AttributeError, IndexError, ValueError, ArithmeticError, RecursionError)
 
 
 class Recomputed(TypedDict):
