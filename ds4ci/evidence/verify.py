@@ -93,7 +93,7 @@ def _manifest(root: Path, problems: list[str]) -> tuple[dict[str, Any], bytes] |
         data = confined.read_bytes(root, MANIFEST)
         doc = results.strict_json(data, MANIFEST)
     except confined.ConfinedError as exc:
-        problems.append(f"manifest.json cannot be read: {exc} (an unpromoted attempt, or not an evidence bundle)")
+        problems.append(f"{exc} (an unpromoted attempt, or not an evidence bundle)")
         return None
     except ResultsError as exc:
         problems.append(f"manifest.json cannot be read: {exc}")

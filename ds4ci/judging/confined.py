@@ -58,7 +58,7 @@ def open_regular(root: Path, rel: object) -> BinaryIO:
     except ConfinedError:
         raise
     except OSError as exc:
-        raise ConfinedError(f"{name}: {_why(exc)}") from exc
+        raise ConfinedError(_why(name, exc)) from exc
     try:
         mode = os.fstat(fd).st_mode
         if not stat.S_ISREG(mode):
@@ -95,12 +95,12 @@ def relative(root: Path, path: Path) -> str:
     return PurePosixPath(path.relative_to(root)).as_posix()
 
 
-def _why(exc: OSError) -> str:
+def _why(name: str, exc: OSError) -> str:
     if exc.errno == errno.ENOENT:
-        return "missing from the bundle"
+        return f"{name} is missing from the bundle"
     if exc.errno in (errno.ELOOP, errno.ENOTDIR):
-        return "a symbolic link or a non-directory on the way (never followed)"
-    return f"cannot be opened ({exc.strerror or exc})"
+        return f"{name}: a symbolic link or a non-directory on the way (never followed)"
+    return f"{name} cannot be opened ({exc.strerror or exc})"
 
 
 def _kind(mode: int) -> str:

@@ -87,7 +87,7 @@ def read_json(attempt: Path, rel: object) -> Any:
         data = confined.read_bytes(attempt, rel)
         return json.loads(data.decode("utf-8"))
     except confined.ConfinedError as exc:
-        raise EvidenceError(f"{exc}") from exc
+        raise EvidenceError(str(exc)) from exc
     except (UnicodeDecodeError, ValueError, RecursionError) as exc:
         raise EvidenceError(f"{str(rel)[:200]} cannot be read as JSON: {str(exc)[:200]}") from exc
 
@@ -142,7 +142,7 @@ def observe(
         try:
             scans.append(scan_log(attempt / SERVERS / key / f"{stream}.log", stream, limit, root=attempt))
         except confined.ConfinedError as exc:
-            raise EvidenceError(f"{SERVERS}/{key}/{stream}.log: {exc}") from exc
+            raise EvidenceError(str(exc)) from exc
     log = attribute(scans, len(entries), speculative)
     problems: list[str] = []
     observed = []
