@@ -99,6 +99,14 @@ def _is_entry(entry: Any) -> bool:
     )
 
 
+# The lifecycle fields judging reads besides requests, with the JSON types they may have.
+_LIFECYCLE_FIELDS: Mapping[str, tuple[type, ...]] = {
+    "stop": (dict,), "log_flood": (dict,), "overrides_after": (list,), "swept": (list,),
+    "error": (str, type(None)), "q": (int, type(None)),
+}
+_JSON_NAMES: Mapping[type, str] = {dict: "an object", list: "an array", str: "a string", int: "an integer"}
+
+
 def load_lifecycle(attempt: Path, key: str) -> dict[str, Any]:
     """A server's lifecycle record, with the shape judging relies on checked (fail closed)."""
     where = f"{SERVERS}/{key}/{LIFECYCLE}"
@@ -107,9 +115,10 @@ def load_lifecycle(attempt: Path, key: str) -> dict[str, Any]:
         raise EvidenceError(f"{where} is not a lifecycle record (no requests list)")
     if not all(_is_entry(e) for e in doc["requests"]):
         raise EvidenceError(f"{where}: every request needs an integer prompt_index and repeat and a request path")
-    for field in ("stop", "log_flood"):
-        if not isinstance(doc.get(field, {}), dict):
-            raise EvidenceError(f"{where}: {field} must be an object")
+    for field, kinds in _LIFECYCLE_FIELDS.items():
+        if field in doc and (isinstance(doc[field], bool) or not isinstance(doc[field], kinds)):
+            want = " or ".join("null" if k is type(None) else _JSON_NAMES[k] for k in kinds)
+            raise EvidenceError(f"{where}: {field} must be {want}, found {type(doc[field]).__name__}")
     return doc
 
 
