@@ -18,6 +18,7 @@ import json
 import shutil
 import tarfile
 import tempfile
+import zlib
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path, PurePosixPath
@@ -167,7 +168,7 @@ def _extract(path: Path, scratch: Path) -> str:
                 tar.extractall(scratch, members=scan.members, filter="data")
             else:  # pragma: no cover - older patch releases; the members were checked above
                 tar.extractall(scratch, members=scan.members)  # noqa: S202
-    except (tarfile.TarError, OSError, EOFError, ValueError) as exc:
+    except (tarfile.TarError, OSError, EOFError, ValueError, zlib.error) as exc:  # zlib: a corrupt deflate stream
         raise BundleError(f"{path} is not a readable .tar.gz ({str(exc)[:200]})") from exc
     assert scan.top is not None  # _scan_headers refuses an archive without one
     return scan.top

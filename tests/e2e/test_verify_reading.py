@@ -11,6 +11,7 @@ import os
 import shutil
 import subprocess
 import tarfile
+import zlib
 from pathlib import Path
 
 import pytest
@@ -177,3 +178,23 @@ def test_a_second_top_directory_and_a_repeated_member_are_refused(tmp_path: Path
             tar.addfile(info, io.BytesIO(data))
     proc = verify(archive)
     assert proc.returncode == 3 and "expected one top directory" in proc.stdout
+
+
+def test_a_corrupt_deflate_stream_is_a_message(tmp_path: Path) -> None:
+    """Found by the fuzzer: an invalid deflate block met while reading a member escaped as zlib.error.
+
+    tarfile wraps zlib errors met while parsing a header, not those met while reading member data
+    (here: the manifest, 200 kB, broken half-way, past gzip's 8 kB read-ahead).
+    """
+    plain = io.BytesIO()
+    manifest = _manifest(**{f"f{i:05}": 1 for i in range(3000)})
+    with tarfile.open(fileobj=plain, mode="w") as tar:
+        info = tarfile.TarInfo("attempt/manifest.json")
+        info.size = len(manifest)
+        tar.addfile(info, io.BytesIO(manifest))
+    deflate = zlib.compressobj(6, zlib.DEFLATED, -zlib.MAX_WBITS)
+    body = deflate.compress(plain.getvalue()[: len(manifest) // 2]) + deflate.flush(zlib.Z_SYNC_FLUSH)
+    broken = tmp_path / "broken.tar.gz"  # 0x07 opens a block of type 3, which does not exist
+    broken.write_bytes(b"\x1f\x8b\x08\x00\x00\x00\x00\x00\x00\xff" + body + b"\x07" + bytes(64))
+    proc = verify(broken)
+    assert proc.returncode == 3 and "is not a readable .tar.gz" in proc.stdout, proc.stdout + proc.stderr
