@@ -3,7 +3,9 @@
 Each check runs ``bash -c COMMAND`` (the command is maintainer-written configuration, not PR
 input) under ``ds4ci.supervisor`` with a deadline: on timeout it gets SIGTERM, then SIGKILL, and
 whatever it started (helpers, double-forked daemons) is killed and reaped when it ends, so no
-process outlives the check. Output goes to ``log_dir/check-<slug>.log``.
+process outlives the check. Output goes to ``log_dir/check-<slug>.log``, cut at ``log_cap_mib``
+(``cappedlog.py``): a check whose log reaches the cap is an "error", and its log ends with a line
+that says where it was cut.
 
 A parser turns the output into counts. The status is "pass" only when the command exited 0,
 the parser found what it needs and nothing failed; a parser that finds nothing is an "error"
