@@ -76,8 +76,15 @@ def verify(
 
     Checks every file against manifest.json, re-parses every server log, recomputes every verdict
     with the gate's own judging code and compares with results.json field by field.
-    Exit 0: every bundle intact, consistent and passing; 1: intact and consistent, some failing;
-    3: something does not verify (the message says what).
+    Give the bundle directory (runs/<id> or failed/<id> under --evidence-dir) or the .tar.gz from
+    gate --bundle-out; a results.json alone is not a bundle.
+
+    Exit codes (the most severe over all bundles wins: 3, 4, 1, 0):
+    0: every bundle intact, consistent and passing;
+    1: intact and consistent, some failing;
+    4: intact and consistent, but the gate reached no verdict (verdict error);
+    3: does not verify: tampered, unreadable or not a bundle (the message says what);
+    2: a path that does not exist, or a bad flag.
     """
     from ds4ci.commands.verify import run_verify
 

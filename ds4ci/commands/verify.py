@@ -1,11 +1,16 @@
-"""``ds4ci verify``: bundles in, one line (or JSON) per bundle, the worst exit code out."""
+"""``ds4ci verify``: bundles in, one line (or JSON) per bundle, the worst exit code out.
+
+Exit codes: 0 every bundle intact and pass; 1 intact, a fail; 4 intact, a verdict error (the gate
+reached no verdict); 3 a bundle does not verify (tampered, unreadable, not a bundle); 2 a path
+that does not exist or a bad flag. With several bundles the most severe wins (3, 4, 1, 0).
+"""
 
 from __future__ import annotations
 
 from collections.abc import Sequence
 from pathlib import Path
 
-from ds4ci.errors import EXIT_ERROR, EXIT_FAIL, EXIT_PASS, UsageError
+from ds4ci.errors import UsageError
 from ds4ci.evidence import verify
 
 
@@ -22,6 +27,4 @@ def run_verify(bundles: Sequence[Path], *, as_json: bool, expect_config: Path | 
         if expected is None:
             print("note: no --expect-config: settings and pins were checked for consistency, not against a trusted config")
     codes = {item.exit_code for item in found}
-    if EXIT_ERROR in codes:
-        return EXIT_ERROR
-    return EXIT_FAIL if EXIT_FAIL in codes else EXIT_PASS
+    return next(code for code in verify.EXIT_SEVERITY if code in codes)

@@ -1,24 +1,36 @@
 """Evidence bundles as single files: a ``.tar.gz`` of a promoted attempt, written and opened safely.
 
-Written from regular files only (never a symlink or special file). Opened as untrusted input:
-every member must be a regular file or a directory with a plain relative name inside the one top
-directory; links, devices, absolute paths and ``..`` are refused, and size and count are bounded,
-before anything is extracted into a fresh temporary directory.
+Written from regular files only (never a symlink or special file), ``manifest.json`` first. Opened
+as untrusted input, in two passes. The first reads the tar headers only, writing nothing: every
+member must be a regular file or a directory with a plain relative name inside the one top
+directory (links, devices, absolute paths, ``..`` and repeated names are refused); the first file
+must be the manifest, read size-limited; every later file must be one the manifest lists (or
+``results.json``), no larger than the manifest says, and the total no more than the manifest's
+sum; the member count has a fixed limit. Only then does the second pass extract the checked
+members into a fresh temporary directory. The first failure stops the scan, so a small archive
+cannot make ds4ci decompress or write much more than its manifest declares.
 """
 
 from __future__ import annotations
 
 import contextlib
+import json
 import shutil
 import tarfile
 import tempfile
+import zlib
 from collections.abc import Iterator
+from dataclasses import dataclass, field
 from pathlib import Path, PurePosixPath
 
 from ds4ci.errors import UsageError
+from ds4ci.evidence.results import MAX_RESULTS_BYTES
+from ds4ci.evidence.store import MANIFEST, RESULTS
 
 MAX_MEMBERS = 100_000
 MAX_TOTAL_BYTES = 16 << 30  # server logs are capped at 512 MiB a stream by default
+MAX_MANIFEST_BYTES = 8 << 20
+GZIP_MAGIC = b"\x1f\x8b"
 
 
 class BundleError(Exception):
@@ -26,36 +38,140 @@ class BundleError(Exception):
 
 
 def write_archive(directory: Path, out: Path, regular_files: list[str]) -> None:
-    """Write ``directory``'s listed regular files (relative paths) as ``out`` (.tar.gz) under its own name."""
+    """Write ``directory``'s listed regular files (relative paths) as ``out`` (.tar.gz) under its own name.
+
+    The manifest goes first: a reader bounds every later member by what it lists.
+    """
     out.parent.mkdir(parents=True, exist_ok=True)
     partial = out.with_name(f".{out.name}.partial")
     # gzip level 6 (zlib's default) instead of tarfile's 9: server logs compress about as well, in
     # a fraction of the time.
     with tarfile.open(partial, "w:gz", compresslevel=6) as tar:
-        for rel in sorted(regular_files):
+        for rel in sorted(regular_files, key=lambda r: (r != MANIFEST, r)):
             tar.add(directory / rel, arcname=f"{directory.name}/{rel}", recursive=False)
     partial.replace(out)
 
 
-def _checked_members(tar: tarfile.TarFile) -> tuple[str, list[tarfile.TarInfo]]:
-    members = tar.getmembers()
-    if len(members) > MAX_MEMBERS:
-        raise BundleError(f"{len(members)} members is more than an evidence bundle can hold ({MAX_MEMBERS})")
-    tops: set[str] = set()
-    total = 0
-    for member in members:
-        name = PurePosixPath(member.name)
-        if name.is_absolute() or ".." in name.parts or not name.parts:
-            raise BundleError(f"member {member.name!r} has an unsafe path")
-        if not (member.isfile() or member.isdir()):
-            raise BundleError(f"member {member.name!r} is not a regular file or directory (links are refused)")
-        tops.add(name.parts[0])
-        total += member.size
-    if len(tops) != 1:
-        raise BundleError(f"expected one top directory (the attempt), found {len(tops)}")
-    if total > MAX_TOTAL_BYTES:
-        raise BundleError(f"{total} bytes unpacked is over the {MAX_TOTAL_BYTES}-byte limit")
-    return tops.pop(), members
+@dataclass
+class _Scan:
+    """What the header pass has learnt so far."""
+
+    top: str | None = None
+    members: list[tarfile.TarInfo] = field(default_factory=list)
+    files: dict[str, int] = field(default_factory=dict)  # relative path -> size in its header
+    allowed: dict[str, int] | None = None  # from the manifest, once read
+    budget: int = MAX_TOTAL_BYTES
+    total: int = 0
+
+
+def _relative(scan: _Scan, member: tarfile.TarInfo) -> str:
+    """The member's path below the top directory, after checking its name and type."""
+    name = PurePosixPath(member.name)
+    if name.is_absolute() or not name.parts or any(p in ("", ".", "..") for p in name.parts) or "\\" in member.name:
+        raise BundleError(f"member {member.name[:200]!r} has an unsafe path")
+    if not (member.isfile() or member.isdir()):
+        raise BundleError(f"member {member.name[:200]!r} is not a regular file or directory (links are refused, devices too)")
+    if scan.top is None:
+        scan.top = name.parts[0]
+    elif name.parts[0] != scan.top:
+        raise BundleError(f"expected one top directory (the attempt), found {scan.top!r} and {name.parts[0]!r}")
+    return "/".join(name.parts[1:])
+
+
+def _bound(scan: _Scan, rel: str, size: int) -> None:
+    """A file member's size against the manifest (once known) and the running total."""
+    if scan.allowed is not None:
+        if rel not in scan.allowed:
+            raise BundleError(f"member {rel[:200]!r} is not listed in the archive's manifest.json (refused before extraction)")
+        if size > scan.allowed[rel]:
+            raise BundleError(f"member {rel[:200]!r} is {size} bytes in the archive, more than the {scan.allowed[rel]} "
+                              "its manifest lists (refused before extraction)")
+    if scan.total > scan.budget:
+        raise BundleError(f"the archive holds {scan.total} bytes, more than the {scan.budget} its manifest accounts for")
+
+
+def _limits(tar: tarfile.TarFile, member: tarfile.TarInfo) -> dict[str, int]:
+    """Every path the manifest member allows, with its size (the manifest and results.json included)."""
+    if member.size > MAX_MANIFEST_BYTES:
+        raise BundleError(f"manifest.json is {member.size} bytes, over the {MAX_MANIFEST_BYTES}-byte limit")
+    handle = tar.extractfile(member)
+    data = handle.read(MAX_MANIFEST_BYTES + 1) if handle is not None else b""
+    try:
+        doc = json.loads(data.decode("utf-8"))
+    except (UnicodeDecodeError, ValueError, RecursionError) as exc:
+        raise BundleError(f"the archive's manifest.json is not JSON ({str(exc)[:200]})") from exc
+    entries = doc.get("evidence") if isinstance(doc, dict) else None
+    if not isinstance(entries, list):
+        raise BundleError("the archive's manifest.json is not a manifest (no evidence list)")
+    allowed = {MANIFEST: member.size, RESULTS: MAX_RESULTS_BYTES}
+    for entry in entries:
+        path, size = (entry.get("path"), entry.get("size")) if isinstance(entry, dict) else (None, None)
+        if not isinstance(path, str) or not isinstance(size, int) or isinstance(size, bool) or size < 0 or path in allowed:
+            raise BundleError(f"the archive's manifest.json has a malformed or repeated entry {str(entry)[:200]}")
+        allowed[path] = size
+    return allowed
+
+
+def _scan_headers(tar: tarfile.TarFile) -> _Scan:
+    """Pass one: every header checked, nothing written."""
+    scan = _Scan()
+    while (member := tar.next()) is not None:
+        if len(scan.members) >= MAX_MEMBERS:
+            raise BundleError(f"more than {MAX_MEMBERS} members: more than an evidence bundle holds")
+        rel = _relative(scan, member)
+        scan.members.append(member)
+        if not member.isfile():
+            continue
+        if rel in scan.files:
+            raise BundleError(f"member {rel[:200]!r} appears twice in the archive")
+        scan.files[rel] = member.size
+        scan.total += member.size
+        if scan.allowed is None:
+            if rel != MANIFEST:
+                raise BundleError(
+                    f"the archive's first file is {rel[:200]!r}, not manifest.json (gate --bundle-out writes the "
+                    "manifest first, so every later member is bounded by it): verify the bundle directory instead, "
+                    "or archive it again with gate --bundle-out"
+                )
+            scan.allowed = _limits(tar, member)
+            scan.budget = min(MAX_TOTAL_BYTES, sum(scan.allowed.values()))
+        _bound(scan, rel, member.size)
+    if scan.top is None or scan.allowed is None:
+        raise BundleError("the archive holds no manifest.json below one top directory: not an evidence bundle")
+    return scan
+
+
+def _not_an_archive(path: Path) -> str | None:
+    """Why a file given as a bundle is plainly not one (a results.json, or not gzip), else None."""
+    with path.open("rb") as fh:
+        start = fh.read(64)
+    if start.startswith(GZIP_MAGIC):
+        return None
+    if path.name.endswith(".json") or start.lstrip().startswith(b"{"):
+        return (f"{path} is a JSON file (a results.json?), not an evidence bundle: give the bundle directory "
+                "(runs/<id> or failed/<id> under --evidence-dir) or the .tar.gz from gate --bundle-out")
+    return (f"{path} is not an evidence bundle (neither a directory nor a .tar.gz): give the bundle directory "
+            "or the .tar.gz from gate --bundle-out")
+
+
+def _extract(path: Path, scratch: Path) -> str:
+    """Check the archive's headers, then extract it into ``scratch``; the top directory's name."""
+    try:
+        reason = _not_an_archive(path)
+        if reason is not None:
+            raise BundleError(reason)
+        with tarfile.open(path, "r:gz") as tar:
+            scan = _scan_headers(tar)
+            for member in scan.members:
+                member.mode = 0o700 if member.isdir() else 0o600
+            if hasattr(tarfile, "data_filter"):  # Python >= 3.10.12 / 3.11.4: a second line of defence
+                tar.extractall(scratch, members=scan.members, filter="data")
+            else:  # pragma: no cover - older patch releases; the members were checked above
+                tar.extractall(scratch, members=scan.members)  # noqa: S202
+    except (tarfile.TarError, OSError, EOFError, ValueError, zlib.error) as exc:  # zlib: a corrupt deflate stream
+        raise BundleError(f"{path} is not a readable .tar.gz ({str(exc)[:200]})") from exc
+    assert scan.top is not None  # _scan_headers refuses an archive without one
+    return scan.top
 
 
 @contextlib.contextmanager
@@ -68,17 +184,7 @@ def opened(path: Path) -> Iterator[Path]:
         raise UsageError(f"bundle {path} does not exist (expected an evidence directory or a .tar.gz of one)")
     scratch = Path(tempfile.mkdtemp(prefix="ds4ci-bundle-"))
     try:
-        try:
-            with tarfile.open(path, "r:gz") as tar:
-                top, members = _checked_members(tar)
-                for member in members:
-                    member.mode = 0o700 if member.isdir() else 0o600
-                if hasattr(tarfile, "data_filter"):  # Python >= 3.10.12 / 3.11.4: a second line of defence
-                    tar.extractall(scratch, members=members, filter="data")
-                else:  # pragma: no cover - older patch releases; the members were checked above
-                    tar.extractall(scratch, members=members)  # noqa: S202
-        except (tarfile.TarError, OSError, EOFError) as exc:
-            raise BundleError(f"{path} is not a readable .tar.gz ({exc})") from exc
+        top = _extract(path, scratch)
         yield scratch / top
     finally:
         shutil.rmtree(scratch, ignore_errors=True)

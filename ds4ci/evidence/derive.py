@@ -18,14 +18,13 @@ anything its sealed files do not. Each field comes from one sealed file (``docs/
 
 from __future__ import annotations
 
-import hashlib
 from pathlib import Path
 from typing import Any, cast
 
 from ds4ci.errors import EXIT_ERROR, EXIT_FAIL, EXIT_PASS, ResultsError
 from ds4ci.evidence import results
 from ds4ci.evidence.store import FAILED, MANIFEST, RUNS
-from ds4ci.judging import judge, steps
+from ds4ci.judging import confined, judge, steps
 from ds4ci.judging.verdict import ERROR, FAIL, NOT_RUN, PASS
 from ds4ci.records import BuildRecord, CheckResult, ExitCode, Results, TargetOnlyResult, Verdict, WidthResult
 
@@ -47,19 +46,17 @@ class DeriveError(Exception):
 
 
 def sealed_json(root: Path, rel: str, required: bool = True) -> Any:
-    """One sealed JSON file, read strictly (size limit, no duplicate keys); None when absent and optional."""
-    path = root / rel
-    if path.is_symlink() or (path.exists() and not path.is_file()):
-        raise DeriveError(f"{rel} is not a regular file")
-    if not path.exists():
-        if required:
-            raise DeriveError(f"{rel} is missing from the evidence")
-        return None
+    """One sealed JSON file, read strictly (confined to the bundle, size limit, no duplicate keys); None when absent
+    and optional."""
     try:
-        with path.open("rb") as fh:
-            data = fh.read(results.MAX_RESULTS_BYTES + 1)
+        data = confined.read_bytes(root, rel, results.MAX_RESULTS_BYTES)
+    except confined.ConfinedError as exc:
+        if not required and not (root / rel).exists() and not (root / rel).is_symlink():
+            return None
+        raise DeriveError(str(exc) if (root / rel).exists() else f"{rel} is missing from the evidence") from exc
+    try:
         return results.strict_json(data, rel)
-    except (OSError, ResultsError) as exc:
+    except ResultsError as exc:
         raise DeriveError(f"{rel} cannot be read: {exc}") from exc
 
 
@@ -125,7 +122,7 @@ def _head(root: Path) -> Results:
         "target_only": not_run_target(), "widths": [], "checks": [], "build": None,
         "evidence": {
             "dir": "", "diagnostics": None,
-            "manifest_sha256": hashlib.sha256(manifest.read_bytes()).hexdigest() if manifest.is_file() else None,
+            "manifest_sha256": confined.digest(root, MANIFEST)[1] if manifest.is_file() else None,
         },
     }
     for key in ("evidence_dir", "attempt_id"):

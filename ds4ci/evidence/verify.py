@@ -22,19 +22,26 @@ import json
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, TypedDict
+from typing import Any, Final, TypedDict
 
 from ds4ci.errors import EXIT_ERROR, EXIT_FAIL, EXIT_PASS, ResultsError, UsageError
 from ds4ci.evidence import bundle, results
 from ds4ci.evidence.derive import DeriveError, derive
 from ds4ci.evidence.store import MANIFEST, RESULTS, regular_files
+from ds4ci.judging import confined
 from ds4ci.judging.verdict import ERROR, FAIL, PASS
 from ds4ci.options.config import DEFAULT_WIDTHS, parse_sha256, parse_widths, read_toml
 from ds4ci.records import Results, TargetOnlyResult, Verdict, WidthResult
-from ds4ci.runner.identity import hash_file
 
 _SEALED = (MANIFEST, RESULTS)
 EXIT_FOR = {PASS: EXIT_PASS, FAIL: EXIT_FAIL}
+# verify's own code for an intact, consistent bundle whose verdict is error: distinct from
+# EXIT_ERROR (3), which verify keeps for evidence that does not verify.
+EXIT_VERDICT_ERROR: Final = 4
+# Most severe first: the code verify returns for several bundles.
+EXIT_SEVERITY = (EXIT_ERROR, EXIT_VERDICT_ERROR, EXIT_FAIL, EXIT_PASS)
+# Shapes of malformed sealed JSON that judging did not anticipate: still "does not verify", never a traceback.
+_MALFORMED = (TypeError, KeyError, AttributeError, IndexError, ValueError, ArithmeticError, RecursionError)
 
 
 class Recomputed(TypedDict):
@@ -62,68 +69,105 @@ class Verification:
         return self.recomputed["verdict"]
 
     @property
+    def intact(self) -> bool:
+        """The bundle verifies: files as sealed, results.json equal to its recomputation."""
+        return not self.problems and self.recomputed is not None
+
+    @property
     def exit_code(self) -> int:
-        return EXIT_FOR.get(self.verdict, EXIT_ERROR) if not self.problems else EXIT_ERROR
+        """0 pass, 1 fail, 3 does not verify, 4 intact but the verdict is error (no verdict was reached)."""
+        if not self.intact:
+            return EXIT_ERROR
+        return EXIT_FOR.get(self.verdict, EXIT_VERDICT_ERROR)
 
     def summary(self) -> str:
-        if self.problems:
-            return f"{self.bundle}: evidence does not verify: " + "; ".join(self.problems[:20])
-        assert self.recomputed is not None
-        return f"{self.bundle}: intact and consistent; recomputed verdict {self.recomputed['verdict']}"
+        if not self.intact:
+            return f"{self.bundle}: evidence does not verify: " + "; ".join(self.problems[:20] or ["nothing recomputed"])
+        if self.exit_code == EXIT_VERDICT_ERROR:
+            return (f"{self.bundle}: intact and consistent; recomputed verdict error (the gate reached no verdict; "
+                    f"exit {EXIT_VERDICT_ERROR})")
+        return f"{self.bundle}: intact and consistent; recomputed verdict {self.verdict}"
 
 
-def _manifest(root: Path, problems: list[str]) -> dict[str, Any] | None:
+def _manifest(root: Path, problems: list[str]) -> tuple[dict[str, Any], bytes] | None:
+    """The manifest (its shape checked) and its exact bytes, or None with the problem recorded."""
     try:
-        doc = results.strict_json((root / MANIFEST).read_bytes(), MANIFEST)
-    except FileNotFoundError:
-        problems.append("manifest.json is missing (an unpromoted attempt, or not an evidence bundle)")
+        data = confined.read_bytes(root, MANIFEST)
+        doc = results.strict_json(data, MANIFEST)
+    except confined.ConfinedError as exc:
+        problems.append(f"{exc} (an unpromoted attempt, or not an evidence bundle)")
         return None
-    except (OSError, ResultsError) as exc:
+    except ResultsError as exc:
         problems.append(f"manifest.json cannot be read: {exc}")
         return None
     entries = doc.get("evidence") if isinstance(doc, dict) else None
-    if doc.get("schema") != "ds4ci/manifest/v1" or not isinstance(entries, list):
-        problems.append("manifest.json is not a ds4ci/manifest/v1 document with an evidence list")
+    if not isinstance(doc, dict) or doc.get("schema") != "ds4ci/manifest/v1" or not isinstance(entries, list):
+        found = f"a JSON {type(doc).__name__}" if not isinstance(doc, dict) else "an object without them"
+        problems.append(f"manifest.json is not a ds4ci/manifest/v1 document with an evidence list (found {found})")
         return None
-    manifest: dict[str, Any] = doc
-    return manifest
+    return doc, data
 
 
-def check_integrity(root: Path) -> tuple[list[str], Results | None]:
-    """Problems with the bundle's files, and its results.json when it could be read."""
-    files, problems = regular_files(root)
-    manifest = _manifest(root, problems)
-    if manifest is None:
-        return problems, None
+def _listed(entries: list[Any], problems: list[str]) -> dict[str, Mapping[str, Any]]:
+    """The manifest's entries by path; a malformed, impossible or repeated entry is a problem."""
     listed: dict[str, Mapping[str, Any]] = {}
-    for entry in manifest["evidence"]:
-        path = entry.get("path") if isinstance(entry, dict) else None
-        if not isinstance(path, str) or path.startswith("/") or ".." in Path(path).parts or path in _SEALED:
-            problems.append(f"manifest lists an impossible path {path!r}")
+    for entry in entries:
+        try:
+            path = "/".join(confined.parts_of(entry.get("path") if isinstance(entry, dict) else None))
+        except confined.ConfinedError:
+            problems.append(f"manifest lists an impossible entry {str(entry)[:200]}")
+            continue
+        if path in _SEALED or not isinstance(entry.get("size"), int) or not isinstance(entry.get("sha256"), str):
+            problems.append(f"manifest entry {str(entry)[:200]} is not a sealed file with an integer size and a sha256")
             continue
         if path in listed:
             problems.append(f"manifest lists {path} twice")
         listed[path] = entry
-    for path, entry in sorted(listed.items()):
-        found = files.get(path)
-        if found is None:
-            problems.append(f"{path} is listed in the manifest but missing")
-        elif found.stat().st_size != entry.get("size") or hash_file(found) != entry.get("sha256"):
-            problems.append(f"{path} does not match the manifest (size or SHA-256 differs: edited after sealing)")
-    for path in sorted(set(files) - set(listed) - set(_SEALED)):
-        problems.append(f"{path} is not listed in the manifest (added after sealing)")
+    return listed
+
+
+def _matches(root: Path, path: str, entry: Mapping[str, Any]) -> str | None:
+    """Why a listed file does not match its manifest entry, or None when it does."""
     try:
-        recorded = results.load(root / RESULTS)
-    except ResultsError as exc:
-        problems.append(str(exc))
-        return problems, None
-    digest = hashlib.sha256((root / MANIFEST).read_bytes()).hexdigest()
+        size, sha = confined.digest(root, path)
+    except confined.ConfinedError as exc:
+        return f"{path} cannot be checked: {exc}"
+    if size != entry["size"] or sha != entry["sha256"]:
+        return f"{path} does not match the manifest (size or SHA-256 differs: edited after sealing)"
+    return None
+
+
+def _recorded(root: Path, manifest_bytes: bytes, problems: list[str]) -> Results | None:
+    """results.json, read through ``confined`` and validated, and the manifest digest it must carry."""
+    try:
+        recorded = results.loads(confined.read_bytes(root, RESULTS, results.MAX_RESULTS_BYTES), RESULTS)
+    except (confined.ConfinedError, ResultsError) as exc:
+        problems.append(f"results.json cannot be used: {exc}")
+        return None
+    digest = hashlib.sha256(manifest_bytes).hexdigest()
     if recorded["evidence"]["manifest_sha256"] != digest:
         problems.append(
             f"results.json records manifest digest {recorded['evidence']['manifest_sha256']}, "
             f"but manifest.json has {digest}"
         )
-    return problems, recorded
+    return recorded
+
+
+def check_integrity(root: Path) -> tuple[list[str], Results | None]:
+    """Problems with the bundle's files, and its results.json when it could be read."""
+    files, problems = regular_files(root)
+    found = _manifest(root, problems)
+    if found is None:
+        return problems, None
+    listed = _listed(found[0]["evidence"], problems)
+    for path, entry in sorted(listed.items()):
+        if path not in files:
+            problems.append(f"{path} is listed in the manifest but missing (or not a regular file)")
+        elif (why := _matches(root, path, entry)) is not None:
+            problems.append(why)
+    for path in sorted(set(files) - set(listed) - set(_SEALED)):
+        problems.append(f"{path} is not listed in the manifest (added after sealing)")
+    return problems, _recorded(root, found[1], problems)
 
 
 def recompute(derived: Results) -> Recomputed:
@@ -215,6 +259,9 @@ def verify_dir(root: Path, label: str | None = None) -> Verification:
     except DeriveError as exc:
         found.problems.append(f"no results can be derived from the sealed files: {exc}")
         return found
+    except _MALFORMED as exc:
+        found.problems.append(f"the sealed evidence has an unexpected shape ({type(exc).__name__}: {str(exc)[:200]})")
+        return found
     found.recomputed = recompute(derived)
     found.problems += compare(recorded, derived)
     return found
@@ -282,7 +329,7 @@ def expectation_problems(found: Verification, expected: Mapping[str, Any]) -> li
 
 def as_json(found: Verification) -> dict[str, Any]:
     return {
-        "bundle": found.bundle, "verifies": not found.problems, "verdict": found.verdict, "exit_code": found.exit_code,
+        "bundle": found.bundle, "verifies": found.intact, "verdict": found.verdict, "exit_code": found.exit_code,
         "problems": found.problems, "recomputed": found.recomputed,
     }
 

@@ -14,7 +14,7 @@ import json
 from collections.abc import Callable
 from pathlib import Path
 
-from ds4ci.gate.checks import run_step
+from ds4ci.gate.checks import DEFAULT_LOG_CAP_BYTES, run_step
 from ds4ci.judging.steps import build_result
 from ds4ci.log import Logger, as_logger
 from ds4ci.options.config import BuildSpec, CheckSpec
@@ -24,19 +24,22 @@ Progress = Callable[[str], None]
 RECORD = "build.json"
 
 
-def run_build(spec: BuildSpec, log_dir: Path, progress: Progress | Logger) -> BuildRecord:
-    """Run the build in its own log group; the schema's ``build`` object (its log is ``log_dir/build.log``)."""
+def run_build(
+    spec: BuildSpec, log_dir: Path, progress: Progress | Logger, log_cap_bytes: int = DEFAULT_LOG_CAP_BYTES
+) -> BuildRecord:
+    """Run the build in its own log group; the schema's ``build`` object (its log is ``log_dir/build.log``,
+    cut at ``log_cap_bytes`` like a check's)."""
     log = as_logger(progress)
     with log.group("build"):
-        return _build(spec, log_dir, log)
+        return _build(spec, log_dir, log, log_cap_bytes)
 
 
-def _build(spec: BuildSpec, log_dir: Path, progress: Logger) -> BuildRecord:
+def _build(spec: BuildSpec, log_dir: Path, progress: Logger, log_cap_bytes: int) -> BuildRecord:
     log_dir.mkdir(parents=True, exist_ok=True)
     progress(f"build: running `{spec.command}` in {spec.cwd or Path.cwd()} (timeout {spec.timeout_s:g} s)")
     record = run_step(
         CheckSpec("build", spec.command, "build-progress", None, spec.timeout_s, spec.cwd), log_dir / "build.log",
-        progress=progress,
+        progress=progress, log_cap_bytes=log_cap_bytes,
     )
     for key in ("name", "parser", "report"):
         del record[key]

@@ -3,7 +3,8 @@
 Each check runs ``bash -c COMMAND`` (the command is maintainer-written configuration, not PR
 input) under ``ds4ci.supervisor`` with a deadline: on timeout it gets SIGTERM, then SIGKILL, and
 whatever it started (helpers, double-forked daemons) is killed and reaped when it ends, so no
-process outlives the check. Output goes to ``log_dir/check-<slug>.log``; a report the run wrote is
+process outlives the check. Output goes to ``log_dir/check-<slug>.log``, cut at ``log_cap_mib``
+(``cappedlog.py``, the cut written as the log's last line, which makes the check an error); a report the run wrote is
 copied next to it (``check-<slug>.report``), and what happened (exit code, timeout, duration) is
 sealed in ``log_dir/checks.json``. The verdict comes from those files only, through
 ``ds4ci.judging.steps`` (the code ``ds4ci verify`` re-judges them with).
@@ -19,15 +20,18 @@ from pathlib import Path
 from typing import Any
 
 from ds4ci import supervisor
+from ds4ci.gate.cappedlog import CappedLog
 from ds4ci.judging.steps import LOG_TAIL_BYTES, MAX_REPORT_BYTES, check_result
 from ds4ci.log import Logger, as_logger
 from ds4ci.options.config import CheckSpec
 from ds4ci.options.policy import CREDENTIAL_VARIABLES
+from ds4ci.options.table import get as option
 from ds4ci.records import CheckResult
 
 __all__ = ["LOG_TAIL_BYTES", "RECORDS", "check_env", "run_check", "run_checks", "run_step", "slug"]
 RECORDS = "checks.json"
 KILL_GRACE_S = 5.0
+DEFAULT_LOG_CAP_BYTES = int(option("gate", "log_cap_mib").default) << 20
 
 Progress = Callable[[str], None]
 
@@ -46,18 +50,21 @@ def check_env() -> dict[str, str]:
 
 
 def _run_group(
-    command: str, cwd: Path | None, log: Path, timeout_s: float, sup: supervisor.Supervisor
+    command: str, cwd: Path | None, log: CappedLog, timeout_s: float, sup: supervisor.Supervisor
 ) -> supervisor.RunResult:
     """Run ``bash -c command`` with stdout and stderr in ``log``; everything it started is swept."""
-    return sup.run(
-        ["bash", "-c", command],
-        timeout_s,
-        cwd=cwd,
-        env=check_env(),
-        stdout=log,
-        stderr=supervisor.STDOUT,
-        grace_s=KILL_GRACE_S,
-    )
+    try:
+        return sup.run(
+            ["bash", "-c", command],
+            timeout_s,
+            cwd=cwd,
+            env=check_env(),
+            stdout=log.write_fd,
+            stderr=supervisor.STDOUT,
+            grace_s=KILL_GRACE_S,
+        )
+    finally:
+        log.close()
 
 
 def _report_stamp(path: Path | None) -> tuple[int, int, int, int] | None:
@@ -85,7 +92,8 @@ def _read_report(path: Path | None, stamp_before: tuple[int, int, int, int] | No
 
 
 def run_step(
-    spec: CheckSpec, log: Path, sup: supervisor.Supervisor | None = None, progress: Progress | None = None
+    spec: CheckSpec, log: Path, sup: supervisor.Supervisor | None = None, progress: Progress | None = None,
+    log_cap_bytes: int = DEFAULT_LOG_CAP_BYTES,
 ) -> dict[str, Any]:
     """Run one command; its sealed run record (the log is ``log``, a fresh report is copied beside it)."""
     report_before = _report_stamp(spec.report)
@@ -94,8 +102,9 @@ def run_step(
         "log": log.name, "report": None, "start_error": None, "timed_out": False, "abandoned": False,
         "exit_code": None, "duration_s": 0.0,
     }
+    capped = CappedLog(log, log_cap_bytes)
     try:
-        run = _run_group(spec.command, spec.cwd, log, spec.timeout_s, sup or supervisor.default())
+        run = _run_group(spec.command, spec.cwd, capped, spec.timeout_s, sup or supervisor.default())
     except (OSError, supervisor.SupervisorError) as exc:
         why = exc.strerror if isinstance(exc, OSError) and exc.strerror else str(exc)
         record["start_error"] = f"could not start the command in {spec.cwd or Path.cwd()}: {why}"
@@ -117,10 +126,11 @@ def run_step(
 
 
 def run_check(
-    spec: CheckSpec, log: Path, sup: supervisor.Supervisor | None = None, progress: Progress | None = None
+    spec: CheckSpec, log: Path, sup: supervisor.Supervisor | None = None, progress: Progress | None = None,
+    log_cap_bytes: int = DEFAULT_LOG_CAP_BYTES,
 ) -> CheckResult:
     """Run one check; the schema's ``check`` object, judged from what was sealed (the record is not kept)."""
-    return check_result(run_step(spec, log, sup, progress), log.parent, f"check {spec.name}")
+    return check_result(run_step(spec, log, sup, progress, log_cap_bytes), log.parent, f"check {spec.name}")
 
 
 def run_checks(
@@ -128,6 +138,7 @@ def run_checks(
     log_dir: Path,
     progress: Progress | Logger | None = None,
     sup: supervisor.Supervisor | None = None,
+    log_cap_bytes: int = DEFAULT_LOG_CAP_BYTES,
 ) -> list[CheckResult]:
     """Run every check in order (each is judged on its own); logs and ``checks.json`` go to ``log_dir``.
 
@@ -148,7 +159,7 @@ def run_checks(
         used.add(unique)
         with log.group(f"check {spec.name}"):
             log(f"check {spec.name}: running ({spec.parser}, timeout {spec.timeout_s:g} s)")
-            records.append(run_step(spec, log_dir / f"check-{unique}.log", sup, log))
+            records.append(run_step(spec, log_dir / f"check-{unique}.log", sup, log, log_cap_bytes))
             _write_records(log_dir / RECORDS, records)
             result = check_result(records[-1], log_dir, f"check {spec.name}")
             log(f"check {spec.name}: {result['status']}: {result['summary']} ({result['duration_s']:.1f} s)")

@@ -133,7 +133,7 @@ class _Run:
             return True
         from ds4ci.gate.build import run_build
 
-        build = self.doc["build"] = run_build(self.cfg.build, self.attempt.path / "build", self.progress)
+        build = self.doc["build"] = run_build(self.cfg.build, self.attempt.path / "build", self.progress, self.cfg.log_cap_bytes)
         return build["status"] == "pass"
 
     def record_fingerprint(self, taken: Background | None = None) -> None:
@@ -164,7 +164,9 @@ class _Run:
             return
         from ds4ci.gate.checks import run_checks
 
-        self.doc["checks"] = run_checks(self.cfg.checks, self.attempt.path / "checks", progress=self.progress)
+        self.doc["checks"] = run_checks(
+            self.cfg.checks, self.attempt.path / "checks", progress=self.progress, log_cap_bytes=self.cfg.log_cap_bytes
+        )
 
     def _settings(self) -> ServerSettings:
         from ds4ci.gate.server import ServerSettings

@@ -15,7 +15,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from ds4ci.judging import modeless
+from ds4ci.judging import confined, modeless
 from ds4ci.judging.attribution import ServerLog, attribute
 from ds4ci.judging.protocol import scan_log
 from ds4ci.judging.verdict import (
@@ -82,13 +82,15 @@ class EvidenceError(Exception):
     """Evidence that cannot be read as the gate writes it (missing, malformed): never a verdict."""
 
 
-def read_json(path: Path) -> Any:
+def read_json(attempt: Path, rel: object) -> Any:
+    """A JSON file of the attempt, ``rel`` read through ``confined`` (inside it, regular, size-limited)."""
     try:
-        return json.loads(path.read_text(encoding="utf-8"))
-    except FileNotFoundError as exc:
-        raise EvidenceError(f"{path.name} is missing from {path.parent}") from exc
-    except (OSError, UnicodeDecodeError, ValueError) as exc:
-        raise EvidenceError(f"{path} cannot be read as JSON: {exc}") from exc
+        data = confined.read_bytes(attempt, rel)
+        return json.loads(data.decode("utf-8"))
+    except confined.ConfinedError as exc:
+        raise EvidenceError(str(exc)) from exc
+    except (UnicodeDecodeError, ValueError, RecursionError) as exc:
+        raise EvidenceError(f"{str(rel)[:200]} cannot be read as JSON: {str(exc)[:200]}") from exc
 
 
 def _is_entry(entry: Any) -> bool:
@@ -98,17 +100,26 @@ def _is_entry(entry: Any) -> bool:
     )
 
 
+# The lifecycle fields judging reads besides requests, with the JSON types they may have.
+_LIFECYCLE_FIELDS: Mapping[str, tuple[type, ...]] = {
+    "stop": (dict,), "log_flood": (dict,), "overrides_after": (list,), "swept": (list,),
+    "error": (str, type(None)), "q": (int, type(None)),
+}
+_JSON_NAMES: Mapping[type, str] = {dict: "an object", list: "an array", str: "a string", int: "an integer"}
+
+
 def load_lifecycle(attempt: Path, key: str) -> dict[str, Any]:
     """A server's lifecycle record, with the shape judging relies on checked (fail closed)."""
     where = f"{SERVERS}/{key}/{LIFECYCLE}"
-    doc = read_json(attempt / SERVERS / key / LIFECYCLE)
+    doc = read_json(attempt, where)
     if not isinstance(doc, dict) or not isinstance(doc.get("requests"), list):
         raise EvidenceError(f"{where} is not a lifecycle record (no requests list)")
     if not all(_is_entry(e) for e in doc["requests"]):
         raise EvidenceError(f"{where}: every request needs an integer prompt_index and repeat and a request path")
-    for field in ("stop", "log_flood"):
-        if not isinstance(doc.get(field, {}), dict):
-            raise EvidenceError(f"{where}: {field} must be an object")
+    for field, kinds in _LIFECYCLE_FIELDS.items():
+        if field in doc and (isinstance(doc[field], bool) or not isinstance(doc[field], kinds)):
+            want = " or ".join("null" if k is type(None) else _JSON_NAMES[k] for k in kinds)
+            raise EvidenceError(f"{where}: {field} must be {want}, found {type(doc[field]).__name__}")
     return doc
 
 
@@ -137,7 +148,7 @@ def check_order(key: str, entries: Sequence[Mapping[str, Any]], settings: Settin
 
 def _check_body(attempt: Path, entry: Mapping[str, Any], settings: Settings, where: str) -> list[str]:
     """The recorded request body must be exactly the one the settings prescribe."""
-    body = read_json(attempt / entry["request"])
+    body = read_json(attempt, entry["request"])
     index = entry["prompt_index"]
     if not 0 <= index < len(settings.prompt_sha256s):
         return [f"{where}: recorded prompt index {index!r} is not one of the {len(settings.prompt_sha256s)} prompts"]
@@ -162,17 +173,17 @@ def observe(
     limit = RECORDS_PER_REQUEST * len(entries) + RECORDS_SLACK
     scans = []
     for stream in STREAMS:
-        path = attempt / SERVERS / key / f"{stream}.log"
-        if not path.is_file():
-            raise EvidenceError(f"{SERVERS}/{key}/{stream}.log is missing")
-        scans.append(scan_log(path, stream, limit))
+        try:
+            scans.append(scan_log(attempt / SERVERS / key / f"{stream}.log", stream, limit, root=attempt))
+        except confined.ConfinedError as exc:
+            raise EvidenceError(str(exc)) from exc
     log = attribute(scans, len(entries), speculative)
     problems: list[str] = []
     observed = []
     for entry, request_log in zip(entries, log.requests, strict=True):
         where = f"{key} request {entry.get('index')}"
         problems += _check_body(attempt, entry, settings, where)
-        answer = read_answer(read_json(attempt / entry["response"])) if entry.get("answered") is True else None
+        answer = read_answer(read_json(attempt, entry["response"])) if entry.get("answered") is True else None
         observed.append(Observed(entry["prompt_index"], entry["repeat"], request_log, not log.problems, answer))
     if len(answered) != len(entries):
         problems.append(f"{len(entries) - len(answered)} of {len(entries)} request(s) were not answered")

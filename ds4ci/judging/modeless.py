@@ -16,6 +16,7 @@ import json
 from collections.abc import Sequence
 from pathlib import Path
 
+from ds4ci.judging import confined
 from ds4ci.judging.protocol import MALFORMED, SUMMARY, TRACE, TRACE_TAG, first_mismatch, scan_log
 from ds4ci.judging.tinywords import ids_from_text
 
@@ -31,9 +32,11 @@ _SCAN_LIMIT = 4096
 def _carries_mode(attempt: Path, key: str) -> bool:
     for stream in _STREAMS:
         path = attempt / "servers" / key / f"{stream}.log"
-        if not path.is_file():
-            return True  # a missing log is not evidence of a missing mode; the judge reports it
-        for record in scan_log(path, stream, _SCAN_LIMIT).records:
+        try:
+            records = scan_log(path, stream, _SCAN_LIMIT, root=attempt).records
+        except (confined.ConfinedError, OSError):
+            return True  # an unreadable log is not evidence of a missing mode; the judge reports it
+        for record in records:
             if record.kind in (TRACE, SUMMARY) or (record.kind == MALFORMED and _claims_mode(record.text)):
                 return True
     return False
@@ -53,16 +56,19 @@ def no_mode_reason(attempt: Path, keys: Sequence[str]) -> str | None:
 
 def _answers(attempt: Path, key: str) -> dict[int, list[int] | None]:
     """Per prompt, the IDs of the first answered request of server ``key`` (None: not recoverable)."""
-    life = json.loads((attempt / "servers" / key / "lifecycle.json").read_text(encoding="utf-8"))
+    try:
+        life = json.loads(confined.read_bytes(attempt, f"servers/{key}/lifecycle.json"))
+    except (confined.ConfinedError, ValueError):
+        return {}
     found: dict[int, list[int] | None] = {}
     for entry in life.get("requests", []):
         index = entry.get("prompt_index")
         if not isinstance(index, int) or index in found or entry.get("answered") is not True:
             continue
         try:
-            doc = json.loads((attempt / str(entry["response"])).read_text(encoding="utf-8"))
+            doc = json.loads(confined.read_bytes(attempt, entry["response"]))
             text = doc["choices"][0]["message"]["content"]
-        except (OSError, ValueError, KeyError, IndexError, TypeError):
+        except (confined.ConfinedError, ValueError, KeyError, IndexError, TypeError):
             found[index] = None
             continue
         found[index] = ids_from_text(text) if isinstance(text, str) else None

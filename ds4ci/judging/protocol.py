@@ -18,10 +18,14 @@ a line of hundreds of megabytes without a newline included.
 
 from __future__ import annotations
 
+import os
 import re
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
+from typing import BinaryIO
+
+from ds4ci.judging import confined
 
 TRACE_TAG = "[ds4-exact-verify-trace]"
 SPEC_TAG = "[ds4-spec] "
@@ -224,7 +228,7 @@ def classify(line: str, stream: str = "stderr", offset: int = 0, truncated: bool
         return LogRecord(MALFORMED, stream, offset, shorten(line), reason=str(exc))
 
 
-def _lines(path: Path) -> Iterator[tuple[int, bytes, bool]]:
+def _lines(fh: BinaryIO) -> Iterator[tuple[int, bytes, bool]]:
     """(offset, line without newline, truncated) for every line; linear time, bounded memory.
 
     A line longer than MAX_LINE_BYTES yields its first MAX_LINE_BYTES bytes with truncated=True;
@@ -234,34 +238,44 @@ def _lines(path: Path) -> Iterator[tuple[int, bytes, bool]]:
     pending = bytearray()
     overflow = False
     position = 0
-    with path.open("rb") as fh:
-        while chunk := fh.read(_READ_CHUNK):
-            start = 0
-            while True:
-                cut = chunk.find(b"\n", start)
-                piece = chunk[start:] if cut < 0 else chunk[start:cut]
-                room = MAX_LINE_BYTES - len(pending)
-                if len(piece) > room:
-                    overflow = True
-                    piece = piece[:max(room, 0)]
-                pending += piece
-                if cut < 0:
-                    break
-                yield offset, bytes(pending), overflow
-                offset = position + cut + 1
-                pending.clear()
-                overflow = False
-                start = cut + 1
-            position += len(chunk)
+    while chunk := fh.read(_READ_CHUNK):
+        start = 0
+        while True:
+            cut = chunk.find(b"\n", start)
+            piece = chunk[start:] if cut < 0 else chunk[start:cut]
+            room = MAX_LINE_BYTES - len(pending)
+            if len(piece) > room:
+                overflow = True
+                piece = piece[:max(room, 0)]
+            pending += piece
+            if cut < 0:
+                break
+            yield offset, bytes(pending), overflow
+            offset = position + cut + 1
+            pending.clear()
+            overflow = False
+            start = cut + 1
+        position += len(chunk)
     if pending or overflow:
         yield offset, bytes(pending), overflow
 
 
-def scan_log(path: Path, stream: str, max_records: int) -> LogScan:
-    """Every trusted record of one log stream, in order (at most max_records kept)."""
+def scan_log(path: Path, stream: str, max_records: int, root: Path | None = None) -> LogScan:
+    """Every trusted record of one log stream, in order (at most max_records kept).
+
+    The log is opened through ``confined`` (a regular file, never through a link; below ``root``
+    when given, the bundle it belongs to); ConfinedError says why it could not be.
+    """
+    base = root if root is not None else path.parent
+    with confined.open_regular(base, confined.relative(base, path)) as fh:
+        size = os.fstat(fh.fileno()).st_size
+        return _scan(fh, stream, max_records, size)
+
+
+def _scan(fh: BinaryIO, stream: str, max_records: int, size: int) -> LogScan:
     records: list[LogRecord] = []
     dropped = 0
-    for offset, raw, truncated in _lines(path):
+    for offset, raw, truncated in _lines(fh):
         if not raw.startswith(b"["):  # cheap filter: every trusted line starts with a tag
             continue
         record = classify(raw.decode("utf-8", errors="replace"), stream, offset, truncated)
@@ -271,7 +285,7 @@ def scan_log(path: Path, stream: str, max_records: int) -> LogScan:
             dropped += 1
             continue
         records.append(record)
-    return LogScan(stream, path.stat().st_size, tuple(records), dropped)
+    return LogScan(stream, size, tuple(records), dropped)
 
 
 def first_mismatch(target: Sequence[int], spec: Sequence[int], context: int = 4) -> Mismatch | None:

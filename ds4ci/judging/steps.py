@@ -28,6 +28,9 @@ LOG_TAIL_BYTES = 4096
 MAX_PARSE_BYTES = 64 * 1024 * 1024  # parse at most the last 64 MiB of a (build) log
 MAX_REPORT_BYTES = 64 * 1024 * 1024
 MAX_TEXT = 4096  # the schema's "text" limit
+# The line the gate ends a check's or the build's log with when it cut that log at log_cap_mib.
+CUT_MARKER = b"[ds4ci] log cut here:"
+_CUT_TAIL = 512
 
 
 @dataclass(frozen=True)
@@ -256,6 +259,17 @@ def tail(path: Path, limit: int) -> bytes:
         return b""
 
 
+def cut_line(path: Path) -> str | None:
+    """The gate's cut line when a sealed check or build log ends with it (the log was cut at the cap), else None."""
+    last = tail(path, _CUT_TAIL).rstrip(b"\n").rpartition(b"\n")[2]
+    return last[len(CUT_MARKER):].decode("utf-8", errors="replace").strip() if last.startswith(CUT_MARKER) else None
+
+
+def log_was_cut(path: Path) -> bool:
+    """Whether a check's or the build's sealed log ends with the line the gate writes when it cuts it."""
+    return cut_line(path) is not None
+
+
 def _field(record: Mapping[str, Any], key: str, types: tuple[type, ...], where: str) -> Any:
     value = record.get(key)
     if not isinstance(value, types) or (isinstance(value, bool) and bool not in types):
@@ -288,6 +302,9 @@ def _outcome(record: Mapping[str, Any], directory: Path, where: str) -> CheckOut
     if abandoned:
         return _error(f"{'timed out; ' if timed_out else ''}a process it started survived SIGKILL "
                       "(uninterruptible sleep?) and was abandoned")
+    if (cut := cut_line(log)) is not None:
+        return _error(f"its output reached the log cap (log_cap_mib) and was cut there: {cut}; "
+                      "raise log_cap_mib or make the command quieter")
     if timed_out:
         return _error(f"timed out after {timeout_s:g} s; it and everything it started were killed")
     report = None
@@ -331,7 +348,7 @@ def build_result(record: Mapping[str, Any], directory: Path, where: str) -> Buil
     check = check_result({**record, "name": "build", "parser": "build-progress", "report": None}, directory, where)
     code = check["exit_code"]
     status: StepStatus
-    if code is None:  # timed out, could not start, or left something unkillable: no verdict
+    if code is None or log_was_cut(directory / record["log"]):  # timed out, could not start, or log cut: no verdict
         status, summary = "error", check["summary"]
     elif code == 0 and not record["abandoned"]:
         status, summary = "pass", "built" + (f": {check['summary']}" if check["total"] is not None else "")

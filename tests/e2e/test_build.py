@@ -101,3 +101,19 @@ def test_preflight_does_not_demand_a_binary_the_gate_will_build(tmp_path: Path) 
                           cwd=tmp_path, check=False, env=ws.env())
     problems = json.loads(proc.stdout)["problems"]
     assert not [p for p in problems if "server_bin" in p or "dflash_server" in p], problems
+
+
+def test_a_build_log_past_log_cap_mib_is_cut_sealed_cut_and_no_verdict(tmp_path: Path) -> None:
+    """A build that prints 32 MiB with --log-cap-mib 1 and exits 0: the sealed log keeps 1 MiB and says so."""
+    ws = Workspace.create(tmp_path)
+    config = build_config(ws, steps=2)
+    script = ws.root / "build.sh"
+    script.write_text(script.read_text().replace("set -e\n", "set -e\nhead -c 33554432 /dev/zero | tr '\\0' 'x'\necho\n"))
+    run = gate(ws, config, "--log-cap-mib", "1")
+    assert run.code == 3, run.stdout + run.stderr
+    assert run.results is not None and run.results["build"]["status"] == "error"
+    assert "log cap of 1048576 bytes (log_cap_mib)" in run.results["build"]["summary"]
+    log = Path(run.results["evidence"]["dir"]) / "build" / "build.log"
+    assert (1 << 20) < log.stat().st_size < (1 << 20) + 512
+    assert log.read_bytes().rstrip(b"\n").rpartition(b"\n")[2].startswith(b"[ds4ci] log cut here:")
+    assert subprocess.run([DS4CI, "verify", str(log.parent.parent)], capture_output=True, check=False).returncode == 4

@@ -15,7 +15,7 @@ from procscan import MARKER_VARIABLE, describe, new_marker, supervisor_or_skip, 
 from ds4ci.evidence.results import schema
 from ds4ci.gate import checks
 from ds4ci.gate.checks import run_checks
-from ds4ci.judging.steps import CheckOutcome, parse_output
+from ds4ci.judging.steps import CheckOutcome, log_was_cut, parse_output
 from ds4ci.options.config import CheckSpec
 
 DATA = TESTS / "data" / "checks"
@@ -405,3 +405,22 @@ def test_optional_live_ctest_and_ninja(tmp_path: Path) -> None:
     assert build_result["status"] == "pass", build_result["log_tail"]
     assert (ctest_result["status"], ctest_result["passed"], ctest_result["failed"]) == ("fail", 1, 1)
     assert (junit_result["status"], junit_result["passed"], junit_result["failed"]) == ("fail", 1, 1)
+
+
+def test_a_check_log_is_cut_at_the_cap_and_the_cut_is_recorded(tmp_path: Path) -> None:
+    """A check that writes 64 MiB with a 1 MiB cap: the sealed log keeps 1 MiB and says it was cut."""
+    cap = 1 << 20
+    command = "head -c 67108864 /dev/zero | tr '\\0' 'x'; echo done"
+    (result,) = run_checks([spec("flood", command)], tmp_path, log_cap_bytes=cap)
+    log = tmp_path / "check-flood.log"
+    assert cap < log.stat().st_size < cap + 512
+    assert log_was_cut(log)
+    assert result["status"] == "error" and f"log cap of {cap} bytes" in result["summary"]
+    assert str((64 << 20) + 5 - cap) in result["summary"]  # everything past the cap counted, nothing kept
+    validate_check(result)
+
+
+def test_a_quiet_check_is_not_cut(tmp_path: Path) -> None:
+    (result,) = run_checks([spec("quiet", "head -c 1000000 /dev/zero | tr '\\0' 'y'")], tmp_path, log_cap_bytes=1 << 20)
+    assert result["status"] == "pass" and not log_was_cut(tmp_path / "check-quiet.log")
+    assert (tmp_path / "check-quiet.log").stat().st_size == 1000000
