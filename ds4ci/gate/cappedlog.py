@@ -37,7 +37,7 @@ class CappedLog:
                 written += len(keep)
                 self.discarded += len(chunk) - len(keep)
             if self.discarded:
-                out.write(b"\n" + CUT_MARKER + f" the command wrote more than log_cap_mib ({self.cap} bytes); "
+                out.write(b"\n" + CUT_MARKER + f" the output reached the log cap of {self.cap} bytes (log_cap_mib); "
                           f"{self.discarded} more bytes were discarded\n".encode())
         os.close(self._read)
 

@@ -303,8 +303,7 @@ def _outcome(record: Mapping[str, Any], directory: Path, where: str) -> CheckOut
         return _error(f"{'timed out; ' if timed_out else ''}a process it started survived SIGKILL "
                       "(uninterruptible sleep?) and was abandoned")
     if (cut := cut_line(log)) is not None:
-        return _error(f"its output reached the log cap (log_cap_mib) and was cut there: {cut}; "
-                      "raise log_cap_mib or make the command quieter")
+        return _error(f"its log was cut: {cut}; raise log_cap_mib or make the command quieter")
     if timed_out:
         return _error(f"timed out after {timeout_s:g} s; it and everything it started were killed")
     report = None

@@ -135,21 +135,15 @@ def test_a_replay_with_the_head_edited_in_results_json_is_an_error(
     assert proc.returncode == 0, proc.stderr
     (status,) = fake.statuses()
     assert status["sha"] == OTHER and status["state"] == "error"
-    assert "the sealed revisions.json says" in status["description"]
+    # results.json is derived from the sealed files, so the edit no longer verifies at all
+    assert "does not verify" in status["description"] and "revisions.head.sha" in status["description"]
     assert fake.latest_states(OTHER) != {f"ds4ci/{RUNNER}": "success"}
 
 
-def test_a_bundle_with_no_sealed_revisions_sets_no_status(runs: dict[str, Any], fake: FakeGitHub, tmp_path: Path) -> None:
-    revisions = json.loads((runs["pass"] / "revisions.json").read_text())
-    forged = edited(runs["norev"], tmp_path, lambda d: d.update(revisions=revisions))
-    proc = publish(fake, forged, "--sha", runs["head"])
-    assert proc.returncode == 0, proc.stderr
+def test_a_bundle_with_no_sealed_revisions_sets_no_status(runs: dict[str, Any], fake: FakeGitHub) -> None:
+    proc = publish(fake, runs["norev"], "--sha", runs["head"])
+    assert proc.returncode == 2 and "record no revisions/head: refusing to publish" in proc.stderr
     assert fake.statuses() == []
-    (comment,) = fake.comments(42)
-    assert "no sealed revisions.json" in comment["body"] and "✅" not in comment["body"]
-
-
-# ----- publish --expect-config -----------------------------------------------------------------
 
 
 def test_the_trusted_config_lets_its_own_bundle_pass(runs: dict[str, Any], fake: FakeGitHub) -> None:
@@ -245,3 +239,13 @@ def test_a_focused_rerun_names_the_real_switch(runs: dict[str, Any], fake: FakeG
     (status,) = fake.statuses()
     assert status["state"] == "pending" and "--allow-focused-reruns" in status["description"]
     assert "[merge]" not in status["description"]
+
+
+def test_revisions_added_to_results_json_alone_do_not_verify(runs: dict[str, Any], fake: FakeGitHub, tmp_path: Path) -> None:
+    """A forger copies a passing run's revisions into a bundle that sealed none: never success."""
+    revisions = json.loads((runs["pass"] / "revisions.json").read_text())
+    forged = edited(runs["norev"], tmp_path, lambda d: d.update(revisions=revisions))
+    proc = publish(fake, forged, "--sha", runs["head"])
+    assert proc.returncode == 0, proc.stderr
+    assert [s["state"] for s in fake.statuses()] == ["error"]
+    assert "does not verify" in fake.statuses()[0]["description"]

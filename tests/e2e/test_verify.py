@@ -240,5 +240,5 @@ def test_a_resealed_answer_with_other_text_is_judged_a_contradiction(bundles: di
 def test_a_lifecycle_value_of_the_wrong_type_is_one_line_not_a_traceback(bundles: dict[str, Path], tmp_path: Path) -> None:
     bundle = copy(bundles, "pass", tmp_path)
     proc = resealed_edit(bundle, "servers/q3/lifecycle.json", lambda d: d.update(swept=5))
-    assert proc.returncode == 3 and "sealed records are malformed (TypeError" in proc.stdout, proc.stdout + proc.stderr
+    assert proc.returncode == 3 and "swept must be an array, found int" in proc.stdout, proc.stdout + proc.stderr
     assert "Traceback" not in proc.stderr
