@@ -79,12 +79,12 @@ def verify(
     Give the bundle directory (runs/<id> or failed/<id> under --evidence-dir) or the .tar.gz from
     gate --bundle-out; a results.json alone is not a bundle.
 
-    Exit codes (the most severe over all bundles wins: 3, 4, 1, 0):
-    0: every bundle intact, consistent and passing;
-    1: intact and consistent, some failing;
-    4: intact and consistent, but the gate reached no verdict (verdict error);
-    3: does not verify: tampered, unreadable or not a bundle (the message says what);
-    2: a path that does not exist, or a bad flag.
+    Exit codes: 0 every bundle intact, consistent and passing (with several bundles the most severe
+    code wins, in the order 3, 4, 1, 0);
+    1 intact and consistent, some failing;
+    4 intact and consistent, but the gate reached no verdict (verdict error);
+    3 does not verify: tampered, unreadable or not a bundle (the message says what);
+    2 a path that does not exist, or a bad flag.
     """
     from ds4ci.commands.verify import run_verify
 
