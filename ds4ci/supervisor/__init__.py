@@ -57,22 +57,27 @@ thread, because a parent-death signal fires when the *thread* that forked the ch
 from ds4ci.supervisor.child import FALLBACK, NAMESPACE, STDOUT, Child, StartTimeout, SupervisorError, Unkillable
 from ds4ci.supervisor.core import MODE_VARIABLE, MODES, RunResult, Supervisor, default
 from ds4ci.supervisor.procs import TOKEN_VARIABLE, KilledProcess, Listeners, sweep_stale, tcp_listeners
+from ds4ci.supervisor.sandbox import SANDBOX, Policy, SandboxUnavailable, View
 
 __all__ = [
     "FALLBACK",
     "MODES",
     "MODE_VARIABLE",
     "NAMESPACE",
+    "SANDBOX",
     "STDOUT",
     "TOKEN_VARIABLE",
     "Child",
     "KilledProcess",
     "Listeners",
+    "Policy",
     "RunResult",
+    "SandboxUnavailable",
     "StartTimeout",
     "Supervisor",
     "SupervisorError",
     "Unkillable",
+    "View",
     "default",
     "sweep_stale",
     "tcp_listeners",

@@ -7,10 +7,11 @@ import threading
 import time
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
+from typing import Any
 from pathlib import Path
 
 from ds4ci.records import Containment
-from ds4ci.supervisor import procs
+from ds4ci.supervisor import procs, sandbox, sandboxed
 from ds4ci.supervisor.child import (
     DEFAULT_KILL_WAIT_S,
     FALLBACK,
@@ -25,7 +26,7 @@ from ds4ci.supervisor.child import (
 from ds4ci.supervisor.procs import KilledProcess
 
 MODE_VARIABLE = "DS4CI_CONTAINMENT"
-MODES = ("auto", "pid-namespace", "subreaper")
+MODES = ("auto", "sandbox", "pid-namespace", "subreaper")
 DEFAULT_GRACE_S = 5.0
 
 
@@ -59,10 +60,13 @@ class Supervisor:
     None reads ``DS4CI_CONTAINMENT`` at each start (default "auto"); anything else is an error.
     """
 
-    def __init__(self, containment: str | None = None, *, sweep_stale: bool = True) -> None:
+    def __init__(
+        self, containment: str | None = None, *, sweep_stale: bool = True, policy: sandbox.Policy | None = None
+    ) -> None:
         if containment is not None:
             _mode(containment)
         self._requested = containment
+        self.policy = sandbox.with_environment(policy or sandbox.Policy())
         self._lock = threading.Lock()
         self._held: set[str] = set()
         self.subreaper = procs.become_subreaper()
@@ -72,9 +76,27 @@ class Supervisor:
     def containment(self) -> Containment | None:
         """Which containment held for every command so far: the weakest one seen; None before any."""
         with self._lock:
-            if FALLBACK in self._held:
-                return FALLBACK
-            return NAMESPACE if self._held else None
+            for level in (FALLBACK, NAMESPACE, sandbox.SANDBOX):
+                if level in self._held:
+                    return level
+            return None
+
+    def configure(self, policy: sandbox.Policy) -> None:
+        """Use ``policy`` (``[sandbox]`` of the gate's config) for the commands started from now on."""
+        self.policy = sandbox.with_environment(policy)
+
+    def sandbox_refusal(self) -> str | None:
+        """Why PR code would not run sandboxed here (None: it would), by the policy and the host."""
+        if not self.policy.enabled:
+            return "the sandbox is turned off ([sandbox] enabled = false)"
+        return sandbox.refusal()
+
+    def require_sandbox(self) -> None:
+        """Raise ``SandboxUnavailable`` when the policy requires the sandbox and it cannot run here."""
+        if self.policy.require:
+            why = self.sandbox_refusal()
+            if why is not None:
+                raise sandbox.SandboxUnavailable(f"[sandbox] require = true, but {why}")
 
     def spawn(
         self,
@@ -86,8 +108,14 @@ class Supervisor:
         stderr: Output = None,
         start_timeout: float | None = None,
         file_size_limit: int | None = None,
+        view: sandbox.View | None = None,
     ) -> Child:
         """Start ``argv`` and return once it has exec'd.
+
+        ``view`` marks PR code: it runs under bubblewrap with the default view plus ``view``'s
+        paths (``sandbox.py``) when the sandbox can run here; when it cannot, a required sandbox
+        raises ``SandboxUnavailable`` and an optional one falls back to the keeper (PID namespace,
+        or subreaper and sweep). Without ``view`` the command runs under the keeper.
 
         ``file_size_limit`` (bytes) caps every file the command and its descendants write
         (RLIMIT_FSIZE): a server flooding its log is stopped by the kernel, not by the disk.
@@ -96,11 +124,30 @@ class Supervisor:
         is not usable, StartTimeout if it has not exec'd within ``start_timeout`` (it is killed),
         SupervisorError when containment cannot be set up as required.
         """
+        mode = _mode(self._requested)
+        if view is not None and mode in ("auto", "sandbox"):
+            if mode == "sandbox" and self.sandbox_refusal() is not None:
+                raise sandbox.SandboxUnavailable(f"{MODE_VARIABLE}=sandbox, but {self.sandbox_refusal()}")
+            self.require_sandbox()
+            if self.sandbox_refusal() is None:
+                return self._spawn_sandboxed(
+                    argv, view, env=env, cwd=cwd, stdout=stdout, stderr=stderr, start_timeout=start_timeout,
+                    file_size_limit=file_size_limit,
+                )
         try:
             child = spawn(
-                argv, _mode(self._requested), env=env, cwd=cwd, stdout=stdout, stderr=stderr, start_timeout=start_timeout,
+                argv, "auto" if mode == "sandbox" else mode, env=env, cwd=cwd, stdout=stdout, stderr=stderr, start_timeout=start_timeout,
                 file_size_limit=file_size_limit,
             )
+        except StartTimeout as exc:
+            self._record(exc.child)
+            raise
+        self._record(child)
+        return child
+
+    def _spawn_sandboxed(self, argv: Sequence[str], view: sandbox.View, **kw: Any) -> Child:
+        try:
+            child = sandboxed.spawn(argv, self.policy, view, **kw)
         except StartTimeout as exc:
             self._record(exc.child)
             raise
@@ -123,6 +170,7 @@ class Supervisor:
         stderr: Output = None,
         grace_s: float = DEFAULT_GRACE_S,
         kill_wait_s: float = DEFAULT_KILL_WAIT_S,
+        view: sandbox.View | None = None,
     ) -> RunResult:
         """Run a short-lived command to its end or ``timeout`` (then SIGTERM, SIGKILL after ``grace_s``).
 
@@ -134,7 +182,7 @@ class Supervisor:
             raise ValueError(f"timeout must be a positive number of seconds, found {timeout}")
         started = time.monotonic()
         try:
-            child = self.spawn(argv, env=env, cwd=cwd, stdout=stdout, stderr=stderr, start_timeout=timeout)
+            child = self.spawn(argv, env=env, cwd=cwd, stdout=stdout, stderr=stderr, start_timeout=timeout, view=view)
         except StartTimeout as exc:
             late = exc.child
             return RunResult(None, True, True, False, time.monotonic() - started, late.pid, late.containment, tuple(late.killed))
