@@ -6,6 +6,8 @@ process; ``tests/e2e/`` starts real processes. ``pytest -m "not e2e"`` runs the 
 
 from __future__ import annotations
 
+import os
+import sys
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -24,6 +26,14 @@ def fake() -> Iterator[FakeGitHub]:
 
 
 E2E_DIR = Path(__file__).resolve().parent / "e2e"
+ROOT = E2E_DIR.parent.parent
+
+# The test servers (the simulator, fault servers) are Python programs of this checkout run by this
+# venv's interpreter: the sandbox shows them read-only, as a runner's [sandbox] ro_paths would.
+# A real runner's sandbox shows neither ds4ci's install nor its interpreter.
+os.environ["DS4CI_SANDBOX_RO_PATHS"] = os.pathsep.join(
+    dict.fromkeys(str(p) for p in (ROOT, Path(sys.prefix), Path(sys.base_prefix), Path(os.path.realpath(sys.executable)).parent.parent))
+)
 
 
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:

@@ -12,6 +12,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from pathlib import Path
 
+from ds4ci.gate import views
 from ds4ci.gate.checks import run_check
 from ds4ci.log import Logger, as_logger
 from ds4ci.options.config import BuildSpec, CheckSpec
@@ -32,7 +33,7 @@ def _build(spec: BuildSpec, log_dir: Path, progress: Logger) -> BuildRecord:
     progress(f"build: running `{spec.command}` in {spec.cwd or Path.cwd()} (timeout {spec.timeout_s:g} s)")
     check = run_check(
         CheckSpec("build", spec.command, "build-progress", None, spec.timeout_s, spec.cwd), log_dir / "build.log",
-        progress=progress,
+        progress=progress, view=views.build_view(spec),
     )
     code = check["exit_code"]
     status: StepStatus

@@ -21,6 +21,7 @@ from pathlib import Path
 from typing import cast
 
 from ds4ci import supervisor
+from ds4ci.gate import views
 from ds4ci.log import Logger, as_logger
 from ds4ci.options.config import CHECK_PARSERS, CheckSpec
 from ds4ci.options.policy import CREDENTIAL_VARIABLES
@@ -254,9 +255,9 @@ def check_env() -> dict[str, str]:
 
 
 def _run_group(
-    command: str, cwd: Path | None, log: Path, timeout_s: float, sup: supervisor.Supervisor
+    command: str, cwd: Path | None, log: Path, timeout_s: float, sup: supervisor.Supervisor, view: supervisor.View
 ) -> supervisor.RunResult:
-    """Run ``bash -c command`` with stdout and stderr in ``log``; everything it started is swept."""
+    """Run ``bash -c command`` (in the sandbox) with stdout and stderr in ``log``; all it started is swept."""
     return sup.run(
         ["bash", "-c", command],
         timeout_s,
@@ -265,6 +266,7 @@ def _run_group(
         stdout=log,
         stderr=supervisor.STDOUT,
         grace_s=KILL_GRACE_S,
+        view=view,
     )
 
 
@@ -303,14 +305,17 @@ def _read_report(path: Path | None, stamp_before: tuple[int, int, int, int] | No
 
 
 def run_check(
-    spec: CheckSpec, log: Path, sup: supervisor.Supervisor | None = None, progress: Progress | None = None
+    spec: CheckSpec, log: Path, sup: supervisor.Supervisor | None = None, progress: Progress | None = None,
+    view: supervisor.View | None = None,
 ) -> CheckResult:
-    """Run one check and return the schema's ``check`` object."""
+    """Run one check (in ``view``, default ``views.check_view``) and return the schema's ``check`` object."""
     report_before = _report_stamp(spec.report)
     exit_code: int | None = None
     seconds = 0.0
     try:
-        run = _run_group(spec.command, spec.cwd, log, spec.timeout_s, sup or supervisor.default())
+        run = _run_group(
+            spec.command, spec.cwd, log, spec.timeout_s, sup or supervisor.default(), view or views.check_view(spec)
+        )
     except (OSError, supervisor.SupervisorError) as exc:
         why = exc.strerror if isinstance(exc, OSError) and exc.strerror else str(exc)
         outcome = _error(f"could not start the command in {spec.cwd or Path.cwd()}: {why}")

@@ -28,7 +28,7 @@ from ds4ci import __version__
 from ds4ci.errors import EXIT_ERROR, EXIT_FAIL, EXIT_PASS, Ds4ciError, NoVerdictError
 from ds4ci.evidence import results, store
 from ds4ci.fileio import write_text_atomic
-from ds4ci.gate import settings
+from ds4ci.gate import settings, views
 from ds4ci.gate.document import containment, initial_results, inputs, read_verified_prompt
 from ds4ci.judging import judge
 from ds4ci.judging.verdict import ERROR, FAIL, NOT_RUN, PASS
@@ -175,6 +175,7 @@ class _Run:
             request_timeout_s=cfg.request_timeout_s,
             stop_timeout_s=cfg.stop_timeout_s,
             log_cap_bytes=cfg.log_cap_bytes,
+            view=views.server_view(cfg),
         )
 
     def arm_environments(self) -> tuple[policy.ArmEnvironment, dict[int, policy.ArmEnvironment]]:
@@ -374,6 +375,7 @@ def run_gate(cfg: GateConfig, progress: Progress | Logger | None = None) -> Gate
     })
     with _signals_raise():
         try:
+            views.prepare(cfg, progress)  # [sandbox] require: stops here, before any PR process
             built = run.run_build()  # a PR that does not build is a fail: no server starts
             if built:
                 run.verify_identities()

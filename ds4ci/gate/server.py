@@ -51,6 +51,7 @@ class ServerSettings:
     request_timeout_s: float
     stop_timeout_s: float
     log_cap_bytes: int
+    view: supervisor.View = supervisor.View()  # what the server may see beyond the sandbox's default view
 
 
 @dataclass(frozen=True)
@@ -165,6 +166,7 @@ class Server:
             self.child = supervisor.default().spawn(
                 command, env=self.env, stdout=self.stdout_path, stderr=self.stderr_path,
                 start_timeout=self.settings.startup_timeout_s, file_size_limit=self.settings.log_cap_bytes,
+                view=self.settings.view,
             )
         except (OSError, supervisor.SupervisorError) as exc:
             detail = exc.strerror if isinstance(exc, OSError) and exc.strerror else exc

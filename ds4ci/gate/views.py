@@ -1,0 +1,95 @@
+"""What each PR process of a gate run may see: the sandbox policy from ``[sandbox]``, and per-process views.
+
+- the server: its binary's folder, the target and draft models, the checkout (``source_dir``,
+  the build's folder), all read-only;
+- a check: its folder read-only, the folder of its JUnit report writable;
+- the build: its own folder writable.
+
+Wherever a bound folder would show them, the evidence folder and the runner keys' folder are
+covered by an empty tmpfs, and ds4ci's own install is bound read-only again.
+"""
+
+from __future__ import annotations
+
+import sys
+from collections.abc import Callable
+from pathlib import Path
+
+import ds4ci
+from ds4ci import supervisor
+from ds4ci.errors import NoVerdictError
+from ds4ci.log import Logger
+from ds4ci.options.config import GateConfig
+from ds4ci.options.sections import BuildSpec, CheckSpec
+
+
+def key_folder() -> Path:
+    """Where ``ds4ci runner-key init`` keeps keys by default ($XDG_CONFIG_HOME/ds4ci, else ~/.config/ds4ci)."""
+    import os
+
+    base = os.environ.get("XDG_CONFIG_HOME") or str(Path.home() / ".config")
+    return Path(base) / "ds4ci"
+
+
+def policy(cfg: GateConfig) -> supervisor.Policy:
+    box = cfg.sandbox
+    hidden = [cfg.evidence_dir.absolute(), key_folder(), Path.home()]
+    if cfg.signing_key is not None:
+        hidden.append(cfg.signing_key.absolute().parent)
+    frozen = (Path(ds4ci.__file__).resolve().parent, Path(sys.prefix))
+    return supervisor.Policy(
+        require=box.require, ro_paths=box.ro_paths, rw_paths=box.rw_paths, devices=box.devices, enabled=box.enabled,
+        hidden=tuple(hidden), frozen=frozen,
+    )
+
+
+def preload() -> None:
+    """Import every module the gate uses later, before the first PR process starts (defence in depth:
+    a PR process that could write ds4ci's files would still find nothing left to import)."""
+    import ds4ci.evidence.bundle
+    import ds4ci.evidence.results
+    import ds4ci.gate.build
+    import ds4ci.gate.checks
+    import ds4ci.gate.server
+    import ds4ci.runner.fingerprint
+    import ds4ci.runner.revisions  # noqa: F401
+
+    ds4ci.evidence.results.preload()
+
+
+def prepare(cfg: GateConfig, progress: Logger | Callable[[str], None]) -> None:
+    """Configure the supervisor from ``[sandbox]``; stop (no verdict, exit 3) when it is required but cannot run."""
+    sup = supervisor.default()
+    sup.configure(policy(cfg))
+    try:
+        sup.require_sandbox()
+    except supervisor.SandboxUnavailable as exc:
+        raise NoVerdictError(f"{exc}; no PR code was run") from exc
+    why = sup.sandbox_refusal()
+    if why is None:
+        progress("sandbox: PR code runs under bubblewrap (level: sandbox)")
+    else:
+        progress(f"sandbox: not used ({why}); PR code runs in a PID namespace where the kernel allows")
+    preload()
+
+
+def _absolute(path: Path | None) -> Path:
+    return (path or Path.cwd()).absolute()
+
+
+def server_view(cfg: GateConfig) -> supervisor.View:
+    ro = [cfg.server_bin.path.absolute().parent, cfg.target.path.absolute(), cfg.draft.path.absolute()]
+    if cfg.source_dir is not None:
+        ro.append(cfg.source_dir.absolute())
+    if cfg.build is not None:
+        ro.append(_absolute(cfg.build.cwd))
+    return supervisor.View(ro=tuple(ro))
+
+
+def check_view(spec: CheckSpec) -> supervisor.View:
+    rw = (spec.report.absolute().parent,) if spec.report is not None else ()
+    return supervisor.View(ro=(_absolute(spec.cwd),), rw=rw)
+
+
+def build_view(spec: BuildSpec) -> supervisor.View:
+    return supervisor.View(rw=(_absolute(spec.cwd), spec.server_bin.parent))
