@@ -31,8 +31,9 @@ ROOT = E2E_DIR.parent.parent
 # The test servers (the simulator, fault servers) are Python programs of this checkout run by this
 # venv's interpreter: the sandbox shows them read-only, as a runner's [sandbox] ro_paths would.
 # A real runner's sandbox shows neither ds4ci's install nor its interpreter.
+_INTERPRETER = Path(os.path.realpath(sys.executable)).parent.parent
 os.environ["DS4CI_SANDBOX_RO_PATHS"] = os.pathsep.join(
-    dict.fromkeys(str(p) for p in (ROOT, Path(sys.prefix), Path(sys.base_prefix), Path(os.path.realpath(sys.executable)).parent.parent))
+    dict.fromkeys(str(p) for p in (ROOT, Path(sys.prefix), Path(sys.base_prefix), _INTERPRETER))
 )
 
 

@@ -39,6 +39,9 @@ _LOG_TAIL_BYTES = 4000
 _HTTP_ERRORS = (OSError, http.client.HTTPException)
 
 
+_NO_EXTRA_VIEW = supervisor.View()
+
+
 @dataclass(frozen=True)
 class ServerSettings:
     binary: Path
@@ -51,7 +54,7 @@ class ServerSettings:
     request_timeout_s: float
     stop_timeout_s: float
     log_cap_bytes: int
-    view: supervisor.View = supervisor.View()  # what the server may see beyond the sandbox's default view
+    view: supervisor.View = _NO_EXTRA_VIEW  # what the server may see beyond the sandbox's default view
 
 
 @dataclass(frozen=True)

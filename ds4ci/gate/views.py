@@ -52,7 +52,7 @@ def preload() -> None:
     import ds4ci.gate.checks
     import ds4ci.gate.server
     import ds4ci.runner.fingerprint
-    import ds4ci.runner.revisions  # noqa: F401
+    import ds4ci.runner.revisions
 
     ds4ci.evidence.results.preload()
 
@@ -87,9 +87,16 @@ def server_view(cfg: GateConfig) -> supervisor.View:
 
 
 def check_view(spec: CheckSpec) -> supervisor.View:
-    rw = (spec.report.absolute().parent,) if spec.report is not None else ()
+    """Its folder read-only; the folder of its JUnit report writable (created here when missing)."""
+    rw: tuple[Path, ...] = ()
+    if spec.report is not None:
+        folder = spec.report.absolute().parent
+        folder.mkdir(parents=True, exist_ok=True)
+        rw = (folder,)
     return supervisor.View(ro=(_absolute(spec.cwd),), rw=rw)
 
 
 def build_view(spec: BuildSpec) -> supervisor.View:
-    return supervisor.View(rw=(_absolute(spec.cwd), spec.server_bin.parent))
+    out = spec.server_bin.parent
+    extra = (out,) if out.is_dir() and not out.is_relative_to(_absolute(spec.cwd)) else ()
+    return supervisor.View(rw=(_absolute(spec.cwd), *extra))

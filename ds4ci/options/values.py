@@ -234,5 +234,7 @@ def public_key_line(value: Any, where: str) -> str:
     except (binascii.Error, ValueError):
         raw = b""
     if len(raw) != 32:
-        raise UsageError(f"{where}: expected the base64 of a 32-byte Ed25519 public key after {PUBLIC_KEY_PREFIX}, found {value!r}")
+        raise UsageError(
+            f"{where}: expected the base64 of a 32-byte Ed25519 public key after {PUBLIC_KEY_PREFIX}, found {value!r}"
+        )
     return value

@@ -7,7 +7,6 @@ import threading
 import time
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any
 from pathlib import Path
 
 from ds4ci.records import Containment
@@ -66,24 +65,27 @@ class Supervisor:
         if containment is not None:
             _mode(containment)
         self._requested = containment
-        self.policy = sandbox.with_environment(policy or sandbox.Policy())
+        self.policy = policy or sandbox.Policy()
         self._lock = threading.Lock()
-        self._held: set[str] = set()
+        self._held: set[str] = set()  # levels of ds4ci's own commands (probes of system tools)
+        self._held_pr: set[str] = set()  # levels of PR code (started with a view)
         self.subreaper = procs.become_subreaper()
         self.stale_killed: list[KilledProcess] = procs.sweep_stale() if sweep_stale else []
 
     @property
     def containment(self) -> Containment | None:
-        """Which containment held for every command so far: the weakest one seen; None before any."""
+        """Which containment held for PR code so far (for every command when none ran PR code): the weakest
+        one seen; None before any."""
         with self._lock:
+            held = self._held_pr or self._held
             for level in (FALLBACK, NAMESPACE, sandbox.SANDBOX):
-                if level in self._held:
+                if level in held:
                     return level
             return None
 
     def configure(self, policy: sandbox.Policy) -> None:
         """Use ``policy`` (``[sandbox]`` of the gate's config) for the commands started from now on."""
-        self.policy = sandbox.with_environment(policy)
+        self.policy = policy
 
     def sandbox_refusal(self) -> str | None:
         """Why PR code would not run sandboxed here (None: it would), by the policy and the host."""
@@ -92,11 +94,8 @@ class Supervisor:
         return sandbox.refusal()
 
     def require_sandbox(self) -> None:
-        """Raise ``SandboxUnavailable`` when the policy requires the sandbox and it cannot run here."""
-        if self.policy.require:
-            why = self.sandbox_refusal()
-            if why is not None:
-                raise sandbox.SandboxUnavailable(f"[sandbox] require = true, but {why}")
+        """Raise ``SandboxUnavailable`` when the sandbox is required (policy or mode) and cannot run here."""
+        self._sandboxed(_mode(self._requested))
 
     def spawn(
         self,
@@ -125,39 +124,37 @@ class Supervisor:
         SupervisorError when containment cannot be set up as required.
         """
         mode = _mode(self._requested)
-        if view is not None and mode in ("auto", "sandbox"):
-            if mode == "sandbox" and self.sandbox_refusal() is not None:
-                raise sandbox.SandboxUnavailable(f"{MODE_VARIABLE}=sandbox, but {self.sandbox_refusal()}")
-            self.require_sandbox()
-            if self.sandbox_refusal() is None:
-                return self._spawn_sandboxed(
-                    argv, view, env=env, cwd=cwd, stdout=stdout, stderr=stderr, start_timeout=start_timeout,
-                    file_size_limit=file_size_limit,
+        boxed = view is not None and self._sandboxed(mode)
+        try:
+            if boxed:
+                assert view is not None
+                child: Child = sandboxed.spawn(
+                    argv, sandbox.with_environment(self.policy), view, env=env, cwd=cwd, stdout=stdout, stderr=stderr,
+                    start_timeout=start_timeout, file_size_limit=file_size_limit,
                 )
-        try:
-            child = spawn(
-                argv, "auto" if mode == "sandbox" else mode, env=env, cwd=cwd, stdout=stdout, stderr=stderr, start_timeout=start_timeout,
-                file_size_limit=file_size_limit,
-            )
+            else:
+                child = spawn(
+                    argv, "auto" if mode == "sandbox" else mode, env=env, cwd=cwd, stdout=stdout, stderr=stderr,
+                    start_timeout=start_timeout, file_size_limit=file_size_limit,
+                )
         except StartTimeout as exc:
-            self._record(exc.child)
+            self._record(exc.child, pr_code=view is not None)
             raise
-        self._record(child)
+        self._record(child, pr_code=view is not None)
         return child
 
-    def _spawn_sandboxed(self, argv: Sequence[str], view: sandbox.View, **kw: Any) -> Child:
-        try:
-            child = sandboxed.spawn(argv, self.policy, view, **kw)
-        except StartTimeout as exc:
-            self._record(exc.child)
-            raise
-        self._record(child)
-        return child
+    def _sandboxed(self, mode: str) -> bool:
+        """Does PR code run under bwrap now? Raises ``SandboxUnavailable`` when it must and cannot."""
+        why = self.sandbox_refusal() if mode in ("auto", "sandbox") else f"{MODE_VARIABLE}={mode} turns it off"
+        if why is not None and (mode == "sandbox" or self.policy.require):
+            source = f"{MODE_VARIABLE}=sandbox" if mode == "sandbox" else "[sandbox] require = true"
+            raise sandbox.SandboxUnavailable(f"{source}, but {why}")
+        return why is None
 
-    def _record(self, child: Child) -> None:
+    def _record(self, child: Child, pr_code: bool) -> None:
         if child.containment:
             with self._lock:
-                self._held.add(child.containment)
+                (self._held_pr if pr_code else self._held).add(child.containment)
 
     def run(
         self,

@@ -118,7 +118,7 @@ def refusal() -> str | None:
         return f"bubblewrap (bwrap) is not installed on this runner; {INSTALL_HINT}"
     probe = [path, *_namespaces(), *_system_binds(), "--proc", "/proc", "--dev", "/dev", "--", "/bin/true"]
     try:
-        done = subprocess.run(probe, capture_output=True, timeout=30, check=False)  # noqa: S603 - fixed argv
+        done = subprocess.run(probe, capture_output=True, timeout=30, check=False)
     except (OSError, subprocess.TimeoutExpired) as exc:
         return f"bwrap ({path}) could not be run: {exc}; {KERNEL_HINT}"
     if done.returncode != 0:
@@ -160,9 +160,9 @@ def _user_binds(policy: Policy, view: View, scratch: Path) -> list[str]:
     for option, path in binds:
         args += [option, path, path]
     shown = [Path(path) for _, path in binds]
-    for over, paths in (("--ro-bind", policy.frozen), ("--tmpfs", policy.hidden)):
-        for path in sorted(p for p in paths if p.exists() and any(p.is_relative_to(b) for b in shown)):
-            args += [over, str(path)] if over == "--tmpfs" else [over, str(path), str(path)]
+    for over, covered in (("--ro-bind", policy.frozen), ("--tmpfs", policy.hidden)):
+        for hit in sorted(str(p) for p in covered if p.exists() and any(p.is_relative_to(b) for b in shown)):
+            args += [over, hit] if over == "--tmpfs" else [over, hit, hit]
     return args
 
 

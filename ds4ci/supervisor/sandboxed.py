@@ -87,6 +87,13 @@ class SandboxChild(Child):
         self.started = True
         return True
 
+    def poll(self) -> int | None:
+        """As ``Child.poll``; when bwrap ended without a status (it could not set the sandbox up), its exit code."""
+        code = super().poll()
+        if code is not None and not self.keeper_pid and self._proc.returncode is not None:
+            self.returncode = code = self._proc.returncode
+        return code
+
     def send_signal(self, sig: int) -> None:
         """Signal every process of the namespace (not its init, which would ignore it)."""
         if self._proc.returncode is None and self.keeper_pid:
