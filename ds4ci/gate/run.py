@@ -30,6 +30,7 @@ from ds4ci.evidence import results, store
 from ds4ci.fileio import write_text_atomic
 from ds4ci.gate import settings, views
 from ds4ci.gate.document import containment, initial_results, inputs, read_verified_prompt
+from ds4ci.gate.preload import preload
 from ds4ci.judging import judge
 from ds4ci.judging.verdict import ERROR, FAIL, NOT_RUN, PASS
 from ds4ci.log import Logger, as_logger
@@ -376,6 +377,7 @@ def run_gate(cfg: GateConfig, progress: Progress | Logger | None = None) -> Gate
     with _signals_raise():
         try:
             views.prepare(cfg, progress)  # [sandbox] require: stops here, before any PR process
+            preload()  # everything ds4ci imports later is loaded before PR code runs
             built = run.run_build()  # a PR that does not build is a fail: no server starts
             if built:
                 run.verify_identities()

@@ -43,20 +43,6 @@ def policy(cfg: GateConfig) -> supervisor.Policy:
     )
 
 
-def preload() -> None:
-    """Import every module the gate uses later, before the first PR process starts (defence in depth:
-    a PR process that could write ds4ci's files would still find nothing left to import)."""
-    import ds4ci.evidence.bundle
-    import ds4ci.evidence.results
-    import ds4ci.gate.build
-    import ds4ci.gate.checks
-    import ds4ci.gate.server
-    import ds4ci.runner.fingerprint
-    import ds4ci.runner.revisions
-
-    ds4ci.evidence.results.preload()
-
-
 def prepare(cfg: GateConfig, progress: Logger | Callable[[str], None]) -> None:
     """Configure the supervisor from ``[sandbox]``; stop (no verdict, exit 3) when it is required but cannot run."""
     sup = supervisor.default()
@@ -70,7 +56,6 @@ def prepare(cfg: GateConfig, progress: Logger | Callable[[str], None]) -> None:
         progress("sandbox: PR code runs under bubblewrap (level: sandbox)")
     else:
         progress(f"sandbox: not used ({why}); PR code runs in a PID namespace where the kernel allows")
-    preload()
 
 
 def _absolute(path: Path | None) -> Path:

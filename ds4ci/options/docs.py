@@ -20,6 +20,10 @@ _INTRO = {
     "merge": "What `ds4ci merge-check` (and the comment's merge checklist of `ds4ci publish --merge-config`) "
              "requires; its flags replace the file's values.",
     "preflight": "Settings of `ds4ci preflight`.",
+    "sandbox": "The bubblewrap sandbox every process of PR code runs in (server, build, checks): an allowlist view "
+               "of the file system, a fresh /proc and /dev (standard nodes plus the GPU's), new PID, IPC and UTS "
+               "namespaces, no capabilities, an environment without credentials; the network is shared (the "
+               "server listens on loopback for ds4ci). docs/security.md says what it hides and why.",
     table.CLI: "Flags of `ds4ci gate` that no file sets.",
 }
 

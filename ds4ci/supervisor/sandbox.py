@@ -77,7 +77,7 @@ class Policy:
     rw_paths: tuple[Path, ...] = ()
     devices: tuple[str, ...] = ()  # globs, added to DEFAULT_DEVICES
     enabled: bool = True  # False: never sandbox (the PID namespace or subreaper levels only)
-    hidden: tuple[Path, ...] = ()  # covered by an empty tmpfs where a bound path would show them (evidence, keys)
+    hidden: tuple[Path, ...] = ()  # covered by an empty read-only tmpfs where a bound path would show them (evidence, keys)
     frozen: tuple[Path, ...] = ()  # bound read-only again where a bound path would show them (ds4ci's install)
 
 
@@ -127,8 +127,9 @@ def refusal() -> str | None:
     return None
 
 
-def _namespaces() -> list[str]:
-    user = [] if os.geteuid() == 0 else ["--unshare-user"]
+def _namespaces(unprivileged: bool | None = None) -> list[str]:
+    unprivileged = os.geteuid() != 0 if unprivileged is None else unprivileged
+    user = ["--unshare-user"] if unprivileged else []
     return [*user, "--unshare-pid", "--unshare-ipc", "--unshare-uts", "--die-with-parent", "--new-session",
             "--cap-drop", "ALL"]
 
@@ -162,18 +163,22 @@ def _user_binds(policy: Policy, view: View, scratch: Path) -> list[str]:
     shown = [Path(path) for _, path in binds]
     for over, covered in (("--ro-bind", policy.frozen), ("--tmpfs", policy.hidden)):
         for hit in sorted(str(p) for p in covered if p.exists() and any(p.is_relative_to(b) for b in shown)):
-            args += [over, hit] if over == "--tmpfs" else [over, hit, hit]
+            args += [over, hit, "--remount-ro", hit] if over == "--tmpfs" else [over, hit, hit]
     return args
 
 
 def argv(
-    command: Sequence[str], policy: Policy, view: View, *, scratch: Path, cwd: Path | None, status_fd: int
+    command: Sequence[str], policy: Policy, view: View, *, scratch: Path, cwd: Path | None, status_fd: int,
+    unprivileged: bool | None = None,
 ) -> list[str]:
-    """The bwrap command line that runs ``command`` in the view (``status_fd``: bwrap's JSON status)."""
+    """The bwrap command line that runs ``command`` in the view (``status_fd``: bwrap's JSON status).
+
+    ``unprivileged`` (default: not root) adds a user namespace that maps only the caller's uid and gid.
+    """
     path = bwrap_path()
     if path is None:
         raise SandboxUnavailable(f"bubblewrap (bwrap) is not installed on this runner; {INSTALL_HINT}")
-    args = [path, *_namespaces(), *_system_binds()]
+    args = [path, *_namespaces(unprivileged), *_system_binds()]
     for name in _expand((*ETC_FILES, *TOOLCHAINS)):
         args += ["--ro-bind", name, name]
     args += ["--proc", "/proc", "--dev", "/dev", "--ro-bind", "/sys", "/sys"]
