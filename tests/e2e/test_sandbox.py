@@ -8,6 +8,7 @@ also checks the host side (files unchanged, nothing left running).
 
 from __future__ import annotations
 
+import json
 import os
 import shlex
 import shutil
@@ -17,7 +18,7 @@ import tempfile
 from pathlib import Path
 
 import pytest
-from gatekit import Workspace, processes_mentioning
+from gatekit import DS4CI, Workspace, processes_mentioning
 from paths import ROOT
 
 import ds4ci
@@ -126,6 +127,31 @@ def test_a_real_servers_view_hides_ds4ci_and_its_interpreter(tmp_path: Path, mon
     assert out.read_text() == "done\n"
 
 
+def path_without_bwrap(path: str, folder: Path) -> str:
+    """``path`` with every folder that holds bwrap replaced by ``folder``: links to the same tools, bwrap left out."""
+    folder.mkdir()
+    keep = []
+    for entry in path.split(os.pathsep):
+        if not (Path(entry) / "bwrap").exists():
+            keep.append(entry)
+            continue
+        for tool in Path(entry).iterdir():
+            if tool.name != "bwrap" and not (folder / tool.name).exists():
+                (folder / tool.name).symlink_to(tool)
+    return os.pathsep.join([*keep, str(folder)])
+
+
+def test_preflight_reports_a_required_sandbox_that_cannot_run(tmp_path: Path) -> None:
+    env = {**os.environ, "GITHUB_ACTIONS": "true"}  # under Actions the sandbox is required by default
+    env["PATH"] = path_without_bwrap(env["PATH"], tmp_path / "path-without-bwrap")
+    proc = subprocess.run([DS4CI, "preflight", "--json"], env=env, capture_output=True, text=True, timeout=120,
+                          check=False)
+    assert proc.returncode == 3, proc.stdout + proc.stderr
+    out = json.loads(proc.stdout)
+    assert out["sandbox"]["available"] is False
+    assert any("apt-get install bubblewrap" in p for p in out["problems"])
+
+
 def test_required_sandbox_without_bwrap_stops_the_gate_before_pr_code(tmp_path: Path) -> None:
     """[sandbox] require = true on a runner without bwrap: exit 3, what to install, and no PR process ran."""
     flag = tmp_path / "ran"
@@ -137,17 +163,7 @@ def test_required_sandbox_without_bwrap_stops_the_gate_before_pr_code(tmp_path: 
     config.write_text("[sandbox]\nrequire = true\n")
     ws = Workspace.create(tmp_path, server=server)
     env = ws.env()
-    no_bwrap = tmp_path / "path-without-bwrap"
-    no_bwrap.mkdir()
-    keep = []
-    for entry in env["PATH"].split(os.pathsep):
-        if not (Path(entry) / "bwrap").exists():
-            keep.append(entry)
-            continue
-        for tool in Path(entry).iterdir():  # the same tools, bwrap left out
-            if tool.name != "bwrap" and not (no_bwrap / tool.name).exists():
-                (no_bwrap / tool.name).symlink_to(tool)
-    env["PATH"] = os.pathsep.join([*keep, str(no_bwrap)])
+    env["PATH"] = path_without_bwrap(env["PATH"], tmp_path / "path-without-bwrap")
     run = ws.gate(widths="2", env=env, config=config)
     assert run.code == 3, run.stderr
     assert "apt-get install bubblewrap" in run.reasons() and "no PR code was run" in run.reasons()
@@ -179,3 +195,24 @@ def test_the_unprivileged_path_holds_too(tmp_path: Path) -> None:
         pytest.skip(f"the kernel refuses unprivileged user namespaces here: {proc.stderr.strip()}")
     assert proc.returncode == 0, proc.stderr
     assert proc.stdout == "65534\ndone\n"
+
+
+def test_evidence_and_ds4ci_inside_a_shown_folder_stay_hidden_and_read_only(tmp_path: Path) -> None:
+    """The default evidence folder lives in the checkout, which a build may write: it is covered, ds4ci frozen."""
+    checkout = tmp_path / "checkout"
+    evidence, installed = checkout / "ds4ci-evidence", checkout / "venv"
+    (evidence / "runs" / "earlier").mkdir(parents=True)
+    installed.mkdir()
+    (installed / "bundle.py").write_text("original\n")
+    out = tmp_path / "out.txt"
+    script = (
+        f"cd {shlex.quote(str(checkout))}; ls -A ds4ci-evidence; rm -rf ds4ci-evidence/runs 2>/dev/null; "
+        "echo evil > venv/bundle.py 2>/dev/null; echo built > artefact && echo wrote-artefact"
+    )
+    policy = sandbox.Policy(hidden=(evidence,), frozen=(installed,))
+    result = supervisor.Supervisor(sweep_stale=False, policy=policy).run(
+        ["sh", "-c", script], 30, stdout=out, stderr=supervisor.STDOUT, view=supervisor.View(rw=(checkout,))
+    )
+    assert result.containment == "sandbox"
+    assert out.read_text() == "wrote-artefact\n"  # the evidence folder looked empty; the build's own writes work
+    assert (evidence / "runs" / "earlier").is_dir() and (installed / "bundle.py").read_text() == "original\n"
