@@ -207,7 +207,7 @@ def test_evidence_and_ds4ci_inside_a_shown_folder_stay_hidden_and_read_only(tmp_
     out = tmp_path / "out.txt"
     script = (
         f"cd {shlex.quote(str(checkout))}; ls -A ds4ci-evidence; rm -rf ds4ci-evidence/runs 2>/dev/null; "
-        "echo evil > venv/bundle.py 2>/dev/null; echo built > artefact && echo wrote-artefact"
+        "{ echo evil > venv/bundle.py; } 2>/dev/null; echo built > artefact && echo wrote-artefact"
     )
     policy = sandbox.Policy(hidden=(evidence,), frozen=(installed,))
     result = supervisor.Supervisor(sweep_stale=False, policy=policy).run(
