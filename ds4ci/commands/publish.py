@@ -74,7 +74,14 @@ def run_publish(
     from ds4ci.report.render import check_inputs
 
     check_inputs(results)
-    return publish_documents(verified.load(results, unverified), request)
+    trusted = {} if request.merge_config is None else _trusted_keys(request.merge_config)
+    return publish_documents(verified.load(results, unverified, trusted), request)
+
+
+def _trusted_keys(config_file: Path) -> dict[str, tuple[str, ...]]:
+    from ds4ci.evidence import attestation
+
+    return attestation.trusted_keys(config_file)
 
 
 def publish_documents(published: list[Published], request: PublishRequest) -> int:

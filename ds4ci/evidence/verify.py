@@ -24,7 +24,7 @@ from pathlib import Path
 from typing import Any, TypedDict
 
 from ds4ci.errors import EXIT_ERROR, EXIT_FAIL, EXIT_PASS, ResultsError, UsageError
-from ds4ci.evidence import bundle, results
+from ds4ci.evidence import attestation, bundle, results
 from ds4ci.evidence.store import MANIFEST, RESULTS, regular_files
 from ds4ci.judging import judge
 from ds4ci.judging.verdict import ERROR, FAIL, PASS
@@ -32,7 +32,7 @@ from ds4ci.options.config import DEFAULT_WIDTHS, parse_sha256, parse_widths, rea
 from ds4ci.records import Results, TargetOnlyResult, Verdict, WidthResult
 from ds4ci.runner.identity import hash_file
 
-_SEALED = (MANIFEST, RESULTS)
+_SEALED = (MANIFEST, RESULTS, attestation.ATTESTATION)  # beside the manifest, not in it
 EXIT_FOR = {PASS: EXIT_PASS, FAIL: EXIT_FAIL}
 
 
@@ -295,10 +295,15 @@ def expectations(config_file: Path) -> dict[str, Any]:
     return out
 
 
-def verify_path(path: Path, expected: dict[str, Any] | None) -> Verification:
+def verify_path(
+    path: Path, expected: dict[str, Any] | None, trusted: dict[str, tuple[str, ...]] | None = None
+) -> Verification:
+    """Verify one bundle; with ``trusted`` runner keys (``attestation.trusted_keys``) its signature too."""
     try:
         with bundle.opened(path) as root:
             found = verify_dir(root, label=str(path))
+            runner = found.recorded["runner"]["name"] if found.recorded is not None else None
+            found.problems += attestation.bundle_problems(root, runner, trusted or {})
     except bundle.BundleError as exc:
         return Verification(str(path), problems=[str(exc)])
     if expected is not None:

@@ -18,22 +18,15 @@ from pathlib import Path
 import ds4ci
 from ds4ci import supervisor
 from ds4ci.errors import NoVerdictError
+from ds4ci.evidence import keys
 from ds4ci.log import Logger
 from ds4ci.options.config import GateConfig
 from ds4ci.options.sections import BuildSpec, CheckSpec
 
 
-def key_folder() -> Path:
-    """Where ``ds4ci runner-key init`` keeps keys by default ($XDG_CONFIG_HOME/ds4ci, else ~/.config/ds4ci)."""
-    import os
-
-    base = os.environ.get("XDG_CONFIG_HOME") or str(Path.home() / ".config")
-    return Path(base) / "ds4ci"
-
-
 def policy(cfg: GateConfig) -> supervisor.Policy:
     box = cfg.sandbox
-    hidden = [cfg.evidence_dir.absolute(), key_folder(), Path.home()]
+    hidden = [cfg.evidence_dir.absolute(), keys.default_folder(), Path.home()]
     if cfg.signing_key is not None:
         hidden.append(cfg.signing_key.absolute().parent)
     frozen = (Path(ds4ci.__file__).resolve().parent, Path(sys.prefix))

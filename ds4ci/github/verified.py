@@ -74,8 +74,9 @@ def not_verified(doc: Results, problems: Sequence[str]) -> Results:
     return out
 
 
-def from_bundle(path: Path) -> Published:
-    found = verify_path(path, None)
+def from_bundle(path: Path, trusted: dict[str, tuple[str, ...]] | None = None) -> Published:
+    """A bundle as published: verified (and its signature checked under ``trusted`` runner keys)."""
+    found = verify_path(path, None, trusted)
     if found.recorded is None:
         raise UsageError(f"{path}: not a readable evidence bundle ({'; '.join(found.problems[:3])})")
     if found.problems:
@@ -83,13 +84,13 @@ def from_bundle(path: Path) -> Published:
     return Published(found.recorded, may_set_status=True)
 
 
-def from_results(path: Path, unverified: bool) -> Published:
+def from_results(path: Path, unverified: bool, trusted: dict[str, tuple[str, ...]] | None = None) -> Published:
     doc = results.load(path)
     bundle = Path(doc["evidence"]["dir"]) if doc["evidence"]["dir"] else None
     if bundle is not None and (bundle / RESULTS).is_file():
         if (bundle / RESULTS).read_bytes() != path.read_bytes():
             raise UsageError(f"{path} differs from its evidence bundle's own {bundle / RESULTS}; refusing it")
-        return from_bundle(bundle)
+        return from_bundle(bundle, trusted)
     if not unverified:
         raise UsageError(
             f"{path}: its evidence bundle ({bundle or 'none recorded'}) is not here; publish the bundle itself "
@@ -102,5 +103,6 @@ def from_results(path: Path, unverified: bool) -> Published:
     return Published(out, may_set_status=False)
 
 
-def load(paths: Sequence[Path], unverified: bool) -> list[Published]:
-    return [from_bundle(p) if is_bundle(p) else from_results(p, unverified) for p in paths]
+def load(paths: Sequence[Path], unverified: bool, trusted: dict[str, tuple[str, ...]] | None = None) -> list[Published]:
+    """Every input, verified; ``trusted``: runner keys of the trusted config (``attestation.trusted_keys``)."""
+    return [from_bundle(p, trusted) if is_bundle(p) else from_results(p, unverified, trusted) for p in paths]
