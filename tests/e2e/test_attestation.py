@@ -82,7 +82,7 @@ def test_a_signed_bundle_verifies_with_its_runner_key(signed: tuple[Path, str, P
     assert statement["predicate"]["verdict"] == "pass" and statement["predicate"]["runner"] == "test-runner"
     proc = verify(bundle, line)
     assert proc.returncode == 0, proc.stdout + proc.stderr
-    archive = verify(bundle.parents[2] / "bundle.tar.gz", line)  # --bundle-out carries the attestation too
+    archive = verify(bundle.parents[3] / "bundle.tar.gz", line)  # --bundle-out carries the attestation too
     assert archive.returncode == 0, archive.stdout + archive.stderr
 
 
