@@ -34,6 +34,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Final
 
+from ds4ci.options.policy import PROVENANCE_PREFIXES
 from ds4ci.supervisor.child import SupervisorError
 
 SANDBOX: Final = "sandbox"
@@ -60,7 +61,8 @@ INSIDE_TMP = "/tmp"  # noqa: S108 - inside the sandbox: the per-process scratch 
 # Names that never reach sandboxed code, whatever their value: credentials of any name and the
 # variables of ds4ci, the runner and GitHub (a job's tokens, its runtime URLs, the runner's paths).
 _SECRET_WORDS = re.compile(r"TOKEN|SECRET|PASSW|KEY|CREDENTIAL|AUTH|COOKIE|PRIVATE|SESSION|CERT_PASS", re.IGNORECASE)
-_DROPPED_PREFIXES = ("DS4CI_", "GITHUB_", "GH_", "ACTIONS_", "RUNNER_", "INPUT_", "SSH_", "XDG_", "AWS_", "AZURE_")
+_DROPPED_PREFIXES = ("DS4CI", "GITHUB_", "GH_", "ACTIONS_", "RUNNER_", "INPUT_", "SSH_", "XDG_", "AWS_", "AZURE_")
+_SERVER_FAMILIES = (*PROVENANCE_PREFIXES, "DS4SIM_")
 _DROPPED_NAMES = frozenset({"HOME", "TMPDIR", "TMP", "TEMP", "PWD", "OLDPWD", "MAIL", "USER_CREDENTIALS", "CI_JOB_JWT"})
 
 
@@ -190,7 +192,13 @@ def argv(
 
 
 def is_hidden_name(name: str) -> bool:
-    """Is this environment variable kept from sandboxed code (a credential, or ds4ci's/GitHub's/the runner's)?"""
+    """Is this environment variable kept from sandboxed code (a credential, or ds4ci's/GitHub's/the runner's)?
+
+    The server's own families (``DFLASH_``, ``LUCE_``, ``GGML_``, ``HIP_``, ``CUDA_``..., the simulator's
+    ``DS4SIM_``) pass even when a word such as TOKEN is in the name (``DS4SIM_TOKEN_DELAY``).
+    """
+    if name.startswith(_SERVER_FAMILIES):
+        return False
     return name in _DROPPED_NAMES or name.startswith(_DROPPED_PREFIXES) or bool(_SECRET_WORDS.search(name))
 
 

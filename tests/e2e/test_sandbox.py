@@ -81,7 +81,7 @@ def verdicts(text: str) -> dict[str, str]:
 
 def attacker_env(ws: Workspace, home: Path) -> dict[str, str]:
     return ws.env(
-        HOME=str(home), GH_ENTERPRISE_TOKEN=PLANTED, DEPLOY_SECRET=PLANTED, DS4CI_ANYTHING=PLANTED,
+        HOME=str(home), GH_ENTERPRISE_TOKEN=PLANTED, DEPLOY_SECRET=PLANTED, DS4CI_ANYTHING=PLANTED, DS4CI=PLANTED,
         GITHUB_TOKEN=PLANTED,
     )
 
@@ -216,3 +216,15 @@ def test_evidence_and_ds4ci_inside_a_shown_folder_stay_hidden_and_read_only(tmp_
     assert result.containment == "sandbox"
     assert out.read_text() == "wrote-artefact\n"  # the evidence folder looked empty; the build's own writes work
     assert (evidence / "runs" / "earlier").is_dir() and (installed / "bundle.py").read_text() == "original\n"
+
+
+def test_the_environment_keeps_the_servers_families_and_drops_every_credential() -> None:
+    given = {
+        "DS4SIM_TOKEN_DELAY": "0.005", "LUCE_DS4_SPEC": "1", "HIP_VISIBLE_DEVICES": "0", "PATH": "/usr/bin",
+        "GH_ENTERPRISE_TOKEN": "x", "HF_TOKEN": "x", "AWS_SECRET_ACCESS_KEY": "x", "DB_PASSWORD": "x",
+        "DS4CI": "/opt/ds4ci", "DS4CI_RUN_TOKEN": "x", "GITHUB_SHA": "x", "ACTIONS_CACHE_URL": "x",
+        "RUNNER_TEMP": "/home/runner/_work/_temp", "HOME": "/home/runner", "XDG_CONFIG_HOME": "/home/runner/.config",
+    }
+    env = sandbox.environment(given)
+    assert env == {"DS4SIM_TOKEN_DELAY": "0.005", "LUCE_DS4_SPEC": "1", "HIP_VISIBLE_DEVICES": "0",
+                   "PATH": "/usr/bin", "HOME": "/tmp", "TMPDIR": "/tmp"}
