@@ -28,7 +28,7 @@ from typing import Any
 from ds4ci import __version__
 from ds4ci.evidence import keys, store
 from ds4ci.fileio import write_text_atomic
-from ds4ci.options.values import public_key_line, read_toml
+from ds4ci.options.values import public_keys, read_toml
 
 ATTESTATION = store.ATTESTATION
 PAYLOAD_TYPE = "application/vnd.in-toto+json"
@@ -155,11 +155,11 @@ def trusted_keys(config_file: Path) -> dict[str, tuple[str, ...]]:
     runners = doc.get("runners", {})
     for name, table in (runners.items() if isinstance(runners, dict) else ()):
         if isinstance(table, dict) and "public_key" in table:
-            found[name] = (public_key_line(table["public_key"], f"runners.{name}.public_key"),)
+            found[name] = public_keys(table["public_key"], f"runners.{name}.public_key")
     runner = doc.get("runner", {})
     if isinstance(runner, dict) and "public_key" in runner:
         name = runner.get("name", ANY_RUNNER)
-        found.setdefault(str(name), (public_key_line(runner["public_key"], "runner.public_key"),))
+        found.setdefault(str(name), public_keys(runner["public_key"], "runner.public_key"))
     return found
 
 

@@ -225,9 +225,10 @@ OPTIONS: tuple[Option, ...] = (
            toml_type="number"),
     Option("checks", "cwd", "Directory the check runs in.", default_doc="the config file's directory",
            toml_type="path"),
-    Option("runner", "public_key", "The runner's Ed25519 public key (the line `ds4ci runner-key init` prints): "
-           "verify and publish then accept only bundles whose attestation.json this key signed.",
-           check=v.public_key_line, runner_table=True),
+    Option("runner", "public_key", "The runner's Ed25519 public key (the line `ds4ci runner-key init` prints), or "
+           "a list of two while a key is rotated: verify and publish then accept only bundles whose "
+           "attestation.json such a key signed.", check=v.public_keys, toml_type="string or array of strings",
+           runner_table=True),
     _gate("signing_key", "Private key that signs the bundle's attestation.json (made by `ds4ci runner-key init`; "
           "keep it where PR code cannot read it).", default_doc="the runner-key default path, when that file exists",
           toml_type="path", cli_type=Path, attr="signing_key"),

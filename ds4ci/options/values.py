@@ -238,3 +238,11 @@ def public_key_line(value: Any, where: str) -> str:
             f"{where}: expected the base64 of a 32-byte Ed25519 public key after {PUBLIC_KEY_PREFIX}, found {value!r}"
         )
     return value
+
+
+def public_keys(value: Any, where: str) -> tuple[str, ...]:
+    """One public key line, or a list of them (two while a key is rotated)."""
+    items = value if isinstance(value, list) else [value]
+    if not items:
+        raise UsageError(f"{where}: expected a public key line or a list of them, found an empty list")
+    return tuple(public_key_line(item, where) for item in items)

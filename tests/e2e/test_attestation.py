@@ -153,3 +153,15 @@ def test_pae_matches_the_dsse_specification_vector() -> None:
     assert attestation.pae("http://example.com/HelloWorld", b"hello world") == (
         b"DSSEv1 29 http://example.com/HelloWorld 11 hello world"
     )
+
+
+def test_during_a_rotation_the_trusted_config_may_name_two_keys(
+    signed: tuple[Path, str, Path, str], tmp_path: Path
+) -> None:
+    bundle, line, _, other_line = signed
+    config = tmp_path / "ds4ci.toml"
+    config.write_text(f'[gate]\nwidths = [2]\n[runners.test-runner]\npublic_key = ["{other_line}", "{line}"]\n')
+    assert attestation.bundle_problems(bundle, "test-runner", attestation.trusted_keys(config)) == []
+    proc = subprocess.run([DS4CI, "verify", str(bundle), "--expect-config", str(config)], capture_output=True,
+                          text=True, check=False)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
