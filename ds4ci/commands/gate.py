@@ -150,8 +150,9 @@ def _run_gate_command(config_file: Path | None, overrides: Mapping[str, Any], as
 
 
 def _signing_key(cfg: config.GateConfig) -> Path | None:
-    """--signing-key (gate.signing_key), else the runner-key default path when that file exists; checked now."""
-    from ds4ci.evidence import keys
+    """--signing-key (gate.signing_key), else the runner-key default path when that file exists; checked now,
+    and the signing code imported now, before any PR process starts (like ``ds4ci.gate.preload``)."""
+    from ds4ci.evidence import attestation, keys  # noqa: F401 - attestation: imported before PR code runs
 
     path = cfg.signing_key if cfg.signing_key is not None else keys.default_path()
     if cfg.signing_key is None and not path.exists():
