@@ -228,3 +228,15 @@ def test_the_environment_keeps_the_servers_families_and_drops_every_credential()
     env = sandbox.environment(given)
     assert env == {"DS4SIM_TOKEN_DELAY": "0.005", "LUCE_DS4_SPEC": "1", "HIP_VISIBLE_DEVICES": "0",
                    "PATH": "/usr/bin", "HOME": "/tmp", "TMPDIR": "/tmp"}
+
+
+def test_the_bundled_simulator_runs_sandboxed_with_nothing_configured(tmp_path: Path) -> None:
+    """ds4ci-sim is a console script of a virtual environment: that environment is shown read-only, unasked."""
+    from gatekit import BIN
+
+    ws = Workspace.create(tmp_path, server=BIN / "ds4ci-sim")
+    env = ws.env()
+    env.pop(sandbox.RO_VARIABLE, None)
+    run = ws.gate(widths="2", env=env)
+    assert run.code == 0, run.stdout + run.stderr
+    assert run.results is not None and run.results["containment"] == "sandbox"
