@@ -29,6 +29,8 @@ from _common import BIN, emit, gate_knobs, median, parser, say
 from bench_gate import workspace
 from bench_overhead import run_ds4ci, run_ideal
 
+from ds4ci.supervisor import sandbox
+
 NAME = "sandbox"
 ROOT = Path(__file__).resolve().parent.parent
 _PRELOAD = (
@@ -66,15 +68,12 @@ def preload_cost(runs: int) -> float:
 
 def _env(root: Path, args: Any) -> dict[str, str]:
     env = {k: v for k, v in os.environ.items() if not k.startswith(("DFLASH_", "LUCE_", "DS4SIM_", "DS4CI_"))}
-    interpreter = Path(os.path.realpath(sys.executable)).parent.parent
     env.update({
         "DS4SIM_STARTUP_DELAY": str(args.startup_delay), "DS4SIM_TOKEN_DELAY": str(args.token_delay),
         "XDG_CACHE_HOME": str(root / "cache"), "PATH": f"{BIN}{os.pathsep}{env.get('PATH', '')}",
         "PYTHONUNBUFFERED": "1",
-        "DS4CI_SANDBOX_RO_PATHS": os.pathsep.join(dict.fromkeys(
-            str(p) for p in (ROOT, Path(sys.prefix), Path(sys.base_prefix), interpreter))),
     })
-    return env
+    return sandbox.runtime_environment(env)
 
 
 def gates(args: Any, rounds: int) -> dict[str, list[float]]:

@@ -7,12 +7,13 @@ process; ``tests/e2e/`` starts real processes. ``pytest -m "not e2e"`` runs the 
 from __future__ import annotations
 
 import os
-import sys
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 from fakegithub import FakeGitHub
+
+from ds4ci.supervisor import sandbox
 
 
 @pytest.fixture()
@@ -26,15 +27,11 @@ def fake() -> Iterator[FakeGitHub]:
 
 
 E2E_DIR = Path(__file__).resolve().parent / "e2e"
-ROOT = E2E_DIR.parent.parent
 
 # The test servers (the simulator, fault servers) are Python programs of this checkout run by this
 # venv's interpreter: the sandbox shows them read-only, as a runner's [sandbox] ro_paths would.
 # A real runner's sandbox shows neither ds4ci's install nor its interpreter.
-_INTERPRETER = Path(os.path.realpath(sys.executable)).parent.parent
-os.environ["DS4CI_SANDBOX_RO_PATHS"] = os.pathsep.join(
-    dict.fromkeys(str(p) for p in (ROOT, Path(sys.prefix), Path(sys.base_prefix), _INTERPRETER))
-)
+os.environ.update(sandbox.runtime_environment(os.environ))
 
 
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:

@@ -29,6 +29,7 @@ import os
 import re
 import shutil
 import subprocess
+import sys
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -89,6 +90,22 @@ RO_VARIABLE, RW_VARIABLE = "DS4CI_SANDBOX_RO_PATHS", "DS4CI_SANDBOX_RW_PATHS"
 def environment_paths(variable: str) -> tuple[Path, ...]:
     """Extra paths a harness (the test suite) names in ``variable``, separated by ``os.pathsep``."""
     return tuple(Path(p) for p in os.environ.get(variable, "").split(os.pathsep) if p)
+
+
+def python_runtime() -> tuple[Path, ...]:
+    """This interpreter and ds4ci's import root: what a server written in ds4ci's own Python (the
+    simulator, the reference server of ``selftest``) needs to see, read-only. Never shown to a real server."""
+    import ds4ci
+
+    found = (Path(sys.prefix), Path(sys.base_prefix), Path(os.path.realpath(sys.executable)).parent.parent,
+             Path(ds4ci.__file__).resolve().parent.parent)
+    return tuple(dict.fromkeys(found))
+
+
+def runtime_environment(env: Mapping[str, str]) -> dict[str, str]:
+    """``env`` plus ``DS4CI_SANDBOX_RO_PATHS`` naming :func:`python_runtime` (for a gate that runs ds4ci's own servers)."""
+    shown = [p for p in env.get(RO_VARIABLE, "").split(os.pathsep) if p] + [str(p) for p in python_runtime()]
+    return {**env, RO_VARIABLE: os.pathsep.join(dict.fromkeys(shown))}
 
 
 def with_environment(policy: Policy) -> Policy:
