@@ -32,6 +32,7 @@ import psutil
 
 from ds4ci.supervisor import procs, sandbox
 from ds4ci.supervisor.child import _SPAWNER, Child, Output, StartTimeout, Unkillable, _open_output, _pidfd
+from ds4ci.supervisor.procs import KilledProcess
 
 SANDBOX: Final = sandbox.SANDBOX
 _PR_SET_PDEATHSIG = 1
@@ -47,6 +48,8 @@ class SandboxChild(Child):
         self.containment = SANDBOX
         self.scratch = scratch
         self._text = ""
+        self._helpers: dict[int, KilledProcess] | None = {}  # None once the command's exit was settled
+        self._stopped = False  # ds4ci signalled the namespace (terminate, kill, a timeout)
 
     def _feed(self, chunk: bytes) -> None:
         self._text += chunk.decode("utf-8", errors="replace")
@@ -88,18 +91,49 @@ class SandboxChild(Child):
         return True
 
     def poll(self) -> int | None:
-        """As ``Child.poll``; when bwrap ended without a status (it could not set the sandbox up), its exit code."""
+        """As ``Child.poll``; when bwrap ended without a status (it could not set the sandbox up), its exit code.
+
+        When the command exits, bwrap's init exits and the kernel kills whatever else ran in the
+        namespace. When ds4ci stopped the command (SIGTERM to the whole namespace, or SIGKILL), the
+        processes last seen still running are recorded in ``killed``, as a sweep would. When the
+        command exits by itself they are not (a child it was waiting for would look the same), so
+        helpers left by a command that ended on its own are killed without being named.
+        """
+        if self.returncode is None and self.keeper_pid and self.pid:
+            self._remember_helpers()
         code = super().poll()
         if code is not None and not self.keeper_pid and self._proc.returncode is not None:
             self.returncode = code = self._proc.returncode
+        if code is not None and self._helpers is not None:
+            if self._stopped:
+                self.killed.extend(r for _, r in sorted(self._helpers.items()))  # the namespace's init is gone
+                self._seen.update(self._helpers)  # named once, even if a sweep still finds them dying
+            self._helpers = None
         return code
+
+    def _remember_helpers(self) -> None:
+        """Every process of the namespace but the command, as seen now (descriptions kept from earlier looks)."""
+        if self._helpers is None:
+            return
+        found = procs.descendants(self.keeper_pid)
+        if all(proc.pid != self.pid for proc in found):
+            return  # the command is gone and the namespace going: keep the last look taken while it ran
+        self._helpers = {
+            proc.pid: self._helpers.get(proc.pid) or procs.describe(proc, "killed with its namespace")
+            for proc in found if proc.pid != self.pid
+        }
 
     def send_signal(self, sig: int) -> None:
         """Signal every process of the namespace (not its init, which would ignore it)."""
+        self._stopped = True
         if self._proc.returncode is None and self.keeper_pid:
             for proc in procs.descendants(self.keeper_pid):
                 with contextlib.suppress(psutil.Error):
                     proc.send_signal(sig)
+
+    def kill(self) -> None:
+        self._stopped = True
+        super().kill()
 
     def _cleanup(self) -> None:
         shutil.rmtree(self.scratch, ignore_errors=True)

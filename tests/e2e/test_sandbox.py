@@ -15,6 +15,7 @@ import shutil
 import subprocess
 import sys
 import tempfile
+import time
 from pathlib import Path
 
 import pytest
@@ -240,3 +241,22 @@ def test_the_bundled_simulator_runs_sandboxed_with_nothing_configured(tmp_path: 
     run = ws.gate(widths="2", env=env)
     assert run.code == 0, run.stdout + run.stderr
     assert run.results is not None and run.results["containment"] == "sandbox"
+
+
+def test_helpers_still_running_when_a_stopped_command_exits_are_recorded_as_killed(tmp_path: Path) -> None:
+    """bwrap's init takes the namespace down with the command; what still ran there after SIGTERM is named."""
+    marker = f"987654.{os.getpid()}"
+    command = f"(trap '' TERM; exec sleep {marker}) & exec sleep 300"  # the helper ignores SIGTERM
+    child = supervisor.Supervisor(sweep_stale=False).spawn(["sh", "-c", command], view=supervisor.View())
+    try:
+        deadline = time.monotonic() + 10  # until the helper runs sleep itself (bwrap's argv names the marker too)
+        while not any(line.split(": ", 1)[1].startswith("sleep") for line in processes_mentioning(marker)):
+            assert time.monotonic() < deadline, "the helper did not start"
+            time.sleep(0.02)
+        child.poll()
+        assert child.terminate(5.0) is False  # the command itself went at SIGTERM
+    finally:
+        killed = child.sweep()
+    assert child.containment == "sandbox" and child.returncode == -15
+    assert [k.reason for k in killed if marker in k.cmdline] == ["killed with its namespace"], killed
+    assert processes_mentioning(marker) == []
