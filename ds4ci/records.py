@@ -28,7 +28,7 @@ RunnerRole = Literal["gate", "negative-control"]
 EnvPrefix = Literal["DFLASH_", "LUCE_"]
 Scope = Literal["full", "focused"]
 Arm = Literal["target-only", "reference-exact"]
-Containment = Literal["pid-namespace", "subreaper+sweep"]
+Containment = Literal["sandbox", "pid-namespace", "subreaper+sweep"]
 
 
 class FileIdentity(TypedDict):

@@ -71,6 +71,12 @@ def verify(
             "must be what each bundle ran."
         ),
     ] = None,
+    key: Annotated[
+        list[str] | None,
+        typer.Option(help="A runner's public key line (ed25519:..., as `ds4ci runner-key init` prints it): each "
+                     "bundle must carry an attestation.json it signed. Repeatable. Keys named in --expect-config "
+                     "([runners.<name>] public_key) are checked too."),
+    ] = None,
 ) -> None:
     """Re-derive each bundle's verdict from its raw evidence; trust nothing in results.json.
 
@@ -88,7 +94,7 @@ def verify(
     """
     from ds4ci.commands.verify import run_verify
 
-    exit_with(lambda: run_verify(bundles, as_json=json_out, expect_config=expect_config))
+    exit_with(lambda: run_verify(bundles, as_json=json_out, expect_config=expect_config, keys=key or []))
 
 
 hash_cache_app = typer.Typer(
@@ -112,6 +118,32 @@ def hash_cache_add(
     from ds4ci.commands.hashcache import run_hash_cache_add
 
     exit_with(lambda: run_hash_cache_add(files, cache))
+
+
+runner_key_app = typer.Typer(
+    help="This runner's Ed25519 key: it signs each bundle's attestation.json (see docs/security.md).",
+    no_args_is_help=True,
+)
+app.add_typer(runner_key_app, name="runner-key")
+
+
+@runner_key_app.command("init")
+def runner_key_init(
+    path: Annotated[
+        Path | None,
+        typer.Option(help="Where to write the private key (mode 0600; never overwritten). "
+                     "Default: $XDG_CONFIG_HOME/ds4ci/runner-key.pem, else ~/.config/ds4ci/runner-key.pem."),
+    ] = None,
+) -> None:
+    """Make this runner's key pair; print the public key line for the trusted ds4ci.toml.
+
+    Run once per runner, as the user the gate runs as. Put the printed line under
+    [runners.<name>] public_key in the base branch's ds4ci.toml; verify and publish then refuse
+    bundles this key did not sign. The sandbox never shows the key's folder to PR code.
+    """
+    from ds4ci.commands.runnerkey import run_runner_key_init
+
+    exit_with(lambda: run_runner_key_init(path))
 
 
 @app.command()

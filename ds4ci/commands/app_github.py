@@ -71,8 +71,9 @@ _ExpectConfig = Annotated[
 _MergeConfig = Annotated[
     Path | None,
     typer.Option(
-        help="ds4ci.toml whose [merge] table names the required runners, checks and approvals: the comment "
-        "then shows the 'Review and merge status' checklist of `ds4ci merge-check` (needs --pr)."
+        help="The trusted ds4ci.toml (the base branch's): its [merge] table names the required runners, checks and "
+        "approvals, and the comment then shows the 'Review and merge status' checklist of `ds4ci merge-check` "
+        "(needs --pr); its [runners.<name>] public_key lines make an unsigned or wrongly signed bundle an error."
     ),
 ]
 

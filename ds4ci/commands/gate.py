@@ -130,7 +130,10 @@ def _run_gate_command(config_file: Path | None, overrides: Mapping[str, Any], as
         log.annotate("error", str(exc), file=where, line=_toml_line(exc) if where else None, title="ds4ci gate: config")
         raise
     warn_evidence_in_checkout(cfg.evidence_dir, log)
+    signing_key = _signing_key(cfg)  # a bad key is a usage error before anything runs
     outcome = run_gate(cfg, log)
+    if signing_key is not None:
+        _sign(outcome, signing_key, log)
     from ds4ci.report import table  # imported once the run is over: the first progress line comes sooner
 
     human = sys.stderr if as_json else sys.stdout
@@ -147,6 +150,32 @@ def _run_gate_command(config_file: Path | None, overrides: Mapping[str, Any], as
     if as_json:
         sys.stdout.write(json.dumps(summary(outcome.results, cfg), indent=2, sort_keys=True) + "\n")
     return outcome.exit_code
+
+
+def _signing_key(cfg: config.GateConfig) -> Path | None:
+    """--signing-key (gate.signing_key), else the runner-key default path when that file exists; checked now,
+    and the signing code imported now, before any PR process starts (like ``ds4ci.gate.preload``)."""
+    from ds4ci.evidence import attestation, keys  # noqa: F401 - attestation: imported before PR code runs
+
+    path = cfg.signing_key if cfg.signing_key is not None else keys.default_path()
+    if cfg.signing_key is None and not path.exists():
+        return None
+    keys.load_private(path)
+    return path
+
+
+def _sign(outcome: GateOutcome, key: Path, log: Logger) -> None:
+    """attestation.json into the sealed evidence (before --bundle-out archives it)."""
+    doc = outcome.results
+    if doc["evidence"]["manifest_sha256"] is None:
+        return  # nothing sealed, nothing to vouch for
+    from ds4ci.evidence import attestation
+
+    try:
+        written = attestation.sign(Path(doc["evidence"]["dir"]), key)
+    except (OSError, ValueError) as exc:
+        raise NoVerdictError(f"cannot sign the evidence with {key}: {exc}") from exc
+    log(f"signed: {written}")
 
 
 def _write_outputs(cfg: config.GateConfig, outcome: GateOutcome, human: TextIO) -> None:

@@ -75,12 +75,21 @@ def run_publish(
     from ds4ci.report.render import check_inputs
 
     check_inputs(results)
-    expected = None
+    expected, keys = None, {}
     if request.expect_config is not None:
         from ds4ci.evidence.verify import expectations
 
         expected = expectations(request.expect_config)
-    return publish_documents(verified.load(results, verified.Trust(expected, unverified)), request)
+    for config in (request.expect_config, request.merge_config):  # runner keys named by a trusted config
+        if config is not None:
+            keys.update(_trusted_keys(config))
+    return publish_documents(verified.load(results, verified.Trust(expected, unverified, keys)), request)
+
+
+def _trusted_keys(config_file: Path) -> dict[str, tuple[str, ...]]:
+    from ds4ci.evidence import attestation
+
+    return attestation.trusted_keys(config_file)
 
 
 def publish_documents(published: list[Published], request: PublishRequest) -> int:

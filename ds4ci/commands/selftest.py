@@ -36,6 +36,7 @@ from typing import Any
 
 from ds4ci.errors import EXIT_ERROR, EXIT_FAIL, EXIT_PASS, NoVerdictError, UsageError
 from ds4ci.refserver.workload import Workload, write_workload
+from ds4ci.supervisor import sandbox
 
 DTYPES = ("bfloat16", "float16", "float32")
 GATE_TIMEOUT_S = 3600.0
@@ -121,7 +122,8 @@ def run_ds4ci(args: list[str], timeout_s: float, cwd: Path, quiet: bool = False)
     import path, and the workspace holds no Python package that could shadow this ds4ci."""
     try:
         return subprocess.run([sys.executable, *_CLI, *args], stdout=subprocess.PIPE, cwd=cwd,
-                              stderr=subprocess.DEVNULL if quiet else None, text=True, timeout=timeout_s, check=False)
+                              stderr=subprocess.DEVNULL if quiet else None, text=True, timeout=timeout_s, check=False,
+                              env=sandbox.runtime_environment(os.environ))  # the reference server is ds4ci's Python
     except subprocess.TimeoutExpired as exc:
         raise NoVerdictError(f"ds4ci {args[0]} did not finish within {timeout_s:g} s") from exc
     except OSError as exc:

@@ -11,14 +11,20 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from ds4ci.errors import UsageError
-from ds4ci.evidence import verify
+from ds4ci.evidence import attestation, verify
+from ds4ci.options.values import public_key_line
 
 
-def run_verify(bundles: Sequence[Path], *, as_json: bool, expect_config: Path | None) -> int:
+def run_verify(
+    bundles: Sequence[Path], *, as_json: bool, expect_config: Path | None, keys: Sequence[str] = ()
+) -> int:
     if not bundles:
         raise UsageError("give at least one evidence bundle (a promoted attempt directory or a .tar.gz)")
     expected = verify.expectations(expect_config) if expect_config is not None else None
-    found = [verify.verify_path(path, expected) for path in bundles]
+    trusted = attestation.trusted_keys(expect_config) if expect_config is not None else {}
+    if keys:
+        trusted[attestation.ANY_RUNNER] = tuple(public_key_line(k, "--key") for k in keys)
+    found = [verify.verify_path(path, expected, trusted) for path in bundles]
     if as_json:
         print(verify.dumps(found))
     else:

@@ -33,6 +33,7 @@ RUNS = "runs"
 FAILED = "failed"
 MANIFEST = "manifest.json"
 RESULTS = "results.json"
+ATTESTATION = "attestation.json"  # the runner key's signature (evidence/attestation.py), beside the manifest
 _AT_FDCWD = -100
 _RENAME_NOREPLACE = 1
 
@@ -131,7 +132,8 @@ def seal(attempt: Attempt, inputs: Sequence[FileIdentity]) -> str:
 def sealed_files(directory: Path) -> list[str]:
     """The files of a sealed attempt: the manifest's evidence plus the manifest and results themselves."""
     manifest = json.loads((directory / MANIFEST).read_text(encoding="utf-8"))
-    return [*(entry["path"] for entry in manifest["evidence"]), MANIFEST, RESULTS]
+    signed = [ATTESTATION] if (directory / ATTESTATION).is_file() else []
+    return [*(entry["path"] for entry in manifest["evidence"]), MANIFEST, RESULTS, *signed]
 
 
 def promote(attempt: Attempt, verdict: str) -> Path:

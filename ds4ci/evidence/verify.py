@@ -25,7 +25,7 @@ from pathlib import Path
 from typing import Any, Final, TypedDict
 
 from ds4ci.errors import EXIT_ERROR, EXIT_FAIL, EXIT_PASS, ResultsError, UsageError
-from ds4ci.evidence import bundle, results
+from ds4ci.evidence import attestation, bundle, results
 from ds4ci.evidence.derive import DeriveError, derive
 from ds4ci.evidence.store import MANIFEST, RESULTS, regular_files
 from ds4ci.judging import confined
@@ -33,7 +33,7 @@ from ds4ci.judging.verdict import ERROR, FAIL, PASS
 from ds4ci.options.config import DEFAULT_WIDTHS, parse_sha256, parse_widths, read_toml
 from ds4ci.records import Results, TargetOnlyResult, Verdict, WidthResult
 
-_SEALED = (MANIFEST, RESULTS)
+_SEALED = (MANIFEST, RESULTS, attestation.ATTESTATION)  # beside the manifest, not in it
 EXIT_FOR = {PASS: EXIT_PASS, FAIL: EXIT_FAIL}
 # verify's own code for an intact, consistent bundle whose verdict is error: distinct from
 # EXIT_ERROR (3), which verify keeps for evidence that does not verify.
@@ -379,10 +379,15 @@ def expectations(config_file: Path) -> dict[str, Any]:
     return out
 
 
-def verify_path(path: Path, expected: dict[str, Any] | None) -> Verification:
+def verify_path(
+    path: Path, expected: dict[str, Any] | None, trusted: dict[str, tuple[str, ...]] | None = None
+) -> Verification:
+    """Verify one bundle; with ``trusted`` runner keys (``attestation.trusted_keys``) its signature too."""
     try:
         with bundle.opened(path) as root:
             found = verify_dir(root, label=str(path))
+            runner = found.recorded["runner"]["name"] if found.recorded is not None else None
+            found.problems += attestation.bundle_problems(root, runner, trusted or {})
     except bundle.BundleError as exc:
         return Verification(str(path), problems=[str(exc)])
     if expected is not None:

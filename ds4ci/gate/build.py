@@ -14,6 +14,7 @@ import json
 from collections.abc import Callable
 from pathlib import Path
 
+from ds4ci.gate import views
 from ds4ci.gate.checks import DEFAULT_LOG_CAP_BYTES, run_step
 from ds4ci.judging.steps import build_result
 from ds4ci.log import Logger, as_logger
@@ -39,7 +40,7 @@ def _build(spec: BuildSpec, log_dir: Path, progress: Logger, log_cap_bytes: int)
     progress(f"build: running `{spec.command}` in {spec.cwd or Path.cwd()} (timeout {spec.timeout_s:g} s)")
     record = run_step(
         CheckSpec("build", spec.command, "build-progress", None, spec.timeout_s, spec.cwd), log_dir / "build.log",
-        progress=progress, log_cap_bytes=log_cap_bytes,
+        progress=progress, log_cap_bytes=log_cap_bytes, view=views.build_view(spec),
     )
     for key in ("name", "parser", "report"):
         del record[key]

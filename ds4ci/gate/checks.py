@@ -20,6 +20,7 @@ from pathlib import Path
 from typing import Any
 
 from ds4ci import supervisor
+from ds4ci.gate import views
 from ds4ci.gate.cappedlog import CappedLog
 from ds4ci.judging.steps import LOG_TAIL_BYTES, MAX_REPORT_BYTES, check_result
 from ds4ci.log import Logger, as_logger
@@ -50,9 +51,9 @@ def check_env() -> dict[str, str]:
 
 
 def _run_group(
-    command: str, cwd: Path | None, log: CappedLog, timeout_s: float, sup: supervisor.Supervisor
+    command: str, cwd: Path | None, log: CappedLog, timeout_s: float, sup: supervisor.Supervisor, view: supervisor.View
 ) -> supervisor.RunResult:
-    """Run ``bash -c command`` with stdout and stderr in ``log``; everything it started is swept."""
+    """Run ``bash -c command`` (in the sandbox ``view``) with stdout and stderr in ``log``; all it started is swept."""
     try:
         return sup.run(
             ["bash", "-c", command],
@@ -62,6 +63,7 @@ def _run_group(
             stdout=log.write_fd,
             stderr=supervisor.STDOUT,
             grace_s=KILL_GRACE_S,
+            view=view,
         )
     finally:
         log.close()
@@ -93,9 +95,11 @@ def _read_report(path: Path | None, stamp_before: tuple[int, int, int, int] | No
 
 def run_step(
     spec: CheckSpec, log: Path, sup: supervisor.Supervisor | None = None, progress: Progress | None = None,
-    log_cap_bytes: int = DEFAULT_LOG_CAP_BYTES,
+    log_cap_bytes: int = DEFAULT_LOG_CAP_BYTES, view: supervisor.View | None = None,
 ) -> dict[str, Any]:
-    """Run one command; its sealed run record (the log is ``log``, a fresh report is copied beside it)."""
+    """Run one command (in ``view``, default ``views.check_view``); its sealed run record.
+
+    The log is ``log``; a fresh report is copied beside it."""
     report_before = _report_stamp(spec.report)
     record: dict[str, Any] = {
         "name": spec.name, "parser": spec.parser, "command": spec.command, "timeout_s": spec.timeout_s,
@@ -104,7 +108,9 @@ def run_step(
     }
     capped = CappedLog(log, log_cap_bytes)
     try:
-        run = _run_group(spec.command, spec.cwd, capped, spec.timeout_s, sup or supervisor.default())
+        run = _run_group(
+            spec.command, spec.cwd, capped, spec.timeout_s, sup or supervisor.default(), view or views.check_view(spec)
+        )
     except (OSError, supervisor.SupervisorError) as exc:
         why = exc.strerror if isinstance(exc, OSError) and exc.strerror else str(exc)
         record["start_error"] = f"could not start the command in {spec.cwd or Path.cwd()}: {why}"

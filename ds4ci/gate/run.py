@@ -29,11 +29,12 @@ from ds4ci import __version__
 from ds4ci.errors import EXIT_ERROR, Ds4ciError, NoVerdictError
 from ds4ci.evidence import derive, results, store
 from ds4ci.fileio import write_text_atomic
-from ds4ci.gate import settings
+from ds4ci.gate import settings, views
 from ds4ci.gate.document import containment, initial_results, inputs, read_verified_prompt
+from ds4ci.gate.preload import preload
 from ds4ci.judging import judge
 from ds4ci.judging.logtail import fit_reason
-from ds4ci.judging.verdict import ERROR
+from ds4ci.judging.verdict import ERROR, read_answer
 from ds4ci.log import Logger, as_logger
 from ds4ci.options import policy
 from ds4ci.options.config import GateConfig
@@ -183,6 +184,7 @@ class _Run:
             request_timeout_s=cfg.request_timeout_s,
             stop_timeout_s=cfg.stop_timeout_s,
             log_cap_bytes=cfg.log_cap_bytes,
+            view=views.server_view(cfg),
         )
 
     def arm_environments(self) -> tuple[policy.ArmEnvironment, dict[int, policy.ArmEnvironment]]:
@@ -236,7 +238,7 @@ class _Run:
                 })
                 self.progress(
                     f"{server.label}: prompt {index} request {repeat + 1}/{self.cfg.repeats}: answered in "
-                    f"{exchange.elapsed_s:.2f} s ({_completion_tokens(exchange.response)} completion tokens)"
+                    f"{exchange.elapsed_s:.2f} s ({read_answer(exchange.response).completion_tokens or "?"} completion tokens)"
                 )
 
     def _run_server(self, q: int | None, env: policy.ArmEnvironment) -> None:
@@ -374,12 +376,6 @@ def _size(path: Path) -> int:
         return 0
 
 
-def _completion_tokens(response: dict[str, Any]) -> str:
-    usage = response.get("usage")
-    count = usage.get("completion_tokens") if isinstance(usage, dict) else None
-    return str(count) if isinstance(count, int) else "?"
-
-
 def run_gate(cfg: GateConfig, progress: Progress | Logger | None = None) -> GateOutcome:
     """Run the whole gate. Never raises for a verdict; raises only if no attempt could be created.
 
@@ -396,6 +392,8 @@ def run_gate(cfg: GateConfig, progress: Progress | Logger | None = None) -> Gate
     })
     with _signals_raise():
         try:
+            views.prepare(cfg, progress)  # [sandbox] require: stops here, before any PR process
+            preload()  # everything ds4ci imports later is loaded before PR code runs
             built = run.run_build()  # a PR that does not build is a fail: no server starts
             if built:
                 run.verify_identities()

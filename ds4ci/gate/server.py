@@ -41,6 +41,9 @@ _STOP_HEARTBEAT_S = 5.0  # a stopping server is heard from at least this often (
 _HTTP_ERRORS = (OSError, http.client.HTTPException)
 
 
+_NO_EXTRA_VIEW = supervisor.View()
+
+
 @dataclass(frozen=True)
 class ServerSettings:
     binary: Path
@@ -53,6 +56,7 @@ class ServerSettings:
     request_timeout_s: float
     stop_timeout_s: float
     log_cap_bytes: int
+    view: supervisor.View = _NO_EXTRA_VIEW  # what the server may see beyond the sandbox's default view
 
 
 @dataclass(frozen=True)
@@ -186,6 +190,7 @@ class Server:
             self.child = supervisor.default().spawn(
                 command, env=self.env, stdout=self.stdout_path, stderr=self.stderr_path,
                 start_timeout=self.settings.startup_timeout_s, file_size_limit=self.settings.log_cap_bytes,
+                view=self.settings.view,
             )
         except (OSError, supervisor.SupervisorError) as exc:
             detail = exc.strerror if isinstance(exc, OSError) and exc.strerror else exc

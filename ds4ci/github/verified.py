@@ -24,7 +24,7 @@ from pathlib import Path
 from typing import Any, cast
 
 from ds4ci.errors import EXIT_ERROR, UsageError
-from ds4ci.evidence import bundle, results
+from ds4ci.evidence import attestation, bundle, results
 from ds4ci.evidence.store import RESULTS
 from ds4ci.evidence.verify import Verification, expectation_mismatches, verify_dir
 from ds4ci.judging.verdict import ERROR, PASS
@@ -55,10 +55,12 @@ class Published:
 
 @dataclass(frozen=True)
 class Trust:
-    """What the trusted side demands of every bundle: the settings of its own config (``--expect-config``)."""
+    """What the trusted side demands of every bundle: the settings of its own config (``--expect-config``) and,
+    where that config names runner keys, a signature by the runner's key (``attestation.trusted_keys``)."""
 
     expected: Mapping[str, Any] | None = None
     unverified: bool = False
+    keys: Mapping[str, tuple[str, ...]] = field(default_factory=dict)
 
 
 @dataclass
@@ -115,9 +117,14 @@ def check_trusted_settings(found: Opened, trust: Trust) -> None:
             f"{key} {have!r} != {want!r}" for key, have, want in mismatches))
 
 
+def check_signature(found: Opened, trust: Trust) -> None:
+    """With runner keys in the trusted config: attestation.json signed by that runner's key, agreeing with the bundle."""
+    found.problems += attestation.bundle_problems(found.root, found.recorded["runner"]["name"], dict(trust.keys))
+
+
 # Every check run on each bundle that verified, in order; each may add problems (the bundle is then
-# published as error) or forbid any status. Signed attestations add their check here.
-BUNDLE_CHECKS: tuple[BundleCheck, ...] = (check_sealed_head, check_trusted_settings)
+# published as error) or forbid any status.
+BUNDLE_CHECKS: tuple[BundleCheck, ...] = (check_sealed_head, check_signature, check_trusted_settings)
 
 
 def is_bundle(path: Path) -> bool:

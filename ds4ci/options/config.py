@@ -50,6 +50,17 @@ FULL, FOCUSED = "full", "focused"
 
 
 @dataclass(frozen=True)
+class SandboxSettings:
+    """``[sandbox]`` (with ``[runners.<name>]`` applied): the supervisor builds its policy from it."""
+
+    require: bool = False
+    enabled: bool = True
+    ro_paths: tuple[Path, ...] = ()
+    rw_paths: tuple[Path, ...] = ()
+    devices: tuple[str, ...] = ()
+
+
+@dataclass(frozen=True)
 class GateConfig:
     server_bin: PinnedFile
     target: PinnedFile
@@ -88,6 +99,8 @@ class GateConfig:
     build: BuildSpec | None = None
     configured_widths: tuple[int, ...] = DEFAULT_WIDTHS
     gpu: tuple[str, ...] = ()  # the GPU this runner must have (any one of these); () when not stated
+    sandbox: SandboxSettings = SandboxSettings()
+    signing_key: Path | None = None
 
     @property
     def scope(self) -> str:
@@ -190,7 +203,7 @@ def _sources(doc: Mapping[str, Any], source: Path | None, overrides: Mapping[str
     _, own = _own_runner_table(doc, overrides.get("runner") or gate.get("runner") or runner.get("name"), source)
     merged = {
         name: {**found, **{k: val for k, val in own.items() if k in table.keys(name)}}
-        for name, found in (("gate", gate), ("runner", runner))
+        for name, found in (("gate", gate), ("runner", runner), ("sandbox", sections.section(doc, "sandbox", source)))
     }
     base = source.resolve().parent if source is not None else None
     return _Sources(overrides, merged, base)
@@ -298,6 +311,19 @@ _SECONDS = {"startup_timeout_s": "startup_timeout", "request_timeout_s": "reques
             "stop_timeout_s": "stop_timeout"}
 
 
+def _sandbox(src: _Sources) -> SandboxSettings:
+    def dirs(key: str) -> tuple[Path, ...]:
+        return tuple(v.path(p, f"sandbox.{key}", src.base).absolute() for p in src.value(key, "sandbox"))
+
+    require = src.value("require", "sandbox")
+    enabled = src.value("enabled", "sandbox")
+    require = under_actions() if require is None else require
+    if require and not enabled:
+        raise UsageError("sandbox.require = true and sandbox.enabled = false contradict each other; drop one")
+    devices = src.value("devices", "sandbox")
+    return SandboxSettings(require, enabled, dirs("ro_paths"), dirs("rw_paths"), tuple(devices))
+
+
 def load(config_file: Path | None, overrides: Mapping[str, Any], check_files: bool = True) -> GateConfig:
     """Merge the config file (if any) with CLI overrides (non-None values win) and validate.
 
@@ -323,4 +349,5 @@ def load(config_file: Path | None, overrides: Mapping[str, Any], check_files: bo
         **{key: src.value(key) for key in _PLAIN}, **{field: src.value(key) for field, key in _SECONDS.items()},
         checks=checks, source_dir=src.path("source_dir"),
         config_file=config_file, notes=src.value("notes", table.CLI) or (), build=build,
+        sandbox=_sandbox(src), signing_key=src.path("signing_key"),
     )

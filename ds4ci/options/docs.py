@@ -23,6 +23,10 @@ _INTRO = {
                     "of one GitHub App, commit statuses of one account; runs and statuses from anyone else are "
                     "listed as ignored. A plain name is the table with only `name`.",
     "preflight": "Settings of `ds4ci preflight`.",
+    "sandbox": "The bubblewrap sandbox every process of PR code runs in (server, build, checks): an allowlist view "
+               "of the file system, a fresh /proc and /dev (standard nodes plus the GPU's), new PID, IPC and UTS "
+               "namespaces, no capabilities, an environment without credentials; the network is shared (the "
+               "server listens on loopback for ds4ci). docs/security.md says what it hides and why.",
     table.CLI: "Flags of `ds4ci gate` that no file sets.",
 }
 

@@ -32,6 +32,7 @@ CLI = "cli"  # the section of flags that no file sets
 SECTION_TITLES = {
     "gate": "[gate]", "runner": "[runner]", "runners": "[runners.<name>]", "build": "[build]",
     "checks": "[[checks]]", "merge": "[merge]", "merge.checks": "[[merge.checks]]", "preflight": "[preflight]",
+    "sandbox": "[sandbox]",
     CLI: "command line only",
 }
 
@@ -234,6 +235,26 @@ OPTIONS: tuple[Option, ...] = (
            toml_type="number"),
     Option("checks", "cwd", "Directory the check runs in.", default_doc="the config file's directory",
            toml_type="path"),
+    Option("runner", "public_key", "The runner's Ed25519 public key (the line `ds4ci runner-key init` prints), or "
+           "a list of two while a key is rotated: verify and publish then accept only bundles whose "
+           "attestation.json such a key signed.", check=v.public_keys, toml_type="string or array of strings",
+           runner_table=True),
+    _gate("signing_key", "Private key that signs the bundle's attestation.json (made by `ds4ci runner-key init`; "
+          "keep it where PR code cannot read it).", default_doc="the runner-key default path, when that file exists",
+          toml_type="path", cli_type=Path, attr="signing_key"),
+    Option("sandbox", "require", "Refuse to run PR code (server, build, checks) unless bubblewrap runs here; "
+           "the gate stops with exit 3 before any PR process starts.", check=v.boolean,
+           default_doc="true under GitHub Actions, else false", toml_type="boolean", runner_table=True),
+    Option("sandbox", "enabled", "Run PR code under bubblewrap where it works (false: only the PID namespace or "
+           "subreaper levels; refused together with require = true).", check=v.boolean, default=True,
+           toml_type="boolean", runner_table=True),
+    Option("sandbox", "ro_paths", "Extra paths PR code may read (read-only binds), beyond the default view.",
+           check=v.paths, default=(), toml_type="array of paths", runner_table=True),
+    Option("sandbox", "rw_paths", "Extra paths PR code may write (binds), beyond its scratch folder.",
+           check=v.paths, default=(), toml_type="array of paths", runner_table=True),
+    Option("sandbox", "devices", "Extra device nodes (globs) beyond the standard ones and the GPU's "
+           "(/dev/kfd, /dev/dri, /dev/nvidia*, /dev/nvidia-caps).", check=v.paths, default=(),
+           toml_type="array of paths", runner_table=True),
     Option("merge", "runners", "Gate runners whose ds4ci/<runner> status must be success on the head.",
            toml_type="array of strings", flag="--runner", command="merge-check", repeat=True, metavar="NAME"),
     Option("merge", "checks", "Check runs or commit status contexts that must succeed on the head: a name (a "
@@ -254,7 +275,7 @@ OPTIONS: tuple[Option, ...] = (
            check=v.wait_seconds, default=0.0, toml_type="number", flag="--busy-wait", command="preflight",
            cli_type=float),
 )
-OPTION_SECTIONS = ("gate", "runner", "build", "checks", "merge", "preflight")
+OPTION_SECTIONS = ("gate", "runner", "build", "checks", "merge", "preflight", "sandbox")
 TOP_KEYS = (*OPTION_SECTIONS, "runners")
 NESTED_SECTIONS = ("merge.checks",)  # tables inside a section's key, documented after their section
 

@@ -7,6 +7,8 @@ enforce are facts about options and live here, once.
 
 from __future__ import annotations
 
+import base64
+import binascii
 import math
 import os
 import re
@@ -236,3 +238,27 @@ def gpu_names(value: Any, where: str) -> tuple[str, ...]:
         raise UsageError(f"{where}: expected a GPU architecture or name like \"gfx1151\" or [\"sm_90\", \"H200\"], "
                          f"found {value!r}")
     return tuple(i.strip() for i in items)
+PUBLIC_KEY_PREFIX = "ed25519:"
+
+
+def public_key_line(value: Any, where: str) -> str:
+    """``ed25519:<base64 of the 32-byte raw public key>``, as ``ds4ci runner-key init`` prints it."""
+    if not isinstance(value, str) or not value.startswith(PUBLIC_KEY_PREFIX):
+        raise UsageError(f"{where}: expected \"{PUBLIC_KEY_PREFIX}<base64>\" (ds4ci runner-key init prints it), found {value!r}")
+    try:
+        raw = base64.b64decode(value[len(PUBLIC_KEY_PREFIX):], validate=True)
+    except (binascii.Error, ValueError):
+        raw = b""
+    if len(raw) != 32:
+        raise UsageError(
+            f"{where}: expected the base64 of a 32-byte Ed25519 public key after {PUBLIC_KEY_PREFIX}, found {value!r}"
+        )
+    return value
+
+
+def public_keys(value: Any, where: str) -> tuple[str, ...]:
+    """One public key line, or a list of them (two while a key is rotated)."""
+    items = value if isinstance(value, list) else [value]
+    if not items:
+        raise UsageError(f"{where}: expected a public key line or a list of them, found an empty list")
+    return tuple(public_key_line(item, where) for item in items)

@@ -145,6 +145,21 @@ def _artifacts(doc: Results) -> list[FileIdentity]:
     return [e for e in entries if e is not None]
 
 
+CONTAINMENT_LABELS = {
+    "sandbox": "sandbox (bubblewrap: PR code saw only an allowlist of files, no credentials, no ds4ci keys)",
+    "pid-namespace": "pid-namespace (nothing outlived the gate, but PR code could read what the runner user reads)",
+    "subreaper+sweep": "subreaper+sweep (the weakest level: PR code could read what the runner user reads)",
+}
+
+
+def containment_label(doc: Results) -> str:
+    """What the containment level of a run's PR code means, for the comment."""
+    if "containment" not in doc:
+        return "not recorded"
+    level = doc["containment"]
+    return CONTAINMENT_LABELS.get(str(level), "not recorded") if level is not None else "no PR process ran"
+
+
 def runner_context(
     doc: Results, detail: Detail, run_url: str | None, predecessor: str | None, kind: str
 ) -> dict[str, Any]:
@@ -173,6 +188,7 @@ def runner_context(
         ],
         "run_url": run_url,
         "digest": results_digest(doc),
+        "containment": containment_label(doc),
     }
 
 

@@ -17,11 +17,12 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from ds4ci.options.config import DEFAULT_STALE_OVERRIDE_FILES, GateConfig
+from ds4ci.options.config import DEFAULT_STALE_OVERRIDE_FILES, GateConfig, under_actions
 from ds4ci.records import FingerprintRecord
 from ds4ci.runner import busy
 from ds4ci.runner.fingerprint import fingerprint
 from ds4ci.runner.gpus import gpu_problems
+from ds4ci.supervisor import sandbox
 
 __all__ = ["PreflightReport", "check_ready", "fingerprint", "preflight", "render_table"]
 
@@ -34,6 +35,7 @@ class PreflightReport:
     problems: tuple[str, ...]
     fingerprint: FingerprintRecord
     busy: dict[str, Any] | None = None  # ds4ci.runner.busy record, set only when the runner ended busy
+    sandbox: str | None = None  # None: PR code would run under bubblewrap here; else why not
 
     @property
     def ready(self) -> bool:
@@ -48,6 +50,7 @@ class PreflightReport:
         }
         if self.busy is not None:
             doc["busy"] = self.busy
+        doc["sandbox"] = {"available": self.sandbox is None, "detail": self.sandbox or "bubblewrap runs here"}
         return doc
 
 
@@ -167,7 +170,11 @@ def preflight(
         progress=progress or (lambda _message: None),
     )
     problems += outcome.problems()
-    return PreflightReport(name, tuple(problems), fp, outcome.record() if outcome.busy else None)
+    why = sandbox.refusal()
+    required = config.sandbox.require if config is not None else under_actions()
+    if why is not None and required:
+        problems.append(f"sandbox: [sandbox] require = true, but {why}")
+    return PreflightReport(name, tuple(problems), fp, outcome.record() if outcome.busy else None, why)
 
 
 def render_table(report: PreflightReport) -> str:
@@ -175,6 +182,7 @@ def render_table(report: PreflightReport) -> str:
     fp = report.fingerprint
     lines = [f"runner     {report.runner}", f"ready      {'yes' if report.ready else 'NO'}"]
     lines.append(f"health     {fp['health']['status']}: {fp['health']['detail']}")
+    lines.append("sandbox    " + ("yes (bubblewrap)" if report.sandbox is None else f"NO: {report.sandbox}"))
     if fp["gpus"]:
         for i, gpu in enumerate(fp["gpus"]):
             mem = f"{gpu['memory_mib']} MiB" if gpu.get("memory_mib") is not None else "memory ?"

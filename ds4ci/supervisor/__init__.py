@@ -5,8 +5,15 @@ ds4ci. Such code can fork helpers, or double-fork a ``setsid`` daemon that leave
 group and session. The supervisor makes sure all of it is found, killed and reaped.
 
 Containment, per command (``Child.containment``; ``Supervisor.containment`` is the weakest that
-held so far, the string the gate records in results.json):
+held so far for PR code, the string the gate records in results.json):
 
+``sandbox``
+    PR code (a ``spawn``/``run`` given a ``view``) runs under bubblewrap where it works here
+    (``sandbox.py``: the allowlist view, fresh /proc and /dev, new PID/IPC/UTS namespaces, no
+    capabilities, an environment without credentials, a scratch /tmp per process). bwrap is the
+    namespace's init, so no Python keeper starts (``sandboxed.py``). ``Policy.require`` (or
+    ``DS4CI_CONTAINMENT=sandbox``) makes a host without a working bwrap an error
+    (``SandboxUnavailable``) instead of a fallback to the levels below.
 ``pid-namespace``
     The command runs as pid 2 of a new PID namespace whose init is a small keeper (``shim.py``):
     ds4ci -> outer -> init (ns pid 1) -> command. Outer and init carry a parent-death signal
@@ -35,8 +42,9 @@ human review of the pull request covers that.
 
 API (Linux only; see each docstring)::
 
-    sup = default()                          # or Supervisor(containment=None|"auto"|"pid-namespace"|"subreaper")
-    child = sup.spawn(argv, env=..., cwd=..., stdout=Path|file|fd|None, stderr=...|STDOUT)
+    sup = default()                          # or Supervisor(containment=None|"auto"|"sandbox"|"pid-namespace"|"subreaper")
+    sup.configure(Policy(require=..., ro_paths=..., rw_paths=..., devices=..., hidden=..., frozen=...))
+    child = sup.spawn(argv, env=..., cwd=..., stdout=Path|file|fd|None, stderr=...|STDOUT, view=View(ro=..., rw=...))
     child.pid          # the command's host pid (for logs); child.keeper_pid, child.token, child.notes
     child.poll()       # exit status like Popen.returncode (-N: signal N), or None while it runs
     child.wait(t)      # the status, or None if still running after t seconds
@@ -57,22 +65,27 @@ thread, because a parent-death signal fires when the *thread* that forked the ch
 from ds4ci.supervisor.child import FALLBACK, NAMESPACE, STDOUT, Child, StartTimeout, SupervisorError, Unkillable
 from ds4ci.supervisor.core import MODE_VARIABLE, MODES, RunResult, Supervisor, default
 from ds4ci.supervisor.procs import TOKEN_VARIABLE, KilledProcess, Listeners, sweep_stale, tcp_listeners
+from ds4ci.supervisor.sandbox import SANDBOX, Policy, SandboxUnavailable, View
 
 __all__ = [
     "FALLBACK",
     "MODES",
     "MODE_VARIABLE",
     "NAMESPACE",
+    "SANDBOX",
     "STDOUT",
     "TOKEN_VARIABLE",
     "Child",
     "KilledProcess",
     "Listeners",
+    "Policy",
     "RunResult",
+    "SandboxUnavailable",
     "StartTimeout",
     "Supervisor",
     "SupervisorError",
     "Unkillable",
+    "View",
     "default",
     "sweep_stale",
     "tcp_listeners",

@@ -131,10 +131,13 @@ class Child:
                 os.close(self._fd)
                 self._fd = None
                 break
-            self._buffer += chunk
-            *lines, self._buffer = self._buffer.split(b"\n")
-            for line in lines:
-                self._handle(line.decode("utf-8", errors="replace"))
+            self._feed(chunk)
+
+    def _feed(self, chunk: bytes) -> None:
+        self._buffer += chunk
+        *lines, self._buffer = self._buffer.split(b"\n")
+        for line in lines:
+            self._handle(line.decode("utf-8", errors="replace"))
 
     def _await_start(self, deadline: float | None) -> bool:
         while not self.started and self.error is None and self._fd is not None:
@@ -174,6 +177,8 @@ class Child:
             return False
         if procs.is_descendant(pid, self.keeper_pid):
             return True
+        if not self.token:
+            return False
         with contextlib.suppress(psutil.Error):
             return psutil.Process(pid).environ().get(procs.TOKEN_VARIABLE) == self.token
         return False
@@ -230,7 +235,7 @@ class Child:
             time.sleep(_POLL_S)
         self._pump(0)
         # Descendants that escaped the keeper's tree (the keeper died early) still carry the token.
-        while holders := procs.token_holders(self.token, exclude=(self._proc.pid,)):
+        while self.token and (holders := procs.token_holders(self.token, exclude=(self._proc.pid,))):
             if time.monotonic() >= deadline:
                 raise Unkillable(f"{self.argv[0]}: processes with its token survived SIGKILL: {holders}")
             self.killed.extend(procs.kill_all(((p, "token") for p in holders), self._seen))
@@ -238,8 +243,12 @@ class Child:
             procs.reap_adopted(p.pid for p in holders)
         procs.reap_adopted(self._seen)
         self._close()
+        self._cleanup()
         self.swept = True
         return list(self.killed)
+
+    def _cleanup(self) -> None:
+        """What a kind of child removes once everything is gone (the sandbox: its scratch folder)."""
 
     def abandon(self) -> None:
         """Give up waiting (something ignores SIGKILL): a daemon thread waits, then sweeps until it can."""

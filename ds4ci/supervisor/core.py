@@ -10,7 +10,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from ds4ci.records import Containment
-from ds4ci.supervisor import procs
+from ds4ci.supervisor import procs, sandbox, sandboxed
 from ds4ci.supervisor.child import (
     DEFAULT_KILL_WAIT_S,
     FALLBACK,
@@ -25,7 +25,7 @@ from ds4ci.supervisor.child import (
 from ds4ci.supervisor.procs import KilledProcess
 
 MODE_VARIABLE = "DS4CI_CONTAINMENT"
-MODES = ("auto", "pid-namespace", "subreaper")
+MODES = ("auto", "sandbox", "pid-namespace", "subreaper")
 DEFAULT_GRACE_S = 5.0
 
 
@@ -59,22 +59,43 @@ class Supervisor:
     None reads ``DS4CI_CONTAINMENT`` at each start (default "auto"); anything else is an error.
     """
 
-    def __init__(self, containment: str | None = None, *, sweep_stale: bool = True) -> None:
+    def __init__(
+        self, containment: str | None = None, *, sweep_stale: bool = True, policy: sandbox.Policy | None = None
+    ) -> None:
         if containment is not None:
             _mode(containment)
         self._requested = containment
+        self.policy = policy or sandbox.Policy()
         self._lock = threading.Lock()
-        self._held: set[str] = set()
+        self._held: set[str] = set()  # levels of ds4ci's own commands (probes of system tools)
+        self._held_pr: set[str] = set()  # levels of PR code (started with a view)
         self.subreaper = procs.become_subreaper()
         self.stale_killed: list[KilledProcess] = procs.sweep_stale() if sweep_stale else []
 
     @property
     def containment(self) -> Containment | None:
-        """Which containment held for every command so far: the weakest one seen; None before any."""
+        """Which containment held for PR code so far (for every command when none ran PR code): the weakest
+        one seen; None before any."""
         with self._lock:
-            if FALLBACK in self._held:
-                return FALLBACK
-            return NAMESPACE if self._held else None
+            held = self._held_pr or self._held
+            for level in (FALLBACK, NAMESPACE, sandbox.SANDBOX):
+                if level in held:
+                    return level
+            return None
+
+    def configure(self, policy: sandbox.Policy) -> None:
+        """Use ``policy`` (``[sandbox]`` of the gate's config) for the commands started from now on."""
+        self.policy = policy
+
+    def sandbox_refusal(self) -> str | None:
+        """Why PR code would not run sandboxed here (None: it would), by the policy and the host."""
+        if not self.policy.enabled:
+            return "the sandbox is turned off ([sandbox] enabled = false)"
+        return sandbox.refusal()
+
+    def require_sandbox(self) -> None:
+        """Raise ``SandboxUnavailable`` when the sandbox is required (policy or mode) and cannot run here."""
+        self._sandboxed(_mode(self._requested))
 
     def spawn(
         self,
@@ -86,8 +107,14 @@ class Supervisor:
         stderr: Output = None,
         start_timeout: float | None = None,
         file_size_limit: int | None = None,
+        view: sandbox.View | None = None,
     ) -> Child:
         """Start ``argv`` and return once it has exec'd.
+
+        ``view`` marks PR code: it runs under bubblewrap with the default view plus ``view``'s
+        paths (``sandbox.py``) when the sandbox can run here; when it cannot, a required sandbox
+        raises ``SandboxUnavailable`` and an optional one falls back to the keeper (PID namespace,
+        or subreaper and sweep). Without ``view`` the command runs under the keeper.
 
         ``file_size_limit`` (bytes) caps every file the command and its descendants write
         (RLIMIT_FSIZE): a server flooding its log is stopped by the kernel, not by the disk.
@@ -96,21 +123,38 @@ class Supervisor:
         is not usable, StartTimeout if it has not exec'd within ``start_timeout`` (it is killed),
         SupervisorError when containment cannot be set up as required.
         """
+        mode = _mode(self._requested)
+        boxed = view is not None and self._sandboxed(mode)
         try:
-            child = spawn(
-                argv, _mode(self._requested), env=env, cwd=cwd, stdout=stdout, stderr=stderr, start_timeout=start_timeout,
-                file_size_limit=file_size_limit,
-            )
+            if boxed:
+                assert view is not None
+                child: Child = sandboxed.spawn(
+                    argv, sandbox.with_environment(self.policy), view, env=env, cwd=cwd, stdout=stdout, stderr=stderr,
+                    start_timeout=start_timeout, file_size_limit=file_size_limit,
+                )
+            else:
+                child = spawn(
+                    argv, "auto" if mode == "sandbox" else mode, env=env, cwd=cwd, stdout=stdout, stderr=stderr,
+                    start_timeout=start_timeout, file_size_limit=file_size_limit,
+                )
         except StartTimeout as exc:
-            self._record(exc.child)
+            self._record(exc.child, pr_code=view is not None)
             raise
-        self._record(child)
+        self._record(child, pr_code=view is not None)
         return child
 
-    def _record(self, child: Child) -> None:
+    def _sandboxed(self, mode: str) -> bool:
+        """Does PR code run under bwrap now? Raises ``SandboxUnavailable`` when it must and cannot."""
+        why = self.sandbox_refusal() if mode in ("auto", "sandbox") else f"{MODE_VARIABLE}={mode} turns it off"
+        if why is not None and (mode == "sandbox" or self.policy.require):
+            source = f"{MODE_VARIABLE}=sandbox" if mode == "sandbox" else "[sandbox] require = true"
+            raise sandbox.SandboxUnavailable(f"{source}, but {why}")
+        return why is None
+
+    def _record(self, child: Child, pr_code: bool) -> None:
         if child.containment:
             with self._lock:
-                self._held.add(child.containment)
+                (self._held_pr if pr_code else self._held).add(child.containment)
 
     def run(
         self,
@@ -123,6 +167,7 @@ class Supervisor:
         stderr: Output = None,
         grace_s: float = DEFAULT_GRACE_S,
         kill_wait_s: float = DEFAULT_KILL_WAIT_S,
+        view: sandbox.View | None = None,
     ) -> RunResult:
         """Run a short-lived command to its end or ``timeout`` (then SIGTERM, SIGKILL after ``grace_s``).
 
@@ -134,7 +179,7 @@ class Supervisor:
             raise ValueError(f"timeout must be a positive number of seconds, found {timeout}")
         started = time.monotonic()
         try:
-            child = self.spawn(argv, env=env, cwd=cwd, stdout=stdout, stderr=stderr, start_timeout=timeout)
+            child = self.spawn(argv, env=env, cwd=cwd, stdout=stdout, stderr=stderr, start_timeout=timeout, view=view)
         except StartTimeout as exc:
             late = exc.child
             return RunResult(None, True, True, False, time.monotonic() - started, late.pid, late.containment, tuple(late.killed))

@@ -86,7 +86,7 @@ def _owner_alive(token: str) -> bool:
         return True
 
 
-def _describe(proc: psutil.Process, reason: str) -> KilledProcess:
+def describe(proc: psutil.Process, reason: str) -> KilledProcess:
     name, cmdline = "?", ""
     with contextlib.suppress(psutil.Error):
         name = proc.name()
@@ -153,7 +153,7 @@ def kill_all(targets: Iterable[tuple[psutil.Process, str]], seen: set[int]) -> l
     for proc, reason in targets:
         if proc.pid in seen or not _running(proc):
             continue
-        record = _describe(proc, reason)
+        record = describe(proc, reason)
         try:
             proc.kill()
         except psutil.Error:

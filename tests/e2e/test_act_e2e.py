@@ -191,7 +191,14 @@ def _make_repo(tmp: Path, models: Path) -> tuple[Path, str]:
     (models / "prompt.txt").write_text("Say why reference-exact speculation must match greedy decoding.\n")
     # The server under test is built from the checkout first ([build]); here the "build" copies the
     # simulator wrapper into place while printing ninja-style progress.
+    # The sandbox shows the build and the server what a runner's [sandbox] ro_paths name: the model
+    # folder (the "build" copies the server from there) and, since the simulator is this test suite's
+    # Python program, its interpreter and checkout.
+    shown = [str(models), *os.environ.get("DS4CI_SANDBOX_RO_PATHS", "").split(os.pathsep)]
     (repo / "ds4ci.toml").write_text(textwrap.dedent(f"""\
+        [sandbox]
+        ro_paths = {json.dumps([p for p in shown if p])}
+
         [build]
         command = {json.dumps(BUILD_COMMAND)}
         server_bin = "build/dflash_server"

@@ -12,6 +12,7 @@ import pytest
 from paths import TESTS
 from procscan import MARKER_VARIABLE, describe, new_marker, supervisor_or_skip, wait_unmarked
 
+from ds4ci import supervisor
 from ds4ci.evidence.results import schema
 from ds4ci.gate import checks
 from ds4ci.gate.checks import run_checks
@@ -369,10 +370,13 @@ def test_background_helpers_do_not_outlive_a_finished_check(
 
 def test_credentials_are_not_passed_to_checks(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("GITHUB_TOKEN", "ghs_secret_value_for_the_test")
-    monkeypatch.setenv("DS4CI_VISIBLE", "kept")
-    (result,) = run_checks([spec("env", "env | grep -E '^(GITHUB_TOKEN|DS4CI_VISIBLE)=' || true")], tmp_path)
+    monkeypatch.setenv("DS4CI_HIDDEN", "ds4ci's own")
+    monkeypatch.setenv("LUCE_VISIBLE", "kept")
+    (result,) = run_checks([spec("env", "env | grep -E '^(GITHUB_TOKEN|DS4CI_HIDDEN|LUCE_VISIBLE)=' || true")], tmp_path)
     assert "ghs_secret_value_for_the_test" not in result["log_tail"]
-    assert "DS4CI_VISIBLE=kept" in result["log_tail"]
+    assert "LUCE_VISIBLE=kept" in result["log_tail"]
+    if supervisor.default().sandbox_refusal() is None:  # the sandbox builds the environment without ds4ci's
+        assert "DS4CI_HIDDEN" not in result["log_tail"]
 
 
 def test_names_with_the_same_slug_get_distinct_logs(tmp_path: Path) -> None:
@@ -381,9 +385,11 @@ def test_names_with_the_same_slug_get_distinct_logs(tmp_path: Path) -> None:
     assert (tmp_path / "check-gpu-tests-2.log").read_text() == "two\n"
 
 
-def test_optional_live_ctest_and_ninja(tmp_path: Path) -> None:
+def test_optional_live_ctest_and_ninja(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """With CMake, Ninja and a C compiler present, judge a real build and a real CTest run."""
     import shutil
+
+    monkeypatch.setenv("DS4CI_SANDBOX_RW_PATHS", str(tmp_path))  # as a runner's [sandbox] rw_paths would
 
     if not all(shutil.which(tool) for tool in ("cmake", "ctest", "ninja", "cc")):
         pytest.skip("cmake/ctest/ninja/cc not installed")

@@ -188,7 +188,9 @@ def test_an_override_file_that_appears_while_a_server_runs_makes_the_run_an_erro
     wrapper.chmod(0o755)
     ws = Workspace.create(tmp_path, server=wrapper)
     config = tmp_path / "ds4ci.toml"
-    config.write_text(f'[gate]\nstale_override_files = ["{override}"]\n')
+    # The sandbox gives the server its own /tmp; a runner that shares a folder with it ([sandbox] rw_paths)
+    # still has the override file checked after each server.
+    config.write_text(f'[gate]\nstale_override_files = ["{override}"]\n[sandbox]\nrw_paths = ["{tmp_path}"]\n')
     run = ws.gate(widths="2", config=config)
     assert run.code == 3
     assert "appeared while the server ran" in run.reasons()
@@ -378,20 +380,27 @@ def test_outside_actions_a_credential_is_a_warning(tmp_path: Path) -> None:
     assert "warning: GH_TOKEN is set" in run.stderr
 
 
-@pytest.mark.parametrize("containment", ["auto", "subreaper"])
+@pytest.mark.parametrize("containment", ["auto", "pid-namespace", "subreaper"])
 def test_a_setsid_daemon_of_the_server_does_not_outlive_the_gate(tmp_path: Path, containment: str) -> None:
-    """Both containment paths: the daemon leaves the server's process group and session, and is still killed."""
+    """Every containment level: the daemon leaves the server's process group and session, and is still killed."""
     from gatekit import processes_mentioning
+
+    from ds4ci.supervisor import sandbox
 
     ws = Workspace.create(tmp_path)
     pidfile = tmp_path / "daemon.pid"
-    env = ws.env("setsid-helper", DS4SIM_HELPER_PID_FILE=str(pidfile), DS4CI_CONTAINMENT=containment)
+    env = ws.env(
+        "setsid-helper", DS4SIM_HELPER_PID_FILE=str(pidfile), DS4CI_CONTAINMENT=containment,
+        DS4CI_SANDBOX_RW_PATHS=str(tmp_path),  # so the daemon can leave its pid file where the test reads it
+    )
     run = ws.gate(widths="2", env=env)
     assert run.code == 0, run.stdout + run.stderr
     assert run.results is not None
-    expected = "subreaper+sweep" if containment == "subreaper" else run.results["containment"]
-    assert run.results["containment"] == expected and expected in ("pid-namespace", "subreaper+sweep")
-    assert pidfile.exists()  # the daemon really started (its pid is a namespace pid in the namespace path)
+    expected = {"subreaper": "subreaper+sweep", "pid-namespace": "pid-namespace"}.get(containment)
+    if expected is None:
+        expected = "sandbox" if sandbox.refusal() is None else run.results["containment"]
+    assert run.results["containment"] == expected
+    assert pidfile.exists()  # the daemon really started (its pid is a namespace pid in the namespace paths)
     assert processes_mentioning(str(tmp_path)) == []  # its argv names the workspace: nothing survived
 
 

@@ -22,7 +22,7 @@ from ds4ci.evidence import results
 from ds4ci.options import config as config_mod
 from ds4ci.runner.preflight import check_ready, evidence_dir_problems, stale_override_problems
 from ds4ci.runner.probes import ProbeSpec, run_probes
-from ds4ci.supervisor import Child
+from ds4ci.supervisor import Child, sandbox
 
 REPO = ROOT
 DATA = TESTS / "data" / "fingerprint"
@@ -186,7 +186,8 @@ def test_h200_runner_is_ready_and_fingerprinted(box: dict[str, Any]) -> None:
     proc, _ = preflight(box, "--json")
     assert proc.returncode == 0, proc.stdout + proc.stderr
     out = json.loads(proc.stdout)
-    assert set(out) == {"runner", "ready", "problems", "fingerprint"}
+    assert set(out) == {"runner", "ready", "problems", "fingerprint", "sandbox"}
+    assert out["sandbox"]["available"] == (sandbox.refusal() is None)
     assert (out["runner"], out["ready"], out["problems"]) == ("strix-1", True, [])
     fp = out["fingerprint"]
     fingerprint_validator().validate(fp)

@@ -397,7 +397,8 @@ def test_containment_can_be_forced_by_environment(monkeypatch: pytest.MonkeyPatc
     result = sup.run(["true"], 60)
     assert result.containment == sup.containment == FALLBACK
     monkeypatch.setenv("DS4CI_CONTAINMENT", "chroot")
-    with pytest.raises(SupervisorError, match=r"DS4CI_CONTAINMENT must be one of auto, pid-namespace, subreaper; found 'chroot'"):
+    expected = r"DS4CI_CONTAINMENT must be one of auto, sandbox, pid-namespace, subreaper; found 'chroot'"
+    with pytest.raises(SupervisorError, match=expected):
         sup.run(["true"], 60)
     with pytest.raises(SupervisorError, match=r"containment must be one of .*; found 'namespace'"):
         Supervisor("namespace")

@@ -1,0 +1,227 @@
+"""The bubblewrap sandbox: its policy, whether the kernel allows it, the argv and the environment.
+
+Every process that runs pull-request code (the server, ``[build]``, ``[[checks]]``, probes of a
+PR-built binary) runs as ``bwrap ... -- COMMAND`` with an allowlist view of the file system:
+
+- read-only: ``/usr``, the ``/lib*``, ``/bin`` and ``/sbin`` folders (or their links into
+  ``/usr``), the parts of ``/etc`` programs need (:data:`ETC_FILES`), toolchains
+  (``/opt/rocm*``; ``/usr/local/cuda`` sits under ``/usr``), ``/sys``, the paths the caller names
+  (server binary, model files, the checkout) and ``[sandbox] ro_paths``;
+- writable: a fresh scratch folder per process, mounted as ``/tmp`` and named by ``HOME`` and
+  ``TMPDIR``; the paths the caller names (the build's own folder) and ``[sandbox] rw_paths``;
+- devices: a fresh ``/dev`` with the standard nodes, plus :data:`DEFAULT_DEVICES` (GPU nodes,
+  where present) and ``[sandbox] devices``;
+- a fresh ``/proc`` of a new PID namespace (IPC and UTS are new too), ``--die-with-parent``,
+  ``--new-session``, every capability dropped; unprivileged users get a user namespace that maps
+  only their own uid;
+- everything else is absent: ``$HOME``, the runner's install and credentials, ds4ci's install
+  and keys, the evidence folder, other workspaces.
+
+The network is shared: the server listens on the loopback address ds4ci talks to.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import functools
+import glob
+import os
+import re
+import shutil
+import subprocess
+import sys
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Final
+
+from ds4ci.options.policy import PROVENANCE_PREFIXES
+from ds4ci.supervisor.child import SupervisorError
+
+SANDBOX: Final = "sandbox"
+INSTALL_HINT = "install it: sudo apt-get install bubblewrap (Debian/Ubuntu; Fedora: sudo dnf install bubblewrap)"
+KERNEL_HINT = (
+    "check the kernel allows user namespaces: sysctl kernel.unprivileged_userns_clone (must be 1 where it "
+    "exists), user.max_user_namespaces (must be > 0), kernel.apparmor_restrict_unprivileged_userns (0, or an "
+    "AppArmor profile for bwrap)"
+)
+SYSTEM_DIRS = ("/usr", "/bin", "/sbin", "/lib", "/lib32", "/lib64", "/libx32")
+ETC_FILES = (
+    "/etc/resolv.conf", "/etc/hosts", "/etc/host.conf", "/etc/gai.conf", "/etc/nsswitch.conf", "/etc/passwd",
+    "/etc/group", "/etc/services", "/etc/protocols", "/etc/localtime", "/etc/os-release", "/etc/ld.so.cache",
+    "/etc/ld.so.conf", "/etc/ld.so.conf.d", "/etc/ssl", "/etc/ca-certificates", "/etc/pki", "/etc/alternatives",
+    "/etc/OpenCL", "/etc/vulkan",
+)
+TOOLCHAINS = ("/opt/rocm*", "/opt/amdgpu*", "/opt/nvidia*")
+DEFAULT_DEVICES = (
+    "/dev/kfd", "/dev/dri", "/dev/nvidia[0-9]*", "/dev/nvidiactl", "/dev/nvidia-uvm", "/dev/nvidia-uvm-tools",
+    "/dev/nvidia-modeset", "/dev/nvidia-caps",
+)
+DEFAULT_PATH = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
+INSIDE_TMP = "/tmp"  # noqa: S108 - inside the sandbox: the per-process scratch folder
+# Names that never reach sandboxed code, whatever their value: credentials of any name and the
+# variables of ds4ci, the runner and GitHub (a job's tokens, its runtime URLs, the runner's paths).
+_SECRET_WORDS = re.compile(r"TOKEN|SECRET|PASSW|KEY|CREDENTIAL|AUTH|COOKIE|PRIVATE|SESSION|CERT_PASS", re.IGNORECASE)
+_DROPPED_PREFIXES = ("DS4CI", "GITHUB_", "GH_", "ACTIONS_", "RUNNER_", "INPUT_", "SSH_", "XDG_", "AWS_", "AZURE_")
+_SERVER_FAMILIES = (*PROVENANCE_PREFIXES, "DS4SIM_")
+_DROPPED_NAMES = frozenset({"HOME", "TMPDIR", "TMP", "TEMP", "PWD", "OLDPWD", "MAIL", "USER_CREDENTIALS", "CI_JOB_JWT"})
+
+
+class SandboxUnavailable(SupervisorError):
+    """bwrap is missing or the kernel refuses it while the sandbox is required (the message says what to do)."""
+
+
+@dataclass(frozen=True)
+class Policy:
+    """``[sandbox]``: whether PR code must run sandboxed, and what a runner adds to the default view."""
+
+    require: bool = False
+    ro_paths: tuple[Path, ...] = ()
+    rw_paths: tuple[Path, ...] = ()
+    devices: tuple[str, ...] = ()  # globs, added to DEFAULT_DEVICES
+    enabled: bool = True  # False: never sandbox (the PID namespace or subreaper levels only)
+    hidden: tuple[Path, ...] = ()  # covered by an empty read-only tmpfs where a bound path would show them (evidence, keys)
+    frozen: tuple[Path, ...] = ()  # bound read-only again where a bound path would show them (ds4ci's install)
+
+
+RO_VARIABLE, RW_VARIABLE = "DS4CI_SANDBOX_RO_PATHS", "DS4CI_SANDBOX_RW_PATHS"
+
+
+def environment_paths(variable: str) -> tuple[Path, ...]:
+    """Extra paths a harness (the test suite) names in ``variable``, separated by ``os.pathsep``."""
+    return tuple(Path(p) for p in os.environ.get(variable, "").split(os.pathsep) if p)
+
+
+def python_runtime() -> tuple[Path, ...]:
+    """This interpreter and ds4ci's import root: what a server written in ds4ci's own Python (the
+    simulator, the reference server of ``selftest``) needs to see, read-only. Never shown to a real server."""
+    import ds4ci
+
+    found = (Path(sys.prefix), Path(sys.base_prefix), Path(os.path.realpath(sys.executable)).parent.parent,
+             Path(ds4ci.__file__).resolve().parent.parent)
+    return tuple(dict.fromkeys(found))
+
+
+def runtime_environment(env: Mapping[str, str]) -> dict[str, str]:
+    """``env`` plus ``DS4CI_SANDBOX_RO_PATHS`` naming :func:`python_runtime` (for a gate that runs ds4ci's own servers)."""
+    shown = [p for p in env.get(RO_VARIABLE, "").split(os.pathsep) if p] + [str(p) for p in python_runtime()]
+    return {**env, RO_VARIABLE: os.pathsep.join(dict.fromkeys(shown))}
+
+
+def with_environment(policy: Policy) -> Policy:
+    """``policy`` plus the paths of ``DS4CI_SANDBOX_RO_PATHS`` / ``DS4CI_SANDBOX_RW_PATHS`` (a test harness's)."""
+    return dataclasses.replace(
+        policy, ro_paths=(*policy.ro_paths, *environment_paths(RO_VARIABLE)),
+        rw_paths=(*policy.rw_paths, *environment_paths(RW_VARIABLE)),
+    )
+
+
+@dataclass(frozen=True)
+class View:
+    """What one process needs beyond the default view: paths read-only and writable (absolute)."""
+
+    ro: tuple[Path, ...] = ()
+    rw: tuple[Path, ...] = ()
+    extra: tuple[Path, ...] = field(default=())  # read-only, but only where they exist (optional files)
+
+
+def bwrap_path() -> str | None:
+    return shutil.which("bwrap")
+
+
+@functools.lru_cache(maxsize=1)
+def refusal() -> str | None:
+    """None when bwrap runs here with the options ds4ci uses; else why not, and what to do (cached)."""
+    path = bwrap_path()
+    if path is None:
+        return f"bubblewrap (bwrap) is not installed on this runner; {INSTALL_HINT}"
+    probe = [path, *_namespaces(), *_system_binds(), "--proc", "/proc", "--dev", "/dev", "--", "/bin/true"]
+    try:
+        done = subprocess.run(probe, capture_output=True, timeout=30, check=False)
+    except (OSError, subprocess.TimeoutExpired) as exc:
+        return f"bwrap ({path}) could not be run: {exc}; {KERNEL_HINT}"
+    if done.returncode != 0:
+        said = done.stderr.decode("utf-8", errors="replace").strip().splitlines()
+        return f"the kernel refused bwrap's namespaces ({said[-1] if said else f'exit {done.returncode}'}); {KERNEL_HINT}"
+    return None
+
+
+def _namespaces(unprivileged: bool | None = None) -> list[str]:
+    unprivileged = os.geteuid() != 0 if unprivileged is None else unprivileged
+    user = ["--unshare-user"] if unprivileged else []
+    return [*user, "--unshare-pid", "--unshare-ipc", "--unshare-uts", "--die-with-parent", "--new-session",
+            "--cap-drop", "ALL"]
+
+
+def _system_binds() -> list[str]:
+    args: list[str] = []
+    for name in SYSTEM_DIRS:
+        if os.path.islink(name):  # noqa: PTH114 - merged /usr: keep the link, it points into /usr
+            args += ["--symlink", os.readlink(name), name]  # noqa: PTH115
+        elif os.path.isdir(name):  # noqa: PTH112
+            args += ["--ro-bind", name, name]
+    return args
+
+
+def _expand(patterns: Iterable[str]) -> list[str]:
+    return sorted({hit for pattern in patterns for hit in glob.glob(pattern)})  # noqa: PTH207
+
+
+def _depth(path: str) -> int:
+    return len(Path(path).parts)
+
+
+def _user_binds(policy: Policy, view: View, scratch: Path) -> list[str]:
+    binds: list[tuple[str, str]] = [("--ro-bind", str(p)) for p in (*view.ro, *policy.ro_paths)]
+    binds += [("--ro-bind-try", str(p)) for p in view.extra]
+    binds += [("--bind", str(p)) for p in (*view.rw, *policy.rw_paths)]
+    binds.sort(key=lambda b: (_depth(b[1]), b[0] != "--ro-bind", b[1]))  # parents first, then their children
+    args = ["--bind", str(scratch), INSIDE_TMP]
+    for option, path in binds:
+        args += [option, path, path]
+    shown = [Path(path) for _, path in binds]
+    for over, covered in (("--ro-bind", policy.frozen), ("--tmpfs", policy.hidden)):
+        for hit in sorted(str(p) for p in covered if p.exists() and any(p.is_relative_to(b) for b in shown)):
+            args += [over, hit, "--remount-ro", hit] if over == "--tmpfs" else [over, hit, hit]
+    return args
+
+
+def argv(
+    command: Sequence[str], policy: Policy, view: View, *, scratch: Path, cwd: Path | None, status_fd: int,
+    unprivileged: bool | None = None,
+) -> list[str]:
+    """The bwrap command line that runs ``command`` in the view (``status_fd``: bwrap's JSON status).
+
+    ``unprivileged`` (default: not root) adds a user namespace that maps only the caller's uid and gid.
+    """
+    path = bwrap_path()
+    if path is None:
+        raise SandboxUnavailable(f"bubblewrap (bwrap) is not installed on this runner; {INSTALL_HINT}")
+    args = [path, *_namespaces(unprivileged), *_system_binds()]
+    for name in _expand((*ETC_FILES, *TOOLCHAINS)):
+        args += ["--ro-bind", name, name]
+    args += ["--proc", "/proc", "--dev", "/dev", "--ro-bind", "/sys", "/sys"]
+    for node in _expand((*DEFAULT_DEVICES, *policy.devices)):
+        args += ["--dev-bind", node, node]
+    args += _user_binds(policy, view, scratch)
+    args += ["--chdir", str(cwd) if cwd else INSIDE_TMP, "--json-status-fd", str(status_fd), "--", *command]
+    return args
+
+
+def is_hidden_name(name: str) -> bool:
+    """Is this environment variable kept from sandboxed code (a credential, or ds4ci's/GitHub's/the runner's)?
+
+    The server's own families (``DFLASH_``, ``LUCE_``, ``GGML_``, ``HIP_``, ``CUDA_``..., the simulator's
+    ``DS4SIM_``) pass even when a word such as TOKEN is in the name (``DS4SIM_TOKEN_DELAY``).
+    """
+    if name.startswith(_SERVER_FAMILIES):
+        return False
+    return name in _DROPPED_NAMES or name.startswith(_DROPPED_PREFIXES) or bool(_SECRET_WORDS.search(name))
+
+
+def environment(given: Mapping[str, str]) -> dict[str, str]:
+    """The sandboxed process's environment: ``given`` without any hidden name, HOME and TMPDIR the scratch."""
+    env = {k: v for k, v in given.items() if not is_hidden_name(k)}
+    env.setdefault("PATH", DEFAULT_PATH)
+    env.update(HOME=INSIDE_TMP, TMPDIR=INSIDE_TMP)
+    return env

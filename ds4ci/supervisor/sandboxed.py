@@ -1,0 +1,212 @@
+"""One command under bubblewrap: bwrap is the PID namespace's init, so no Python keeper is started.
+
+Host view: ds4ci ── bwrap (outer: monitors, writes JSON status) ── bwrap init (pid 1 of the new
+PID namespace, reaps orphans) ── the command (pid 2) ── ...
+
+- the outer bwrap carries a parent-death signal (SIGKILL, set between fork and exec) and
+  ``--die-with-parent`` gives the sandboxed processes one too: a SIGKILL of ds4ci takes down the
+  outer bwrap, then the namespace's init, and the kernel kills everything left in the namespace;
+- bwrap's JSON status (``--json-status-fd``) says the init's host pid (the keeper) and, at the end,
+  the command's exit status (128+N for signal N, reported as -N like ``Popen.returncode``);
+- signals go to every process of the namespace (a namespace's init ignores signals it has no
+  handler for, so they are sent to its descendants one by one).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import ctypes
+import json
+import os
+import resource
+import shutil
+import signal
+import subprocess
+import tempfile
+import time
+from collections.abc import Callable, Mapping, Sequence
+from pathlib import Path
+from typing import Final
+
+import psutil
+
+from ds4ci.supervisor import procs, sandbox
+from ds4ci.supervisor.child import _SPAWNER, Child, Output, StartTimeout, Unkillable, _open_output, _pidfd
+from ds4ci.supervisor.procs import KilledProcess
+
+SANDBOX: Final = sandbox.SANDBOX
+_PR_SET_PDEATHSIG = 1
+_SIGNAL_BASE = 128
+_decoder = json.JSONDecoder()
+
+
+class SandboxChild(Child):
+    """A command running under bwrap (see the module docstring); the API is ``Child``'s."""
+
+    def __init__(self, proc: subprocess.Popen[bytes], status_fd: int, argv: Sequence[str], scratch: Path) -> None:
+        super().__init__(proc, status_fd, "", argv)
+        self.containment = SANDBOX
+        self.scratch = scratch
+        self._text = ""
+        self._helpers: dict[int, KilledProcess] | None = {}  # None once the command's exit was settled
+        self._stopped = False  # ds4ci signalled the namespace (terminate, kill, a timeout)
+
+    def _feed(self, chunk: bytes) -> None:
+        self._text += chunk.decode("utf-8", errors="replace")
+        while self._text.strip():
+            try:
+                doc, end = _decoder.raw_decode(self._text.lstrip())
+            except json.JSONDecodeError:
+                return  # the rest of the document is still on its way
+            self._text = self._text.lstrip()[end:]
+            if isinstance(doc, dict):
+                self._status(doc)
+
+    def _status(self, doc: dict[str, object]) -> None:
+        pid, code = doc.get("child-pid"), doc.get("exit-code")
+        if isinstance(pid, int) and not self.keeper_pid:
+            self.keeper_pid = pid
+            self._pidfd = _pidfd(pid, self._proc.pid)
+        if isinstance(code, int):
+            self.returncode = -(code - _SIGNAL_BASE) if _SIGNAL_BASE < code <= _SIGNAL_BASE + 64 else code
+
+    def await_command(self, deadline: float | None) -> bool:
+        """Wait until bwrap reported its init and the init forked the command (whose pid is ``pid``)."""
+        while not self.keeper_pid and self._fd is not None:
+            left = 1.0 if deadline is None else deadline - time.monotonic()
+            if left <= 0:
+                return False
+            self._pump(min(left, 1.0))
+        while self.keeper_pid and not self.pid:
+            with contextlib.suppress(psutil.Error):
+                children = psutil.Process(self.keeper_pid).children()
+                if children:
+                    self.pid = children[0].pid
+                    break
+            if self.poll() is not None or (deadline is not None and time.monotonic() >= deadline):
+                break
+            time.sleep(0.002)
+        self.pid = self.pid or self.keeper_pid or self._proc.pid
+        self.started = True
+        return True
+
+    def poll(self) -> int | None:
+        """As ``Child.poll``; when bwrap ended without a status (it could not set the sandbox up), its exit code.
+
+        When the command exits, bwrap's init exits and the kernel kills whatever else ran in the
+        namespace. When ds4ci stopped the command (SIGTERM to the whole namespace, or SIGKILL), the
+        processes last seen still running are recorded in ``killed``, as a sweep would. When the
+        command exits by itself they are not (a child it was waiting for would look the same), so
+        helpers left by a command that ended on its own are killed without being named.
+        """
+        if self.returncode is None and self.keeper_pid and self.pid:
+            self._remember_helpers()
+        code = super().poll()
+        if code is not None and not self.keeper_pid and self._proc.returncode is not None:
+            self.returncode = code = self._proc.returncode
+        if code is not None and self._helpers is not None:
+            if self._stopped:
+                self.killed.extend(r for _, r in sorted(self._helpers.items()))  # the namespace's init is gone
+                self._seen.update(self._helpers)  # named once, even if a sweep still finds them dying
+            self._helpers = None
+        return code
+
+    def _remember_helpers(self) -> None:
+        """Every process of the namespace but the command, as seen now (descriptions kept from earlier looks)."""
+        if self._helpers is None:
+            return
+        found = procs.descendants(self.keeper_pid)
+        if all(proc.pid != self.pid for proc in found):
+            return  # the command is gone and the namespace going: keep the last look taken while it ran
+        self._helpers = {
+            proc.pid: self._helpers.get(proc.pid) or procs.describe(proc, "killed with its namespace")
+            for proc in found if proc.pid != self.pid
+        }
+
+    def send_signal(self, sig: int) -> None:
+        """Signal every process of the namespace (not its init, which would ignore it)."""
+        self._stopped = True
+        if self._proc.returncode is None and self.keeper_pid:
+            for proc in procs.descendants(self.keeper_pid):
+                with contextlib.suppress(psutil.Error):
+                    proc.send_signal(sig)
+
+    def kill(self) -> None:
+        self._stopped = True
+        super().kill()
+
+    def _cleanup(self) -> None:
+        shutil.rmtree(self.scratch, ignore_errors=True)
+
+
+def _preexec(limit: int | None) -> Callable[[], None]:
+    libc = ctypes.CDLL(None, use_errno=True)
+
+    def apply() -> None:  # between fork and exec of the outer bwrap
+        libc.prctl(_PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)
+        if limit is not None:
+            resource.setrlimit(resource.RLIMIT_FSIZE, (limit, limit))
+
+    return apply
+
+
+def _executable(argv: Sequence[str], env: Mapping[str, str], cwd: Path | str | None) -> Path:
+    """The command's executable, checked the way exec would (OSError like a failed exec or chdir)."""
+    if cwd and not os.path.isdir(cwd):  # noqa: PTH112
+        raise FileNotFoundError(2, os.strerror(2), str(cwd))
+    name = argv[0]
+    found = name if "/" in name else shutil.which(name, path=env.get("PATH", sandbox.DEFAULT_PATH))
+    if found is None or not os.path.exists(found):  # noqa: PTH110
+        raise FileNotFoundError(2, os.strerror(2), name)
+    if os.path.isdir(found) or not os.access(found, os.X_OK):  # noqa: PTH112
+        raise PermissionError(13, os.strerror(13), name)
+    return Path(os.path.abspath(found))  # noqa: PTH100 - keep the links the command was named by
+
+
+def spawn(
+    argv: Sequence[str],
+    policy: sandbox.Policy,
+    view: sandbox.View,
+    *,
+    env: Mapping[str, str] | None = None,
+    cwd: Path | str | None = None,
+    stdout: Output = None,
+    stderr: Output = None,
+    start_timeout: float | None = None,
+    file_size_limit: int | None = None,
+) -> SandboxChild:
+    """Start ``argv`` under bwrap in ``view``; return once the command's process exists."""
+    if not argv:
+        raise ValueError("spawn needs a command, found an empty argv")
+    given = dict(os.environ if env is None else env)
+    exe = _executable(argv, given, cwd)
+    view = sandbox.View(view.ro, view.rw, (*view.extra, exe))
+    scratch = Path(tempfile.mkdtemp(prefix="ds4ci-scratch-"))
+    read_fd, write_fd = os.pipe()
+    try:
+        command = sandbox.argv(argv, policy, view, scratch=scratch, cwd=Path(cwd) if cwd else None, status_fd=write_fd)
+        with contextlib.ExitStack() as stack:
+            out, err = _open_output(stdout, stack), _open_output(stderr, stack)
+            proc = _SPAWNER.submit(
+                subprocess.Popen, command, env=sandbox.environment(given), stdin=subprocess.DEVNULL,
+                stdout=out, stderr=err, pass_fds=(write_fd,), start_new_session=True, close_fds=True,
+                preexec_fn=_preexec(file_size_limit),
+            ).result()
+    except BaseException:
+        os.close(read_fd)
+        shutil.rmtree(scratch, ignore_errors=True)
+        raise
+    finally:
+        os.close(write_fd)
+    os.set_blocking(read_fd, False)
+    child = SandboxChild(proc, read_fd, argv, scratch)
+    try:
+        if not child.await_command(None if start_timeout is None else time.monotonic() + start_timeout):
+            raise StartTimeout(f"{argv[0]} did not start within {start_timeout:g} s", child)
+    except BaseException:
+        try:
+            child.sweep()
+        except Unkillable:
+            child.abandon()
+        raise
+    return child
