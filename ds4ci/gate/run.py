@@ -238,7 +238,7 @@ class _Run:
                 })
                 self.progress(
                     f"{server.label}: prompt {index} request {repeat + 1}/{self.cfg.repeats}: answered in "
-                    f"{exchange.elapsed_s:.2f} s ({read_answer(exchange.response).completion_tokens or "?"} completion tokens)"
+                    f"{exchange.elapsed_s:.2f} s ({read_answer(exchange.response).completion_tokens or '?'} completion tokens)"
                 )
 
     def _run_server(self, q: int | None, env: policy.ArmEnvironment) -> None:
