@@ -174,8 +174,11 @@ def run_killed_then_rerun(ws: Workspace, case: Case) -> Outcome:
     _wait_for_request(ws)
     proc.kill()
     proc.communicate(timeout=30)
-    time.sleep(0.5)  # the parent-death signal reaches the server
-    leftovers = processes_mentioning(str(ws.root))
+    # The parent-death signal (or, in the sandbox, the watchdog of the namespace's init) reaches the server:
+    # wait up to 10 s for it to go, then whatever is still there is a leftover.
+    deadline = time.monotonic() + 10
+    while (leftovers := processes_mentioning(str(ws.root))) and time.monotonic() < deadline:
+        time.sleep(0.1)
     after_kill = evidence_listing(ws.root / "evidence")
     rerun = ws.gate(widths="2")
     outcome = _outcome(ws, rerun.code, rerun.results, rerun.stderr)
