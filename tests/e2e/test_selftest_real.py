@@ -55,5 +55,5 @@ def test_tiny_models_cli_writes_a_pinned_set(tmp_path: Path) -> None:
 @pytest.mark.parametrize("name", ["public", "fixed-verify"])
 def test_verify_of_the_real_bundles_agrees_no_verdict(name: str, tmp_path: Path) -> None:
     done = _run(["verify", str(CAPTURES / f"{name}.bundle.tar.gz")], tmp_path)
-    assert done.returncode == 3, done.stdout + done.stderr
-    assert "recomputed verdict error" in done.stdout + done.stderr
+    assert done.returncode == 4, done.stdout + done.stderr  # intact and consistent; the gate reached no verdict
+    assert "intact and consistent; recomputed verdict error" in done.stdout + done.stderr
