@@ -287,6 +287,19 @@ class Child:
                 self.sweep()
 
 
+def await_or_sweep(child: Child, started: Callable[[float | None], bool], start_timeout: float | None) -> None:
+    """Wait (``started`` takes a deadline) until ``child`` runs; on a timeout or any error, nothing is left."""
+    try:
+        if not started(None if start_timeout is None else time.monotonic() + start_timeout):
+            raise StartTimeout(f"{child.argv[0]} did not start within {start_timeout:g} s", child)
+    except BaseException:
+        try:
+            child.sweep()
+        except Unkillable:
+            child.abandon()
+        raise
+
+
 def _limit_file_size(limit: int | None) -> Callable[[], None] | None:
     if limit is None:
         return None
@@ -344,15 +357,7 @@ def spawn(
         os.close(write_fd)
     os.set_blocking(read_fd, False)
     child = Child(proc, read_fd, token, argv)
-    try:
-        if not child._await_start(None if start_timeout is None else time.monotonic() + start_timeout):
-            raise StartTimeout(f"{argv[0]} did not start within {start_timeout:g} s", child)
-    except BaseException:
-        try:
-            child.sweep()
-        except Unkillable:
-            child.abandon()
-        raise
+    await_or_sweep(child, child._await_start, start_timeout)
     if child.error is not None:
         stage, number, text = child.error
         child.sweep()

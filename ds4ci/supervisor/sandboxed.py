@@ -31,7 +31,7 @@ from typing import Final
 import psutil
 
 from ds4ci.supervisor import procs, sandbox
-from ds4ci.supervisor.child import _SPAWNER, Child, Output, StartTimeout, Unkillable, _open_output, _pidfd
+from ds4ci.supervisor.child import _SPAWNER, Child, Output, _open_output, _pidfd, await_or_sweep
 from ds4ci.supervisor.procs import KilledProcess
 
 SANDBOX: Final = sandbox.SANDBOX
@@ -200,13 +200,5 @@ def spawn(
         os.close(write_fd)
     os.set_blocking(read_fd, False)
     child = SandboxChild(proc, read_fd, argv, scratch)
-    try:
-        if not child.await_command(None if start_timeout is None else time.monotonic() + start_timeout):
-            raise StartTimeout(f"{argv[0]} did not start within {start_timeout:g} s", child)
-    except BaseException:
-        try:
-            child.sweep()
-        except Unkillable:
-            child.abandon()
-        raise
+    await_or_sweep(child, child.await_command, start_timeout)
     return child
