@@ -80,17 +80,17 @@ def verify(
 ) -> None:
     """Re-derive each bundle's verdict from its raw evidence; trust nothing in results.json.
 
-    Checks every file against manifest.json, re-parses every server log, recomputes every verdict
-    with the gate's own judging code and compares with results.json field by field.
+    Checks every file against manifest.json (and, with --key or keys in --expect-config, the runner's
+    signature in attestation.json), then derives the whole results.json again from the sealed files
+    with the gate's own code (every log re-parsed, every answer and verdict judged) and compares it
+    with the bundle's, naming the first key path that differs.
     Give the bundle directory (runs/<id> or failed/<id> under --evidence-dir) or the .tar.gz from
     gate --bundle-out; a results.json alone is not a bundle.
 
-    Exit codes: 0 every bundle intact, consistent and passing (with several bundles the most severe
-    code wins, in the order 3, 4, 1, 0);
-    1 intact and consistent, some failing;
-    4 intact and consistent, but the gate reached no verdict (verdict error);
-    3 does not verify: tampered, unreadable or not a bundle (the message says what);
-    2 a path that does not exist, or a bad flag.
+    Exit codes: 0: every bundle intact, consistent and passing; 1: intact and consistent, some failing;
+    4: intact and consistent, but the gate reached no verdict (verdict error); 3: does not verify:
+    tampered, unreadable or not a bundle (the message says what); 2: a path that does not exist, or a
+    bad flag. With several bundles the most severe code wins, in the order 3, 4, 1, 0.
     """
     from ds4ci.commands.verify import run_verify
 

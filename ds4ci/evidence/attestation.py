@@ -34,7 +34,7 @@ ATTESTATION = store.ATTESTATION
 PAYLOAD_TYPE = "application/vnd.in-toto+json"
 STATEMENT_TYPE = "https://in-toto.io/Statement/v1"
 PREDICATE_TYPE = "https://ds4ci.invalid/attestation/gate/v1"  # unresolvable by design (DSSE allows it)
-_MAX_BYTES = 1 << 20
+_MAX_BYTES = store.MAX_ATTESTATION_BYTES
 
 
 def pae(payload_type: str, body: bytes) -> bytes:

@@ -2,13 +2,14 @@
 
 Written from regular files only (never a symlink or special file), ``manifest.json`` first. Opened
 as untrusted input, in two passes. The first reads the tar headers only, writing nothing: every
-member must be a regular file or a directory with a plain relative name inside the one top
-directory (links, devices, absolute paths, ``..`` and repeated names are refused); the first file
-must be the manifest, read size-limited; every later file must be one the manifest lists (or
-``results.json``), no larger than the manifest says, and the total no more than the manifest's
-sum; the member count has a fixed limit. Only then does the second pass extract the checked
-members into a fresh temporary directory. The first failure stops the scan, so a small archive
-cannot make ds4ci decompress or write much more than its manifest declares.
+member must be a regular file or a directory with a plain relative name inside the one top directory
+(links, devices, absolute paths, ``..`` and repeated names are refused); the first file must be the
+manifest, read size-limited; every later file must be one the manifest lists (or ``results.json`` or
+the signed ``attestation.json``, each with a size limit of its own), no larger than the manifest
+says, and the total no more than the manifest's sum; the member count has a fixed limit. Only then
+does the second pass extract the checked members into a fresh temporary directory. The first failure
+stops the scan, so a small archive cannot make ds4ci decompress or write much more than its manifest
+declares.
 """
 
 from __future__ import annotations
@@ -25,7 +26,7 @@ from pathlib import Path, PurePosixPath
 
 from ds4ci.errors import UsageError
 from ds4ci.evidence.results import MAX_RESULTS_BYTES
-from ds4ci.evidence.store import MANIFEST, RESULTS
+from ds4ci.evidence.store import ATTESTATION, MANIFEST, MAX_ATTESTATION_BYTES, RESULTS
 
 MAX_MEMBERS = 100_000
 MAX_TOTAL_BYTES = 16 << 30  # server logs are capped at 512 MiB a stream by default
@@ -91,7 +92,7 @@ def _bound(scan: _Scan, rel: str, size: int) -> None:
 
 
 def _limits(tar: tarfile.TarFile, member: tarfile.TarInfo) -> dict[str, int]:
-    """Every path the manifest member allows, with its size (the manifest and results.json included)."""
+    """Every path the manifest member allows, with its size (the manifest, results.json and attestation.json included)."""
     if member.size > MAX_MANIFEST_BYTES:
         raise BundleError(f"manifest.json is {member.size} bytes, over the {MAX_MANIFEST_BYTES}-byte limit")
     handle = tar.extractfile(member)
@@ -103,7 +104,7 @@ def _limits(tar: tarfile.TarFile, member: tarfile.TarInfo) -> dict[str, int]:
     entries = doc.get("evidence") if isinstance(doc, dict) else None
     if not isinstance(entries, list):
         raise BundleError("the archive's manifest.json is not a manifest (no evidence list)")
-    allowed = {MANIFEST: member.size, RESULTS: MAX_RESULTS_BYTES}
+    allowed = {MANIFEST: member.size, RESULTS: MAX_RESULTS_BYTES, ATTESTATION: MAX_ATTESTATION_BYTES}
     for entry in entries:
         path, size = (entry.get("path"), entry.get("size")) if isinstance(entry, dict) else (None, None)
         if not isinstance(path, str) or not isinstance(size, int) or isinstance(size, bool) or size < 0 or path in allowed:

@@ -34,6 +34,7 @@ FAILED = "failed"
 MANIFEST = "manifest.json"
 RESULTS = "results.json"
 ATTESTATION = "attestation.json"  # the runner key's signature (evidence/attestation.py), beside the manifest
+MAX_ATTESTATION_BYTES = 1 << 20
 _AT_FDCWD = -100
 _RENAME_NOREPLACE = 1
 

@@ -134,18 +134,18 @@ def test_publish_with_a_trusted_config_that_names_keys_refuses_unsigned_bundles(
     config = tmp_path / "ds4ci.toml"
     config.write_text(f'[runners.test-runner]\npublic_key = "{line}"\n')
     trusted = attestation.trusted_keys(config)
-    (ok,) = verified.load([bundle], False, trusted)
+    (ok,) = verified.load([bundle], verified.Trust(keys=trusted))
     assert ok.doc["verdict"] == "pass"
     unsigned = copy(bundle, tmp_path / "unsigned")
     (unsigned / "attestation.json").unlink()
-    (published,) = verified.load([unsigned], False, trusted)
+    (published,) = verified.load([unsigned], verified.Trust(keys=trusted))
     assert published.doc["verdict"] == "error"
     assert "not signed by runner test-runner's key" in published.doc["reasons"][0]
     config.write_text(f'[runners.test-runner]\npublic_key = "{other_line}"\n')
-    (wrong,) = verified.load([bundle], False, attestation.trusted_keys(config))
+    (wrong,) = verified.load([bundle], verified.Trust(keys=attestation.trusted_keys(config)))
     assert wrong.doc["verdict"] == "error"
     config.write_text(f'[runners.gfx1151]\npublic_key = "{line}"\n')
-    (unknown,) = verified.load([bundle], False, attestation.trusted_keys(config))
+    (unknown,) = verified.load([bundle], verified.Trust(keys=attestation.trusted_keys(config)))
     assert unknown.doc["verdict"] == "error" and "none for runner test-runner" in unknown.doc["reasons"][0]
 
 
