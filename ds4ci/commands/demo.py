@@ -31,9 +31,22 @@ DEMO_PROMPT = (
 )
 
 
+_SHEBANG_MAX = 200  # Linux reads at most 255 bytes of a script's first line
+
+
 def write_sim_wrapper(path: Path) -> Path:
-    """An executable that starts the bundled simulator with this interpreter (works in any install)."""
-    path.write_text(f"#!/bin/sh\nexec {shlex.quote(sys.executable)} -m ds4ci.simulator \"$@\"\n", encoding="utf-8")
+    """An executable that starts the bundled simulator with this interpreter (works in any install).
+
+    A Python script whose first line names this interpreter, so the sandbox shows it that interpreter's
+    environment (``gate.views.interpreter_view``), as for any server written in Python. An interpreter
+    path a first line cannot hold (a space, or too long) gets a shell wrapper, which the sandbox then
+    shows only with ``[sandbox] ro_paths``."""
+    exe = sys.executable
+    if " " in exe or len(exe) > _SHEBANG_MAX:
+        text = f"#!/bin/sh\nexec {shlex.quote(exe)} -m ds4ci.simulator \"$@\"\n"
+    else:
+        text = f"#!{exe}\nfrom ds4ci.simulator.main import main\n\nmain()\n"
+    path.write_text(text, encoding="utf-8")
     path.chmod(0o755)
     return path
 

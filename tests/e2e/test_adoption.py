@@ -25,8 +25,10 @@ H200_SMI = ROOT / "tests" / "data" / "fingerprint" / "nvidia-h200" / "nvidia-smi
 
 
 def clean_env(tmp: Path, **extra: str) -> dict[str, str]:
+    # As a user's shell has it: no harness variable either (DS4CI_SANDBOX_*: the suite's view of its own Python),
+    # so what the sandbox shows the simulator is what `ds4ci init` arranged.
     env = {k: v for k, v in os.environ.items()
-           if not k.startswith(("DFLASH_", "LUCE_", "DS4SIM_", "DS4_", "GITHUB_", "RUNNER_"))}
+           if not k.startswith(("DFLASH_", "LUCE_", "DS4SIM_", "DS4_", "GITHUB_", "RUNNER_", "DS4CI_SANDBOX_"))}
     env.update({"PATH": f"{BIN}{os.pathsep}{env.get('PATH', '')}", "XDG_CACHE_HOME": str(tmp / "cache"),
                 "HOME": str(tmp / "home")})
     env.update(extra)

@@ -12,6 +12,9 @@ BIN = Path(sys.executable).parent
 
 
 def run(*args: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
+    """``ds4ci ARGS`` as a user runs it: without the suite's own sandbox view (DS4CI_SANDBOX_*)."""
+    given = os.environ if env is None else env
+    env = {k: v for k, v in given.items() if not k.startswith("DS4CI_SANDBOX_")}
     return subprocess.run([str(BIN / "ds4ci"), *args], capture_output=True, text=True, timeout=300, check=False, env=env)
 
 
