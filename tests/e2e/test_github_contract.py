@@ -53,7 +53,7 @@ OPERATIONS = {
     "/repos/{owner}/{repo}/issues/{issue_number}/comments": {"get", "post"},
     "/repos/{owner}/{repo}/issues/comments/{comment_id}": {"patch", "delete"},
     "/repos/{owner}/{repo}/statuses/{sha}": {"post"},
-    "/repos/{owner}/{repo}/commits/{ref}/status": {"get"},
+    "/repos/{owner}/{repo}/commits/{ref}/statuses": {"get"},
 }
 
 pytestmark = [
