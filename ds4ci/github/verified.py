@@ -16,8 +16,6 @@ from __future__ import annotations
 
 import copy
 import json
-import os
-import stat
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -27,6 +25,7 @@ from ds4ci.errors import EXIT_ERROR, UsageError
 from ds4ci.evidence import attestation, bundle, results
 from ds4ci.evidence.store import RESULTS
 from ds4ci.evidence.verify import Verification, expectation_mismatches, verify_dir
+from ds4ci.judging import confined
 from ds4ci.judging.verdict import ERROR, PASS
 from ds4ci.records import Results
 from ds4ci.report.sections import UNVERIFIED as UNVERIFIED_STATE
@@ -77,16 +76,15 @@ BundleCheck = Callable[[Opened, Trust], None]
 
 
 def sealed_head(root: Path) -> str | None:
-    """``head.sha`` of the bundle's sealed revisions.json (a regular file, size-limited); None when absent."""
+    """``head.sha`` of the bundle's sealed revisions.json, read through ``confined`` like every bundle file (a
+    regular file inside the bundle, size-limited); None when the bundle has none."""
     path = root / REVISIONS
-    try:
-        info = os.lstat(path)
-    except FileNotFoundError:
+    if not path.exists() and not path.is_symlink():
         return None
-    if not stat.S_ISREG(info.st_mode) or info.st_size > MAX_REVISIONS_BYTES:
-        raise UsageError(f"{REVISIONS} in the bundle is not a regular file of at most {MAX_REVISIONS_BYTES} bytes")
     try:
-        doc = json.loads(path.read_bytes())
+        doc = json.loads(confined.read_bytes(root, REVISIONS, MAX_REVISIONS_BYTES))
+    except confined.ConfinedError as exc:
+        raise UsageError(f"{REVISIONS} in the bundle cannot be read: {exc}") from None
     except ValueError as exc:
         raise UsageError(f"{REVISIONS} in the bundle is not JSON: {exc}") from None
     head = doc.get("head") if isinstance(doc, dict) else None
