@@ -236,9 +236,10 @@ class _Run:
                     "answered": True, "elapsed_s": round(exchange.elapsed_s, 3),
                     "stderr_range": list(exchange.stderr_range), "stdout_range": list(exchange.stdout_range),
                 })
+                tokens = read_answer(exchange.response).completion_tokens  # 0 is a count too; None is "?"
                 self.progress(
                     f"{server.label}: prompt {index} request {repeat + 1}/{self.cfg.repeats}: answered in "
-                    f"{exchange.elapsed_s:.2f} s ({read_answer(exchange.response).completion_tokens or '?'} completion tokens)"
+                    f"{exchange.elapsed_s:.2f} s ({'?' if tokens is None else tokens} completion tokens)"
                 )
 
     def _run_server(self, q: int | None, env: policy.ArmEnvironment) -> None:
