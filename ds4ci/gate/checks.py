@@ -17,17 +17,19 @@ import os
 import re
 from collections.abc import Callable, Sequence
 from pathlib import Path
-from typing import Any
+from typing import Any, BinaryIO
 
 from ds4ci import supervisor
 from ds4ci.gate import views
 from ds4ci.gate.cappedlog import CappedLog
+from ds4ci.judging import confined
 from ds4ci.judging.steps import LOG_TAIL_BYTES, MAX_REPORT_BYTES, check_result
 from ds4ci.log import Logger, as_logger
 from ds4ci.options.config import CheckSpec
 from ds4ci.options.policy import CREDENTIAL_VARIABLES
 from ds4ci.options.table import get as option
 from ds4ci.records import CheckResult
+from ds4ci.supervisor import sandbox
 
 __all__ = ["LOG_TAIL_BYTES", "RECORDS", "check_env", "run_check", "run_checks", "run_step", "slug"]
 RECORDS = "checks.json"
@@ -69,28 +71,50 @@ def _run_group(
         log.close()
 
 
-def _report_stamp(path: Path | None) -> tuple[int, int, int, int] | None:
-    if path is None:
-        return None
+Stamp = tuple[int, int, int, int]
+
+
+def _open_report(path: Path, cwd: Path) -> tuple[BinaryIO | None, str | None]:
+    """The report the check wrote (PR output), opened confined: in its resolved folder, which must stay inside
+    the check's folder when it is named there, the name itself no link, a regular file (never a FIFO or a
+    device). (file, None), or (None, why not); (None, None) when there is none."""
+    folder = path.absolute().parent
+    left = sandbox.leaves_trees(folder, (cwd,))
+    if left is not None:
+        return None, left
     try:
-        st = path.stat()
-    except OSError:
-        return None
+        return confined.open_regular(sandbox.real(folder), path.name), None
+    except confined.ConfinedError as exc:
+        return None, None if not os.path.lexists(path) else str(exc)
+
+
+def _stamp(fh: BinaryIO) -> Stamp:
+    st = os.fstat(fh.fileno())
     return (st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns)
 
 
-def _read_report(path: Path | None, stamp_before: tuple[int, int, int, int] | None) -> bytes | None:
-    """The report's bytes, or None if this run did not (re)write it: a stale file proves nothing."""
+def _report_stamp(path: Path | None, cwd: Path) -> Stamp | None:
     if path is None:
         return None
-    stamp = _report_stamp(path)
-    if stamp is None or stamp == stamp_before:
+    fh, _ = _open_report(path, cwd)
+    if fh is None:
         return None
-    try:
-        with path.open("rb") as fh:
-            return fh.read(MAX_REPORT_BYTES + 1)
-    except OSError:
-        return None
+    with fh:
+        return _stamp(fh)
+
+
+def _read_report(path: Path | None, cwd: Path, stamp_before: Stamp | None) -> tuple[bytes | None, str | None]:
+    """The report's bytes, or None if this run did not (re)write it (a stale file proves nothing), with why
+    a file that is there was not read (a link, a FIFO, a folder that leads out of the checkout)."""
+    if path is None:
+        return None, None
+    fh, why = _open_report(path, cwd)
+    if fh is None:
+        return None, why
+    with fh:
+        if _stamp(fh) == stamp_before:
+            return None, None
+        return fh.read(MAX_REPORT_BYTES + 1), None
 
 
 def run_step(
@@ -100,7 +124,8 @@ def run_step(
     """Run one command (in ``view``, default ``views.check_view``); its sealed run record.
 
     The log is ``log``; a fresh report is copied beside it."""
-    report_before = _report_stamp(spec.report)
+    cwd = (spec.cwd or Path.cwd()).absolute()
+    report_before = _report_stamp(spec.report, cwd)
     record: dict[str, Any] = {
         "name": spec.name, "parser": spec.parser, "command": spec.command, "timeout_s": spec.timeout_s,
         "log": log.name, "report": None, "start_error": None, "timed_out": False, "abandoned": False,
@@ -119,7 +144,9 @@ def run_step(
             "timed_out": run.timed_out, "abandoned": run.abandoned, "duration_s": round(run.duration_s, 3),
             "exit_code": None if run.timed_out else run.returncode,
         })
-        report = _read_report(spec.report, report_before)
+        report, refused = _read_report(spec.report, cwd, report_before)
+        if refused is not None and progress is not None:
+            progress(f"check {spec.name}: its report was not read: {refused}")
         if report is not None:
             record["report"] = log.name.removesuffix(".log") + ".report"
             (log.parent / record["report"]).write_bytes(report)

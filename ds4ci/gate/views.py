@@ -1,18 +1,23 @@
 """What each PR process of a gate run may see: the sandbox policy from ``[sandbox]``, and per-process views.
 
 - the server: its binary's folder, the target and draft models, the checkout (``source_dir``,
-  the build's folder), all read-only; for a script run by a Python virtual environment (the bundled
-  simulator), that environment read-only too;
+  the build's folder), all read-only; for a script whose first line names ds4ci's own Python (the
+  bundled simulator, ``ds4ci-sim``), ds4ci's environment read-only too;
 - a check: its folder read-only, the folder of its JUnit report writable;
 - the build: its own folder writable.
 
-Wherever a bound folder would show them, the evidence folder and the runner keys' folder are
-covered by an empty tmpfs, and ds4ci's own install is bound read-only again.
+Only trusted sources choose a bind: the configuration, ds4ci's own environment and fixed system
+paths. Nothing the checkout or the server binary holds (a first line naming another interpreter, a
+``pyvenv.cfg``, a ``.pth`` file) adds one; a path named inside the PR's folders must resolve inside
+them (``sandbox.leaves_trees``), and every bind passes the rules of ``supervisor.sandbox``
+(resolved, never ``/`` nor ``/proc``, ``/dev``, ``/sys``, ``/run``, never a home-like folder whole,
+never inside the evidence or a key folder). Wherever a bound folder would show them, the evidence
+folder and the runner keys' folder are covered by an empty tmpfs, and ds4ci's own install is bound
+read-only again.
 """
 
 from __future__ import annotations
 
-import contextlib
 import os
 import shutil
 import sys
@@ -23,20 +28,36 @@ import ds4ci
 from ds4ci import supervisor
 from ds4ci.errors import NoVerdictError
 from ds4ci.evidence import keys
+from ds4ci.judging import confined
 from ds4ci.log import Logger
 from ds4ci.options.config import GateConfig
 from ds4ci.options.sections import BuildSpec, CheckSpec
+from ds4ci.supervisor import sandbox
+
+RUNNER_MARKS = (".runner", ".credentials", ".credentials_rsaparams")  # files of a self-hosted runner's install
+SHEBANG_BYTES = 256  # Linux reads at most this much of a script's first line
+
+
+def runner_folders() -> tuple[Path, ...]:
+    """The runner's own folders, never shown whole: ``$RUNNER_TEMP`` (the job's command files) and the
+    runner's install (a folder above the workspace or the working folder holding ``.runner`` or ``.credentials``)."""
+    found = [Path(os.environ["RUNNER_TEMP"])] if os.environ.get("RUNNER_TEMP") else []
+    starts = (os.environ.get("RUNNER_WORKSPACE"), os.environ.get("GITHUB_WORKSPACE"), str(Path.cwd()))
+    for start in filter(None, starts):
+        resolved = sandbox.real(Path(start))
+        found += [f for f in (resolved, *resolved.parents) if any(os.path.lexists(f / m) for m in RUNNER_MARKS)]
+    return tuple(dict.fromkeys(found))
 
 
 def policy(cfg: GateConfig) -> supervisor.Policy:
     box = cfg.sandbox
-    hidden = [cfg.evidence_dir.absolute(), keys.default_folder(), Path.home()]
+    hidden = [cfg.evidence_dir.absolute(), keys.default_folder()]
     if cfg.signing_key is not None:
         hidden.append(cfg.signing_key.absolute().parent)
     frozen = (Path(ds4ci.__file__).resolve().parent, Path(sys.prefix))
     return supervisor.Policy(
         require=box.require, ro_paths=box.ro_paths, rw_paths=box.rw_paths, devices=box.devices, enabled=box.enabled,
-        hidden=tuple(hidden), frozen=frozen,
+        hidden=tuple(hidden), frozen=frozen, homes=(Path.home(), *runner_folders()),
     )
 
 
@@ -59,56 +80,75 @@ def _absolute(path: Path | None) -> Path:
     return (path or Path.cwd()).absolute()
 
 
-def _shebang(binary: Path) -> Path | None:
-    """The interpreter a script names on its first line (through ``/usr/bin/env NAME`` too), or None."""
+def _first_line(binary: Path) -> str:
+    """The first line of the server binary (which the PR may have built), read confined: at its resolved
+    place, no link, a regular file only (never a FIFO or a device), at most SHEBANG_BYTES."""
+    resolved = sandbox.real(binary)
     try:
-        with binary.open("rb") as fh:
-            head = fh.read(512)
-    except OSError:
-        return None
-    words = head[2:].split(b"\n", 1)[0].decode("utf-8", errors="replace").split() if head.startswith(b"#!") else []
+        with confined.open_regular(resolved.parent, resolved.name) as fh:
+            head = fh.read(SHEBANG_BYTES)
+    except (confined.ConfinedError, OSError):
+        return ""
+    return head[2:].split(b"\n", 1)[0].decode("utf-8", errors="replace") if head.startswith(b"#!") else ""
+
+
+def _interpreter(binary: Path) -> Path | None:
+    """The interpreter a script names on its first line (through ``/usr/bin/env NAME`` too), or None."""
+    words = _first_line(binary).split()
     if len(words) > 1 and Path(words[0]).name == "env":
         found = shutil.which(words[1])
         return Path(found) if found else None
     return Path(words[0]) if words else None
 
 
+def own_interpreter(named: Path) -> bool:
+    """Is ``named`` ds4ci's own Python: the interpreter it runs on, or one of its environment's ``bin`` folder?"""
+    return sandbox.plain(named) == sandbox.plain(Path(sys.executable)) or (
+        sandbox.plain(named).parent == sandbox.plain(Path(sys.prefix) / "bin")
+    )
+
+
 def interpreter_view(binary: Path) -> tuple[Path, ...]:
-    """When the server is a script run by a Python virtual environment (the bundled simulator's console
-    script, ``ds4ci-sim``), that environment read-only: its folder, the base installation it was made
-    from, and the folders its ``.pth`` files add (an editable install's source). Nothing for a binary."""
-    interpreter = _shebang(binary)
-    if interpreter is None or not (interpreter.parent.parent / "pyvenv.cfg").is_file():
+    """When the server is a script whose first line names ds4ci's own Python (the bundled simulator's
+    console script ``ds4ci-sim``, the wrapper of ``demo`` and ``init --simulator``), ds4ci's environment
+    (``sandbox.python_runtime``) read-only. Nothing otherwise: a script naming any other interpreter
+    (a virtual environment in the checkout) gets no bind from it; a runner names what such a server
+    needs in ``[sandbox] ro_paths``."""
+    named = _interpreter(binary)
+    return sandbox.python_runtime() if named is not None and own_interpreter(named) else ()
+
+
+def _build_trees(build: BuildSpec | None) -> tuple[Path, ...]:
+    """The folders a build writes: its own, and the folder of the server it builds when that lies outside."""
+    if build is None:
         return ()
-    venv = interpreter.parent.parent
-    found = [venv, Path(os.path.realpath(interpreter)).parent.parent]
-    for pth in venv.glob("lib/python*/site-packages/*.pth"):
-        with contextlib.suppress(OSError, UnicodeDecodeError):
-            found += [Path(line) for line in pth.read_text(encoding="utf-8").split() if line.startswith("/")]
-    return tuple(dict.fromkeys(p for p in found if p.is_dir()))
+    cwd, out = _absolute(build.cwd), build.server_bin.absolute().parent
+    return (cwd,) if out.is_relative_to(cwd) else (cwd, out)
 
 
 def server_view(cfg: GateConfig) -> supervisor.View:
     ro = [cfg.server_bin.path.absolute().parent, cfg.target.path.absolute(), cfg.draft.path.absolute()]
     ro += interpreter_view(cfg.server_bin.path.absolute())
+    trees = _build_trees(cfg.build)
     if cfg.source_dir is not None:
-        ro.append(cfg.source_dir.absolute())
-    if cfg.build is not None:
-        ro.append(_absolute(cfg.build.cwd))
-    return supervisor.View(ro=tuple(ro))
+        trees = (cfg.source_dir.absolute(), *trees)
+    return supervisor.View(ro=tuple(dict.fromkeys((*ro, *trees))), trees=trees)
 
 
 def check_view(spec: CheckSpec) -> supervisor.View:
-    """Its folder read-only; the folder of its JUnit report writable (created here when missing)."""
+    """Its folder read-only; the folder of its JUnit report writable (created here when missing, unless it
+    is named inside the check's folder and resolves out of it: the sandbox then refuses it)."""
+    cwd = _absolute(spec.cwd)
     rw: tuple[Path, ...] = ()
     if spec.report is not None:
         folder = spec.report.absolute().parent
-        folder.mkdir(parents=True, exist_ok=True)
+        if sandbox.leaves_trees(folder, (cwd,)) is None:
+            sandbox.real(folder).mkdir(parents=True, exist_ok=True)
         rw = (folder,)
-    return supervisor.View(ro=(_absolute(spec.cwd),), rw=rw)
+    return supervisor.View(ro=(cwd,), rw=rw, trees=(cwd,))
 
 
 def build_view(spec: BuildSpec) -> supervisor.View:
-    out = spec.server_bin.parent
-    extra = (out,) if out.is_dir() and not out.is_relative_to(_absolute(spec.cwd)) else ()
-    return supervisor.View(rw=(_absolute(spec.cwd), *extra))
+    """Its own folder writable, and the server's folder when that lies outside it and exists."""
+    trees = tuple(t for t in _build_trees(spec) if t == _absolute(spec.cwd) or t.is_dir())
+    return supervisor.View(rw=trees, trees=trees)

@@ -17,6 +17,15 @@ PR-built binary) runs as ``bwrap ... -- COMMAND`` with an allowlist view of the 
 - everything else is absent: ``$HOME``, the runner's install and credentials, ds4ci's install
   and keys, the evidence folder, other workspaces.
 
+Every path the caller or the policy names is resolved (``realpath``) before it is compared or bound
+(:func:`checked_binds`), and bound at its resolved place; a bind is refused (:class:`BindRefused`,
+the message names the rule) when it resolves to ``/`` or ``/tmp``, or to or inside ``/proc``, ``/dev``,
+``/sys`` or ``/run`` (the sandbox's own); when it would show a home-like folder whole (``$HOME``, the
+runner's install, its temp folder); when it lies inside a hidden folder (the evidence, a key folder);
+when it is writable and lies inside ds4ci's own install; and when it is named inside one of the
+view's PR folders (the checkout) but resolves out of them (a link the PR made). Hidden folders inside
+a shown one are covered by an empty tmpfs, ds4ci's install is bound read-only again.
+
 The network is shared: the server listens on the loopback address ds4ci talks to.
 """
 
@@ -82,6 +91,7 @@ class Policy:
     enabled: bool = True  # False: never sandbox (the PID namespace or subreaper levels only)
     hidden: tuple[Path, ...] = ()  # covered by an empty read-only tmpfs where a bound path would show them (evidence, keys)
     frozen: tuple[Path, ...] = ()  # bound read-only again where a bound path would show them (ds4ci's install)
+    homes: tuple[Path, ...] = ()  # never shown whole: a bind may lie inside one, never be or hold one ($HOME, the runner's)
 
 
 RO_VARIABLE, RW_VARIABLE = "DS4CI_SANDBOX_RO_PATHS", "DS4CI_SANDBOX_RW_PATHS"
@@ -123,6 +133,76 @@ class View:
     ro: tuple[Path, ...] = ()
     rw: tuple[Path, ...] = ()
     extra: tuple[Path, ...] = field(default=())  # read-only, but only where they exist (optional files)
+    trees: tuple[Path, ...] = ()  # the PR's folders (checkout, build folder): what is named inside them stays inside
+
+
+class BindRefused(SupervisorError):
+    """A path the sandbox was asked to show that the bind rules refuse; the message names the path and the rule."""
+
+
+FRESH: Final = ("/proc", "/dev", "/sys", "/run")  # the sandbox's own: never bound over, nor anything inside them
+
+
+def real(path: Path) -> Path:
+    """``path`` made absolute with every link and ``..`` resolved (what a bind of it would really show)."""
+    return Path(os.path.realpath(path))
+
+
+def plain(path: Path) -> Path:
+    """``path`` made absolute with ``.`` and ``..`` taken out by name only (how the configuration spelt it)."""
+    return Path(os.path.normpath(os.path.abspath(path)))  # noqa: PTH100
+
+
+def _within(path: Path, folders: Iterable[Path]) -> Path | None:
+    return next((f for f in folders if path.is_relative_to(f)), None)
+
+
+def leaves_trees(path: Path, trees: Sequence[Path]) -> str | None:
+    """Why ``path`` may not be shown: named inside one of ``trees`` (the PR's folders) yet resolving out of
+    all of them, through a link the PR made; None when it stays inside or is named outside them."""
+    real_trees = [real(t) for t in trees]
+    named_in = _within(plain(path), [*map(plain, trees), *real_trees])
+    if named_in is None or _within(real(path), real_trees) is not None:
+        return None
+    return (f"{plain(path)} is named inside the pull request's folder {named_in} but resolves to {real(path)}, "
+            "outside it: a link in the checkout never chooses what the sandbox shows or what ds4ci reads")
+
+
+def _refusal(path: Path, writable: bool, policy: Policy, trees: Sequence[Path]) -> str | None:
+    resolved = real(path)
+    shown = str(plain(path)) + (f" (resolves to {resolved})" if resolved != plain(path) else "")
+    if str(resolved) in ("/", INSIDE_TMP) or _within(resolved, map(Path, FRESH)) is not None:
+        return f"{shown}: /, /tmp, /proc, /dev, /sys and /run are the sandbox's own and are never bound over"
+    left = leaves_trees(path, trees)
+    if left is not None:
+        return left
+    for home in map(real, policy.homes):
+        if home.is_relative_to(resolved):
+            return (f"{shown} would show {home} whole (the home folder, or the runner's install or temp folder); "
+                    "name the folder inside it that the process needs")
+    inside = _within(resolved, map(real, policy.hidden))
+    if inside is not None:
+        return f"{shown} lies inside {inside}, which pull-request code never sees (the evidence or a key folder)"
+    frozen = _within(resolved, map(real, policy.frozen)) if writable else None
+    if frozen is not None:
+        return f"{shown} lies inside {frozen}, ds4ci's own install, which pull-request code never writes"
+    return None
+
+
+def checked_binds(policy: Policy, view: View) -> list[tuple[str, Path, Path]]:
+    """Every bind of ``view`` and ``policy`` as (option, resolved path, path as named), parents first;
+    BindRefused when one breaks a rule (see the module's text)."""
+    asked = [("--ro-bind", p) for p in (*view.ro, *policy.ro_paths)]
+    asked += [("--ro-bind-try", p) for p in view.extra]
+    asked += [("--bind", p) for p in (*view.rw, *policy.rw_paths)]
+    binds: list[tuple[str, Path, Path]] = []
+    for option, path in asked:
+        why = _refusal(path, option == "--bind", policy, view.trees)
+        if why is not None:
+            raise BindRefused(f"sandbox: refused to bind {why}")
+        binds.append((option, real(path), plain(path)))
+    binds.sort(key=lambda b: (_depth(str(b[1])), b[0] != "--ro-bind", str(b[1])))  # parents first, then children
+    return binds
 
 
 def bwrap_path() -> str | None:
@@ -171,19 +251,28 @@ def _depth(path: str) -> int:
     return len(Path(path).parts)
 
 
-def _user_binds(policy: Policy, view: View, scratch: Path) -> list[str]:
-    binds: list[tuple[str, str]] = [("--ro-bind", str(p)) for p in (*view.ro, *policy.ro_paths)]
-    binds += [("--ro-bind-try", str(p)) for p in view.extra]
-    binds += [("--bind", str(p)) for p in (*view.rw, *policy.rw_paths)]
-    binds.sort(key=lambda b: (_depth(b[1]), b[0] != "--ro-bind", b[1]))  # parents first, then their children
-    args = ["--bind", str(scratch), INSIDE_TMP]
-    for option, path in binds:
-        args += [option, path, path]
-    shown = [Path(path) for _, path in binds]
-    for over, covered in (("--ro-bind", policy.frozen), ("--tmpfs", policy.hidden)):
-        for hit in sorted(str(p) for p in covered if p.exists() and any(p.is_relative_to(b) for b in shown)):
-            args += [over, hit, "--remount-ro", hit] if over == "--tmpfs" else [over, hit, hit]
+def _aliases(binds: Sequence[tuple[str, Path, Path]], shown: Sequence[Path]) -> list[str]:
+    """A link at each path as named that resolves elsewhere (a model in a cache of links), where nothing bound shows it."""
+    args: list[str] = []
+    for _, resolved, named in binds:
+        if named == resolved or _within(named, shown) is not None or any(s.is_relative_to(named) for s in shown):
+            continue
+        args += ["--symlink", str(resolved), str(named)]
+        shown = [*shown, named]
     return args
+
+
+def _user_binds(policy: Policy, view: View, scratch: Path) -> list[str]:
+    binds = checked_binds(policy, view)
+    args = ["--bind", str(scratch), INSIDE_TMP]
+    for option, path, _ in binds:
+        args += [option, str(path), str(path)]
+    shown = [path for _, path, _ in binds]
+    for over, covered in (("--ro-bind", policy.frozen), ("--tmpfs", policy.hidden)):
+        for hit in sorted({str(real(p)) for p in covered if p.exists() and _within(real(p), shown) is not None}):
+            args += [over, hit, "--remount-ro", hit] if over == "--tmpfs" else [over, hit, hit]
+    system = [Path(p) for p in (*SYSTEM_DIRS, *_expand((*ETC_FILES, *TOOLCHAINS)), *FRESH)]
+    return args + _aliases(binds, [*system, *shown])
 
 
 def argv(

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import contextlib
 import ctypes
+import dataclasses
 import json
 import os
 import resource
@@ -180,7 +181,7 @@ def spawn(
         raise ValueError("spawn needs a command, found an empty argv")
     given = dict(os.environ if env is None else env)
     exe = _executable(argv, given, cwd)
-    view = sandbox.View(view.ro, view.rw, (*view.extra, exe))
+    view = dataclasses.replace(view, extra=(*view.extra, exe))
     scratch = Path(tempfile.mkdtemp(prefix="ds4ci-scratch-"))
     read_fd, write_fd = os.pipe()
     try:
