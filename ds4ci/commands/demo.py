@@ -37,8 +37,8 @@ _SHEBANG_MAX = 200  # Linux reads at most 255 bytes of a script's first line
 def write_sim_wrapper(path: Path) -> Path:
     """An executable that starts the bundled simulator with this interpreter (works in any install).
 
-    A Python script whose first line names this interpreter, so the sandbox shows it that interpreter's
-    environment (``gate.views.interpreter_view``), as for any server written in Python. An interpreter
+    A Python script whose first line names this interpreter, so the sandbox shows it ds4ci's own
+    environment (``gate.views.interpreter_view``: only ds4ci's own Python gets that). An interpreter
     path a first line cannot hold (a space, or too long) gets a shell wrapper, which the sandbox then
     shows only with ``[sandbox] ro_paths``."""
     exe = sys.executable
