@@ -293,3 +293,15 @@ def test_a_committed_report_folder_linked_to_home_is_refused_with_a_message(tmp_
     assert check["status"] == "error"
     assert "refused to bind" in check["summary"] and "outside it" in check["summary"], check["summary"]
     assert not (home / ".bashrc").exists()
+
+
+def test_a_file_named_through_a_link_outside_the_checkout_is_still_shown(as_user: tuple[str, Path]) -> None:
+    """A model in a cache of links (the configuration names the link): bound at its resolved place, the name a link."""
+    user, root = as_user
+    (root / "blobs").mkdir()
+    (root / "blobs" / "abc123").write_text("GGUF weights\n")
+    (root / "snapshots").mkdir()
+    named = root / "snapshots" / "model.gguf"
+    named.symlink_to("../blobs/abc123")
+    out = run_boxed(user, root, sandbox.View(ro=(named,)), sandbox.Policy(), f"cat {shlex.quote(str(named))}")
+    assert out == "GGUF weights\n"
