@@ -21,6 +21,7 @@ from pathlib import Path
 
 import pytest
 from gatekit import Workspace
+from test_sandbox import verdicts
 
 from ds4ci.gate import views
 from ds4ci.options.sections import CheckSpec
@@ -78,15 +79,6 @@ def venv_checkout(root: Path, pth_lines: list[str], then: str) -> Path:
     server.write_text(f"#!{interpreter}\nprint('a server written in Python')\n")
     server.chmod(0o755)
     return server
-
-
-def verdicts(text: str) -> dict[str, str]:
-    found = {}
-    for line in text.splitlines():
-        if line.startswith("ATTACK "):
-            name, _, outcome = line[len("ATTACK "):].partition(": ")
-            found[name] = outcome
-    return found
 
 
 # --- hole 1: the server's first line and its .pth files choose no bind ----------------------------------
