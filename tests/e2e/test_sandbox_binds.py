@@ -297,3 +297,20 @@ def test_a_file_named_through_a_link_outside_the_checkout_is_still_shown(as_user
     named.symlink_to("../blobs/abc123")
     out = run_boxed(user, root, sandbox.View(ro=(named,)), sandbox.Policy(), f"cat {shlex.quote(str(named))}")
     assert out == "GGUF weights\n"
+
+
+def test_the_runners_install_and_temp_folder_are_never_shown_whole(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A self-hosted runner's install (it holds `.runner`, `.credentials`) above the working folder, and
+    $RUNNER_TEMP: a bind of either (or of a folder holding them) is refused; the checkout inside is shown."""
+    runner, temp = tmp_path / "actions-runner", tmp_path / "actions-runner" / "_work" / "_temp"
+    checkout = runner / "_work" / "engine" / "engine"
+    checkout.mkdir(parents=True)
+    temp.mkdir()
+    (runner / ".credentials").write_text('{"token": "RUNNER-SECRET"}\n')
+    monkeypatch.chdir(checkout)
+    monkeypatch.setenv("RUNNER_TEMP", str(temp))
+    policy = sandbox.Policy(homes=views.runner_folders())
+    assert sandbox.checked_binds(policy, sandbox.View(ro=(checkout,)))
+    for shown in (runner, runner / "_work", temp, checkout / ".." / ".." / ".."):
+        with pytest.raises(sandbox.BindRefused, match="would show"):
+            sandbox.checked_binds(policy, sandbox.View(ro=(shown,)))
