@@ -1,8 +1,10 @@
 """Builds without the reference-exact mode, and what their answers still show.
 
-A build that has no reference-exact mode prints no ``[ds4-exact-verify-trace]`` line in any arm
-and no ``[ds4-spec]`` summary with matched/offered counters. The gate cannot judge such a build:
-``no_mode_reason`` says so in one reason (verdict error, exit 3; docs/protocol.md).
+A build that has no reference-exact mode prints no ``[ds4-exact-verify-trace]`` line, no
+reference-exact banner and no ``[ds4-spec]`` summary with matched/offered counters in any arm (a
+counterless summary alone is printed by every speculative build, with the mode or without). The
+gate cannot judge such a build: ``no_mode_reason`` says so in one reason (verdict error, exit 3;
+docs/protocol.md).
 
 With the tiny models (``ds4ci tiny-models``) every answer spells its token IDs
 (``judging.tinywords``), so ``answer_comparison`` can still say, as information and never as a
@@ -17,34 +19,54 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from ds4ci.judging import confined
-from ds4ci.judging.protocol import MALFORMED, SUMMARY, TRACE, TRACE_TAG, first_mismatch, scan_log
+from ds4ci.judging.protocol import BANNER, MALFORMED, SUMMARY, TRACE, TRACE_TAG, LogRecord, first_mismatch, scan_log
 from ds4ci.judging.tinywords import ids_from_text
 
 NO_MODE = (
-    "the server printed no reference-exact trace in any arm and its summaries carry no matched/offered counters: "
-    "this build has no reference-exact mode; the gate cannot judge it"
+    "the server printed no reference-exact trace and no reference-exact banner in any arm, and its summaries carry "
+    "no matched/offered counters: this build has no reference-exact mode; the gate cannot judge it"
 )
 INFO = "information, not a gate verdict"
 _STREAMS = ("stderr", "stdout")
-_SCAN_LIMIT = 4096
+_SCAN_LIMIT = 1 << 16
 
 
-def _carries_mode(attempt: Path, key: str) -> bool:
+def _records(attempt: Path, key: str) -> list[LogRecord] | None:
+    """The arm's trusted records on both streams, or None when a log cannot be read (the judge reports it)."""
+    found: list[LogRecord] = []
     for stream in _STREAMS:
         path = attempt / "servers" / key / f"{stream}.log"
         try:
-            records = scan_log(path, stream, _SCAN_LIMIT, root=attempt).records
+            found += scan_log(path, stream, _SCAN_LIMIT, root=attempt).records
         except (confined.ConfinedError, OSError):
-            return True  # an unreadable log is not evidence of a missing mode; the judge reports it
-        for record in records:
-            if record.kind in (TRACE, SUMMARY) or (record.kind == MALFORMED and _claims_mode(record.text)):
-                return True
-    return False
+            return None
+    return found
+
+
+def _carries_mode(attempt: Path, key: str) -> bool:
+    records = _records(attempt, key)
+    if records is None:
+        return True  # an unreadable log is not evidence of a missing mode; the judge reports it
+    return any(
+        record.kind in (TRACE, BANNER)
+        or (record.kind == SUMMARY and record.summary is not None and record.summary.matched is not None)
+        or (record.kind == MALFORMED and _claims_mode(record.text))
+        for record in records
+    )
 
 
 def _claims_mode(text: str) -> bool:
     """A malformed line still claims the mode when it is a trace or a summary that names a counter."""
     return text.startswith(TRACE_TAG) or "matched=" in text or "offered=" in text
+
+
+def prints_trace(attempt: Path, keys: Sequence[str]) -> bool:
+    """Whether any arm printed a ``[ds4-exact-verify-trace]`` line (well-formed or not): the strict dialect."""
+    for key in keys:
+        records = _records(attempt, key) or []
+        if any(r.kind == TRACE or (r.kind == MALFORMED and r.text.startswith(TRACE_TAG)) for r in records):
+            return True
+    return False
 
 
 def no_mode_reason(attempt: Path, keys: Sequence[str]) -> str | None:

@@ -52,6 +52,14 @@ def test_tiny_models_cli_writes_a_pinned_set(tmp_path: Path) -> None:
     assert _run(["tiny-models", str(tmp_path / "x"), "--seed", "-1"], tmp_path).returncode == 2
 
 
+def test_verify_of_the_real_reference_exact_bundle_passes(tmp_path: Path) -> None:
+    """The fork build 41ee7d0 on the H200 (banner, counterless summaries, tiny models): intact, consistent, pass."""
+    fork = TESTS / "data" / "real-server" / "h200-fork-41ee7d0" / "gate.bundle.tar.gz"
+    done = _run(["verify", str(fork)], tmp_path)
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert "intact and consistent; recomputed verdict pass" in done.stdout + done.stderr
+
+
 @pytest.mark.parametrize("name", ["public", "fixed-verify"])
 def test_verify_of_the_real_bundles_agrees_no_verdict(name: str, tmp_path: Path) -> None:
     done = _run(["verify", str(CAPTURES / f"{name}.bundle.tar.gz")], tmp_path)
