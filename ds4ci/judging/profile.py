@@ -8,7 +8,8 @@ per-token lines, the agreement lines, the fall-back to plain decoding, and how m
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
+from typing import Any
 
 from ds4ci.judging.protocol import LINE_FAMILIES, MALFORMED, LogScan
 from ds4ci.judging.verdict import Answer
@@ -29,6 +30,24 @@ def arm_profile(scans: Sequence[LogScan], answers: Sequence[Answer | None]) -> d
     return counts
 
 
-def shown(profile: dict[str, int]) -> str:
+def shown(profile: Mapping[str, int]) -> str:
     """The families an arm printed, for one line of a report: ``banner x4, summary-plain x4``."""
     return ", ".join(f"{k} x{v}" for k, v in profile.items() if v) or "none of the known lines"
+
+
+def describe_arm(label: str, arm: Mapping[str, Any]) -> str:
+    """One line for an arm of results.json (target-only or a width): its verdict, oracle, counters and lines."""
+    oracle = arm.get("oracle", "server token trace") or "none (the build prints no token IDs)"
+    parts = [f"{label}: {arm['verdict']}", f"parity oracle: {oracle}"]
+    cells = [c for c in arm.get("prompts", []) if "matched" in c]
+    if cells:
+        counters = "; ".join(
+            f"prompt {c['prompt_index']}: matched {c['matched']} of offered {c['offered']}"
+            if c["matched"] is not None else f"prompt {c['prompt_index']}: none"
+            for c in cells
+        )
+        source = next((c.get("counters") for c in cells if c.get("counters")), None)
+        parts.append(f"counters {source or 'none'} ({counters})")
+    if "evidence" in arm:
+        parts.append(f"lines: {shown(arm['evidence'])}")
+    return "; ".join(parts)
