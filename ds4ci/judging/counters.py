@@ -24,7 +24,7 @@ from dataclasses import dataclass
 from decimal import Decimal, InvalidOperation
 from typing import Final
 
-from ds4ci.judging.protocol import SpecSummary
+from ds4ci.judging.protocol import RequestLog, SpecSummary
 from ds4ci.judging.specsteps import TOKEN_TRACE, SpecStep, loop_index
 from ds4ci.judging.steplines import TokenLine
 from ds4ci.records import CountersSource
@@ -71,6 +71,12 @@ def token_steps(tokens: Sequence[TokenLine], width: int) -> tuple[list[SpecStep]
         accepted = bonus[0] - 1 if bonus else None
         steps.append(SpecStep(step=step, position=None, width=width, accepted=accepted, source=TOKEN_TRACE))
     return steps, problems
+
+
+def request_steps(log: RequestLog, width: int) -> tuple[SpecStep, ...]:
+    """Every per-step record of one request, all sources (compare, timing, per-token), in log order then
+    token order: what proof coverage reads. ``width`` is the arm's q (the per-token lines do not print it)."""
+    return (*log.steps, *token_steps(log.tokens, width)[0])
 
 
 def _known(steps: Sequence[SpecStep], lines: Sequence[str], q: int, total: int) -> tuple[dict[int, int], list[str]]:

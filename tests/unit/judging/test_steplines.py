@@ -8,6 +8,7 @@
 from __future__ import annotations
 
 import re
+from pathlib import Path
 
 import pytest
 from paths import TESTS
@@ -158,3 +159,18 @@ def test_summary_variants_are_told_apart() -> None:
         assert parse_summary(body).variant == variant
     record = classify("[ds4-spec] gen=9 steps=4 q_cap=4 full_snap=1")
     assert record is not None and record.kind == MALFORMED and "must print mean_accept" in record.reason
+
+
+def test_a_requests_steps_are_available_from_its_log_record(tmp_path: Path) -> None:
+    """The per-request SpecStep tuple proof coverage reads: the real compare and timing lines, then the tokens."""
+    from ds4ci.judging.attribution import attribute
+    from ds4ci.judging.protocol import scan_log
+
+    log = tmp_path / "stderr.log"
+    tokens = ["[ds4-spec-token] out=0 step=0 slot=1 token=772 bonus", "[ds4-spec-token] out=1 step=1 slot=1 token=772 bonus"]
+    summary = "[ds4-spec] gen=95 steps=95 mean_accept=0.00/1.00 q_cap=2 full_snap=1"
+    log.write_text("\n".join([*_probe_lines(2), *tokens, summary]) + "\n")
+    (request,) = attribute([scan_log(log, "stderr", 100)], 1, speculative=True, traces=False).requests
+    steps = counters.request_steps(request, 2)
+    assert [s.source for s in steps] == [COMPARE, TIMING] * 4 + [COMPARE] * 4 + [TOKEN_TRACE] * 2
+    assert len(request.step_lines) == len(request.steps) == 12 and request.tokens[1].out == 1
