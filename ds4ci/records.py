@@ -29,6 +29,8 @@ EnvPrefix = Literal["DFLASH_", "LUCE_"]
 Scope = Literal["full", "focused"]
 Arm = Literal["target-only", "reference-exact"]
 Containment = Literal["sandbox", "pid-namespace", "subreaper+sweep"]
+Oracle = Literal["server token trace", "tiny-model words"]
+CountersSource = Literal["printed", "derived"]
 
 
 class FileIdentity(TypedDict):
@@ -73,6 +75,7 @@ class PromptResult(TypedDict):
     repeats_identical: bool
     counters_identical: bool
     mismatch: MismatchRecord | None
+    counters: NotRequired[CountersSource | None]
 
 
 class WidthResult(TypedDict):
@@ -84,6 +87,8 @@ class WidthResult(TypedDict):
     prompts: list[PromptResult]
     server_log: str | None
     server_start_s: float | None
+    oracle: NotRequired[Oracle | None]
+    evidence: NotRequired[dict[str, int]]
 
 
 class Revision(TypedDict):
@@ -187,6 +192,8 @@ class TargetOnlyResult(TypedDict):
     deterministic: bool
     prompts: list[TargetPrompt]
     server_log: str | None
+    oracle: NotRequired[Oracle | None]
+    evidence: NotRequired[dict[str, int]]
 
 
 class EvidenceRecord(TypedDict):

@@ -2,10 +2,10 @@
 
 Writes the tiny models (``ds4ci tiny-models``), runs ``ds4ci gate`` (the CLI, as a subprocess) with
 them against the given binary at the default widths, and prints the gate's verdict with its
-reasons, each server's start and stop times, and, as information that is never a verdict, whether
-each speculative arm answered the same token IDs as target-only (read back from the answers' text,
-which the tiny models make possible even on builds that print no trace). The exit code is the
-gate's: 0 pass, 1 fail, 3 no verdict (a build without the reference-exact mode ends here).
+reasons, each server's start and stop times, and per arm the gate's own judgement: its verdict,
+the parity oracle it read the token IDs with (the tiny models' words on builds that print no
+trace), the counters and the line families the server printed. The exit code is the gate's: 0
+pass, 1 fail, 3 no verdict (a build without the reference-exact mode ends here).
 """
 
 from __future__ import annotations
@@ -18,7 +18,7 @@ from typing import Any
 
 from ds4ci.commands.selftest import GATE_TIMEOUT_S, run_ds4ci
 from ds4ci.errors import NoVerdictError, UsageError
-from ds4ci.judging.modeless import answer_comparison
+from ds4ci.judging.profile import describe_arm
 
 TARGET_KEY = "target-only"
 
@@ -60,7 +60,16 @@ def run_real_selftest(server_bin: Path, workdir: Path | None, runner: str | None
         print(f"  reason: {reason.splitlines()[0] if reason else reason}")
     print("servers:")
     print("\n".join(_timings(attempt)))
-    spec_keys = sorted(p.parent.name for p in (attempt / "servers").glob("q*/lifecycle.json"))
-    for line in answer_comparison(attempt, TARGET_KEY, spec_keys):
-        print(line)
+    print("arms, as the gate judged them:")
+    print("\n".join(_arms(attempt)))
     return done.returncode
+
+
+def _arms(attempt: Path) -> list[str]:
+    """One line per arm from the gate's results.json (its verdict, oracle, counters, lines)."""
+    try:
+        doc: dict[str, Any] = json.loads((attempt / "results.json").read_text(encoding="utf-8"))
+        arms = [(TARGET_KEY, doc["target_only"]), *((f"q{w['q']}", w) for w in doc["widths"])]
+        return [f"  {describe_arm(label, arm)}" for label, arm in arms]
+    except (OSError, ValueError, KeyError, TypeError) as exc:
+        return [f"  (no results.json to read the arms from: {exc})"]

@@ -141,13 +141,17 @@ def _validated(doc: Any) -> Results:
 def _judge_servers(root: Path, doc: Results, errors: list[str]) -> tuple[TargetOnlyResult, list[WidthResult], list[str]]:
     """The target-only result and every width, judged from the servers' raw evidence."""
     sealed = doc["settings"]
+    target_identity = doc["identities"]["target"]
     settings = judge.Settings(
         widths=tuple(sealed["widths"]), repeats=sealed["repeats"], seed=sealed["seed"],
         max_tokens=sealed["max_tokens"], prompt_sha256s=tuple(p["sha256"] for p in doc["identities"]["prompts"]),
+        target_sha256=target_identity["sha256"] if target_identity is not None else None,
     )
     if not (root / judge.SERVERS / judge.TARGET_KEY).is_dir():
         return not_run_target(), [], []
-    target = judge.judge_target(root, settings)
+    keys = [judge.TARGET_KEY, *(judge.server_key(q) for q in settings.widths)]
+    oracle = judge.choose_oracle(root, keys, settings)
+    target = judge.judge_target(root, settings, oracle)
     warnings = list(target.warnings)
     widths: list[WidthResult] = []
     if target.errors:  # without a target-only reference no width was run
@@ -155,7 +159,7 @@ def _judge_servers(root: Path, doc: Results, errors: list[str]) -> tuple[TargetO
         return target.doc, widths, warnings
     for q in settings.widths:
         if (root / judge.SERVERS / judge.server_key(q)).is_dir():
-            width, found = judge.judge_width(root, q, settings, target.reference)
+            width, found = judge.judge_width(root, q, settings, target.reference, oracle)
             widths.append(width)
             warnings += found
         elif not errors:

@@ -87,6 +87,8 @@ def _description(doc: Results, state: str) -> str:
     elif state == "success":
         widths = ",".join(str(w["q"]) for w in doc["widths"])
         text = f"pass: token parity at q={widths}, {doc['settings']['max_tokens']} tokens"
+        oracle = doc["target_only"].get("oracle")
+        text += f" (oracle: {oracle})" if oracle else ""
     elif doc["verdict"] == "pass":
         text = "error: results claim pass but contradict themselves"
     else:

@@ -8,6 +8,10 @@ while a request was in flight serve diagnostics only.
 
 Anything that makes the order ambiguous fails closed: a count of traces or summaries that does
 not equal the number of requests, or one record family split over two streams.
+
+A failure line and a per-step or per-token line belong to the request whose summary follows them
+on the same stream (the loop prints them before its summary); one after the last summary belongs
+to no request and fails the server.
 """
 
 from __future__ import annotations
@@ -16,16 +20,22 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 from ds4ci.judging.protocol import (
+    AR_FALLBACK_FAMILY,
     BANNER,
     FAILURE,
     MALFORMED,
+    STEP,
     SUMMARY,
+    SUMMARY_PREFIX,
+    TOKEN,
     TRACE,
     TRACE_TAG,
     LogRecord,
     LogScan,
     RequestLog,
 )
+from ds4ci.judging.specsteps import SpecStep
+from ds4ci.judging.steplines import TokenLine
 
 
 @dataclass(frozen=True)
@@ -41,8 +51,10 @@ def _slot(record: LogRecord) -> str | None:
     """TRACE or SUMMARY for records that occupy one request's slot (a malformed one too)."""
     if record.kind in (TRACE, SUMMARY):
         return record.kind
-    if record.kind == MALFORMED:
-        return TRACE if record.text.startswith(TRACE_TAG) else SUMMARY
+    if record.kind == MALFORMED and record.text.startswith(TRACE_TAG):
+        return TRACE
+    if record.kind == MALFORMED and record.text.startswith(SUMMARY_PREFIX):
+        return SUMMARY
     return None
 
 
@@ -67,27 +79,36 @@ def _ordered(scans: Sequence[LogScan], slot: str, what: str, requests: int, prob
     return records
 
 
+def _summaries_before(record: LogRecord, scans: Sequence[LogScan]) -> int:
+    scan = next(s for s in scans if s.stream == record.stream)
+    return sum(1 for r in scan.records if _slot(r) == SUMMARY and r.offset < record.offset)
+
+
 def _failure_owner(record: LogRecord, scans: Sequence[LogScan], requests: int) -> int:
     """A failure line belongs to the request whose summary follows it on the same stream."""
-    scan = next(s for s in scans if s.stream == record.stream)
-    before = sum(1 for r in scan.records if _slot(r) == SUMMARY and r.offset < record.offset)
-    return min(before, requests - 1)
+    return min(_summaries_before(record, scans), requests - 1)
 
 
 def _describe(record: LogRecord) -> str:
+    if record.kind == FAILURE and record.family == AR_FALLBACK_FAMILY:
+        return f"the server decoded a request without speculation ({record.stream}): {record.text}"
     if record.kind == FAILURE:
         return f"speculation or rollback failed on the server ({record.stream}): {record.text}"
-    return f"malformed {_slot(record)} line on {record.stream} ({record.reason}): {record.text}"
+    return f"malformed {_slot(record) or 'per-step'} line on {record.stream} ({record.reason}): {record.text}"
 
 
-def attribute(scans: Sequence[LogScan], requests: int, speculative: bool) -> ServerLog:
-    """Split a stopped server's records over its ``requests`` requests (sent in this order)."""
+def attribute(scans: Sequence[LogScan], requests: int, speculative: bool, traces: bool = True) -> ServerLog:
+    """Split a stopped server's records over its ``requests`` requests (sent in this order).
+
+    ``traces``: the build's oracle is its trace (the strict dialect), so every request must print one;
+    without it a build that prints none is not faulted for that (another oracle reads its IDs)."""
     problems: list[str] = []
     for scan in scans:
         if scan.dropped:
             problems.append(f"{scan.stream}: {scan.dropped} more trusted line(s) than a run can print were not kept (a flood)")
     banners = sum(1 for s in scans for r in s.records if r.kind == BANNER)
-    traces = _ordered(scans, TRACE, "[ds4-exact-verify-trace]", requests, problems)
+    printed = any(_slot(r) == TRACE for s in scans for r in s.records)
+    ordered_traces = _ordered(scans, TRACE, "[ds4-exact-verify-trace]", requests, problems) if traces or printed else None
     summaries: list[LogRecord] | None = []
     if speculative:
         if banners == 0 and not any(_slot(r) == SUMMARY for s in scans for r in s.records):
@@ -105,24 +126,50 @@ def attribute(scans: Sequence[LogScan], requests: int, speculative: bool) -> Ser
                 f"the target-only server printed {shown} speculation summary line(s) and {banners} banner(s): "
                 "speculation was active in the arm that must be plain greedy decoding"
             )
+    steps: list[list[tuple[SpecStep, str]]] = [[] for _ in range(requests)]
+    tokens: list[list[TokenLine]] = [[] for _ in range(requests)]
+    per_step = [r for s in scans for r in s.records if r.kind in (STEP, TOKEN)]
+    if per_step and not speculative:
+        problems.append(
+            f"the target-only server printed {len(per_step)} per-step or per-token speculation line(s) "
+            f"(first: {per_step[0].text}): speculation was active in the arm that must be plain greedy decoding"
+        )
+    elif per_step and summaries:
+        stray = []
+        for record in per_step:
+            index = _summaries_before(record, scans)
+            if index >= requests:
+                stray.append(record)
+            elif record.step is not None:
+                steps[index].append((record.step, record.text))
+            elif record.token is not None:
+                tokens[index].append(record.token)
+        if stray:
+            problems.append(
+                f"{len(stray)} per-step or per-token line(s) follow the last summary on their stream (first: "
+                f"{stray[0].text}): they belong to no request"
+            )
     per_request: list[list[str]] = [[] for _ in range(requests)]
     for scan in scans:
         for record in scan.records:
             if record.kind in (FAILURE, MALFORMED):
-                owner = _failure_owner(record, scans, requests) if record.kind == FAILURE else None
+                owner = _failure_owner(record, scans, requests) if _slot(record) is None else None
                 if owner is None:
-                    ordered = traces if _slot(record) == TRACE else summaries
+                    ordered = ordered_traces if _slot(record) == TRACE else summaries
                     owner = ordered.index(record) if ordered and record in ordered else 0
                 if requests:
                     per_request[owner].append(_describe(record))
     out = []
     for k in range(requests):
-        trace = traces[k].trace if traces is not None else None
+        trace = ordered_traces[k].trace if ordered_traces is not None else None
         summary = summaries[k].summary if summaries else None
         out.append(RequestLog(
             traces=(trace,) if trace is not None else (),
             banners=banners,
             summaries=(summary,) if summary is not None else (),
             problems=tuple(per_request[k]),
+            steps=tuple(step for step, _ in steps[k]),
+            tokens=tuple(tokens[k]),
+            step_lines=tuple(text for _, text in steps[k]),
         ))
     return ServerLog(tuple(out), banners, tuple(problems))

@@ -17,10 +17,14 @@ from typing import Any
 
 from ds4ci.judging import confined, modeless
 from ds4ci.judging.attribution import ServerLog, attribute
-from ds4ci.judging.protocol import scan_log
+from ds4ci.judging.profile import arm_profile
+from ds4ci.judging.protocol import BANNER_FAMILY, scan_log
+from ds4ci.judging.tinywords import known_target
 from ds4ci.judging.verdict import (
     ERROR,
     FAIL,
+    ORACLE_TRACE,
+    ORACLE_WORDS,
     PASS,
     Observed,
     TargetReference,
@@ -30,7 +34,7 @@ from ds4ci.judging.verdict import (
     read_answer,
     worst,
 )
-from ds4ci.records import BuildRecord, CheckResult, TargetOnlyResult, Verdict, WidthResult
+from ds4ci.records import BuildRecord, CheckResult, Oracle, TargetOnlyResult, Verdict, WidthResult
 
 SERVERS = "servers"
 REQUESTS = "requests"
@@ -44,8 +48,10 @@ SAMPLER_FIELDS: Mapping[str, float | int | bool] = {
     "repetition_penalty": 1, "stream": False,
 }
 # Trusted records kept per server: one trace and one summary per request, plus slack for banners
-# and failure lines; more than this is a flood and fails the run.
+# and failure lines, plus the per-step lines (at most 8 compare lines, 4 + 1 per 32 steps of timing
+# lines) and one per-token line per generated token; more than this is a flood and fails the run.
 RECORDS_PER_REQUEST = 4
+STEP_RECORDS_PER_REQUEST = 16
 RECORDS_SLACK = 64
 
 
@@ -76,6 +82,7 @@ class Settings:
     seed: int
     max_tokens: int
     prompt_sha256s: tuple[str, ...]
+    target_sha256: str | None = None  # the target's SHA-256 as ds4ci hashed it (identities.json)
 
 
 class EvidenceError(Exception):
@@ -164,20 +171,22 @@ def _check_body(attempt: Path, entry: Mapping[str, Any], settings: Settings, whe
 
 
 def observe(
-    attempt: Path, key: str, life: Mapping[str, Any], speculative: bool, settings: Settings
-) -> tuple[list[Observed], ServerLog, list[str]]:
-    """One stopped server's requests with their attributed records, and request-body problems."""
+    attempt: Path, key: str, life: Mapping[str, Any], speculative: bool, settings: Settings,
+    oracle: Oracle | None = ORACLE_TRACE,
+) -> tuple[list[Observed], ServerLog, list[str], dict[str, int]]:
+    """One stopped server's requests with their attributed records, request-body problems, and its evidence profile."""
     entries = life["requests"]
     check_order(key, entries, settings)
     answered = [e for e in entries if e.get("answered") is True]
-    limit = RECORDS_PER_REQUEST * len(entries) + RECORDS_SLACK
+    per_request = RECORDS_PER_REQUEST + STEP_RECORDS_PER_REQUEST + max(settings.max_tokens, 0)
+    limit = per_request * len(entries) + RECORDS_SLACK
     scans = []
     for stream in STREAMS:
         try:
             scans.append(scan_log(attempt / SERVERS / key / f"{stream}.log", stream, limit, root=attempt))
         except confined.ConfinedError as exc:
             raise EvidenceError(str(exc)) from exc
-    log = attribute(scans, len(entries), speculative)
+    log = attribute(scans, len(entries), speculative, traces=oracle == ORACLE_TRACE)
     problems: list[str] = []
     observed = []
     for entry, request_log in zip(entries, log.requests, strict=True):
@@ -187,7 +196,7 @@ def observe(
         observed.append(Observed(entry["prompt_index"], entry["repeat"], request_log, not log.problems, answer))
     if len(answered) != len(entries):
         problems.append(f"{len(entries) - len(answered)} of {len(entries)} request(s) were not answered")
-    return observed, log, problems
+    return observed, log, problems, arm_profile(scans, [o.answer for o in observed])
 
 
 def lifecycle_issues(key: str, life: Mapping[str, Any]) -> tuple[list[str], list[str]]:
@@ -233,14 +242,41 @@ class TargetJudgement:
     warnings: list[str]
 
 
-def judge_target(attempt: Path, settings: Settings) -> TargetJudgement:
+def choose_oracle(attempt: Path, keys: Sequence[str], settings: Settings) -> Oracle | None:
+    """The strongest parity oracle the build's evidence allows, for every arm alike (docs/protocol.md).
+
+    A trace line in any arm: the build speaks the strict dialect, and every request must print one.
+    Otherwise ds4ci's own tiny models, known from the target's SHA-256 as ds4ci hashed it (never from
+    the answers' look): their answers spell their token IDs. Otherwise none."""
+    if modeless.prints_trace(attempt, keys):
+        return ORACLE_TRACE
+    if known_target(settings.target_sha256) is not None:
+        return ORACLE_WORDS
+    return None
+
+
+def no_ids_reason(banner: bool) -> str:
+    """Why a build that has the mode cannot be judged: it prints no token IDs, and what would give it some."""
+    seen = "banner seen" if banner else "countered summary seen"
+    return (
+        f"this build has the reference-exact mode ({seen}) but prints no token IDs: no [ds4-exact-verify-trace] "
+        "line in any arm, and the target is not one of ds4ci's tiny models (whose answers spell their IDs); the gate "
+        "cannot judge parity. Run the gate with the models of `ds4ci tiny-models`, or on a build that prints the trace"
+    )
+
+
+def judge_target(attempt: Path, settings: Settings, oracle: Oracle | None = ORACLE_TRACE) -> TargetJudgement:
     life = load_lifecycle(attempt, TARGET_KEY)
     errors, warnings = lifecycle_issues(TARGET_KEY, life)
+    evidence: dict[str, int] = {}
     if errors:
         reference = TargetReference({}, ERROR, errors, False)
     else:
-        observed, log, problems = observe(attempt, TARGET_KEY, life, False, settings)
-        reference = judge_target_only(observed, len(settings.prompt_sha256s), [*log.problems, *problems])
+        observed, log, problems, evidence = observe(attempt, TARGET_KEY, life, False, settings, oracle)
+        if oracle is None:
+            reference = TargetReference({}, ERROR, ["target-only: the build prints no token IDs (no parity oracle)"], True)
+        else:
+            reference = judge_target_only(observed, len(settings.prompt_sha256s), [*log.problems, *problems], oracle)
     doc: TargetOnlyResult = {
         "verdict": reference.verdict,
         "reasons": reference.reasons,
@@ -254,11 +290,15 @@ def judge_target(attempt: Path, settings: Settings) -> TargetJudgement:
             }
             for i in range(len(settings.prompt_sha256s))
         ],
+        "oracle": oracle,
+        "evidence": evidence,
     }
     return TargetJudgement(doc, reference, errors, warnings)
 
 
-def judge_width(attempt: Path, q: int, settings: Settings, reference: TargetReference) -> tuple[WidthResult, list[str]]:
+def judge_width(
+    attempt: Path, q: int, settings: Settings, reference: TargetReference, oracle: Oracle | None = ORACLE_TRACE,
+) -> tuple[WidthResult, list[str]]:
     """One width's results entry and its warnings."""
     key = server_key(q)
     life = load_lifecycle(attempt, key)
@@ -266,14 +306,19 @@ def judge_width(attempt: Path, q: int, settings: Settings, reference: TargetRefe
     width: WidthResult = {
         "q": q, "verdict": ERROR, "reasons": [], "prompts": [],
         "server_log": f"{SERVERS}/{key}/stderr.log", "server_start_s": _seconds(ready_s),
+        "oracle": oracle, "evidence": {},
     }
     errors, warnings = lifecycle_issues(key, life)
     if errors:
         width["reasons"] = errors
         return width, warnings
-    observed, log, problems = observe(attempt, key, life, True, settings)
+    observed, log, problems, width["evidence"] = observe(attempt, key, life, True, settings, oracle)
+    if oracle is None:
+        width["reasons"] = [f"q={q}: the build prints no token IDs (no parity oracle)"]
+        return width, warnings
     for index, sha in enumerate(settings.prompt_sha256s):
-        cell = judge_width_prompt(q, index, sha, observed, reference, log.banners > 0, [*log.problems, *problems])
+        cell = judge_width_prompt(
+            q, index, sha, observed, reference, log.banners > 0, [*log.problems, *problems], oracle)
         width["prompts"].append(cell)
     width["verdict"] = worst([c["verdict"] for c in width["prompts"]])
     width["reasons"] = list(dict.fromkeys(r for c in width["prompts"] for r in c["reasons"]))
@@ -301,6 +346,9 @@ def overall(
         modeless_reason = _modeless(attempt, widths)
         if modeless_reason:
             return ERROR, [modeless_reason]
+    if target is not None and "oracle" in target and target["oracle"] is None:
+        banner = any(w.get("evidence", {}).get(BANNER_FAMILY, 0) > 0 for w in widths)
+        return ERROR, [no_ids_reason(banner)]
     verdicts: list[Verdict] = []
     reasons: list[str] = []
     if target is not None:

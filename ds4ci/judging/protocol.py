@@ -1,16 +1,23 @@
 """Reading the server's protocol lines into typed records, and the first-mismatch diff.
 
-The formats are facts of the real server (docs/protocol.md). Four line families are trusted:
+The formats are facts of the real server (docs/protocol.md). These line families are trusted:
 
 - the trace ``[ds4-exact-verify-trace] reference_exact=<0|1> speculation=<0|1> n=<N> ids=[...]``;
 - the banner ``[ds4-spec] reference-exact verifier: <free text>``;
-- the summary ``[ds4-spec] gen=...``: ``gen steps matched offered q_cap full_snap`` each exactly
-  once as integers, ``mean_accept`` optional as ``<number>/<number>`` (``1.25/3.00``), any other
-  ``key=value`` field or trailing text kept as extra, never a reason to fail;
-- the failure lines (``[ds4-spec] snapshot restore failed`` ...), each of which fails its request.
+- the summary ``[ds4-spec] gen=...``, in two dialects. Countered (the upstream gate's contract):
+  ``gen steps matched offered q_cap full_snap`` each exactly once as integers, ``mean_accept``
+  optional as ``<number>/<number>`` (``1.25/3.00``). Counterless (what every public build prints):
+  ``gen steps mean_accept q_cap full_snap`` without matched and offered, plain, with
+  ``sampling=<n> sample=<ms> ms/step``, or with ``verify=<mode>``; its counters are derived, never
+  guessed (``judging.counters``). Any other ``key=value`` field or trailing text is kept as extra;
+- the per-step lines: ``[ds4-spec-token] out= step= slot= token=[ bonus]``, ``[ds4-spec-cmp] step=
+  pos= draft=[..] tgt=[..] acc=`` and ``[ds4-spec-t] step= q= acc=`` (``judging.steplines``);
+- ``[ds4-agreement] ...`` lines (counted, never judged);
+- the failure lines (``[ds4-spec] snapshot restore failed`` ...) and the fall-back to plain decoding
+  (``[deepseek4] DSpark spec loaded but this request decodes AR``), each of which fails its request.
 
-Every other line, ``[ds4-spec-t]`` timing traces included, is ignored. A line that starts like a
-trusted one but does not parse is never skipped: it becomes a *malformed* record that fails.
+Every other line, the other ``[ds4-spec-t]`` timing lines included, is ignored. A line that starts
+like a trusted one but does not parse is never skipped: it becomes a *malformed* record that fails.
 
 Logs are read in one streaming pass (``scan_log``): memory stays bounded whatever the log holds,
 a line of hundreds of megabytes without a newline included.
@@ -26,6 +33,8 @@ from pathlib import Path
 from typing import BinaryIO
 
 from ds4ci.judging import confined
+from ds4ci.judging.specsteps import SpecStep
+from ds4ci.judging.steplines import TokenLine, parse_compare, parse_step_timing, parse_token
 
 TRACE_TAG = "[ds4-exact-verify-trace]"
 SPEC_TAG = "[ds4-spec] "
@@ -40,14 +49,24 @@ FAILURE_MESSAGES = (
     "drafter forward failed",
     "restore after verify failure failed",
     "no CPU snapshot backend",
+    # Newer builds (read in the fork's reference-exact commit 41ee7d0 and later, docs/protocol.md).
+    "draft embedding lookup failed",
+    "draft projection fallback failed",
+    "wide rollback replay failed",
+    "verifier returned no bonus logit",
 )
+# Printed once per process when the drafter is loaded but a request is decoded without speculation.
+AR_FALLBACK_PREFIX = "[deepseek4] DSpark spec loaded but this request decodes AR"
+TOKEN_TAG = "[ds4-spec-token] "  # noqa: S105 (a line tag, not a secret)
+COMPARE_TAG = "[ds4-spec-cmp] "
+STEP_TIMING_PREFIX = "[ds4-spec-t] step="
+AGREEMENT_TAG = "[ds4-agreement] "
 # The real server's refusal of the HIP-only options on any other device (it then exits 2 before listening).
 HIP_ONLY_REFUSAL = "[server] --ds4-fused-decode and --ds4-expert-top-k currently require single-device HIP DeepSeek4"
 SUMMARY_INTEGERS = ("gen", "steps", "matched", "offered", "q_cap", "full_snap")
-NO_COUNTERS = (
-    "this server build prints no matched/offered counters: it predates reference-exact verification, "
-    "so it cannot prove that rejected drafts were rolled back"
-)
+COUNTERLESS_INTEGERS = ("gen", "steps", "q_cap", "full_snap")
+# The summary variants (``SpecSummary.variant``), as the evidence profile names them.
+COUNTERED, PLAIN, SAMPLING, VERIFY_MODE = "countered", "plain", "sampling", "verify-mode"
 
 _TRACE = re.compile(r"reference_exact=(\d+) speculation=(\d+) n=(\d+) ids=\[([^\]]*)\]")
 _FIELD = re.compile(r"([A-Za-z_][A-Za-z0-9_]*)=(\S*)")
@@ -72,32 +91,53 @@ class Trace:
 class SpecSummary:
     gen: int
     steps: int
-    matched: int
-    offered: int
+    matched: int | None  # None: a counterless summary (the counters are derived by judging.counters)
+    offered: int | None
     mean_accept: str | None
     q_cap: int
     full_snap: int
     extra: tuple[tuple[str, str], ...] = ()  # other key=value fields, in order
     tail: str = ""  # trailing text that is not key=value (e.g. "sample=0.12 ms/step")
+    variant: str = COUNTERED  # COUNTERED | PLAIN | SAMPLING | VERIFY_MODE
 
-    def counters(self) -> tuple[int, int, int, int, int, int]:
-        return (self.gen, self.steps, self.matched, self.offered, self.q_cap, self.full_snap)
+    def counters(self) -> tuple[int | None, ...]:
+        return (self.gen, self.steps, self.matched, self.offered, self.q_cap, self.full_snap, *(
+            () if self.matched is not None else (self.mean_accept,)))
 
 
 TRACE, BANNER, SUMMARY, FAILURE, MALFORMED = "trace", "banner", "summary", "failure", "malformed"
+TOKEN, STEP, AGREEMENT = "token", "step", "agreement"
+# The evidence profile's line families (``LogRecord.family``), in the order results.json lists them.
+TRACE_FAMILY = "trace"
+COUNTERED_SUMMARY = "countered-summary"
+BANNER_FAMILY = "banner"
+TOKEN_FAMILY = "token-trace"  # noqa: S105 (a line family, not a secret)
+COMPARE_FAMILY = "compare"
+STEP_TIMING_FAMILY = "step-timing"
+AGREEMENT_FAMILY = "agreement"
+AR_FALLBACK_FAMILY = "ar-fallback"
+FAILURE_FAMILY = "failure"
+LINE_FAMILIES = (
+    TRACE_FAMILY, COUNTERED_SUMMARY, BANNER_FAMILY, f"summary-{PLAIN}", f"summary-{SAMPLING}",
+    f"summary-{VERIFY_MODE}", TOKEN_FAMILY, COMPARE_FAMILY, STEP_TIMING_FAMILY, AGREEMENT_FAMILY,
+    AR_FALLBACK_FAMILY, FAILURE_FAMILY,
+)
 
 
 @dataclass(frozen=True)
 class LogRecord:
     """One trusted line of one log stream, where it stood, and what it said."""
 
-    kind: str  # TRACE | BANNER | SUMMARY | FAILURE | MALFORMED
+    kind: str  # TRACE | BANNER | SUMMARY | FAILURE | MALFORMED | TOKEN | STEP | AGREEMENT
     stream: str  # the stream's name, e.g. "stderr"
     offset: int  # byte offset of the line's start in that stream
     text: str  # the line, shortened for messages
     trace: Trace | None = None
     summary: SpecSummary | None = None
     reason: str = ""  # why a MALFORMED line did not parse
+    token: TokenLine | None = None  # a TOKEN line
+    step: SpecStep | None = None  # a STEP line ([ds4-spec-cmp] or [ds4-spec-t] step=)
+    family: str = ""  # the evidence-profile family (judging.profile), "" for a MALFORMED line
 
 
 @dataclass(frozen=True)
@@ -116,6 +156,9 @@ class RequestLog:
     banners: int
     summaries: tuple[SpecSummary, ...]
     problems: tuple[str, ...]
+    steps: tuple[SpecStep, ...] = ()  # the request's per-step records, in log order (all sources)
+    tokens: tuple[TokenLine, ...] = ()  # its per-token trace lines, in log order
+    step_lines: tuple[str, ...] = ()  # the per-step lines' text, parallel to ``steps`` (for reasons)
 
 
 @dataclass(frozen=True)
@@ -160,7 +203,11 @@ def parse_trace(body: str) -> Trace:
 
 
 def parse_summary(body: str) -> SpecSummary:
-    """Parse the text after ``[ds4-spec] `` of a ``gen=...`` line. Raises ValueError with the reason."""
+    """Parse the text after ``[ds4-spec] `` of a ``gen=...`` line. Raises ValueError with the reason.
+
+    A line with neither matched nor offered is the counterless dialect: it must then carry
+    ``mean_accept``, from which (with the fixed width) the counters may be derived.
+    """
     fields: dict[str, list[str]] = {}
     extra: list[tuple[str, str]] = []
     tail: list[str] = []
@@ -177,13 +224,14 @@ def parse_summary(body: str) -> SpecSummary:
     twice = [k for k, values in fields.items() if len(values) > 1]
     if twice:
         raise ValueError(f"field(s) {', '.join(twice)} appear more than once")
-    if "matched" not in fields and "offered" not in fields and "gen" in fields and "steps" in fields:
-        raise ValueError(NO_COUNTERS)
-    missing = [k for k in SUMMARY_INTEGERS if k not in fields]
+    counterless = "matched" not in fields and "offered" not in fields
+    required = (*COUNTERLESS_INTEGERS, "mean_accept") if counterless else SUMMARY_INTEGERS
+    missing = [k for k in required if k not in fields]
     if missing:
-        raise ValueError(f"required field(s) missing: {', '.join(missing)}")
+        what = " (a summary without matched/offered counters must print mean_accept)" if counterless else ""
+        raise ValueError(f"required field(s) missing: {', '.join(missing)}{what}")
     value = {k: fields[k][0] for k in fields}
-    for key in SUMMARY_INTEGERS:
+    for key in COUNTERLESS_INTEGERS if counterless else SUMMARY_INTEGERS:
         if not _UINT.fullmatch(value[key]):
             raise ValueError(f"{key} must be a non-negative integer, found {value[key][:40]!r}")
     if value["full_snap"] not in ("0", "1"):
@@ -191,17 +239,24 @@ def parse_summary(body: str) -> SpecSummary:
     mean = value.get("mean_accept")
     if mean is not None and not _RATIO.fullmatch(mean):
         raise ValueError(f"mean_accept must be <number>/<number> like 1.25/3.00, found {mean[:40]!r}")
+    keys = {k for k, _ in extra}
+    variant = COUNTERED if not counterless else VERIFY_MODE if "verify" in keys else SAMPLING if "sampling" in keys else PLAIN
     return SpecSummary(
         gen=int(value["gen"]),
         steps=int(value["steps"]),
-        matched=int(value["matched"]),
-        offered=int(value["offered"]),
+        matched=None if counterless else int(value["matched"]),
+        offered=None if counterless else int(value["offered"]),
         mean_accept=mean,
         q_cap=int(value["q_cap"]),
         full_snap=int(value["full_snap"]),
         extra=tuple(extra),
         tail=" ".join(tail),
+        variant=variant,
     )
+
+
+def _family(summary: SpecSummary) -> str:
+    return COUNTERED_SUMMARY if summary.variant == COUNTERED else f"summary-{summary.variant}"
 
 
 def classify(line: str, stream: str = "stderr", offset: int = 0, truncated: bool = False) -> LogRecord | None:
@@ -211,19 +266,36 @@ def classify(line: str, stream: str = "stderr", offset: int = 0, truncated: bool
     if line.startswith(TRACE_TAG):
         kind = TRACE
     elif line.startswith(BANNER_PREFIX):
-        return LogRecord(BANNER, stream, offset, shorten(line))
+        return LogRecord(BANNER, stream, offset, shorten(line), family=BANNER_FAMILY)
     elif line.startswith(SUMMARY_PREFIX):
         kind = SUMMARY
     elif line.startswith(SPEC_TAG) and line[len(SPEC_TAG):].startswith(FAILURE_MESSAGES):
-        return LogRecord(FAILURE, stream, offset, shorten(line))
+        return LogRecord(FAILURE, stream, offset, shorten(line), family=FAILURE_FAMILY)
+    elif line.startswith(AR_FALLBACK_PREFIX):
+        return LogRecord(FAILURE, stream, offset, shorten(line), family=AR_FALLBACK_FAMILY)
+    elif line.startswith(AGREEMENT_TAG):
+        return LogRecord(AGREEMENT, stream, offset, shorten(line), family=AGREEMENT_FAMILY)
+    elif line.startswith((TOKEN_TAG, COMPARE_TAG, STEP_TIMING_PREFIX)):
+        kind = TOKEN if line.startswith(TOKEN_TAG) else STEP
     if kind is None:
         return None
     if truncated:
         return LogRecord(MALFORMED, stream, offset, shorten(line), reason=f"line longer than {MAX_LINE_BYTES} bytes")
     try:
         if kind == TRACE:
-            return LogRecord(TRACE, stream, offset, shorten(line), trace=parse_trace(line[len(TRACE_TAG):]))
-        return LogRecord(SUMMARY, stream, offset, shorten(line), summary=parse_summary(line[len(SPEC_TAG):]))
+            return LogRecord(TRACE, stream, offset, shorten(line), trace=parse_trace(line[len(TRACE_TAG):]),
+                             family=TRACE_FAMILY)
+        if kind == TOKEN:
+            return LogRecord(TOKEN, stream, offset, shorten(line), token=parse_token(line[len(TOKEN_TAG):]),
+                             family=TOKEN_FAMILY)
+        if kind == STEP and line.startswith(COMPARE_TAG):
+            return LogRecord(STEP, stream, offset, shorten(line), step=parse_compare(line[len(COMPARE_TAG):]),
+                             family=COMPARE_FAMILY)
+        if kind == STEP:
+            step = parse_step_timing(line[len(STEP_TIMING_PREFIX) - len("step="):])
+            return LogRecord(STEP, stream, offset, shorten(line), step=step, family=STEP_TIMING_FAMILY)
+        summary = parse_summary(line[len(SPEC_TAG):])
+        return LogRecord(SUMMARY, stream, offset, shorten(line), summary=summary, family=_family(summary))
     except ValueError as exc:
         return LogRecord(MALFORMED, stream, offset, shorten(line), reason=str(exc))
 

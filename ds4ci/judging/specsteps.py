@@ -25,3 +25,9 @@ class SpecStep:
     width: int  # tokens verified in this step (q); the drafts offered are width - 1
     accepted: int | None  # drafts accepted in this step, 0..width-1; None where the line does not say
     source: str  # one of SOURCES
+
+
+def loop_index(step: SpecStep) -> int:
+    """The step's 0-based place in the loop: ``[ds4-spec-t] step=`` prints the counter after it is incremented
+    (1-based); the compare and token lines print it before (0-based) (judging.steplines)."""
+    return step.step - 1 if step.source == TIMING else step.step

@@ -26,3 +26,17 @@ def ids_from_text(text: str) -> list[int] | None:
             return None
         ids.append(int(match.group(1)))
     return ids
+
+
+# The targets ``ds4ci tiny-models`` writes, by SHA-256: the only models whose answers ds4ci reads
+# as token IDs. Knowing the model is ours comes from the run's pinned, verified target identity,
+# never from how an answer looks. tests/unit/judging/test_tinywords.py writes each seed again and
+# checks its digest, so a change to the writer that changes the files fails until this is updated.
+KNOWN_TARGETS: dict[str, str] = {
+    "340fd97fff73dc755f918f8bd0e89ea37b3430c4fb66b81c903e05fd5a40b360": "ds4ci tiny-models --seed 1",
+}
+
+
+def known_target(sha256: str | None) -> str | None:
+    """How ``ds4ci tiny-models`` wrote the target with this SHA-256, or None when it is not one of ours."""
+    return KNOWN_TARGETS.get(sha256) if sha256 is not None else None

@@ -11,7 +11,9 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Final, TypeVar
 
+from ds4ci.judging import counters as counting
 from ds4ci.judging.protocol import Mismatch, RequestLog, SpecSummary, Trace, first_mismatch
+from ds4ci.judging.tinywords import ids_from_text
 from ds4ci.records import MismatchRecord, PromptResult, Verdict
 
 PASS: Final = "pass"  # noqa: S105 - a verdict, not a password
@@ -20,6 +22,10 @@ ERROR: Final = "error"
 NOT_RUN: Final = "not_run"
 T = TypeVar("T")
 _SEVERITY: dict[Verdict, int] = {PASS: 0, NOT_RUN: 1, ERROR: 2, FAIL: 3}
+# The parity oracles: where the token IDs of both arms are read from, strongest first (docs/protocol.md).
+ORACLE_TRACE: Final = "server token trace"  # [ds4-exact-verify-trace] ids=[...] (the strict dialect)
+ORACLE_WORDS: Final = "tiny-model words"  # the answer's words, exact for ds4ci's own tiny models
+ORACLES = (ORACLE_TRACE, ORACLE_WORDS)
 
 
 def worst(verdicts: Sequence[Verdict]) -> Verdict:
@@ -39,6 +45,7 @@ class Answer:
     finish_reason: str | None
     completion_tokens: int | None
     problems: tuple[str, ...] = ()  # what the answer lacks (each a reason: an answer must say all three)
+    spec_decode_ran: bool | None = None  # usage.spec_decode_ran where the build reports it (newer builds)
 
     def same_words(self, other: Answer) -> bool:
         return (self.text, self.finish_reason) == (other.text, other.finish_reason)
@@ -63,7 +70,11 @@ def read_answer(response: object) -> Answer:
     if not isinstance(tokens, int) or isinstance(tokens, bool):
         problems.append("no integer usage.completion_tokens")
         tokens = None
-    return Answer(text, reason, tokens, tuple(f"the server's answer has {p}" for p in problems))
+    ran = usage.get("spec_decode_ran") if isinstance(usage, dict) else None
+    if ran is not None and not isinstance(ran, bool):
+        problems.append(f"a usage.spec_decode_ran that is not true or false ({str(ran)[:40]!r})")
+        ran = None
+    return Answer(text, reason, tokens, tuple(f"the server's answer has {p}" for p in problems), ran)
 
 
 @dataclass(frozen=True)
@@ -82,6 +93,8 @@ class RequestCheck:
     trace: Trace | None = None
     summary: SpecSummary | None = None
     reasons: list[str] = field(default_factory=list)
+    ids: tuple[int, ...] | None = None  # the request's token IDs, as the oracle reads them
+    counters: counting.Counters | None = None
 
 
 def _first_of_exactly_one(items: Sequence[T], what: str, where: str, reasons: list[str]) -> T | None:
@@ -103,6 +116,7 @@ def check_trace(obs: Observed, where: str, reference_exact: int, speculation: in
     if trace is None:
         return result
     result.trace = trace
+    result.ids = trace.ids
     tokens = obs.answer.completion_tokens if obs.answer is not None else None
     if tokens is not None and tokens != trace.n:
         result.reasons.append(
@@ -121,16 +135,93 @@ def check_trace(obs: Observed, where: str, reference_exact: int, speculation: in
     return result
 
 
-def check_target_only_request(obs: Observed) -> RequestCheck:
+def check_words(obs: Observed, where: str) -> RequestCheck:
+    """The request's IDs read from its answer's words (the tiny models: one word per token)."""
+    result = RequestCheck()
+    result.reasons.extend(f"{where}: {p}" for p in obs.log.problems)
+    if obs.answer is None:
+        return result
+    result.reasons.extend(f"{where}: {p}" for p in obs.answer.problems)
+    if obs.answer.text is None:
+        return result
+    ids = ids_from_text(obs.answer.text)
+    if ids is None:
+        result.reasons.append(
+            f"{where}: the answer's text is not tiny-model words (' w<ID>' per token), so its token IDs cannot be "
+            f"read: {obs.answer.text[:80]!r}"
+        )
+        return result
+    tokens = obs.answer.completion_tokens
+    if tokens is not None and tokens != len(ids):
+        result.reasons.append(
+            f"{where}: the server's answer says completion_tokens={tokens} but its text spells {len(ids)} token(s)"
+        )
+    result.ids = tuple(ids)
+    return result
+
+
+def check_ids(obs: Observed, where: str, oracle: str, reference_exact: int, speculation: int) -> RequestCheck:
+    """The request's IDs through the build's oracle (ORACLES)."""
+    if oracle == ORACLE_WORDS:
+        return check_words(obs, where)
+    return check_trace(obs, where, reference_exact, speculation)
+
+
+def check_target_only_request(obs: Observed, oracle: str = ORACLE_TRACE) -> RequestCheck:
     where = f"target-only prompt {obs.prompt_index} request {obs.repeat + 1}"
     # Speculation shown by the target-only server is judged server-wide (attribution.attribute).
-    return check_trace(obs, where, 0, 0)
+    result = check_ids(obs, where, oracle, 0, 0)
+    if obs.answer is not None and obs.answer.spec_decode_ran is True:
+        result.reasons.append(f"{where}: the answer says usage.spec_decode_ran=true in the arm without speculation")
+    return result
 
 
-def check_spec_request(obs: Observed, q: int) -> RequestCheck:
+def _counter_reasons(where: str, summary: SpecSummary, found: counting.Counters, oracle: str) -> list[str]:
+    reasons = [f"{where}: {c}" for c in found.contradictions]
+    if oracle == ORACLE_TRACE and summary.matched is None:
+        return [*reasons, (
+            f"{where}: the summary has no matched/offered counters; a build that prints the [ds4-exact-verify-trace] "
+            "protocol must print the countered summary (gen= steps= matched= offered= ... full_snap=)"
+        )]
+    if found.matched is None or found.offered is None:
+        return reasons + ([f"{where}: no counters: {found.missing}"] if found.missing else [])
+    how = "" if found.source == counting.PRINTED else " (derived from the counterless summary)"
+    if found.offered <= 0:
+        reasons.append(f"{where}: offered={found.offered}{how}; no drafts were offered (expected > 0)")
+    if found.matched > found.offered:
+        reasons.append(f"{where}: matched={found.matched} exceeds offered={found.offered}")
+    elif found.matched == found.offered:
+        reasons.append(
+            f"{where}: no rejection observed (matched={found.matched} == offered={found.offered}{how}); "
+            "rollback was never exercised, so exactness is unproven"
+        )
+    return reasons
+
+
+def _answer_agrees(where: str, obs: Observed, summary: SpecSummary, ids: tuple[int, ...] | None) -> list[str]:
+    """The counterless dialect's cross-checks of the answer against the request's own lines."""
+    reasons = []
+    if obs.answer is not None and obs.answer.spec_decode_ran is False:
+        reasons.append(f"{where}: the answer says usage.spec_decode_ran=false: this request did not speculate")
+    if ids is None:
+        return reasons
+    if summary.gen + 1 != len(ids):
+        reasons.append(
+            f"{where}: the summary says gen={summary.gen} but the answer has {len(ids)} token(s); the loop emits every "
+            "token after the first (which prefill gives), so gen must be one less"
+        )
+    traced = [t.token for t in obs.log.tokens]
+    if traced and traced != list(ids[1:]):
+        mismatch = first_mismatch(ids[1:], traced)
+        at = f" (first difference at output {mismatch.position})" if mismatch else ""
+        reasons.append(f"{where}: the per-token trace's token= values are not the answer's tokens after the first{at}")
+    return reasons
+
+
+def check_spec_request(obs: Observed, q: int, oracle: str = ORACLE_TRACE) -> RequestCheck:
     """Clauses 2, 4 and 5 for one reference-exact request (the banner is judged per server)."""
     where = f"q={q} prompt {obs.prompt_index} request {obs.repeat + 1}"
-    result = check_trace(obs, where, 1, 1)
+    result = check_ids(obs, where, oracle, 1, 1)
     if not obs.attributed and not obs.log.summaries:
         return result
     summary = _first_of_exactly_one(obs.log.summaries, "[ds4-spec] gen=... summary", where, result.reasons)
@@ -139,15 +230,11 @@ def check_spec_request(obs: Observed, q: int) -> RequestCheck:
     result.summary = summary
     if summary.steps <= 0:
         result.reasons.append(f"{where}: steps={summary.steps}; speculation did not run (expected steps > 0)")
-    if summary.offered <= 0:
-        result.reasons.append(f"{where}: offered={summary.offered}; no drafts were offered (expected > 0)")
-    if summary.matched > summary.offered:
-        result.reasons.append(f"{where}: matched={summary.matched} exceeds offered={summary.offered}")
-    elif summary.matched == summary.offered:
-        result.reasons.append(
-            f"{where}: no rejection observed (matched={summary.matched} == offered={summary.offered}); "
-            "rollback was never exercised, so exactness is unproven"
-        )
+    found = counting.derive(summary, q, obs.log.steps, obs.log.step_lines, obs.log.tokens)
+    result.counters = found
+    result.reasons += _counter_reasons(where, summary, found, oracle)
+    if summary.matched is None and oracle != ORACLE_TRACE:
+        result.reasons += _answer_agrees(where, obs, summary, result.ids)
     if summary.full_snap != 1:
         result.reasons.append(f"{where}: full_snap={summary.full_snap}, expected full_snap=1 (full rollback snapshots)")
     if summary.q_cap != q:
@@ -178,7 +265,7 @@ def _words_differ(where: str, first: Answer | None, other: Answer | None, same_i
 
 
 def judge_target_only(
-    observed: Sequence[Observed], prompt_count: int, server_problems: Sequence[str] = ()
+    observed: Sequence[Observed], prompt_count: int, server_problems: Sequence[str] = (), oracle: str = ORACLE_TRACE,
 ) -> TargetReference:
     reasons: list[str] = [f"target-only: {p}" for p in server_problems]
     ids: dict[int, tuple[int, ...]] = {}
@@ -186,18 +273,18 @@ def judge_target_only(
     deterministic = True
     for index in range(prompt_count):
         runs = [o for o in observed if o.prompt_index == index]
-        checks = [check_target_only_request(o) for o in runs]
+        checks = [check_target_only_request(o, oracle) for o in runs]
         for check in checks:
             reasons.extend(check.reasons)
-        traces = [c.trace for c in checks if c.trace is not None]
-        if not runs or len(traces) != len(runs):
+        found = [c.ids for c in checks if c.ids is not None]
+        if not runs or len(found) != len(runs):
             continue
-        first = traces[0].ids
+        first = found[0]
         prompt_deterministic = True
-        for other, run in zip(traces[1:], runs[1:], strict=True):
-            if other.ids != first:
+        for other, run in zip(found[1:], runs[1:], strict=True):
+            if other != first:
                 deterministic = prompt_deterministic = False
-                mismatch = first_mismatch(first, other.ids)
+                mismatch = first_mismatch(first, other)
                 detail = mismatch.describe().replace("reference-exact", f"request {run.repeat + 1}") if mismatch else ""
                 reasons.append(
                     f"target-only decoding is not deterministic; parity cannot be judged "
@@ -251,9 +338,9 @@ def _parity(
     # Requests that differ in the same way are reported once, naming all of them.
     differing: dict[str, list[int]] = {}
     for check, obs in zip(checks, runs, strict=True):
-        if check.trace is None:
+        if check.ids is None:
             continue
-        found = first_mismatch(target_ids, check.trace.ids)
+        found = first_mismatch(target_ids, check.ids)
         if found is None:
             parity += 1
             request = f"{where} request {obs.repeat + 1}"
@@ -280,8 +367,8 @@ class _Repeats:
 
 def _repeats(where: str, checks: Sequence[RequestCheck], runs: int) -> _Repeats:
     reasons = []
-    present = [c.trace for c in checks if c.trace is not None]
-    ids_identical = len(present) == runs and all(t.ids == present[0].ids for t in present)
+    present = [c.ids for c in checks if c.ids is not None]
+    ids_identical = len(present) == runs and all(ids == present[0] for ids in present)
     if len(present) == runs and not ids_identical:
         reasons.append(f"{where}: repeated requests on one server gave different token IDs")
     summaries = [c.summary for c in checks if c.summary is not None]
@@ -289,7 +376,9 @@ def _repeats(where: str, checks: Sequence[RequestCheck], runs: int) -> _Repeats:
     counters_identical = len(counters) == runs and all(c == counters[0] for c in counters)
     if len(counters) == runs and not counters_identical:
         reasons.append(f"{where}: repeated requests on one server gave different speculation counters")
-    rejection = bool(counters) and len(counters) == runs and all(s.matched < s.offered for s in summaries)
+    found = [c.counters for c in checks if c.counters is not None and c.counters.source is not None]
+    rejection = bool(found) and len(found) == runs and all(
+        c.matched is not None and c.offered is not None and c.matched < c.offered for c in found)
     return _Repeats(ids_identical, counters_identical, rejection, reasons)
 
 
@@ -297,11 +386,12 @@ def judge_width_prompt(
     q: int, prompt_index: int, prompt_sha256: str, observed: Sequence[Observed], reference: TargetReference,
     banner_seen: bool,
     server_problems: Sequence[str] = (),
+    oracle: str = ORACLE_TRACE,
 ) -> PromptResult:
     """One width x prompt cell of the results: clauses 1-5, 7 and 8."""
     where = f"q={q} prompt {prompt_index}"
     runs = [o for o in observed if o.prompt_index == prompt_index]
-    checks = [check_spec_request(o, q) for o in runs]
+    checks = [check_spec_request(o, q, oracle) for o in runs]
     reasons = [f"q={q}: {p}" for p in server_problems]
     reasons += list(dict.fromkeys(r for c in checks for r in c.reasons))
     if not runs:
@@ -319,8 +409,9 @@ def judge_width_prompt(
         reasons.append(f"{where}: no usable target-only reference for this prompt")
     else:
         verdict = FAIL if reasons else PASS
-    first_trace = next((c.trace for c in checks if c.trace is not None), None)
+    first_ids = next((c.ids for c in checks if c.ids is not None), None)
     first_summary = next((c.summary for c in checks if c.summary is not None), None)
+    first_counters = next((c.counters for c in checks if c.counters is not None), None)
     return {
         "prompt_index": prompt_index,
         "prompt_sha256": prompt_sha256,
@@ -329,10 +420,11 @@ def judge_width_prompt(
         "requests": len(runs),
         "parity_requests": parity.requests,
         "tokens_target": len(target_ids) if target_ids is not None else None,
-        "tokens_spec": len(first_trace.ids) if first_trace else None,
+        "tokens_spec": len(first_ids) if first_ids is not None else None,
         "steps": first_summary.steps if first_summary else None,
-        "matched": first_summary.matched if first_summary else None,
-        "offered": first_summary.offered if first_summary else None,
+        "matched": first_counters.matched if first_counters else None,
+        "offered": first_counters.offered if first_counters else None,
+        "counters": first_counters.source if first_counters else None,
         "rejection_observed": repeats.rejection,
         "full_snap": (first_summary.full_snap == 1) if first_summary else None,
         "banner": banner_seen,

@@ -60,12 +60,21 @@ def removed_policy(inherited: Mapping[str, str]) -> list[str]:
     return sorted(k for k in inherited if is_policy(k))
 
 
+# Diagnostic variables that only make the build print (docs/protocol.md): the per-token trace
+# (``[ds4-spec-token]``, documented as "DIAGNOSTIC: per-token speculative trace on stderr") and the
+# timing lines (``[ds4-spec-cmp]``, ``[ds4-spec-t] step=``). Both arms get them, so the arms still
+# differ only in activation; their lines are what fixes the counters of a counterless summary.
+DIAGNOSTIC_SUFFIXES = ("DS4_TOKEN_TRACE", "DS4_TIMING")
+
+
 def common_policy(mmvq_max_ncols: int, prefixes: Sequence[str]) -> dict[str, str]:
-    """The fixed policy every arm shares: trace on, fixed width, MMVQ columns for the widest q."""
+    """The fixed policy every arm shares: trace on, diagnostics on, fixed width, MMVQ columns for the widest q."""
     policy = {"LUCE_MMVQ_MAX_NCOLS": str(mmvq_max_ncols)}
     for prefix in prefixes:
         policy[f"{prefix}DS4_EXACT_VERIFY_TRACE"] = "1"
         policy[f"{prefix}DS4_ADAPTIVE_WIDTH"] = "0"
+        for suffix in DIAGNOSTIC_SUFFIXES:
+            policy[f"{prefix}{suffix}"] = "1"
     return policy
 
 

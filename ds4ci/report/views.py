@@ -11,6 +11,7 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from ds4ci.judging import profile
 from ds4ci.records import FileIdentity, MismatchRecord, Results
 from ds4ci.report import markdown
 from ds4ci.report.markdown import Trusted
@@ -98,6 +99,19 @@ def _gate_rows(doc: Results) -> list[dict[str, Any]]:
     return rows
 
 
+def _arm_evidence(doc: Results) -> list[str]:
+    """Per arm, in one short line: the parity oracle, where the counters came from, the lines the server printed."""
+    arms: list[tuple[str, Any]] = [("target-only", doc["target_only"]), *((f"q={w['q']}", w) for w in doc["widths"])]
+    lines = []
+    for label, arm in arms:
+        if "oracle" not in arm:
+            continue
+        sources = {p.get("counters") for p in arm.get("prompts", []) if "matched" in p}
+        counters = f", counters {'/'.join(sorted(s or 'none' for s in sources))}" if sources else ""
+        lines.append(f"{label}: {arm['oracle'] or 'no oracle'}{counters}; {profile.shown(arm.get('evidence', {}))}")
+    return lines
+
+
 def _mismatch_block(mismatch: MismatchRecord) -> Trusted:
     """The IDs around the first differing position, aligned, with the position marked."""
     start = mismatch["window_start"]
@@ -178,6 +192,7 @@ def runner_context(
         "head": head,
         "predecessor": predecessor if verdict != "pass" else None,
         "gate_rows": _gate_rows(doc),
+        "arm_evidence": _arm_evidence(doc),
         "failures": _failures(doc),
         "artifacts": _artifacts(doc),
         "checks": checks,

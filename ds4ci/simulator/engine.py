@@ -16,8 +16,21 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
+from ds4ci.judging.tinywords import word
 from ds4ci.simulator.faults import FAILURE_LINES
-from ds4ci.simulator.logs import BANNER, Log, Pending, SummaryStyle, summary_line, trace_line
+from ds4ci.simulator.logs import (
+    AR_FALLBACK,
+    BANNER,
+    COMPARE_STEPS,
+    Log,
+    Pending,
+    SummaryStyle,
+    compare_line,
+    summary_line,
+    timing_step_line,
+    token_line,
+    trace_line,
+)
 from ds4ci.simulator.model import (
     VOCAB_SIZE,
     Decoded,
@@ -188,16 +201,10 @@ class Engine:
         if d.speculation:
             if s.spec and s.policy.reference_exact and not s.fault("no-banner"):
                 lines.append(Pending(BANNER))
-            if s.policy.timing:
-                lines.extend(
-                    Pending(
-                        f"[ds4-spec-t] step={step} q={q_cap} acc={min(q_cap, 2)} | draft=0.1 head=0.0 save=0.1 "
-                        f"verify={SIM_STEP_MS:.1f} apply=0.0 feat=0.0 ms (cum means)",
-                        protocol=False,
-                    )
-                    for step in range(1, min(d.steps, 4) + 1)
-                )
+            lines.extend(self._step_lines(d))
             lines.extend(Pending(line) for name, line in FAILURE_LINES.items() if s.fault(name))
+            if s.fault("ar-fallback"):
+                lines.append(Pending(AR_FALLBACK))
             if not s.fault("no-summary"):
                 summary = Pending(self._summary(d, q_cap))
                 lines.extend([summary, summary] if s.fault("duplicate-summary") else [summary])
@@ -216,6 +223,27 @@ class Engine:
             ))
         if s.trace:
             lines.extend(self._trace(d))
+        return lines
+
+    def _step_lines(self, d: Decoded) -> list[Pending]:
+        """The loop's per-step lines (DS4_TIMING) and per-token lines (DS4_TOKEN_TRACE, LUCE-era builds), in
+        the real loop's order: a step's compare line, its tokens, then its timing line."""
+        s = self._s
+        tokens = s.policy.token_trace and s.fault("token-trace-lines")
+        lines: list[Pending] = []
+        out = 0
+        for step, detail in enumerate(d.detail):
+            if s.policy.timing and step < COMPARE_STEPS and detail.drafts:
+                line = compare_line(step, detail.position, detail.drafts, detail.targets, detail.accepted)
+                lines.append(Pending(line, protocol=False))
+            for slot, token in enumerate(detail.emitted, start=1):
+                if tokens:
+                    lines.append(Pending(token_line(out, step, slot, token, slot == detail.accepted + 1), protocol=False))
+                out += 1
+            after = step + 1
+            if s.policy.timing and (after <= 4 or after % 32 == 0):
+                width = len(detail.drafts) + 1
+                lines.append(Pending(timing_step_line(after, width, detail.accepted, SIM_STEP_MS), protocol=False))
         return lines
 
     def _trace(self, d: Decoded) -> list[Pending]:
@@ -244,7 +272,7 @@ class Engine:
         else:
             mode = "batched"
         style = SummaryStyle(
-            counters=not no_counters,
+            counters=not no_counters and not s.fault("fork-dialect"),
             old_mean=s.fault("old-mean") or s.fault("old-summary"),
             float_counters=s.fault("float-counters"),
             verify_mode=mode if s.fault("verify-field") else None,
@@ -267,7 +295,9 @@ class Engine:
     def _answer(
         self, request: ChatRequest, response_id: str, prompt: Prompt, d: Decoded, after: tuple[Pending, ...]
     ) -> Answer:
-        text, stopped = _cut_at_stop(detokenize(d.ids), request.stop)
+        words = self._s.fault("fork-dialect")  # that build ran on the tiny models: one word per token
+        text = "".join(word(i) for i in d.ids) if words else detokenize(d.ids)
+        text, stopped = _cut_at_stop(text, request.stop)
         n_prompt, n_out = len(prompt.ids), len(d.ids)
         finish = "stop" if stopped or n_out < request.max_tokens else "length"
         if self._s.fault("answer-text-differs"):

@@ -53,6 +53,12 @@ FAULTS: dict[str, tuple[str, str]] = {
     "trace-stdout": (ANY, "writes the trace line to stdout instead of stderr"),
     "summary-after-response": (ANY, "writes banner, summary and trace just after the HTTP response"),
     "draft-load-fails": (SPEC, "the draft does not load: serves without speculation (no banner, no summary)"),
+    "fork-dialect": (ANY, "the first public reference-exact build (fork 41ee7d0): banner and a counterless summary, no "
+                          "trace in any arm, answers in the tiny models' words; DS4_TIMING prints the compare and "
+                          "per-step timing lines"),
+    "token-trace-lines": (ANY, "a LUCE-era build: DS4_TOKEN_TRACE prints one [ds4-spec-token] line per emitted token"),
+    "ar-fallback": (SPEC, "prints the line of a request decoded without speculation ('DSpark spec loaded but this "
+                          "request decodes AR'), all else intact"),
     # contract clause 2: exactly one well-formed trace per request with matching flags
     "no-trace": (SPEC, "ignores the trace variable: no trace line"),
     "duplicate-trace": (SPEC, "prints the trace line twice per request"),

@@ -84,3 +84,35 @@ def summary_line(
         f"mean_accept={mean_accept(matched, offered, mean_steps, style.old_mean)} "
         f"q_cap={q_cap}{verify} full_snap={_flag(full_snap)}{style.tail}"
     )
+
+
+# The per-step and per-token lines of the real spec loop (docs/protocol.md): the compare line for
+# the first 8 steps and the timing line for steps 1..4 and every 32nd under DS4_TIMING, the
+# per-token line under DS4_TOKEN_TRACE. ``acc`` counts the seed plus the accepted candidates.
+COMPARE_STEPS = 8
+AR_FALLBACK = (
+    "[deepseek4] DSpark spec loaded but this request decodes AR: force_ar=0 stop_tokens=0 sampling=1 "
+    "(temp=0.70 rep_pen=1.00 freq_pen=0.00 pres_pen=0.00; greedy needs temperature 0)"
+)
+
+
+def _slots(values: Sequence[int], count: int) -> str:
+    return " ".join(str(v) for v in [*values[:count], *[-1] * max(count - len(values), 0)])
+
+
+def compare_line(step: int, position: int, drafts: Sequence[int], targets: Sequence[int], accepted: int) -> str:
+    return (
+        f"[ds4-spec-cmp] step={step} pos={position} draft=[{_slots(drafts, 3)}] tgt=[{_slots(targets, 4)}] "
+        f"acc={accepted + 1}"
+    )
+
+
+def timing_step_line(step_after: int, width: int, accepted: int, verify_ms: float) -> str:
+    return (
+        f"[ds4-spec-t] step={step_after} q={width} acc={accepted + 1} | draft=0.1 head=0.0 save=0.1 "
+        f"verify={verify_ms:.1f} probe(submit/wait)=0.0/0.0 apply=0.0 feat=0.0 ms (cum means)"
+    )
+
+
+def token_line(out: int, step: int, slot: int, token: int, bonus: bool) -> str:
+    return f"[ds4-spec-token] out={out} step={step} slot={slot} token={token}{' bonus' if bonus else ''}"

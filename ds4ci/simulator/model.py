@@ -53,6 +53,18 @@ class Decoded:
     offered: int = 0
     gen: int = 0  # tokens generated after the seed token: n - 1
     speculation: bool = False  # the speculative decoder ran (it prints the summary)
+    detail: tuple[StepDetail, ...] = ()  # per verify step, for the per-step and per-token lines
+
+
+@dataclass(frozen=True)
+class StepDetail:
+    """One verify step as the real loop sees it (its per-step lines print these)."""
+
+    position: int  # absolute position of the step's seed token
+    drafts: tuple[int, ...]  # the candidates of slots 1..width-1
+    targets: tuple[int, ...]  # the target's pick at slots 0..width-1
+    accepted: int  # leading candidates equal to the target's picks
+    emitted: tuple[int, ...]  # the tokens the step output (accepted drafts, then the target's; maybe cut)
 
 
 def tokenize(text: str) -> Prompt:
@@ -219,6 +231,7 @@ def decode_spec(
     n_gen = max_tokens - 1
     steps = matched = offered = 0
     ewma = 1.5
+    detail: list[StepDetail] = []
     while len(out) - 1 < n_gen:
         width = min(q, int(ewma) + 2) if adaptive else q
         drafts: list[int] = []
@@ -236,11 +249,15 @@ def decode_spec(
             accepted += 1
         else:
             committed.append(verify(out + committed))  # every draft accepted (or none drafted): the bonus token
-        out.extend(committed[: n_gen - (len(out) - 1)])
+        targets = tuple(verify(out + drafts[:i]) for i in range(width))  # the batch's picks at every slot
+        emitted = tuple(committed[: n_gen - (len(out) - 1)])
+        detail.append(StepDetail(len(prompt.ids) + len(out) - 1, tuple(drafts), targets, accepted, emitted))
+        out.extend(emitted)
         steps += 1
         matched += accepted
         offered += len(drafts)
         ewma = 0.7 * ewma + 0.3 * accepted
     return Decoded(
-        ids=tuple(out), steps=steps, matched=matched, offered=offered, gen=len(out) - 1, speculation=steps > 0
+        ids=tuple(out), steps=steps, matched=matched, offered=offered, gen=len(out) - 1, speculation=steps > 0,
+        detail=tuple(detail),
     )

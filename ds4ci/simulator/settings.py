@@ -58,6 +58,7 @@ class Policy:
     full_snap: bool
     seq_verify: bool
     timing: bool
+    token_trace: bool
     fused_verify: bool  # the variable itself (the leak fault is applied in SimSettings)
     trace: bool
     adaptive_width: bool
@@ -107,7 +108,7 @@ class SimSettings:
 
     @property
     def trace(self) -> bool:
-        return self.policy.trace and not self.fault("no-trace")
+        return self.policy.trace and not self.fault("no-trace") and not self.fault("fork-dialect")
 
     @property
     def teardown_delay_s(self) -> float:
@@ -264,6 +265,7 @@ def read_policy(environ: Mapping[str, str], faults: FaultSet) -> Policy:
         full_snap=full_snap,
         seq_verify=env.flag("SEQ_VERIFY"),
         timing=env.flag("TIMING"),
+        token_trace=env.flag("TOKEN_TRACE"),
         fused_verify=env.flag("FUSED_VERIFY"),
         trace=env.flag("EXACT_VERIFY_TRACE"),
         adaptive_width=env.flag("ADAPTIVE_WIDTH", default=True),

@@ -682,6 +682,11 @@ def _check_zero_steps(lines: list[str], ref: list[int]) -> None:
     assert c["steps"] == 0 and c["offered"] > 0
 
 
+def _check_ar_fallback(lines: list[str], ref: list[int]) -> None:
+    assert sum(1 for line in lines if line.startswith("[deepseek4] DSpark spec loaded but this request decodes AR: ")) == 1
+    assert one_trace(lines) == ref and banners(lines) == [BANNER]
+
+
 def _check_no_counters(lines: list[str], ref: list[int]) -> None:
     (summary,) = summaries(lines)
     assert re.match(r"^\[ds4-spec\] gen=95 steps=\d+ mean_accept=\d\.\d\d/2\.00 q_cap=3 full_snap=1$", summary), summary
@@ -781,6 +786,7 @@ SINGLE_REQUEST_CHECKS: dict[str, Callable[[list[str], list[int]], None]] = {
     "mismatch-last": _check_mismatch_last,
     "leak-fused-verify": _check_leak_fused_verify,
     "draft-load-fails": _check_draft_load_fails,
+    "ar-fallback": _check_ar_fallback,
     **{name: _failure_check(line) for name, line in FAILURE_LINES.items()},
 }
 
@@ -803,7 +809,36 @@ def test_failure_lines_are_the_real_ones() -> None:
     )
 
 
-BUILD_FAULTS = {"luce-prefix", "luce-only", "trace-stdout", "summary-after-response"}
+BUILD_FAULTS = {"luce-prefix", "luce-only", "trace-stdout", "summary-after-response", "fork-dialect", "token-trace-lines"}
+
+
+@pytest.mark.parametrize("q", [2, 4])
+def test_the_fork_dialect_prints_what_41ee7d0_printed_from_its_own_steps(sims: Starter, tmp_path: Path, q: int) -> None:
+    """Banner, counterless summary, no trace; the compare, timing and per-token lines tell the steps it ran, which
+    ds4ci's parsers read back to exactly the counters and the answer's tokens."""
+    from ds4ci.judging import counters
+    from ds4ci.judging.protocol import classify, parse_summary
+    from ds4ci.judging.tinywords import ids_from_text
+
+    _, draft = make_models(tmp_path)
+    env = {**spec_env(draft, q), "DFLASH_DS4_TIMING": "1", "DFLASH_DS4_TOKEN_TRACE": "1",
+           "DS4SIM_FAULTS": "fork-dialect,token-trace-lines"}
+    response, lines = ask(sims(env), PROMPT)
+    assert traces(lines) == [] and banners(lines) == [BANNER]
+    (summary,) = summaries(lines)
+    assert re.fullmatch(rf"\[ds4-spec\] gen=95 steps=\d+ mean_accept=\d\.\d\d/{q - 1}\.00 q_cap={q} full_snap=1", summary)
+    ids = ids_from_text(response.json()["choices"][0]["message"]["content"])
+    assert ids is not None and len(ids) == 96
+    records = [classify(line) for line in lines if line.startswith(("[ds4-spec-cmp]", "[ds4-spec-t] step=", "[ds4-spec-token]"))]
+    assert all(r is not None and r.kind in ("step", "token") for r in records), records
+    steps = [r.step for r in records if r is not None and r.step is not None]
+    tokens = [r.token for r in records if r is not None and r.token is not None]
+    compare = [line for line in lines if line.startswith("[ds4-spec-cmp]")]
+    assert len(compare) == 8 and [t.token for t in tokens] == ids[1:]
+    texts = [line for line in lines if line.startswith(("[ds4-spec-cmp]", "[ds4-spec-t] step="))]
+    found = counters.derive(parse_summary(summary[len("[ds4-spec] "):]), q, steps, texts, tokens)
+    assert found.contradictions == () and found.source == counters.DERIVED
+    assert found.matched == sum(t.slot - 1 for t in tokens if t.bonus) + (0 if tokens[-1].bonus else tokens[-1].slot)
 LIFECYCLE_FAULTS = {
     "exit-before-ready", "loading-503", "exit-mid-request", "hang-request", "ignore-sigterm", "slow-teardown",
     "fork-helper", "setsid-helper", "http-error", "http-400",

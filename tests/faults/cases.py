@@ -216,7 +216,7 @@ CASES: list[Case] = [
          "duplicate-summary"),
     Case("all drafts accepted", "4", 1, "fail", "no rejection observed", "all-accepted"),
     Case("zero steps", "4", 1, "fail", "steps=0", "zero-steps"),
-    Case("summary without matched/offered (older format)", "4", 1, "fail", "predates reference-exact verification",
+    Case("summary without matched/offered (older format)", "4", 1, "fail", "the summary has no matched/offered counters",
          "old-summary"),
     Case("non-integer counters", "4", 1, "fail", "must be a non-negative integer", "float-counters"),
     # clause 5

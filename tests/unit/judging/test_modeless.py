@@ -17,6 +17,7 @@ from pathlib import Path
 import pytest
 from paths import TESTS
 
+from ds4ci.evidence.derive import derive
 from ds4ci.judging import judge, modeless
 from ds4ci.judging.protocol import scan_log
 from ds4ci.judging.tinywords import ids_from_text, word
@@ -89,28 +90,27 @@ def test_no_reason_when_target_only_answered_nothing(tmp_path: Path) -> None:
     assert modeless.NO_MODE not in reasons
 
 
-def test_answers_of_the_fixed_build_differ_from_target_only_as_information(tmp_path: Path) -> None:
+def test_answers_of_the_fixed_build_differ_from_target_only_in_the_cells(tmp_path: Path) -> None:
+    """No verdict for a build without the mode, but each cell still names where its words differ from target-only's."""
+    doc = derive(_attempt("fixed-verify", tmp_path))
+    assert doc["verdict"] == "error" and doc["reasons"] == [modeless.NO_MODE]
+    first = {(w["q"], c["prompt_index"]): c["mismatch"]["position"] for w in doc["widths"] for c in w["prompts"]}
+    assert first == {(q, p): (2, 5)[p] for q in (2, 3, 4) for p in (0, 1)}
+    assert all(w["oracle"] == "tiny-model words" for w in doc["widths"])
+
+
+def test_aborted_arms_have_no_answer_to_compare(tmp_path: Path) -> None:
+    doc = derive(_attempt("public", tmp_path))
+    assert all(w["prompts"] == [] and "server exited with code -6" in w["reasons"][0] for w in doc["widths"])
+
+
+def test_identical_answers_are_judged_equal(tmp_path: Path) -> None:
     attempt = _attempt("fixed-verify", tmp_path)
-    lines = modeless.answer_comparison(attempt, "target-only", SPEC)
-    assert len(lines) == 6 and all(line.startswith(modeless.INFO) for line in lines)
-    assert lines[0].endswith("q2 prompt 0: differs from target-only at token position 2")
-    assert lines[1].endswith("q2 prompt 1: differs from target-only at token position 5")
-
-
-def test_aborted_arms_have_no_readable_answer(tmp_path: Path) -> None:
-    attempt = _attempt("public", tmp_path)
-    lines = modeless.answer_comparison(attempt, "target-only", SPEC)
-    assert lines and all("no answer whose token IDs could be read" in line for line in lines)
-
-
-def test_identical_answers_are_reported_equal(tmp_path: Path) -> None:
-    attempt = _attempt("fixed-verify", tmp_path)
-    for name in ("p0-r1", "p1-r1"):
+    for name in ("p0-r1", "p1-r1", "p0-r2", "p1-r2"):
         shutil.copy(attempt / "requests" / "target-only" / f"{name}.response.json",
                     attempt / "requests" / "q4" / f"{name}.response.json")
-    lines = modeless.answer_comparison(attempt, "target-only", ["q4"])
-    assert lines == [f"{modeless.INFO}: q4 prompt {i}: speculative decoding answered the same 96 token IDs as target-only"
-                     for i in (0, 1)]
+    (q4,) = [w for w in derive(attempt)["widths"] if w["q"] == 4]
+    assert [(c["mismatch"], c["parity_requests"]) for c in q4["prompts"]] == [(None, 2), (None, 2)]
 
 
 def test_real_answers_spell_96_tiny_token_ids(tmp_path: Path) -> None:

@@ -64,8 +64,9 @@ def test_upstream_gate_lines_parse_as_the_upstream_gate_decides(decision: str, l
         assert (s.gen, s.steps, s.matched, s.offered, s.q_cap, s.full_snap) == (9, 4, 5, 12, 4, 1)
         assert s.mean_accept == "1.25/3.00"  # decimals, as the real server prints them
     elif decision == "FAIL-SUMMARY no counters":
-        assert record.kind == MALFORMED
-        assert "predates reference-exact verification" in record.reason
+        # the counterless dialect: it parses, and the verdict decides (without a trace it fails for the reason named)
+        assert record.kind == SUMMARY and record.summary is not None
+        assert (record.summary.matched, record.summary.offered, record.summary.variant) == (None, None, "plain")
     else:
         # The other FAIL lines are well-formed: the verdict (tests/test_verdict.py) rejects them.
         assert record.kind in (TRACE, SUMMARY), record
@@ -75,8 +76,10 @@ def test_the_real_servers_head_summary_format_is_the_counterless_one() -> None:
     """printf of the public source: gen=%d steps=%ld mean_accept=%.2f/%.2f q_cap=%d full_snap=%d."""
     line = "[ds4-spec] gen=95 steps=49 mean_accept=0.94/1.00 q_cap=2 full_snap=1"
     record = classify(line)
-    assert record is not None and record.kind == MALFORMED
-    assert "prints no matched/offered counters" in record.reason
+    assert record is not None and record.kind == SUMMARY and record.summary is not None
+    s = record.summary
+    assert (s.gen, s.steps, s.matched, s.offered, s.mean_accept, s.q_cap, s.full_snap) == (95, 49, None, None, "0.94/1.00", 2, 1)
+    assert record.family == "summary-plain"
 
 
 @pytest.mark.parametrize(

@@ -93,3 +93,16 @@ def test_provenance_records_every_inherited_variable_of_the_families_with_its_va
     assert recorded["HIP_VISIBLE_DEVICES"]["passed"] is True
     assert recorded["DFLASH_DS4_FUSED_VERIFY"]["passed"] is False  # stripped policy, still shown
     assert "PATH" not in recorded and "DS4SIM_FAULTS" not in recorded
+
+
+def test_the_print_only_diagnostics_are_set_in_both_arms_under_every_prefix() -> None:
+    prefixes = ("DFLASH_", "LUCE_")
+    target = policy.target_only_env({}, 4, prefixes)
+    spec = policy.reference_exact_env({}, 4, prefixes, "/m/draft.gguf", 3)
+    for arm in (target, spec):
+        for prefix in prefixes:
+            assert arm.env[f"{prefix}DS4_TOKEN_TRACE"] == arm.env[f"{prefix}DS4_TIMING"] == "1"
+    assert policy.check_only_activation_differs(target, spec) == []
+    # an inherited value of them is stripped like any policy: the arms get ds4ci's
+    inherited = policy.target_only_env({"LUCE_DS4_TIMING": "0"}, 4, prefixes)
+    assert inherited.env["LUCE_DS4_TIMING"] == "1" and policy.removed_policy({"LUCE_DS4_TIMING": "0"}) == ["LUCE_DS4_TIMING"]

@@ -1,0 +1,25 @@
+"""The tiny targets ds4ci knows as its own: each table entry is what ``ds4ci tiny-models`` writes today."""
+
+from __future__ import annotations
+
+import hashlib
+from pathlib import Path
+
+import pytest
+
+from ds4ci.judging.tinywords import KNOWN_TARGETS, known_target
+
+
+def test_every_known_target_is_what_tiny_models_writes_for_its_seed(tmp_path: Path) -> None:
+    pytest.importorskip("gguf")
+    from ds4ci.tinymodels.bundle import write_tiny_set
+
+    for digest, made_by in KNOWN_TARGETS.items():
+        seed = int(made_by.rsplit(" ", 1)[1])
+        written = write_tiny_set(tmp_path / str(seed), seed).target
+        assert hashlib.sha256(written.read_bytes()).hexdigest() == digest, made_by
+
+
+def test_only_a_known_digest_is_a_tiny_model() -> None:
+    assert known_target("340fd97fff73dc755f918f8bd0e89ea37b3430c4fb66b81c903e05fd5a40b360") == "ds4ci tiny-models --seed 1"
+    assert known_target("0" * 64) is None and known_target(None) is None
