@@ -1,0 +1,220 @@
+"""Proof coverage: what a width's speculative requests exercised, from their per-step evidence.
+
+A pure function of ``SpecStep`` records (``judging.specsteps``) and each request's prompt token
+count. Per width: the accept-length histogram, the rejections per draft slot, and the verify
+batches that touched a compressor boundary or the sliding window's wrap, with how many of them
+rejected and how many rolled back across the boundary, and the first positions of such batches.
+
+A verify step at position ``p`` with width ``q`` feeds the positions ``p .. p+q-1`` (the seed
+token and its ``q-1`` drafts). It touches
+- a ratio-4 boundary when one of them has ``pos % 4 == 3`` (a ratio-4 compressor row completes),
+- the ratio-128 boundary when one has ``pos % 128 == 127``,
+- the window edge when one is a multiple of the sliding window (128), at least 128 (the raw ring wraps).
+It rejected when it accepted fewer than ``q-1`` drafts, and it rolled back across a boundary when
+the boundary position lies at or after its first rejected slot (the row computed there is discarded).
+
+Positions come from the lines where they are printed (the compare lines); elsewhere each step's
+position is the previous step's plus its accepted drafts plus one, starting at the prompt's token
+count (the first verify batch starts at the first generated token). Where neither fixes a position
+(a step's accepted count unknown, a gap in the step numbers), the boundary counts say unknown.
+Each request's evidence is the strongest family of lines it has (token trace, compare, timing);
+a request with none has only its summary.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from ds4ci.judging.specsteps import SOURCES, SpecStep
+
+SUMMARY = "summary"  # a request with no per-step lines: only its summary
+RATIO4, RATIO128, WINDOW = "ratio4", "ratio128", "window"
+BOUNDARIES = (RATIO4, RATIO128, WINDOW)
+WINDOW_SIZE = 128
+FIRST_POSITIONS = 3  # how many first positions each boundary kind records
+
+
+@dataclass(frozen=True)
+class RequestSteps:
+    """One speculative request's per-step records and its prompt token count (None where unknown)."""
+
+    steps: Sequence[SpecStep]
+    prompt_tokens: int | None
+
+
+@dataclass(frozen=True)
+class BoundaryCoverage:
+    batches: int  # verify batches touching it
+    rejected: int  # of those, batches that rejected a draft
+    rolled_back: int  # of those, batches whose rejection discarded the boundary position
+    first_positions: tuple[int, ...]  # start positions of the first touching batches
+    first_rejected_positions: tuple[int, ...]  # start positions of the first touching batches that rejected
+
+    def to_json(self) -> dict[str, Any]:
+        return {"batches": self.batches, "rejected": self.rejected, "rolled_back": self.rolled_back,
+                "first_positions": list(self.first_positions),
+                "first_rejected_positions": list(self.first_rejected_positions)}
+
+
+@dataclass(frozen=True)
+class WidthCoverage:
+    width: int
+    requests: int
+    sources: tuple[str, ...]  # per request, which evidence it came from
+    steps: int | None  # verify steps seen (None: summary only)
+    accept_histogram: tuple[int, ...] | None  # index k: steps that accepted k drafts (0..width-1)
+    rejections_per_slot: tuple[int, ...] | None  # index s-1: steps whose first rejected draft was slot s
+    matched: int | None
+    offered: int | None
+    boundaries: dict[str, BoundaryCoverage] | None  # None: some position was not fixed by the evidence
+    notes: tuple[str, ...] = field(default=())  # why something says unknown
+
+    @property
+    def source(self) -> str:
+        """The weakest evidence any request of the width came from."""
+        order = (*SOURCES, SUMMARY)
+        return max(self.sources, key=order.index) if self.sources else SUMMARY
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "width": self.width, "requests": self.requests, "source": self.source, "sources": list(self.sources),
+            "steps": self.steps,
+            "accept_histogram": None if self.accept_histogram is None else list(self.accept_histogram),
+            "rejections_per_slot": None if self.rejections_per_slot is None else list(self.rejections_per_slot),
+            "matched": self.matched, "offered": self.offered,
+            "boundaries": None if self.boundaries is None else {k: v.to_json() for k, v in self.boundaries.items()},
+            "notes": list(self.notes),
+        }
+
+
+def touched(kind: str, start: int, width: int) -> int | None:
+    """The first position of ``start .. start+width-1`` at a boundary of ``kind``, or None."""
+    for pos in range(start, start + width):
+        if (kind == RATIO4 and pos % 4 == 3) or (kind == RATIO128 and pos % 128 == 127) or (
+                kind == WINDOW and pos >= WINDOW_SIZE and pos % WINDOW_SIZE == 0):
+            return pos
+    return None
+
+
+def strongest(steps: Sequence[SpecStep]) -> tuple[str, list[SpecStep]]:
+    """The strongest family of lines among ``steps`` and its steps alone (families are never mixed)."""
+    for source in SOURCES:
+        chosen = [s for s in steps if s.source == source]
+        if chosen:
+            return source, chosen
+    return SUMMARY, []
+
+
+def positions(steps: Sequence[SpecStep], prompt_tokens: int | None) -> tuple[list[int] | None, str | None]:
+    """Each step's start position, or None and why not."""
+    out: list[int] = []
+    for i, step in enumerate(steps):
+        if step.position is not None:
+            if step.position < 0:
+                return None, f"step {step.step} printed position {step.position}"
+            out.append(step.position)
+            continue
+        if i == 0:
+            if prompt_tokens is None:
+                return None, f"step {step.step} has no position and the prompt's token count is unknown"
+            out.append(prompt_tokens)
+            continue
+        prev = steps[i - 1]
+        if prev.accepted is None:
+            return None, f"step {prev.step} does not say how many drafts it accepted, so step {step.step}'s position is unknown"
+        if step.step != prev.step + 1:
+            return None, f"steps {prev.step} to {step.step} are not consecutive, so step {step.step}'s position is unknown"
+        out.append(out[-1] + prev.accepted + 1)
+    return out, None
+
+
+def _boundaries(batches: list[tuple[int, SpecStep]]) -> dict[str, BoundaryCoverage]:
+    result = {}
+    for kind in BOUNDARIES:
+        hit = rej = back = 0
+        first: list[int] = []
+        first_rej: list[int] = []
+        for start, step in batches:
+            at = touched(kind, start, step.width)
+            if at is None:
+                continue
+            hit += 1
+            if len(first) < FIRST_POSITIONS:
+                first.append(start)
+            if step.accepted is not None and step.accepted < step.width - 1:
+                rej += 1
+                back += at >= start + step.accepted + 1
+                if len(first_rej) < FIRST_POSITIONS:
+                    first_rej.append(start)
+        result[kind] = BoundaryCoverage(hit, rej, back, tuple(first), tuple(first_rej))
+    return result
+
+
+def width_coverage(width: int, requests: Sequence[RequestSteps]) -> WidthCoverage:
+    """The coverage of one width's speculative requests."""
+    sources: list[str] = []
+    histogram = [0] * width
+    slots = [0] * max(width - 1, 0)
+    matched = offered = n_steps = 0
+    accepted_known = True
+    batches: list[tuple[int, SpecStep]] = []
+    notes: list[str] = []
+    positions_known = True
+    for index, request in enumerate(requests):
+        source, steps = strongest(request.steps)
+        sources.append(source)
+        if source == SUMMARY:
+            positions_known = accepted_known = False
+            notes.append(f"request {index + 1}: no per-step lines, only the summary")
+            continue
+        n_steps += len(steps)
+        for step in steps:
+            if step.accepted is None or not 0 <= step.accepted <= step.width - 1 or step.width > width:
+                if step.accepted is not None:
+                    notes.append(f"request {index + 1}: step {step.step} accepted {step.accepted} of "
+                                 f"{step.width - 1} drafts at width {width}")
+                accepted_known = False
+                continue
+            histogram[step.accepted] += 1
+            matched += step.accepted
+            offered += step.width - 1
+            if step.accepted < step.width - 1:
+                slots[step.accepted] += 1
+        starts, why = positions(steps, request.prompt_tokens)
+        if starts is None:
+            positions_known = False
+            notes.append(f"request {index + 1}: {why}")
+        else:
+            batches.extend(zip(starts, steps, strict=True))
+    if not accepted_known:
+        positions_known = False
+    return WidthCoverage(
+        width=width, requests=len(requests), sources=tuple(sources),
+        steps=n_steps if any(s != SUMMARY for s in sources) else None,
+        accept_histogram=tuple(histogram) if accepted_known and requests else None,
+        rejections_per_slot=tuple(slots) if accepted_known and requests else None,
+        matched=matched if accepted_known and requests else None,
+        offered=offered if accepted_known and requests else None,
+        boundaries=_boundaries(batches) if positions_known and requests else None,
+        notes=tuple(notes),
+    )
+
+
+def compact_line(cov: WidthCoverage) -> str:
+    """One line for a width, as the terminal table's footnote and the pull-request comment show it."""
+    head = f"q={cov.width} coverage ({cov.source})"
+    if cov.accept_histogram is None or cov.rejections_per_slot is None:
+        return f"{head}: not measurable ({'; '.join(cov.notes[:1]) or 'no speculative requests'})"
+    hist = "/".join(str(n) for n in cov.accept_histogram)
+    slots = "/".join(str(n) for n in cov.rejections_per_slot)
+    text = f"{head}: accepted 0..{cov.width - 1} drafts {hist} steps; rejections at slot 1..{cov.width - 1} {slots}"
+    if cov.boundaries is None:
+        return text + "; boundaries unknown"
+    parts = []
+    for kind in BOUNDARIES:
+        b = cov.boundaries[kind]
+        first = f" first rejected at {','.join(map(str, b.first_rejected_positions))}" if b.first_rejected_positions else ""
+        parts.append(f"{kind} {b.rejected}/{b.batches} rejected{first}")
+    return text + "; " + "; ".join(parts)
