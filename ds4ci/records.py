@@ -154,6 +154,7 @@ class RecordedSettings(TypedDict):
     server_args: NotRequired[list[str]]
     env_prefixes: NotRequired[list[EnvPrefix]]
     log_cap_mib: NotRequired[int]
+    require_coverage: NotRequired[bool]
     request_body: NotRequired[dict[str, object]]
     configured_widths: NotRequired[list[int]]
     scope: NotRequired[Scope]

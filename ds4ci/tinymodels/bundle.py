@@ -71,6 +71,7 @@ def _config(names: dict[str, str], sha: dict[str, str], prompts: list[str], kind
         "startup_timeout = 120",
         "request_timeout = 120",
         "stop_timeout = 30",
+        *(["require_coverage = true"] if kind == SUCCESSOR else []),
         "",
     ]
     return "\n".join(lines)

@@ -123,6 +123,7 @@ def test_layers_write_back_small_and_the_random_kind_is_unchanged(models: Path, 
     assert old.sha256[TARGET_FILE] == "340fd97fff73dc755f918f8bd0e89ea37b3430c4fb66b81c903e05fd5a40b360"
     assert old.sha256[DRAFT_FILE] == "bca31eb8808c63a810899b31fb6e2249b2c042bed0c0cd9958e077c23ad93b5d"
     assert old.sha256["prompt-1.txt"] == "a5dd14b0456f11efa31284e92cd78176f5e64a72cec8c5398922db500f8a9b47"
+    assert "require_coverage" not in old.config.read_text(encoding="utf-8")  # the first models' config as it was
     assert gguf.GGUFReader(models / TARGET_FILE).fields["general.name"].contents() == "ds4ci-tiny-successor"
 
 
