@@ -75,6 +75,33 @@ class PromptResult(TypedDict):
     mismatch: MismatchRecord | None
 
 
+class BoundaryRecord(TypedDict):
+    """Verify batches that touched one kind of boundary (judging.coverage)."""
+
+    batches: int
+    rejected: int
+    rolled_back: int
+    first_positions: list[int]
+    first_rejected_positions: list[int]
+
+
+class CoverageRecord(TypedDict):
+    """What one width's speculative requests exercised (judging.coverage), and the minimums unmet."""
+
+    width: int
+    requests: int
+    source: str
+    sources: list[str]
+    steps: int | None
+    accept_histogram: list[int] | None
+    rejections_per_slot: list[int] | None
+    matched: int | None
+    offered: int | None
+    boundaries: dict[str, BoundaryRecord] | None
+    notes: list[str]
+    unmet: list[str]
+
+
 class WidthResult(TypedDict):
     """One reference-exact server (one width q) and its cells."""
 
@@ -84,6 +111,7 @@ class WidthResult(TypedDict):
     prompts: list[PromptResult]
     server_log: str | None
     server_start_s: float | None
+    coverage: NotRequired[CoverageRecord]
 
 
 class Revision(TypedDict):

@@ -25,9 +25,9 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import Any
 
 from ds4ci.judging.specsteps import SOURCES, SpecStep
+from ds4ci.records import BoundaryRecord, CoverageRecord
 
 SUMMARY = "summary"  # a request with no per-step lines: only its summary
 RATIO4, RATIO128, WINDOW = "ratio4", "ratio128", "window"
@@ -52,7 +52,7 @@ class BoundaryCoverage:
     first_positions: tuple[int, ...]  # start positions of the first touching batches
     first_rejected_positions: tuple[int, ...]  # start positions of the first touching batches that rejected
 
-    def to_json(self) -> dict[str, Any]:
+    def to_json(self) -> BoundaryRecord:
         return {"batches": self.batches, "rejected": self.rejected, "rolled_back": self.rolled_back,
                 "first_positions": list(self.first_positions),
                 "first_rejected_positions": list(self.first_rejected_positions)}
@@ -77,7 +77,8 @@ class WidthCoverage:
         order = (*SOURCES, SUMMARY)
         return max(self.sources, key=order.index) if self.sources else SUMMARY
 
-    def to_json(self) -> dict[str, Any]:
+    def to_json(self, unmet: Sequence[str] = ()) -> CoverageRecord:
+        """The results.json record; ``unmet``: the policy's reasons (judging.coverpolicy)."""
         return {
             "width": self.width, "requests": self.requests, "source": self.source, "sources": list(self.sources),
             "steps": self.steps,
@@ -85,7 +86,7 @@ class WidthCoverage:
             "rejections_per_slot": None if self.rejections_per_slot is None else list(self.rejections_per_slot),
             "matched": self.matched, "offered": self.offered,
             "boundaries": None if self.boundaries is None else {k: v.to_json() for k, v in self.boundaries.items()},
-            "notes": list(self.notes),
+            "notes": list(self.notes), "unmet": list(unmet),
         }
 
 
@@ -202,19 +203,21 @@ def width_coverage(width: int, requests: Sequence[RequestSteps]) -> WidthCoverag
     )
 
 
-def compact_line(cov: WidthCoverage) -> str:
-    """One line for a width, as the terminal table's footnote and the pull-request comment show it."""
-    head = f"q={cov.width} coverage ({cov.source})"
-    if cov.accept_histogram is None or cov.rejections_per_slot is None:
-        return f"{head}: not measurable ({'; '.join(cov.notes[:1]) or 'no speculative requests'})"
-    hist = "/".join(str(n) for n in cov.accept_histogram)
-    slots = "/".join(str(n) for n in cov.rejections_per_slot)
-    text = f"{head}: accepted 0..{cov.width - 1} drafts {hist} steps; rejections at slot 1..{cov.width - 1} {slots}"
-    if cov.boundaries is None:
+def compact_line(rec: CoverageRecord) -> str:
+    """One line for a width's record, as the terminal table and the pull-request comment show it."""
+    head = f"q={rec['width']} coverage ({rec['source']})"
+    hist, slots, bounds = rec["accept_histogram"], rec["rejections_per_slot"], rec["boundaries"]
+    if hist is None or slots is None:
+        return f"{head}: not measurable ({'; '.join(rec['notes'][:1]) or 'no speculative requests'})"
+    last = rec["width"] - 1
+    text = (f"{head}: accepted 0..{last} drafts {'/'.join(map(str, hist))} steps; "
+            f"rejections at slot 1..{last} {'/'.join(map(str, slots))}")
+    if bounds is None:
         return text + "; boundaries unknown"
     parts = []
     for kind in BOUNDARIES:
-        b = cov.boundaries[kind]
-        first = f" first rejected at {','.join(map(str, b.first_rejected_positions))}" if b.first_rejected_positions else ""
-        parts.append(f"{kind} {b.rejected}/{b.batches} rejected{first}")
+        b = bounds[kind]
+        first = b["first_rejected_positions"]
+        at = f" first at {','.join(map(str, first))}" if first else ""
+        parts.append(f"{kind} {b['rejected']}/{b['batches']} rejected{at}")
     return text + "; " + "; ".join(parts)

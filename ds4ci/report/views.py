@@ -11,6 +11,7 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from ds4ci.judging.coverage import compact_line
 from ds4ci.records import FileIdentity, MismatchRecord, Results
 from ds4ci.report import markdown
 from ds4ci.report.markdown import Trusted
@@ -93,6 +94,7 @@ def _gate_rows(doc: Results) -> list[dict[str, Any]]:
                 ),
                 "repeats_identical": all(p["repeats_identical"] for p in prompts) if prompts else None,
                 "counters_identical": all(p["counters_identical"] for p in prompts) if prompts else None,
+                "coverage": compact_line(width["coverage"]) if "coverage" in width else None,
             }
         )
     return rows

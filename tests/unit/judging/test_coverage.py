@@ -114,7 +114,7 @@ def test_summary_only_says_unknown_and_why() -> None:
     assert c.steps == 1
     only = cov.width_coverage(2, [cov.RequestSteps([], 97)])
     assert only.steps is None and only.to_json()["source"] == cov.SUMMARY
-    assert "not measurable (request 1: no per-step lines, only the summary)" in cov.compact_line(only)
+    assert "not measurable (request 1: no per-step lines, only the summary)" in cov.compact_line(only.to_json())
 
 
 def test_an_impossible_accept_count_makes_the_counts_unknown() -> None:
@@ -129,7 +129,7 @@ def test_unknown_positions_keep_the_histogram() -> None:
     c = cov.width_coverage(2, [cov.RequestSteps(_steps([1, 0], 2), None)])
     assert c.accept_histogram == (1, 1) and c.boundaries is None
     assert "prompt's token count is unknown" in c.notes[0]
-    assert cov.compact_line(c).endswith("boundaries unknown")
+    assert cov.compact_line(c.to_json()).endswith("boundaries unknown")
 
 
 def test_first_positions_are_capped_and_json_is_plain() -> None:
@@ -140,12 +140,13 @@ def test_first_positions_are_capped_and_json_is_plain() -> None:
     assert b4.first_positions == (2, 3, 6)
     data = c.to_json()
     assert data["boundaries"]["ratio4"]["first_positions"] == [2, 3, 6]
-    assert data["accept_histogram"] == [40, 0] and data["rejections_per_slot"] == [40]
+    assert data["accept_histogram"] == [40, 0] and data["rejections_per_slot"] == [40] and data["unmet"] == []
+    assert c.to_json(["why"])["unmet"] == ["why"]
 
 
 def test_compact_line_names_counts_and_first_rejected_positions() -> None:
     steps = _steps([1, 0, 1, 1], 2, COMPARE, positions=[29, 31, 32, 34])
-    line = cov.compact_line(cov.width_coverage(2, [cov.RequestSteps(steps, None)]))
+    line = cov.compact_line(cov.width_coverage(2, [cov.RequestSteps(steps, None)]).to_json())
     assert line.startswith("q=2 coverage (compare): accepted 0..1 drafts 1/3 steps; rejections at slot 1..1 1")
-    assert "ratio4 1/2 rejected first rejected at 31" in line
+    assert "ratio4 1/2 rejected first at 31" in line
     assert "ratio128 0/0 rejected" in line and "window 0/0 rejected" in line
