@@ -4,11 +4,14 @@ from __future__ import annotations
 
 import copy
 import json
+from pathlib import Path
 from typing import Any
 
+import pytest
 from paths import TESTS
 
 from ds4ci.evidence import coverfeed, results
+from ds4ci.judging import judge
 from ds4ci.judging.coverage import RequestSteps
 from ds4ci.judging.specsteps import COMPARE, TIMING, SpecStep
 from ds4ci.report import render, table
@@ -81,9 +84,30 @@ def test_a_forged_record_fails_the_schema() -> None:
     d = _doc()
     width = d["widths"][0]
     coverfeed.apply(width, _exercised(width["q"]), required=False)
+    results.validate(d)
     width["coverage"]["source"] = "hearsay"
-    try:
+    with pytest.raises(results.ResultsError):
         results.validate(d)
-    except results.ResultsError:
-        return
-    raise AssertionError("a coverage record with an unknown source validated")
+
+
+def test_prompt_token_counts_are_read_from_the_sealed_answers_in_lifecycle_order(tmp_path: Path) -> None:
+    (tmp_path / "servers" / "q2").mkdir(parents=True)
+    (tmp_path / "requests" / "q2").mkdir(parents=True)
+    entries = []
+    for i, (answered, usage) in enumerate([(True, {"prompt_tokens": 97}), (False, None), (True, {"prompt_tokens": "x"})]):
+        req, resp = judge.exchange_paths("q2", i, 0)
+        (tmp_path / req).write_text("{}")
+        if usage is not None:
+            (tmp_path / resp).write_text(json.dumps({"usage": usage}))
+        entries.append({"prompt_index": i, "repeat": 0, "request": req, "response": resp, "answered": answered})
+    (tmp_path / "servers" / "q2" / "lifecycle.json").write_text(json.dumps({"requests": entries}))
+    counts = coverfeed.prompt_token_counts(tmp_path, "q2")
+    assert counts == [97, None, None]
+    steps = [[SpecStep(0, None, 2, 1, TIMING)], [], []]
+    reqs = coverfeed.requests(steps, counts)
+    assert [r.prompt_tokens for r in reqs] == [97, None, None] and reqs[0].steps == (steps[0][0],)
+    with pytest.raises(judge.EvidenceError, match="2 requests' steps but 3 prompt token counts"):
+        coverfeed.requests(steps[:2], counts)
+    (tmp_path / entries[0]["response"]).write_text("not json")
+    with pytest.raises(judge.EvidenceError, match="cannot be read as JSON"):
+        coverfeed.prompt_token_counts(tmp_path, "q2")
