@@ -90,6 +90,22 @@ class WidthCoverage:
         }
 
 
+def prompt_tokens(response: object) -> int | None:
+    """``usage.prompt_tokens`` of a chat completion, when it is a non-negative integer; else None."""
+    usage = response.get("usage") if isinstance(response, dict) else None
+    value = usage.get("prompt_tokens") if isinstance(usage, dict) else None
+    if isinstance(value, bool) or not isinstance(value, int) or value < 0:
+        return None
+    return value
+
+
+def requests(steps: Sequence[Sequence[SpecStep]], counts: Sequence[int | None]) -> list[RequestSteps]:
+    """Each request's steps with its prompt token count (both in the lifecycle's order)."""
+    if len(steps) != len(counts):
+        raise ValueError(f"coverage: {len(steps)} requests' steps but {len(counts)} prompt token counts")
+    return [RequestSteps(tuple(s), n) for s, n in zip(steps, counts, strict=True)]
+
+
 def touched(kind: str, start: int, width: int) -> int | None:
     """The first position of ``start .. start+width-1`` at a boundary of ``kind``, or None."""
     for pos in range(start, start + width):

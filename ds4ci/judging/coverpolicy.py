@@ -10,7 +10,11 @@ fixed) is unmet too, never assumed.
 
 from __future__ import annotations
 
-from ds4ci.judging.coverage import RATIO4, RATIO128, WINDOW, WidthCoverage
+from collections.abc import Sequence
+
+from ds4ci.judging.coverage import RATIO4, RATIO128, WINDOW, RequestSteps, WidthCoverage, width_coverage
+from ds4ci.judging.verdict import FAIL, PASS
+from ds4ci.records import WidthResult
 
 PER_STEP = "per-step evidence"
 EVERY_ACCEPT_LENGTH = "every accept length"
@@ -41,3 +45,16 @@ def unmet(cov: WidthCoverage) -> list[str]:
         if cov.boundaries[kind].batches == 0:
             reasons.append(f"{head} '{name}' not met: no verify batch touched it (longer prompts or answers reach it)")
     return reasons
+
+
+def apply(width: WidthResult, requests: Sequence[RequestSteps], required: bool) -> None:
+    """The width's coverage record into its results entry; with ``required`` an unmet minimum turns a
+    passing width into a failing one, its reasons naming what was not exercised (a width that already
+    failed or could not be judged keeps its verdict and gains the reasons)."""
+    cov = width_coverage(width["q"], requests)
+    missing = unmet(cov)
+    width["coverage"] = cov.to_json(missing)
+    if required and missing:
+        width["reasons"] = [*width["reasons"], *missing]
+        if width["verdict"] == PASS:
+            width["verdict"] = FAIL

@@ -1,4 +1,5 @@
-"""A width's coverage record in results.json (schema-valid), the policy on its verdict, and where it is shown."""
+"""A width's coverage record in results.json (schema-valid), the policy on its verdict, where it is shown,
+and the prompt token counts read from the sealed answers."""
 
 from __future__ import annotations
 
@@ -11,7 +12,7 @@ import pytest
 from paths import TESTS
 
 from ds4ci.evidence import coverfeed, results
-from ds4ci.judging import judge
+from ds4ci.judging import coverage, coverpolicy, judge
 from ds4ci.judging.coverage import RequestSteps
 from ds4ci.judging.specsteps import COMPARE, TIMING, SpecStep
 from ds4ci.report import render, table
@@ -28,17 +29,17 @@ def _exercised(width: int) -> list[RequestSteps]:
 
 
 def test_prompt_tokens_come_from_usage_and_nothing_else() -> None:
-    assert coverfeed.prompt_tokens({"usage": {"prompt_tokens": 97}}) == 97
+    assert coverage.prompt_tokens({"usage": {"prompt_tokens": 97}}) == 97
     for bad in ({"usage": {"prompt_tokens": True}}, {"usage": {"prompt_tokens": -1}}, {"usage": {}}, {"usage": 3},
                 [], None, {"usage": {"prompt_tokens": "97"}}):
-        assert coverfeed.prompt_tokens(bad) is None, bad
+        assert coverage.prompt_tokens(bad) is None, bad
 
 
 def test_the_record_is_written_and_schema_valid_without_changing_a_pass() -> None:
     d = _doc()
     width = next(w for w in d["widths"] if w["verdict"] == "pass")
     width["q"] = 3
-    coverfeed.apply(width, _exercised(3), required=True)
+    coverpolicy.apply(width, _exercised(3), required=True)
     assert width["verdict"] == "pass" and width["coverage"]["unmet"] == []
     assert width["coverage"]["accept_histogram"] == [3, 1, 2]
     results.validate(d)
@@ -54,7 +55,7 @@ def test_required_and_unmet_fails_a_passing_width_naming_the_minimum() -> None:
     width = next(w for w in d["widths"] if w["verdict"] == "pass")
     q = width["q"]
     summary_only = [RequestSteps([], 97)]
-    coverfeed.apply(width, summary_only, required=True)
+    coverpolicy.apply(width, summary_only, required=True)
     assert width["verdict"] == "fail"
     assert any("coverage minimum 'per-step evidence' not met" in r for r in width["reasons"])
     assert width["coverage"]["source"] == "summary" and width["coverage"]["boundaries"] is None
@@ -66,7 +67,7 @@ def test_not_required_records_the_unmet_minimums_as_information_only() -> None:
     d = _doc()
     width = next(w for w in d["widths"] if w["verdict"] == "pass")
     steps = [SpecStep(0, 10, width["q"], 0, COMPARE)]
-    coverfeed.apply(width, [RequestSteps(steps, None)], required=False)
+    coverpolicy.apply(width, [RequestSteps(steps, None)], required=False)
     assert width["verdict"] == "pass" and width["coverage"]["unmet"]
     assert not any("coverage minimum" in r for r in width["reasons"])
     results.validate(d)
@@ -76,14 +77,14 @@ def test_a_width_that_could_not_be_judged_stays_an_error() -> None:
     d = _doc()
     width = d["widths"][0]
     width["verdict"] = "error"
-    coverfeed.apply(width, [RequestSteps([], None)], required=True)
+    coverpolicy.apply(width, [RequestSteps([], None)], required=True)
     assert width["verdict"] == "error" and any("per-step evidence" in r for r in width["reasons"])
 
 
 def test_a_forged_record_fails_the_schema() -> None:
     d = _doc()
     width = d["widths"][0]
-    coverfeed.apply(width, _exercised(width["q"]), required=False)
+    coverpolicy.apply(width, _exercised(width["q"]), required=False)
     results.validate(d)
     width["coverage"]["source"] = "hearsay"
     with pytest.raises(results.ResultsError):
@@ -104,10 +105,10 @@ def test_prompt_token_counts_are_read_from_the_sealed_answers_in_lifecycle_order
     counts = coverfeed.prompt_token_counts(tmp_path, "q2")
     assert counts == [97, None, None]
     steps = [[SpecStep(0, None, 2, 1, TIMING)], [], []]
-    reqs = coverfeed.requests(steps, counts)
+    reqs = coverage.requests(steps, counts)
     assert [r.prompt_tokens for r in reqs] == [97, None, None] and reqs[0].steps == (steps[0][0],)
-    with pytest.raises(judge.EvidenceError, match="2 requests' steps but 3 prompt token counts"):
-        coverfeed.requests(steps[:2], counts)
+    with pytest.raises(ValueError, match="2 requests' steps but 3 prompt token counts"):
+        coverage.requests(steps[:2], counts)
     (tmp_path / entries[0]["response"]).write_text("not json")
     with pytest.raises(judge.EvidenceError, match="cannot be read as JSON"):
         coverfeed.prompt_token_counts(tmp_path, "q2")
