@@ -85,19 +85,28 @@ class BoundaryRecord(TypedDict):
     first_rejected_positions: list[int]
 
 
+class BoundariesRecord(TypedDict):
+    ratio4: BoundaryRecord
+    ratio128: BoundaryRecord
+    window: BoundaryRecord
+
+
+CoverageSource = Literal["token-trace", "compare", "timing", "summary"]
+
+
 class CoverageRecord(TypedDict):
     """What one width's speculative requests exercised (judging.coverage), and the minimums unmet."""
 
     width: int
     requests: int
-    source: str
-    sources: list[str]
+    source: CoverageSource
+    sources: list[CoverageSource]
     steps: int | None
     accept_histogram: list[int] | None
     rejections_per_slot: list[int] | None
     matched: int | None
     offered: int | None
-    boundaries: dict[str, BoundaryRecord] | None
+    boundaries: BoundariesRecord | None
     notes: list[str]
     unmet: list[str]
 

@@ -25,9 +25,10 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass, field
+from typing import cast
 
 from ds4ci.judging.specsteps import SOURCES, SpecStep
-from ds4ci.records import BoundaryRecord, CoverageRecord
+from ds4ci.records import BoundariesRecord, BoundaryRecord, CoverageRecord, CoverageSource
 
 SUMMARY = "summary"  # a request with no per-step lines: only its summary
 RATIO4, RATIO128, WINDOW = "ratio4", "ratio128", "window"
@@ -79,13 +80,15 @@ class WidthCoverage:
 
     def to_json(self, unmet: Sequence[str] = ()) -> CoverageRecord:
         """The results.json record; ``unmet``: the policy's reasons (judging.coverpolicy)."""
+        bounds = self.boundaries
         return {
-            "width": self.width, "requests": self.requests, "source": self.source, "sources": list(self.sources),
-            "steps": self.steps,
+            "width": self.width, "requests": self.requests, "source": cast(CoverageSource, self.source),
+            "sources": [cast(CoverageSource, s) for s in self.sources], "steps": self.steps,
             "accept_histogram": None if self.accept_histogram is None else list(self.accept_histogram),
             "rejections_per_slot": None if self.rejections_per_slot is None else list(self.rejections_per_slot),
             "matched": self.matched, "offered": self.offered,
-            "boundaries": None if self.boundaries is None else {k: v.to_json() for k, v in self.boundaries.items()},
+            "boundaries": None if bounds is None else BoundariesRecord(
+                ratio4=bounds[RATIO4].to_json(), ratio128=bounds[RATIO128].to_json(), window=bounds[WINDOW].to_json()),
             "notes": list(self.notes), "unmet": list(unmet),
         }
 
@@ -231,8 +234,7 @@ def compact_line(rec: CoverageRecord) -> str:
     if bounds is None:
         return text + "; boundaries unknown"
     parts = []
-    for kind in BOUNDARIES:
-        b = bounds[kind]
+    for kind, b in ((RATIO4, bounds["ratio4"]), (RATIO128, bounds["ratio128"]), (WINDOW, bounds["window"])):
         first = b["first_rejected_positions"]
         at = f" first at {','.join(map(str, first))}" if first else ""
         parts.append(f"{kind} {b['rejected']}/{b['batches']} rejected{at}")
