@@ -1,18 +1,16 @@
-"""A width's coverage record in results.json (schema-valid), the policy on its verdict, where it is shown,
-and the prompt token counts read from the sealed answers."""
+"""A width's coverage record in results.json (schema-valid), the policy on its verdict, and where it is shown."""
 
 from __future__ import annotations
 
 import copy
 import json
-from pathlib import Path
 from typing import Any
 
 import pytest
 from paths import TESTS
 
-from ds4ci.evidence import coverfeed, results
-from ds4ci.judging import coverage, coverpolicy, judge
+from ds4ci.evidence import results
+from ds4ci.judging import coverage, coverpolicy
 from ds4ci.judging.coverage import RequestSteps
 from ds4ci.judging.specsteps import COMPARE, TIMING, SpecStep
 from ds4ci.report import render, table
@@ -91,24 +89,9 @@ def test_a_forged_record_fails_the_schema() -> None:
         results.validate(d)
 
 
-def test_prompt_token_counts_are_read_from_the_sealed_answers_in_lifecycle_order(tmp_path: Path) -> None:
-    (tmp_path / "servers" / "q2").mkdir(parents=True)
-    (tmp_path / "requests" / "q2").mkdir(parents=True)
-    entries = []
-    for i, (answered, usage) in enumerate([(True, {"prompt_tokens": 97}), (False, None), (True, {"prompt_tokens": "x"})]):
-        req, resp = judge.exchange_paths("q2", i, 0)
-        (tmp_path / req).write_text("{}")
-        if usage is not None:
-            (tmp_path / resp).write_text(json.dumps({"usage": usage}))
-        entries.append({"prompt_index": i, "repeat": 0, "request": req, "response": resp, "answered": answered})
-    (tmp_path / "servers" / "q2" / "lifecycle.json").write_text(json.dumps({"requests": entries}))
-    counts = coverfeed.prompt_token_counts(tmp_path, "q2")
-    assert counts == [97, None, None]
+def test_requests_zip_steps_with_prompt_token_counts() -> None:
     steps = [[SpecStep(0, None, 2, 1, TIMING)], [], []]
-    reqs = coverage.requests(steps, counts)
+    reqs = coverage.requests(steps, [97, None, None])
     assert [r.prompt_tokens for r in reqs] == [97, None, None] and reqs[0].steps == (steps[0][0],)
     with pytest.raises(ValueError, match="2 requests' steps but 3 prompt token counts"):
-        coverage.requests(steps[:2], counts)
-    (tmp_path / entries[0]["response"]).write_text("not json")
-    with pytest.raises(judge.EvidenceError, match="cannot be read as JSON"):
-        coverfeed.prompt_token_counts(tmp_path, "q2")
+        coverage.requests(steps[:2], [97, None, None])
