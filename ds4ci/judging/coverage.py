@@ -16,9 +16,10 @@ the boundary position lies at or after its first rejected slot (the row computed
 Positions come from the lines where they are printed (the compare lines); elsewhere each step's
 position is the previous step's plus its accepted drafts plus one, starting at the prompt's token
 count (the first verify batch starts at the first generated token). Where neither fixes a position
-(a step's accepted count unknown, a gap in the step numbers), the boundary counts say unknown.
-Each request's evidence is the strongest family of lines it has (token trace, compare, timing);
-a request with none has only its summary.
+(a step's accepted count unknown, a gap in the step numbers), that step's batch is not counted at
+the boundaries. Counts cover the steps the lines show, and ``notes`` say where that is not every
+step. Each request's evidence is the strongest family of lines it has (token trace, compare,
+timing); a request with none has only its summary.
 """
 
 from __future__ import annotations
@@ -27,7 +28,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import cast
 
-from ds4ci.judging.specsteps import SOURCES, SpecStep
+from ds4ci.judging.specsteps import SOURCES, TIMING, SpecStep
 from ds4ci.records import BoundariesRecord, BoundaryRecord, CoverageRecord, CoverageSource
 
 SUMMARY = "summary"  # a request with no per-step lines: only its summary
@@ -127,27 +128,52 @@ def strongest(steps: Sequence[SpecStep]) -> tuple[str, list[SpecStep]]:
     return SUMMARY, []
 
 
-def positions(steps: Sequence[SpecStep], prompt_tokens: int | None) -> tuple[list[int] | None, str | None]:
-    """Each step's start position, or None and why not."""
-    out: list[int] = []
+def first_step_number(source: str) -> int:
+    """The step number a request's first verify step prints: the timing lines count after the step
+    (1-based), the compare and token lines before it (0-based)."""
+    return 1 if source == TIMING else 0
+
+
+def positions(steps: Sequence[SpecStep], prompt_tokens: int | None) -> tuple[list[int | None], list[str]]:
+    """Each step's start position where the evidence fixes it (None elsewhere), and why not where not.
+
+    A printed position fixes itself; the loop's first step starts at the prompt's token count; any
+    other step starts where the step before it (consecutive, its position and accepted count known)
+    ended."""
+    out: list[int | None] = []
+    why: list[str] = []
     for i, step in enumerate(steps):
-        if step.position is not None:
-            if step.position < 0:
-                return None, f"step {step.step} printed position {step.position}"
+        prev = steps[i - 1] if i else None
+        before = out[-1] if out else None
+        if step.position is not None and step.position >= 0:
             out.append(step.position)
-            continue
-        if i == 0:
-            if prompt_tokens is None:
-                return None, f"step {step.step} has no position and the prompt's token count is unknown"
+        elif step.position is not None:
+            out.append(None)
+            why.append(f"step {step.step} printed position {step.position}")
+        elif step.step == first_step_number(step.source) and prev is None:
             out.append(prompt_tokens)
-            continue
-        prev = steps[i - 1]
-        if prev.accepted is None:
-            return None, f"step {prev.step} does not say how many drafts it accepted, so step {step.step}'s position is unknown"
-        if step.step != prev.step + 1:
-            return None, f"steps {prev.step} to {step.step} are not consecutive, so step {step.step}'s position is unknown"
-        out.append(out[-1] + prev.accepted + 1)
-    return out, None
+            if prompt_tokens is None:
+                why.append(f"step {step.step} has no position and the prompt's token count is unknown")
+        elif prev is not None and before is not None and prev.accepted is not None and step.step == prev.step + 1:
+            out.append(before + prev.accepted + 1)
+        else:
+            out.append(None)
+            if prev is None:
+                why.append(f"the first per-step line is step {step.step}, not the loop's first, and prints no position")
+            elif step.step != prev.step + 1:
+                why.append(f"steps {prev.step} to {step.step} are not consecutive, so step {step.step}'s position is unknown")
+            elif before is not None:
+                why.append(f"step {prev.step} does not say how many drafts it accepted, so step {step.step}'s "
+                           "position is unknown")
+    return out, why
+
+
+def _gaps(steps: Sequence[SpecStep]) -> str | None:
+    numbers = [s.step for s in steps]
+    first = first_step_number(steps[0].source)
+    if numbers == list(range(first, first + len(numbers))):
+        return None
+    return f"per-step lines for {len(numbers)} step(s) only (step numbers {numbers[0]}..{numbers[-1]}, with gaps)"
 
 
 def _boundaries(batches: list[tuple[int, SpecStep]]) -> dict[str, BoundaryCoverage]:
@@ -173,52 +199,55 @@ def _boundaries(batches: list[tuple[int, SpecStep]]) -> dict[str, BoundaryCovera
 
 
 def width_coverage(width: int, requests: Sequence[RequestSteps]) -> WidthCoverage:
-    """The coverage of one width's speculative requests."""
+    """The coverage of one width's speculative requests, over the steps their evidence shows.
+
+    Counts cover the steps the lines show (``notes`` say where that is not every step); a step
+    with an impossible accept count makes the width's counts unknown (malformed evidence)."""
     sources: list[str] = []
     histogram = [0] * width
     slots = [0] * max(width - 1, 0)
     matched = offered = n_steps = 0
-    accepted_known = True
+    malformed = False
     batches: list[tuple[int, SpecStep]] = []
     notes: list[str] = []
-    positions_known = True
     for index, request in enumerate(requests):
+        where = f"request {index + 1}"
         source, steps = strongest(request.steps)
         sources.append(source)
         if source == SUMMARY:
-            positions_known = accepted_known = False
-            notes.append(f"request {index + 1}: no per-step lines, only the summary")
+            notes.append(f"{where}: no per-step lines, only the summary")
             continue
         n_steps += len(steps)
-        for step in steps:
-            if step.accepted is None or not 0 <= step.accepted <= step.width - 1 or step.width > width:
-                if step.accepted is not None:
-                    notes.append(f"request {index + 1}: step {step.step} accepted {step.accepted} of "
-                                 f"{step.width - 1} drafts at width {width}")
-                accepted_known = False
+        gaps = _gaps(steps)
+        if gaps:
+            notes.append(f"{where}: {gaps}")
+        starts, why = positions(steps, request.prompt_tokens)
+        notes.extend(f"{where}: {w}" for w in why[:1])
+        for step, start in zip(steps, starts, strict=True):
+            if step.accepted is None:
+                notes.append(f"{where}: step {step.step} does not say how many drafts it accepted")
+                continue
+            if not 0 <= step.accepted <= step.width - 1 or step.width > width:
+                notes.append(f"{where}: step {step.step} accepted {step.accepted} of {step.width - 1} drafts at width {width}")
+                malformed = True
                 continue
             histogram[step.accepted] += 1
             matched += step.accepted
             offered += step.width - 1
             if step.accepted < step.width - 1:
                 slots[step.accepted] += 1
-        starts, why = positions(steps, request.prompt_tokens)
-        if starts is None:
-            positions_known = False
-            notes.append(f"request {index + 1}: {why}")
-        else:
-            batches.extend(zip(starts, steps, strict=True))
-    if not accepted_known:
-        positions_known = False
+            if start is not None:
+                batches.append((start, step))
+    counted = not malformed and sum(histogram) > 0
     return WidthCoverage(
         width=width, requests=len(requests), sources=tuple(sources),
         steps=n_steps if any(s != SUMMARY for s in sources) else None,
-        accept_histogram=tuple(histogram) if accepted_known and requests else None,
-        rejections_per_slot=tuple(slots) if accepted_known and requests else None,
-        matched=matched if accepted_known and requests else None,
-        offered=offered if accepted_known and requests else None,
-        boundaries=_boundaries(batches) if positions_known and requests else None,
-        notes=tuple(notes),
+        accept_histogram=tuple(histogram) if counted else None,
+        rejections_per_slot=tuple(slots) if counted else None,
+        matched=matched if counted else None,
+        offered=offered if counted else None,
+        boundaries=_boundaries(batches) if counted and batches else None,
+        notes=tuple(notes[:20]),
     )
 
 

@@ -29,8 +29,8 @@ def unmet(cov: WidthCoverage) -> list[str]:
     head = f"q={cov.width}: coverage minimum"
     if cov.accept_histogram is None or cov.boundaries is None:
         why = "; ".join(cov.notes[:2]) or "no speculative request"
-        return [f"{head} '{PER_STEP}' not met: the per-step lines must fix every step's accepted drafts and "
-                f"position ({cov.source} evidence: {why}); the other minimums cannot be checked"]
+        return [f"{head} '{PER_STEP}' not met: no per-step line fixes a step's accepted drafts and position "
+                f"({cov.source} evidence: {why}); the other minimums cannot be checked"]
     reasons = []
     missing = [k for k, n in enumerate(cov.accept_histogram) if n == 0]
     if missing:

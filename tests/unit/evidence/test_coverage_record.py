@@ -22,7 +22,7 @@ def _doc() -> Any:
 
 def _exercised(width: int) -> list[RequestSteps]:
     """q=3 from 120 with every accept length, a rollback across 127 and the wrap at 128."""
-    steps = [SpecStep(i, None, width, a, TIMING) for i, a in enumerate([0, 2, 1, 0, 2, 0])]
+    steps = [SpecStep(i + 1, None, width, a, TIMING) for i, a in enumerate([0, 2, 1, 0, 2, 0])]
     return [RequestSteps(steps, 120)]
 
 
@@ -90,7 +90,7 @@ def test_a_forged_record_fails_the_schema() -> None:
 
 
 def test_requests_zip_steps_with_prompt_token_counts() -> None:
-    steps = [[SpecStep(0, None, 2, 1, TIMING)], [], []]
+    steps = [[SpecStep(1, None, 2, 1, TIMING)], [], []]
     reqs = coverage.requests(steps, [97, None, None])
     assert [r.prompt_tokens for r in reqs] == [97, None, None] and reqs[0].steps == (steps[0][0],)
     with pytest.raises(ValueError, match="2 requests' steps but 3 prompt token counts"):

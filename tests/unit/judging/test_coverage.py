@@ -8,10 +8,12 @@ from ds4ci.judging import coverage as cov
 from ds4ci.judging.specsteps import COMPARE, TIMING, TOKEN_TRACE, SpecStep
 
 
-def _steps(accepted: list[int | None], width: int, source: str = TIMING, start: int = 0,
+def _steps(accepted: list[int | None], width: int, source: str = TIMING, start: int | None = None,
            positions: list[int | None] | None = None) -> list[SpecStep]:
+    """Consecutive steps from the loop's first (timing lines print 1-based step numbers, the others 0-based)."""
     pos = positions or [None] * len(accepted)
-    return [SpecStep(start + i, pos[i], width, a, source) for i, a in enumerate(accepted)]
+    first = cov.first_step_number(source) if start is None else start
+    return [SpecStep(first + i, pos[i], width, a, source) for i, a in enumerate(accepted)]
 
 
 def test_touched_names_the_first_boundary_position_in_the_batch() -> None:
@@ -27,20 +29,29 @@ def test_touched_names_the_first_boundary_position_in_the_batch() -> None:
 
 def test_positions_follow_accepted_drafts_from_the_prompt_length() -> None:
     steps = _steps([0, 2, 1, 0], 3)
-    assert cov.positions(steps, 97) == ([97, 98, 101, 103], None)
+    assert steps[0].step == 1  # a timing line counts after the step
+    assert cov.positions(steps, 97) == ([97, 98, 101, 103], [])
+    trace = _steps([0, 2, 1, 0], 3, TOKEN_TRACE)
+    assert trace[0].step == 0 and cov.positions(trace, 97) == ([97, 98, 101, 103], [])
     printed = _steps([0, 2], 3, COMPARE, positions=[40, 41])
-    assert cov.positions(printed, None) == ([40, 41], None)  # printed positions need no prompt length
+    assert cov.positions(printed, None) == ([40, 41], [])  # printed positions need no prompt length
+    # a gap in timing lines: the steps after it are unknown until a printed position
+    gap = [*_steps([1, 0], 2), SpecStep(9, None, 2, 1, TIMING), SpecStep(10, None, 2, 0, TIMING)]
+    starts, why = cov.positions(gap, 5)
+    assert starts == [5, 7, None, None] and why == ["steps 2 to 9 are not consecutive, so step 9's position is unknown"]
 
 
-@pytest.mark.parametrize(("steps", "prompt", "why"), [
-    (_steps([0, 1], 2), None, "prompt's token count is unknown"),
-    (_steps([None, 1], 2), 10, "step 0 does not say how many drafts it accepted"),
-    ([SpecStep(0, None, 2, 1, TIMING), SpecStep(2, None, 2, 0, TIMING)], 10, "steps 0 to 2 are not consecutive"),
-    (_steps([1], 2, COMPARE, positions=[-3]), 10, "printed position -3"),
+@pytest.mark.parametrize(("steps", "prompt", "known", "why"), [
+    (_steps([0, 1], 2), None, [None, None], "prompt's token count is unknown"),
+    (_steps([None, 1], 2), 10, [10, None], "step 1 does not say how many drafts it accepted"),
+    ([SpecStep(1, None, 2, 1, TIMING), SpecStep(3, None, 2, 0, TIMING)], 10, [10, None], "steps 1 to 3 are not consecutive"),
+    (_steps([1], 2, COMPARE, positions=[-3]), 10, [None], "printed position -3"),
+    (_steps([1, 1], 2, start=4), 10, [None, None], "the first per-step line is step 4, not the loop's first"),
 ])
-def test_positions_say_why_they_are_unknown(steps: list[SpecStep], prompt: int | None, why: str) -> None:
-    starts, reason = cov.positions(steps, prompt)
-    assert starts is None and reason is not None and why in reason
+def test_positions_say_why_they_are_unknown(
+        steps: list[SpecStep], prompt: int | None, known: list[int | None], why: str) -> None:
+    starts, reasons = cov.positions(steps, prompt)
+    assert starts == known and len(reasons) == 1 and why in reasons[0]
 
 
 def test_histogram_slots_and_counters_per_width() -> None:
@@ -54,7 +65,7 @@ def test_histogram_slots_and_counters_per_width() -> None:
 
 def test_requests_add_up_and_a_narrower_last_step_counts_its_own_offer() -> None:
     a = cov.RequestSteps(_steps([1, 1, 0], 2), 5)
-    b = cov.RequestSteps([*_steps([2, 0], 3), SpecStep(2, None, 2, 1, TIMING)], 7)
+    b = cov.RequestSteps([*_steps([2, 0], 3), SpecStep(3, None, 2, 1, TIMING)], 7)
     c2 = cov.width_coverage(2, [a])
     c3 = cov.width_coverage(3, [b, b])
     assert c2.accept_histogram == (1, 2) and c2.rejections_per_slot == (1,)
@@ -107,22 +118,36 @@ def test_the_weakest_request_names_the_width_source() -> None:
 
 
 def test_summary_only_says_unknown_and_why() -> None:
-    c = cov.width_coverage(3, [cov.RequestSteps([], 97), cov.RequestSteps(_steps([1], 3), 97)])
-    assert c.source == cov.SUMMARY and c.accept_histogram is None and c.rejections_per_slot is None
-    assert c.boundaries is None and c.matched is None
-    assert c.notes == ("request 1: no per-step lines, only the summary",)
-    assert c.steps == 1
     only = cov.width_coverage(2, [cov.RequestSteps([], 97)])
-    assert only.steps is None and only.to_json()["source"] == cov.SUMMARY
+    assert only.source == cov.SUMMARY and only.accept_histogram is None and only.rejections_per_slot is None
+    assert only.boundaries is None and only.matched is None and only.steps is None
+    assert only.notes == ("request 1: no per-step lines, only the summary",)
+    assert only.to_json()["source"] == cov.SUMMARY
     assert "not measurable (request 1: no per-step lines, only the summary)" in cov.compact_line(only.to_json())
+
+
+def test_counts_cover_the_steps_shown_and_say_what_is_missing() -> None:
+    mixed = cov.width_coverage(3, [cov.RequestSteps([], 97), cov.RequestSteps(_steps([1], 3), 97)])
+    assert mixed.source == cov.SUMMARY and mixed.sources == (cov.SUMMARY, TIMING)
+    assert mixed.accept_histogram == (0, 1, 0) and mixed.steps == 1
+    assert mixed.notes == ("request 1: no per-step lines, only the summary",)
+    # the real build's timing lines: the first steps, then one now and then
+    sparse = [*_steps([0, 1, 0, 1], 2), SpecStep(33, None, 2, 0, TIMING)]
+    c = cov.width_coverage(2, [cov.RequestSteps(sparse, 125)])
+    assert c.accept_histogram == (3, 2) and c.steps == 5
+    assert c.notes[0] == "request 1: per-step lines for 5 step(s) only (step numbers 1..33, with gaps)"
+    assert c.boundaries is not None and c.boundaries[cov.RATIO128].batches == 1  # 125, 126, 128, 129: 126-127
 
 
 def test_an_impossible_accept_count_makes_the_counts_unknown() -> None:
     c = cov.width_coverage(2, [cov.RequestSteps(_steps([0, 3], 2), 5)])
     assert c.accept_histogram is None and c.boundaries is None
-    assert c.notes == ("request 1: step 1 accepted 3 of 1 drafts at width 2",)
+    assert c.notes == ("request 1: step 2 accepted 3 of 1 drafts at width 2",)
     wide = cov.width_coverage(2, [cov.RequestSteps(_steps([2], 3), 5)])
     assert wide.accept_histogram is None  # a step wider than the arm's width
+    silent = cov.width_coverage(2, [cov.RequestSteps(_steps([None, 1], 2), 5)])
+    assert silent.accept_histogram == (0, 1)
+    assert "step 1 does not say how many drafts it accepted" in silent.notes[-1]
 
 
 def test_unknown_positions_keep_the_histogram() -> None:

@@ -8,7 +8,7 @@ from ds4ci.judging.specsteps import COMPARE, TIMING, SpecStep
 
 
 def _cov(width: int, accepted: list[int], start: int, source: str = TIMING) -> cov.WidthCoverage:
-    steps = [SpecStep(i, None, width, a, source) for i, a in enumerate(accepted)]
+    steps = [SpecStep(i + cov.first_step_number(source), None, width, a, source) for i, a in enumerate(accepted)]
     return cov.width_coverage(width, [cov.RequestSteps(steps, start)])
 
 
@@ -41,7 +41,7 @@ def test_evidence_too_weak_is_unmet_not_assumed() -> None:
     summary = cov.width_coverage(4, [cov.RequestSteps([], 97)])
     reasons = pol.unmet(summary)
     assert len(reasons) == 1 and f"'{pol.PER_STEP}' not met" in reasons[0] and "summary evidence" in reasons[0]
-    no_position = cov.width_coverage(2, [cov.RequestSteps([SpecStep(0, None, 2, 1, TIMING)], None)])
+    no_position = cov.width_coverage(2, [cov.RequestSteps([SpecStep(1, None, 2, 1, TIMING)], None)])
     assert f"'{pol.PER_STEP}' not met" in pol.unmet(no_position)[0]
     assert "prompt's token count is unknown" in pol.unmet(no_position)[0]
     nothing = cov.width_coverage(2, [])
