@@ -18,8 +18,8 @@ position is the previous step's plus its accepted drafts plus one, starting at t
 count (the first verify batch starts at the first generated token). Where neither fixes a position
 (a step's accepted count unknown, a gap in the step numbers), that step's batch is not counted at
 the boundaries. Counts cover the steps the lines show, and ``notes`` say where that is not every
-step. Each request's evidence is the strongest family of lines it has (token trace, compare,
-timing); a request with none has only its summary.
+step. Each loop step is taken from the strongest family of lines that printed it (token trace,
+compare, timing); a request with none has only its summary. Step numbers in notes are 0-based.
 """
 
 from __future__ import annotations
@@ -51,8 +51,8 @@ class BoundaryCoverage:
     batches: int  # verify batches touching it
     rejected: int  # of those, batches that rejected a draft
     rolled_back: int  # of those, batches whose rejection discarded the boundary position
-    first_positions: tuple[int, ...]  # start positions of the first touching batches
-    first_rejected_positions: tuple[int, ...]  # start positions of the first touching batches that rejected
+    first_positions: tuple[int, ...]  # distinct start positions of the first touching batches
+    first_rejected_positions: tuple[int, ...]  # distinct start positions of the first that rejected
 
     def to_json(self) -> BoundaryRecord:
         return {"batches": self.batches, "rejected": self.rejected, "rolled_back": self.rolled_back,
@@ -119,61 +119,73 @@ def touched(kind: str, start: int, width: int) -> int | None:
     return None
 
 
-def strongest(steps: Sequence[SpecStep]) -> tuple[str, list[SpecStep]]:
-    """The strongest family of lines among ``steps`` and its steps alone (families are never mixed)."""
-    for source in SOURCES:
-        chosen = [s for s in steps if s.source == source]
-        if chosen:
-            return source, chosen
-    return SUMMARY, []
-
-
 def first_step_number(source: str) -> int:
     """The step number a request's first verify step prints: the timing lines count after the step
     (1-based), the compare and token lines before it (0-based)."""
     return 1 if source == TIMING else 0
 
 
+def loop_step(step: SpecStep) -> int:
+    """The step's 0-based place in the request's loop, whatever family printed it."""
+    return step.step - first_step_number(step.source)
+
+
+def merged(steps: Sequence[SpecStep]) -> tuple[str, list[SpecStep]]:
+    """One record per loop step, from the strongest family that printed it, in loop order, and the
+    weakest family that contributed (``SUMMARY`` and no steps where none did). The families agree
+    where they overlap (the counters' judging checks that); a weaker one fills the steps a stronger
+    one left out (the compare lines stop after the first few steps, the timing lines print some)."""
+    best: dict[int, SpecStep] = {}
+    for step in steps:
+        if step.source not in SOURCES:
+            continue
+        key = loop_step(step)
+        if key not in best or SOURCES.index(step.source) < SOURCES.index(best[key].source):
+            best[key] = step
+    chosen = [best[k] for k in sorted(best)]
+    if not chosen:
+        return SUMMARY, []
+    return max((c.source for c in chosen), key=SOURCES.index), chosen
+
+
 def positions(steps: Sequence[SpecStep], prompt_tokens: int | None) -> tuple[list[int | None], list[str]]:
     """Each step's start position where the evidence fixes it (None elsewhere), and why not where not.
 
-    A printed position fixes itself; the loop's first step starts at the prompt's token count; any
-    other step starts where the step before it (consecutive, its position and accepted count known)
-    ended."""
+    ``steps`` are in loop order (``merged``). A printed position fixes itself; the loop's first step
+    starts at the prompt's token count; any other step starts where the step before it (the loop's
+    previous step, its position and accepted count known) ended."""
     out: list[int | None] = []
     why: list[str] = []
     for i, step in enumerate(steps):
         prev = steps[i - 1] if i else None
         before = out[-1] if out else None
+        here = loop_step(step)
         if step.position is not None and step.position >= 0:
             out.append(step.position)
         elif step.position is not None:
             out.append(None)
-            why.append(f"step {step.step} printed position {step.position}")
-        elif step.step == first_step_number(step.source) and prev is None:
+            why.append(f"step {here} printed position {step.position}")
+        elif here == 0:
             out.append(prompt_tokens)
             if prompt_tokens is None:
-                why.append(f"step {step.step} has no position and the prompt's token count is unknown")
-        elif prev is not None and before is not None and prev.accepted is not None and step.step == prev.step + 1:
+                why.append("step 0 has no position and the prompt's token count is unknown")
+        elif prev is not None and before is not None and prev.accepted is not None and here == loop_step(prev) + 1:
             out.append(before + prev.accepted + 1)
         else:
             out.append(None)
-            if prev is None:
-                why.append(f"the first per-step line is step {step.step}, not the loop's first, and prints no position")
-            elif step.step != prev.step + 1:
-                why.append(f"steps {prev.step} to {step.step} are not consecutive, so step {step.step}'s position is unknown")
+            if prev is None or here != loop_step(prev) + 1:
+                why.append(f"no line for step {here - 1}, so step {here}'s position is unknown")
             elif before is not None:
-                why.append(f"step {prev.step} does not say how many drafts it accepted, so step {step.step}'s "
+                why.append(f"step {loop_step(prev)} does not say how many drafts it accepted, so step {here}'s "
                            "position is unknown")
     return out, why
 
 
 def _gaps(steps: Sequence[SpecStep]) -> str | None:
-    numbers = [s.step for s in steps]
-    first = first_step_number(steps[0].source)
-    if numbers == list(range(first, first + len(numbers))):
+    loop = [loop_step(s) for s in steps]
+    if loop == list(range(len(loop))):
         return None
-    return f"per-step lines for {len(numbers)} step(s) only (step numbers {numbers[0]}..{numbers[-1]}, with gaps)"
+    return f"per-step lines for {len(loop)} step(s) only (steps {loop[0]}..{loop[-1]}, 0-based, with gaps)"
 
 
 def _boundaries(batches: list[tuple[int, SpecStep]]) -> dict[str, BoundaryCoverage]:
@@ -187,12 +199,12 @@ def _boundaries(batches: list[tuple[int, SpecStep]]) -> dict[str, BoundaryCovera
             if at is None:
                 continue
             hit += 1
-            if len(first) < FIRST_POSITIONS:
+            if len(first) < FIRST_POSITIONS and start not in first:
                 first.append(start)
             if step.accepted is not None and step.accepted < step.width - 1:
                 rej += 1
                 back += at >= start + step.accepted + 1
-                if len(first_rej) < FIRST_POSITIONS:
+                if len(first_rej) < FIRST_POSITIONS and start not in first_rej:
                     first_rej.append(start)
         result[kind] = BoundaryCoverage(hit, rej, back, tuple(first), tuple(first_rej))
     return result
@@ -212,7 +224,7 @@ def width_coverage(width: int, requests: Sequence[RequestSteps]) -> WidthCoverag
     notes: list[str] = []
     for index, request in enumerate(requests):
         where = f"request {index + 1}"
-        source, steps = strongest(request.steps)
+        source, steps = merged(request.steps)
         sources.append(source)
         if source == SUMMARY:
             notes.append(f"{where}: no per-step lines, only the summary")
@@ -225,10 +237,11 @@ def width_coverage(width: int, requests: Sequence[RequestSteps]) -> WidthCoverag
         notes.extend(f"{where}: {w}" for w in why[:1])
         for step, start in zip(steps, starts, strict=True):
             if step.accepted is None:
-                notes.append(f"{where}: step {step.step} does not say how many drafts it accepted")
+                notes.append(f"{where}: step {loop_step(step)} does not say how many drafts it accepted")
                 continue
             if not 0 <= step.accepted <= step.width - 1 or step.width > width:
-                notes.append(f"{where}: step {step.step} accepted {step.accepted} of {step.width - 1} drafts at width {width}")
+                notes.append(f"{where}: step {loop_step(step)} accepted {step.accepted} of {step.width - 1} drafts "
+                             f"at width {width}")
                 malformed = True
                 continue
             histogram[step.accepted] += 1

@@ -38,15 +38,16 @@ def test_positions_follow_accepted_drafts_from_the_prompt_length() -> None:
     # a gap in timing lines: the steps after it are unknown until a printed position
     gap = [*_steps([1, 0], 2), SpecStep(9, None, 2, 1, TIMING), SpecStep(10, None, 2, 0, TIMING)]
     starts, why = cov.positions(gap, 5)
-    assert starts == [5, 7, None, None] and why == ["steps 2 to 9 are not consecutive, so step 9's position is unknown"]
+    assert starts == [5, 7, None, None] and why == ["no line for step 7, so step 8's position is unknown"]
 
 
 @pytest.mark.parametrize(("steps", "prompt", "known", "why"), [
     (_steps([0, 1], 2), None, [None, None], "prompt's token count is unknown"),
-    (_steps([None, 1], 2), 10, [10, None], "step 1 does not say how many drafts it accepted"),
-    ([SpecStep(1, None, 2, 1, TIMING), SpecStep(3, None, 2, 0, TIMING)], 10, [10, None], "steps 1 to 3 are not consecutive"),
+    (_steps([None, 1], 2), 10, [10, None], "step 0 does not say how many drafts it accepted, so step 1's"),
+    ([SpecStep(1, None, 2, 1, TIMING), SpecStep(3, None, 2, 0, TIMING)], 10, [10, None],
+     "no line for step 1, so step 2's position is unknown"),
     (_steps([1], 2, COMPARE, positions=[-3]), 10, [None], "printed position -3"),
-    (_steps([1, 1], 2, start=4), 10, [None, None], "the first per-step line is step 4, not the loop's first"),
+    (_steps([1, 1], 2, start=4), 10, [None, None], "no line for step 2, so step 3's position is unknown"),
 ])
 def test_positions_say_why_they_are_unknown(
         steps: list[SpecStep], prompt: int | None, known: list[int | None], why: str) -> None:
@@ -103,11 +104,19 @@ def test_a_rejection_that_discards_the_boundary_row_is_a_rollback_across_it() ->
     assert [c.boundaries[k].rolled_back for k in cov.BOUNDARIES] == [0, 0, 1]
 
 
-def test_only_the_strongest_family_of_lines_counts() -> None:
-    trace = _steps([1, 0], 2, TOKEN_TRACE)
-    timing = _steps([1, 1, 1, 1], 2, TIMING)
+def test_families_combine_by_loop_step_the_stronger_winning() -> None:
+    trace = _steps([1, 0], 2, TOKEN_TRACE)  # loop steps 0, 1
+    timing = _steps([0, 0, 1, 1], 2, TIMING)  # loop steps 0..3 (printed 1..4); 0 and 1 disagree, trace wins
+    source, steps = cov.merged([*timing, *trace])
+    assert source == TIMING and [s.source for s in steps] == [TOKEN_TRACE, TOKEN_TRACE, TIMING, TIMING]
     c = cov.width_coverage(2, [cov.RequestSteps([*timing, *trace], 3)])
-    assert c.sources == (TOKEN_TRACE,) and c.accept_histogram == (1, 1) and c.steps == 2
+    assert c.accept_histogram == (1, 3) and c.steps == 4 and c.notes == ()
+    # the real build's compare lines stop after 8 steps; timing lines fill what they print
+    compare = [SpecStep(i, 3 + 2 * i, 2, 1, COMPARE) for i in range(2)]
+    source, steps = cov.merged([*compare, SpecStep(3, None, 2, 0, TIMING), SpecStep(9, None, 2, 0, TIMING)])
+    assert [cov.loop_step(s) for s in steps] == [0, 1, 2, 8] and source == TIMING
+    assert cov.positions(steps, None)[0] == [3, 5, 7, None]
+    assert cov.merged([SpecStep(0, 1, 2, 1, "other")]) == (cov.SUMMARY, [])
 
 
 def test_the_weakest_request_names_the_width_source() -> None:
@@ -135,19 +144,19 @@ def test_counts_cover_the_steps_shown_and_say_what_is_missing() -> None:
     sparse = [*_steps([0, 1, 0, 1], 2), SpecStep(33, None, 2, 0, TIMING)]
     c = cov.width_coverage(2, [cov.RequestSteps(sparse, 125)])
     assert c.accept_histogram == (3, 2) and c.steps == 5
-    assert c.notes[0] == "request 1: per-step lines for 5 step(s) only (step numbers 1..33, with gaps)"
+    assert c.notes[0] == "request 1: per-step lines for 5 step(s) only (steps 0..32, 0-based, with gaps)"
     assert c.boundaries is not None and c.boundaries[cov.RATIO128].batches == 1  # 125, 126, 128, 129: 126-127
 
 
 def test_an_impossible_accept_count_makes_the_counts_unknown() -> None:
     c = cov.width_coverage(2, [cov.RequestSteps(_steps([0, 3], 2), 5)])
     assert c.accept_histogram is None and c.boundaries is None
-    assert c.notes == ("request 1: step 2 accepted 3 of 1 drafts at width 2",)
+    assert c.notes == ("request 1: step 1 accepted 3 of 1 drafts at width 2",)
     wide = cov.width_coverage(2, [cov.RequestSteps(_steps([2], 3), 5)])
     assert wide.accept_histogram is None  # a step wider than the arm's width
     silent = cov.width_coverage(2, [cov.RequestSteps(_steps([None, 1], 2), 5)])
     assert silent.accept_histogram == (0, 1)
-    assert "step 1 does not say how many drafts it accepted" in silent.notes[-1]
+    assert "step 0 does not say how many drafts it accepted" in silent.notes[-1]
 
 
 def test_unknown_positions_keep_the_histogram() -> None:
@@ -175,3 +184,11 @@ def test_compact_line_names_counts_and_first_rejected_positions() -> None:
     assert line.startswith("q=2 coverage (compare): accepted 0..1 drafts 1/3 steps; rejections at slot 1..1 1")
     assert "ratio4 1/2 rejected first at 31" in line
     assert "ratio128 0/0 rejected" in line and "window 0/0 rejected" in line
+
+
+def test_repeats_do_not_repeat_first_positions() -> None:
+    one = cov.RequestSteps(_steps([0], 2, COMPARE, positions=[30]), None)
+    c = cov.width_coverage(2, [one, one])
+    assert c.boundaries is not None
+    b4 = c.boundaries[cov.RATIO4]
+    assert (b4.batches, b4.rejected, b4.first_positions, b4.first_rejected_positions) == (2, 2, (30,), (30,))
