@@ -24,10 +24,13 @@ DRAFT_FILE = "ds4-tiny-dspark.gguf"
 CONFIG_FILE = "ds4ci.toml"
 N_PROMPTS = 2
 PROMPT_WORDS = 12  # about 60 bytes: each byte is one prompt token (no merges), so well over 32 tokens
-# The successor models' prompts: about 97 and 217 prompt tokens with the chat template, so the 96
-# answer tokens cross the ratio-128 boundary and the sliding window's first wrap (positions 127,
-# 128), then the second (255, 256), and ratio-4 boundaries throughout.
-SUCCESSOR_PROMPT_WORDS = (12, 36)
+# The successor models' prompts: exactly 118 and 248 bytes, 122 and 252 prompt tokens with the
+# chat template's four, so the answer's first eight verify steps (the ones the 41ee7d0 build's
+# compare lines show) cross the ratio-128 boundary and the sliding window's wrap (positions 127,
+# 128; then 255, 256) and roll back across a ratio-4 boundary at every width, from either of the
+# template's endings (a numpy simulation of the loop over the intended answers chose the sizes).
+SUCCESSOR_PROMPT_BYTES = (118, 248)
+CHAT_TEMPLATE_TOKENS = 4  # BOS, User, Assistant, </think>
 MIN_PROMPT_TOKENS = 32
 
 
@@ -51,6 +54,17 @@ def _prompt(rng: np.random.Generator, index: int, n_vocab: int, first_word: int,
     if len(text.encode("utf-8")) < MIN_PROMPT_TOKENS:
         raise AssertionError("prompt shorter than 32 byte tokens")
     return text
+
+
+def _sized_prompt(rng: np.random.Generator, index: int, n_vocab: int, first_word: int, size: int) -> str:
+    """A prompt of exactly ``size`` bytes: words while they fit, then dots, then a newline."""
+    text = f"Tiny prompt {index}: continue the list"
+    while True:
+        piece = word(int(rng.integers(first_word, n_vocab)))
+        if len(text) + len(piece) + 1 > size:
+            break
+        text += piece
+    return text + "." * (size - 1 - len(text)) + "\n"
 
 
 def _config(names: dict[str, str], sha: dict[str, str], prompts: list[str], kind: str) -> str:
@@ -80,7 +94,8 @@ def _config(names: dict[str, str], sha: dict[str, str], prompts: list[str], kind
 def tiny_structure(seed: int, shape: Shape) -> Structure:
     """The successor structure that ``write_tiny_set`` builds into the models of ``seed``."""
     vocab = build_vocab(shape.n_vocab)
-    return structure.build(shape.n_vocab, vocab.first_word, [vocab.special(SPECIALS[-1])],
+    endings = [vocab.special("<think>"), vocab.special("</think>")]
+    return structure.build(shape.n_vocab, vocab.first_word, [vocab.special(SPECIALS[-1])], endings,
                            np.random.default_rng([seed, 3]))
 
 
@@ -101,11 +116,14 @@ def write_tiny_set(folder: Path, seed: int, shape: Shape | None = None, draft: D
     vocab = write_target(target, shape, np.random.default_rng([seed, 0]), st)
     write_draft(draft_path, shape, draft, vocab.special(SPECIALS[-1]), np.random.default_rng([seed, 1]), st)
     rng = np.random.default_rng([seed, 2])
-    n_words = SUCCESSOR_PROMPT_WORDS if kind == SUCCESSOR else (PROMPT_WORDS,) * N_PROMPTS
     prompts = []
     for i in range(1, N_PROMPTS + 1):
         path = folder / f"prompt-{i}.txt"
-        path.write_text(_prompt(rng, i, shape.n_vocab, vocab.first_word, n_words[i - 1]), encoding="utf-8")
+        if kind == SUCCESSOR:
+            text = _sized_prompt(rng, i, shape.n_vocab, vocab.first_word, SUCCESSOR_PROMPT_BYTES[i - 1])
+        else:
+            text = _prompt(rng, i, shape.n_vocab, vocab.first_word, PROMPT_WORDS)
+        path.write_text(text, encoding="utf-8")
         prompts.append(path)
     sha = {p.name: _sha256(p) for p in (target, draft_path, *prompts)}
     config = folder / CONFIG_FILE

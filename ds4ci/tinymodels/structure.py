@@ -5,8 +5,9 @@ The target implements it through its embedding and tied output head alone: the o
 word ``j`` is the unit embedding direction of the token(s) before it, scaled to ``ALPHA`` logits,
 plus ``BETA`` logits toward the token two before it, so that for any token ``t`` the logits are
 about ``ALPHA`` for ``succ(t)``, ``BETA`` for ``succ(succ(t))`` and near zero elsewhere. Every
-byte and special token a prompt can end with has a successor word too, so the first generated
-token is fixed by the prompt's last token. The layers write back into the residual stream only
+byte and special token a prompt can end with has a successor word too (the chat template's
+endings ``<think>`` and ``</think>`` the cycle's first word), so the first generated token is fixed
+by the prompt's last token. The layers write back into the residual stream only
 through small output projections (``LAYER_OUT_STD``): they run, but cannot outvote the direct path.
 A few words are near-ties (``NEAR_TIE_GAP``) where the layers may pick the skip, still a step
 forward on the cycle. Any greedy continuation is therefore a forward walk of steps 1 or 2 on a
@@ -34,6 +35,10 @@ MARKOV_LOGITS = 40.0  # the Markov head's bias toward its guess
 # Known words come in runs, each followed by one unknown word; the run lengths come in blocks (a
 # seeded order of RUN_BLOCK each), so every stretch of 96 tokens holds every length several times.
 RUN_BLOCK = (0, 0, 1, 2, 3, 4, 5)
+# The first block, where every answer starts (the chat template's endings lead to the cycle's
+# first word): accept lengths 3, 0, 1, 2 at q=4 (2, 0, 0, 1, 2 at q=3) in the first steps,
+# which are the steps a build's compare lines show.
+FIRST_RUNS = (3, 0, 1, 2, 5, 0, 4)
 LAYER_OUT_STD = 0.005  # std of the layers' output projections (the random models use 0.05)
 
 
@@ -52,7 +57,10 @@ class Structure:
         return nxt if token in self.known else self.succ[nxt]
 
 
-def build(n_vocab: int, first_word: int, no_successor: Sequence[int], rng: np.random.Generator) -> Structure:
+def build(n_vocab: int, first_word: int, no_successor: Sequence[int], endings: Sequence[int],
+          rng: np.random.Generator) -> Structure:
+    """``no_successor``: tokens no answer follows (the mask); ``endings``: the tokens a chat prompt
+    ends with, whose successor is the cycle's first word."""
     words = [int(w) for w in rng.permutation(np.arange(first_word, n_vocab))]
     n = len(words)
     if n < 3:
@@ -60,13 +68,15 @@ def build(n_vocab: int, first_word: int, no_successor: Sequence[int], rng: np.ra
     succ = {words[i]: words[(i + 1) % n] for i in range(n)}
     for tok in range(first_word):
         if tok not in no_successor:
-            succ[tok] = words[int(rng.integers(n))]
+            succ[tok] = words[0] if tok in endings else words[int(rng.integers(n))]
     known: set[int] = set()
     i = 0
+    blocks = 0
     while i < n:
-        for run in rng.permutation(RUN_BLOCK):
+        for run in FIRST_RUNS if blocks == 0 else rng.permutation(RUN_BLOCK):
             known.update(words[i:i + int(run)])
             i += int(run) + 1
+        blocks += 1
     near = {w for w in words if rng.random() < 1.0 / NEAR_TIE_EVERY}
     return Structure(first_word, n_vocab, tuple(words), succ, frozenset(known), frozenset(near))
 

@@ -11,6 +11,8 @@ import pytest
 
 gguf = pytest.importorskip("gguf")
 
+from ds4ci.judging import coverage, coverpolicy  # noqa: E402
+from ds4ci.judging.specsteps import COMPARE, TIMING, SpecStep  # noqa: E402
 from ds4ci.tinymodels import structure  # noqa: E402
 from ds4ci.tinymodels.bundle import DRAFT_FILE, TARGET_FILE, tiny_structure, write_tiny_set  # noqa: E402
 from ds4ci.tinymodels.shapes import Shape  # noqa: E402
@@ -127,11 +129,29 @@ def test_layers_write_back_small_and_the_random_kind_is_unchanged(models: Path, 
     assert gguf.GGUFReader(models / TARGET_FILE).fields["general.name"].contents() == "ds4ci-tiny-successor"
 
 
-def test_prompts_reach_past_the_window_and_both_ratio_128_boundaries(models: Path) -> None:
+def test_first_eight_steps_exercise_every_minimum_at_every_width(models: Path) -> None:
+    """What the 41ee7d0 build prints (compare lines for the first 8 steps, timing lines for steps 1-4 and
+    every 32nd), simulated over the intended answers, meets every coverage minimum at q=2, 3, 4."""
+    st = tiny_structure(1, SHAPE)
+    guess = {t: st.guess(t) for t in st.succ}
     sizes = [len((models / f"prompt-{i}.txt").read_bytes()) for i in (1, 2)]
-    # one token per byte plus the chat template's few: answers of 96 cross 127/128, then 255/256
-    assert sizes[0] < 127 < sizes[0] + N_TOKENS
-    assert sizes[1] < 255 < sizes[1] + N_TOKENS and sizes[1] > 128
+    assert sizes == [118, 248]
+    for start in (256 + SPECIALS.index("</think>"), 256 + SPECIALS.index("<think>")):  # the template's endings
+        for skip in (set(), set(st.near_ties)):
+            nxt = {t: st.succ[st.succ[t]] if t in skip else st.succ[t] for t in st.succ}
+            for q in (2, 3, 4):
+                requests = []
+                for size in sizes:
+                    accepted = structure.speculate(structure.greedy_walk(nxt, start, N_TOKENS), guess, q).accept_lengths
+                    steps, pos = [], size + 4  # BOS, User, Assistant and the ending around the prompt's bytes
+                    for k, a in enumerate(accepted):
+                        if k < 8:
+                            steps.append(SpecStep(k, pos, q, a, COMPARE))
+                        if k < 4 or (k + 1) % 32 == 0:
+                            steps.append(SpecStep(k + 1, None, q, a, TIMING))
+                        pos += a + 1
+                    requests.append(coverage.RequestSteps(steps, size + 4))
+                assert coverpolicy.unmet(coverage.width_coverage(q, requests)) == [], (start, bool(skip), q)
 
 
 def test_kind_is_checked(tmp_path: Path) -> None:
