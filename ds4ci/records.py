@@ -78,6 +78,42 @@ class PromptResult(TypedDict):
     counters: NotRequired[CountersSource | None]
 
 
+class BoundaryRecord(TypedDict):
+    """Verify batches that touched one kind of boundary (judging.coverage)."""
+
+    batches: int
+    rejected: int
+    rolled_back: int
+    first_positions: list[int]
+    first_rejected_positions: list[int]
+
+
+class BoundariesRecord(TypedDict):
+    ratio4: BoundaryRecord
+    ratio128: BoundaryRecord
+    window: BoundaryRecord
+
+
+CoverageSource = Literal["token-trace", "compare", "timing", "summary"]
+
+
+class CoverageRecord(TypedDict):
+    """What one width's speculative requests exercised (judging.coverage), and the minimums unmet."""
+
+    width: int
+    requests: int
+    source: CoverageSource
+    sources: list[CoverageSource]
+    steps: int | None
+    accept_histogram: list[int] | None
+    rejections_per_slot: list[int] | None
+    matched: int | None
+    offered: int | None
+    boundaries: BoundariesRecord | None
+    notes: list[str]
+    unmet: list[str]
+
+
 class WidthResult(TypedDict):
     """One reference-exact server (one width q) and its cells."""
 
@@ -89,6 +125,7 @@ class WidthResult(TypedDict):
     server_start_s: float | None
     oracle: NotRequired[Oracle | None]
     evidence: NotRequired[dict[str, int]]
+    coverage: NotRequired[CoverageRecord]
 
 
 class Revision(TypedDict):
@@ -159,6 +196,7 @@ class RecordedSettings(TypedDict):
     server_args: NotRequired[list[str]]
     env_prefixes: NotRequired[list[EnvPrefix]]
     log_cap_mib: NotRequired[int]
+    require_coverage: NotRequired[bool]
     request_body: NotRequired[dict[str, object]]
     configured_widths: NotRequired[list[int]]
     scope: NotRequired[Scope]

@@ -205,8 +205,11 @@ def selftest(
 def tiny_models(
     folder: Annotated[Path, typer.Argument(help="Directory to write into (created if missing).")],
     seed: Annotated[int, typer.Option(help="Seed of every weight and prompt: the same seed gives identical files.")] = 1,
+    kind: Annotated[str, typer.Option(help="successor: the target walks a long cycle of words that the draft "
+                                           "partly knows (partial acceptance, rejections at every slot); random: "
+                                           "the first random-weight models.")] = "successor",
 ) -> None:
-    """Write tiny random DS4 target and DSpark draft GGUF files, prompts and a pinned ds4ci.toml.
+    """Write tiny DS4 target and DSpark draft GGUF files, prompts and a pinned ds4ci.toml.
 
     The shapes are ones the real dflash_server's CUDA kernels accept; every generated token decodes
     to one ASCII word (" w417"), so answers spell their token IDs. Needs gguf: pip install 'ds4ci[tiny]'.
@@ -214,7 +217,7 @@ def tiny_models(
     """
     from ds4ci.commands.tiny_models import run_tiny_models
 
-    exit_with(lambda: run_tiny_models(folder, seed))
+    exit_with(lambda: run_tiny_models(folder, seed, kind))
 
 
 @app.command()

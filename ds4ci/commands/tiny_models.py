@@ -1,15 +1,18 @@
-"""``ds4ci tiny-models DIR``: write the tiny random DS4 target, DSpark draft, prompts and pinned ds4ci.toml."""
+"""``ds4ci tiny-models DIR``: write the tiny DS4 target, DSpark draft, prompts and pinned ds4ci.toml."""
 
 from __future__ import annotations
 
 from pathlib import Path
 
 from ds4ci.errors import EXIT_PASS, UsageError
+from ds4ci.tinymodels.shapes import KINDS, SUCCESSOR
 
 SEED_MAX = 2**32 - 1
 
 
-def run_tiny_models(folder: Path, seed: int) -> int:
+def run_tiny_models(folder: Path, seed: int, kind: str = SUCCESSOR) -> int:
+    if kind not in KINDS:
+        raise UsageError(f"--kind must be one of {', '.join(KINDS)}, got {kind!r}")
     if not 0 <= seed <= SEED_MAX:
         raise UsageError(f"--seed must be between 0 and {SEED_MAX}, got {seed}")
     if folder.exists() and not folder.is_dir():
@@ -18,7 +21,7 @@ def run_tiny_models(folder: Path, seed: int) -> int:
         from ds4ci.tinymodels.bundle import write_tiny_set
     except ImportError as exc:
         raise UsageError(f"tiny-models needs the gguf package: pip install 'ds4ci[tiny]' ({exc})") from exc
-    made = write_tiny_set(folder, seed)
+    made = write_tiny_set(folder, seed, kind=kind)
     for name, digest in made.sha256.items():
         print(f"{folder / name}: sha256 {digest}")
     print(f"{made.config}: pins all of them; run `ds4ci gate --config {made.config} --server-bin PATH`")

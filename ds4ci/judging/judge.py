@@ -15,8 +15,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from ds4ci.judging import confined, modeless
+from ds4ci.judging import confined, coverage, coverpolicy, modeless
 from ds4ci.judging.attribution import ServerLog, attribute
+from ds4ci.judging.counters import request_steps
 from ds4ci.judging.profile import arm_profile
 from ds4ci.judging.protocol import BANNER_FAMILY, scan_log
 from ds4ci.judging.tinywords import known_target
@@ -83,6 +84,7 @@ class Settings:
     max_tokens: int
     prompt_sha256s: tuple[str, ...]
     target_sha256: str | None = None  # the target's SHA-256 as ds4ci hashed it (identities.json)
+    require_coverage: bool = False  # [gate] require_coverage: an unmet coverage minimum fails a passing width
 
 
 class EvidenceError(Exception):
@@ -322,6 +324,10 @@ def judge_width(
         width["prompts"].append(cell)
     width["verdict"] = worst([c["verdict"] for c in width["prompts"]])
     width["reasons"] = list(dict.fromkeys(r for c in width["prompts"] for r in c["reasons"]))
+    counts = [coverage.prompt_tokens(read_json(attempt, e["response"])) if e.get("answered") is True else None
+              for e in life["requests"]]
+    coverpolicy.apply(width, coverage.requests([request_steps(o.log, q) for o in observed], counts),
+                      settings.require_coverage)
     return width, warnings
 
 

@@ -27,7 +27,12 @@ class SpecStep:
     source: str  # one of SOURCES
 
 
+def first_step_number(source: str) -> int:
+    """The step number a request's first verify step prints: ``[ds4-spec-t] step=`` prints the counter after it is
+    incremented (1-based); the compare and token lines print it before (0-based) (judging.steplines)."""
+    return 1 if source == TIMING else 0
+
+
 def loop_index(step: SpecStep) -> int:
-    """The step's 0-based place in the loop: ``[ds4-spec-t] step=`` prints the counter after it is incremented
-    (1-based); the compare and token lines print it before (0-based) (judging.steplines)."""
-    return step.step - 1 if step.source == TIMING else step.step
+    """The step's 0-based place in the request's loop, whatever family printed it."""
+    return step.step - first_step_number(step.source)

@@ -33,7 +33,8 @@ def ids_from_text(text: str) -> list[int] | None:
 # never from how an answer looks. tests/unit/judging/test_tinywords.py writes each seed again and
 # checks its digest, so a change to the writer that changes the files fails until this is updated.
 KNOWN_TARGETS: dict[str, str] = {
-    "340fd97fff73dc755f918f8bd0e89ea37b3430c4fb66b81c903e05fd5a40b360": "ds4ci tiny-models --seed 1",
+    "e96a205cf3543f561c03a90a3946b0d3e678d00e70231dbee57bd0fe0335b447": "ds4ci tiny-models --seed 1",
+    "340fd97fff73dc755f918f8bd0e89ea37b3430c4fb66b81c903e05fd5a40b360": "ds4ci tiny-models --kind random --seed 1",
 }
 
 

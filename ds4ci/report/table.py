@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from ds4ci.gate.settings import scope_note
+from ds4ci.judging.coverage import compact_line
 from ds4ci.records import Results
 
 _REASON_LINES = 24  # a reason quoting a log tail is bounded (judging.logtail); show all of it
@@ -46,6 +47,7 @@ def render(doc: Results) -> str:
     parts = ["scope: " + scope.strip(" ()")] if scope else []
     parts += [line(HEADERS), "-+-".join("-" * w for w in widths)]
     parts += [line(r) for r in body]
+    parts += [compact_line(w["coverage"]) for w in doc["widths"] if "coverage" in w]
     target = doc["target_only"]
     parts.append("")
     arm = "not run" if target["verdict"] == "not_run" else (

@@ -12,6 +12,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from ds4ci.judging import profile
+from ds4ci.judging.coverage import compact_line
 from ds4ci.records import FileIdentity, MismatchRecord, Results
 from ds4ci.report import markdown
 from ds4ci.report.markdown import Trusted
@@ -94,6 +95,7 @@ def _gate_rows(doc: Results) -> list[dict[str, Any]]:
                 ),
                 "repeats_identical": all(p["repeats_identical"] for p in prompts) if prompts else None,
                 "counters_identical": all(p["counters_identical"] for p in prompts) if prompts else None,
+                "coverage": compact_line(width["coverage"]) if "coverage" in width else None,
             }
         )
     return rows

@@ -12,16 +12,25 @@ from pathlib import Path
 import numpy as np
 
 from ds4ci.judging.tinywords import word
+from ds4ci.tinymodels import structure
 from ds4ci.tinymodels.draft import write_draft
-from ds4ci.tinymodels.shapes import DraftShape, Shape
+from ds4ci.tinymodels.shapes import KINDS, SUCCESSOR, DraftShape, Shape
+from ds4ci.tinymodels.structure import Structure
 from ds4ci.tinymodels.target import write_target
-from ds4ci.tinymodels.vocab import SPECIALS
+from ds4ci.tinymodels.vocab import SPECIALS, build_vocab
 
 TARGET_FILE = "ds4-tiny-target.gguf"
 DRAFT_FILE = "ds4-tiny-dspark.gguf"
 CONFIG_FILE = "ds4ci.toml"
 N_PROMPTS = 2
 PROMPT_WORDS = 12  # about 60 bytes: each byte is one prompt token (no merges), so well over 32 tokens
+# The successor models' prompts: exactly 118 and 248 bytes, 122 and 252 prompt tokens with the
+# chat template's four, so the answer's first eight verify steps (the ones the 41ee7d0 build's
+# compare lines show) cross the ratio-128 boundary and the sliding window's wrap (positions 127,
+# 128; then 255, 256) and roll back across a ratio-4 boundary at every width, from either of the
+# template's endings (a numpy simulation of the loop over the intended answers chose the sizes).
+SUCCESSOR_PROMPT_BYTES = (118, 248)
+CHAT_TEMPLATE_TOKENS = 4  # BOS, User, Assistant, </think>
 MIN_PROMPT_TOKENS = 32
 
 
@@ -39,17 +48,28 @@ def _sha256(path: Path) -> str:
     return hashlib.sha256(path.read_bytes()).hexdigest()
 
 
-def _prompt(rng: np.random.Generator, index: int, n_vocab: int, first_word: int) -> str:
-    words = "".join(word(int(i)) for i in rng.integers(first_word, n_vocab, PROMPT_WORDS))
+def _prompt(rng: np.random.Generator, index: int, n_vocab: int, first_word: int, n_words: int) -> str:
+    words = "".join(word(int(i)) for i in rng.integers(first_word, n_vocab, n_words))
     text = f"Tiny prompt {index}: continue the list{words}\n"
     if len(text.encode("utf-8")) < MIN_PROMPT_TOKENS:
         raise AssertionError("prompt shorter than 32 byte tokens")
     return text
 
 
-def _config(names: dict[str, str], sha: dict[str, str], prompts: list[str]) -> str:
+def _sized_prompt(rng: np.random.Generator, index: int, n_vocab: int, first_word: int, size: int) -> str:
+    """A prompt of exactly ``size`` bytes: words while they fit, then dots, then a newline."""
+    text = f"Tiny prompt {index}: continue the list"
+    while True:
+        piece = word(int(rng.integers(first_word, n_vocab)))
+        if len(text) + len(piece) + 1 > size:
+            break
+        text += piece
+    return text + "." * (size - 1 - len(text)) + "\n"
+
+
+def _config(names: dict[str, str], sha: dict[str, str], prompts: list[str], kind: str) -> str:
     lines = [
-        "# Tiny random DS4 models written by `ds4ci tiny-models` (pinned; regenerate rather than edit).",
+        f"# Tiny {kind} DS4 models written by `ds4ci tiny-models` (pinned; regenerate rather than edit).",
         "[gate]",
         f'target = "{names["target"]}"',
         f'target_sha256 = "{sha[names["target"]]}"',
@@ -65,26 +85,48 @@ def _config(names: dict[str, str], sha: dict[str, str], prompts: list[str]) -> s
         "startup_timeout = 120",
         "request_timeout = 120",
         "stop_timeout = 30",
+        *(["require_coverage = true"] if kind == SUCCESSOR else []),
         "",
     ]
     return "\n".join(lines)
 
 
-def write_tiny_set(folder: Path, seed: int, shape: Shape | None = None, draft: DraftShape | None = None) -> TinySet:
-    """Write the set into ``folder`` (created; existing files of the set are replaced)."""
+def tiny_structure(seed: int, shape: Shape) -> Structure:
+    """The successor structure that ``write_tiny_set`` builds into the models of ``seed``."""
+    vocab = build_vocab(shape.n_vocab)
+    endings = [vocab.special("<think>"), vocab.special("</think>")]
+    return structure.build(shape.n_vocab, vocab.first_word, [vocab.special(SPECIALS[-1])], endings,
+                           np.random.default_rng([seed, 3]))
+
+
+def write_tiny_set(folder: Path, seed: int, shape: Shape | None = None, draft: DraftShape | None = None,
+                   kind: str = SUCCESSOR) -> TinySet:
+    """Write the set into ``folder`` (created; existing files of the set are replaced).
+
+    ``kind``: ``successor`` (the structure of ``structure``) or ``random`` (the first models: random
+    weights, kept for comparison).
+    """
+    if kind not in KINDS:
+        raise ValueError(f"kind must be one of {', '.join(KINDS)}, got {kind!r}")
     shape = shape or Shape()
     draft = draft or DraftShape()
     folder.mkdir(parents=True, exist_ok=True)
     target, draft_path = folder / TARGET_FILE, folder / DRAFT_FILE
-    vocab = write_target(target, shape, np.random.default_rng([seed, 0]))
-    write_draft(draft_path, shape, draft, vocab.special(SPECIALS[-1]), np.random.default_rng([seed, 1]))
+    st = tiny_structure(seed, shape) if kind == SUCCESSOR else None
+    vocab = write_target(target, shape, np.random.default_rng([seed, 0]), st)
+    write_draft(draft_path, shape, draft, vocab.special(SPECIALS[-1]), np.random.default_rng([seed, 1]), st)
     rng = np.random.default_rng([seed, 2])
     prompts = []
     for i in range(1, N_PROMPTS + 1):
         path = folder / f"prompt-{i}.txt"
-        path.write_text(_prompt(rng, i, shape.n_vocab, vocab.first_word), encoding="utf-8")
+        if kind == SUCCESSOR:
+            text = _sized_prompt(rng, i, shape.n_vocab, vocab.first_word, SUCCESSOR_PROMPT_BYTES[i - 1])
+        else:
+            text = _prompt(rng, i, shape.n_vocab, vocab.first_word, PROMPT_WORDS)
+        path.write_text(text, encoding="utf-8")
         prompts.append(path)
     sha = {p.name: _sha256(p) for p in (target, draft_path, *prompts)}
     config = folder / CONFIG_FILE
-    config.write_text(_config({"target": TARGET_FILE, "draft": DRAFT_FILE}, sha, [p.name for p in prompts]), encoding="utf-8")
+    names = {"target": TARGET_FILE, "draft": DRAFT_FILE}
+    config.write_text(_config(names, sha, [p.name for p in prompts], kind), encoding="utf-8")
     return TinySet(folder, target, draft_path, prompts, config, sha)

@@ -10,18 +10,21 @@ from pathlib import Path
 import numpy as np
 from gguf import GGUFWriter
 
-from ds4ci.tinymodels import layers
+from ds4ci.tinymodels import layers, structure
 from ds4ci.tinymodels.shapes import DRAFT_ARCH, DraftShape, Shape, hparams
-from ds4ci.tinymodels.target import NAME, _finish
-from ds4ci.tinymodels.tensors import TensorSink
+from ds4ci.tinymodels.structure import Structure
+from ds4ci.tinymodels.target import NAME, SUCCESSOR_NAME, _finish
+from ds4ci.tinymodels.tensors import WEIGHT_STD, TensorSink
 
 
-def write_draft(path: Path, s: Shape, d: DraftShape, mask_token_id: int, rng: np.random.Generator) -> None:
+def write_draft(path: Path, s: Shape, d: DraftShape, mask_token_id: int, rng: np.random.Generator,
+                st: Structure | None = None) -> None:
+    """Random weights, or with ``st`` a Markov head that knows part of the successor structure."""
     if any(not 0 <= i < s.n_layer for i in d.capture_layer_ids):
         raise ValueError(f"capture layers {d.capture_layer_ids} must lie in the target's {s.n_layer} layers")
     ds = replace(s, n_layer=d.n_layer, n_hash_layer=0)
     w = GGUFWriter(path, DRAFT_ARCH)
-    w.add_name(NAME + "-dspark")
+    w.add_name((NAME if st is None else SUCCESSOR_NAME) + "-dspark")
     p = f"{DRAFT_ARCH}."
     for key, value in hparams(ds).items():
         w.add_uint32(p + key, value)
@@ -37,8 +40,14 @@ def write_draft(path: Path, s: Shape, d: DraftShape, mask_token_id: int, rng: np
     layers.output_head(sink, ds)
     sink.q8("dflash.fc.weight", [n_capture * s.n_embd, s.n_embd])
     sink.const("dflash.hidden_norm.weight", [s.n_embd], 1.0)
-    sink.f32("dflash.dspark.markov.w1", [d.markov_rank, s.n_vocab])
-    sink.f32("dflash.dspark.markov.w2", [d.markov_rank, s.n_vocab])
+    if st is None:
+        sink.f32("dflash.dspark.markov.w1", [d.markov_rank, s.n_vocab])
+        sink.f32("dflash.dspark.markov.w2", [d.markov_rank, s.n_vocab])
+    else:
+        w1, w2 = structure.markov_rows(st, d.markov_rank, rng)
+        sink.f32_values("dflash.dspark.markov.w1", w1)
+        sink.f32_values("dflash.dspark.markov.w2", w2)
+    out_std = WEIGHT_STD if st is None else structure.LAYER_OUT_STD
     for il in range(ds.n_layer):
-        layers.block(sink, ds, il)
+        layers.block(sink, ds, il, out_std)
     _finish(w)

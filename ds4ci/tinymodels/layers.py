@@ -3,10 +3,11 @@
 from __future__ import annotations
 
 from ds4ci.tinymodels.shapes import Shape, mix_dim
-from ds4ci.tinymodels.tensors import TensorSink
+from ds4ci.tinymodels.tensors import WEIGHT_STD, TensorSink
 
 
-def block(sink: TensorSink, s: Shape, il: int) -> None:
+def block(sink: TensorSink, s: Shape, il: int, out_std: float = WEIGHT_STD) -> None:
+    """``out_std``: std of the projections that write back into the residual stream."""
     p = f"blk.{il}."
     e, d, mix = s.n_embd, s.head_dim, mix_dim(s.n_hc)
     sink.const(p + "attn_norm.weight", [e], 1.0)
@@ -17,7 +18,7 @@ def block(sink: TensorSink, s: Shape, il: int) -> None:
     sink.const(p + "attn_kv_a_norm.weight", [d], 1.0)
     sink.const(p + "attn_sinks.weight", [s.n_head], 0.0)
     sink.q8(p + "attn_output_a.weight", [d * s.n_head // s.out_groups, s.lora_o * s.out_groups])
-    sink.q8(p + "attn_output_b.weight", [s.lora_o * s.out_groups, e])
+    sink.q8(p + "attn_output_b.weight", [s.lora_o * s.out_groups, e], std=out_std)
     for part in ("attn", "ffn"):
         sink.f16(p + f"hc_{part}_fn.weight", [s.n_hc * e, mix])
         sink.const(p + f"hc_{part}_scale.weight", [3], 1.0)
@@ -27,10 +28,10 @@ def block(sink: TensorSink, s: Shape, il: int) -> None:
     sink.const(p + "exp_probs_b.bias", [s.n_expert], 0.0)
     sink.q8(p + "ffn_gate_exps.weight", [e, s.ff_exp, s.n_expert])
     sink.q8(p + "ffn_up_exps.weight", [e, s.ff_exp, s.n_expert])
-    sink.q8(p + "ffn_down_exps.weight", [s.ff_exp, e, s.n_expert])
+    sink.q8(p + "ffn_down_exps.weight", [s.ff_exp, e, s.n_expert], std=out_std)
     sink.q8(p + "ffn_gate_shexp.weight", [e, s.ff_exp])
     sink.q8(p + "ffn_up_shexp.weight", [e, s.ff_exp])
-    sink.q8(p + "ffn_down_shexp.weight", [s.ff_exp, e])
+    sink.q8(p + "ffn_down_shexp.weight", [s.ff_exp, e], std=out_std)
 
 
 def compressor(sink: TensorSink, s: Shape, il: int, ratio: int) -> None:

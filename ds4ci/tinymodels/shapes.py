@@ -50,6 +50,11 @@ class DraftShape:
     markov_rank: int = 256
 
 
+# The model kinds `ds4ci tiny-models --kind` writes: the successor structure (default) or the first,
+# random-weight models (kept for comparison).
+SUCCESSOR, RANDOM = "successor", "random"
+KINDS = (SUCCESSOR, RANDOM)
+
 TARGET_ARCH = "deepseek4"
 DRAFT_ARCH = "deepseek4-dflash-draft"
 

@@ -29,18 +29,28 @@ class TensorSink:
 
     def q8(self, name: str, ne: Sequence[int], std: float = WEIGHT_STD, zero_rows: Sequence[int] = ()) -> None:
         """A matmul weight, quantized to Q8_0; ``zero_rows`` (indices along ne[1]) are all zero."""
-        if ne[0] % 32:
-            raise ValueError(f"{name}: Q8_0 needs ne[0] divisible by 32, got {ne[0]}")
         data = self._normal(ne, std)
         if zero_rows:
             data[..., list(zero_rows), :] = 0.0
-        self.writer.add_tensor(name, quantize(data, Q8_0), raw_dtype=Q8_0)
+        self.q8_values(name, data)
 
-    def f16(self, name: str, ne: Sequence[int], std: float = WEIGHT_STD) -> None:
-        self.writer.add_tensor(name, self._normal(ne, std).astype(np.float16))
+    def q8_values(self, name: str, data: np.ndarray) -> None:
+        """Given values (numpy order), quantized to Q8_0."""
+        if data.shape[-1] % 32:
+            raise ValueError(f"{name}: Q8_0 needs ne[0] divisible by 32, got {data.shape[-1]}")
+        self.writer.add_tensor(name, quantize(data.astype(np.float32), Q8_0), raw_dtype=Q8_0)
+
+    def f16(self, name: str, ne: Sequence[int], std: float = WEIGHT_STD) -> np.ndarray:
+        """A random F16 tensor; returns the values written."""
+        data: np.ndarray = self._normal(ne, std).astype(np.float16)
+        self.writer.add_tensor(name, data)
+        return data
 
     def f32(self, name: str, ne: Sequence[int], std: float = WEIGHT_STD) -> None:
         self.writer.add_tensor(name, self._normal(ne, std))
+
+    def f32_values(self, name: str, data: np.ndarray) -> None:
+        self.writer.add_tensor(name, data.astype(np.float32))
 
     def const(self, name: str, ne: Sequence[int], value: float) -> None:
         self.writer.add_tensor(name, np.full(tuple(reversed(ne)), value, dtype=np.float32))

@@ -53,6 +53,11 @@ def test_tiny_models_cli_writes_a_pinned_set(tmp_path: Path) -> None:
     assert sorted(p.name for p in (tmp_path / "m").iterdir()) == [
         "ds4-tiny-dspark.gguf", "ds4-tiny-target.gguf", "ds4ci.toml", "prompt-1.txt", "prompt-2.txt"]
     assert _run(["tiny-models", str(tmp_path / "x"), "--seed", "-1"], tmp_path).returncode == 2
+    bad = _run(["tiny-models", str(tmp_path / "y"), "--kind", "other"], tmp_path)
+    assert bad.returncode == 2 and "--kind must be one of successor, random" in bad.stderr
+    old = _run(["tiny-models", str(tmp_path / "old"), "--kind", "random"], tmp_path)
+    # the first models, as docs/real-server.md pins them
+    assert old.returncode == 0 and "340fd97fff73dc755f918f8bd0e89ea37b3430c4fb66b81c903e05fd5a40b360" in old.stdout
 
 
 def test_verify_of_the_real_reference_exact_bundle_passes(tmp_path: Path) -> None:

@@ -20,6 +20,8 @@ from ds4ci.judging import judge
 from ds4ci.judging.tinywords import KNOWN_TARGETS
 
 FORK = TESTS / "data" / "real-server" / "h200-fork-41ee7d0"
+# The capture ran the first tiny models, now written by `ds4ci tiny-models --kind random --seed 1`.
+FORK_TARGET = "340fd97fff73dc755f918f8bd0e89ea37b3430c4fb66b81c903e05fd5a40b360"
 
 
 def _attempt(tmp_path: Path) -> Path:
@@ -88,7 +90,7 @@ def test_means_that_contradict_the_loops_arithmetic_fail_naming_both(tmp_path: P
 def test_a_build_with_the_mode_but_no_token_ids_is_an_error_with_the_true_reason(tmp_path: Path) -> None:
     attempt = _attempt(tmp_path)
     # the same evidence, but the target is not one of ds4ci's tiny models
-    _edit(attempt / "identities.json", next(iter(KNOWN_TARGETS)), "0" * 64)
+    _edit(attempt / "identities.json", FORK_TARGET, "0" * 64)
     doc = derive(attempt)
     assert (doc["verdict"], doc["exit_code"]) == ("error", 3)
     assert doc["reasons"] == [judge.no_ids_reason(banner=True)]
@@ -100,7 +102,7 @@ def test_a_build_with_the_mode_but_no_token_ids_is_an_error_with_the_true_reason
 def test_the_answers_look_never_makes_the_oracle(tmp_path: Path) -> None:
     """Answers that spell tiny-model words do not make the words an oracle: only the pinned target does."""
     attempt = _attempt(tmp_path)
-    _edit(attempt / "identities.json", next(iter(KNOWN_TARGETS)), "1" * 64)
+    _edit(attempt / "identities.json", FORK_TARGET, "1" * 64)
     assert derive(attempt)["verdict"] == "error"
 
 

@@ -105,6 +105,7 @@ def test_config_pins_every_file_and_loads_with_ds4ci(default_set) -> None:
     assert cfg.target.path.name == TARGET_FILE and cfg.draft.path.name == DRAFT_FILE
     assert list(cfg.widths) == [2, 3, 4] and cfg.max_tokens == 96 and cfg.repeats == 2
     assert all(len(p.read_bytes()) >= MIN_PROMPT_TOKENS for p in default_set.prompts)
+    assert cfg.require_coverage is True  # the successor models exercise the proof, so the gate demands it
 
 
 def _bytes(folder: Path) -> dict[str, bytes]:

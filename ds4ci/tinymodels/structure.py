@@ -1,0 +1,165 @@
+"""The successor structure of the tiny models: what the target continues with and what the draft guesses.
+
+The word tokens form one long cycle (a seeded permutation): ``succ(t)`` is the word after ``t``.
+The target implements it through its embedding and tied output head alone: the output row of a
+word ``j`` is the unit embedding direction of the token(s) before it, scaled to ``ALPHA`` logits,
+plus ``BETA`` logits toward the token two before it, so that for any token ``t`` the logits are
+about ``ALPHA`` for ``succ(t)``, ``BETA`` for ``succ(succ(t))`` and near zero elsewhere. Every
+byte and special token a prompt can end with has a successor word too (the chat template's
+endings ``<think>`` and ``</think>`` the cycle's first word), so the first generated token is fixed
+by the prompt's last token. The layers write back into the residual stream only
+through small output projections (``LAYER_OUT_STD``): they run, but cannot outvote the direct path.
+A few words are near-ties (``NEAR_TIE_GAP``) where the layers may pick the skip, still a step
+forward on the cycle. Any greedy continuation is therefore a forward walk of steps 1 or 2 on a
+cycle of ``n_vocab - first_word`` words: no ID repeats within it.
+
+The DSpark draft's Markov head (rank ``markov_rank``, a bilinear bigram bias added to the draft's
+logits) knows ``succ`` only for a seeded subset of words ("known"); for the others it guesses
+``succ(succ(t))``. Known words come in runs of 0 to 5 along the cycle, so accept lengths
+spread over 0..q-1 at every width. This module computes the arrays and the intended behaviour;
+``target``/``draft`` write them.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+import numpy as np
+
+ALPHA = 16.0  # logits of the successor
+BETA = 8.0  # logits of the token after the successor (the runner-up)
+NEAR_TIE_GAP = 1.0  # at near-tie words the runner-up is this close to the successor
+NEAR_TIE_EVERY = 16  # about one word in this many is a near-tie
+MARKOV_LOGITS = 40.0  # the Markov head's bias toward its guess
+# Known words come in runs, each followed by one unknown word; the run lengths come in blocks (a
+# seeded order of RUN_BLOCK each), so every stretch of 96 tokens holds every length several times.
+RUN_BLOCK = (0, 0, 1, 2, 3, 4, 5)
+# The first block, where every answer starts (the chat template's endings lead to the cycle's
+# first word): accept lengths 3, 0, 1, 2 at q=4 (2, 0, 0, 1, 2 at q=3) in the first steps,
+# which are the steps a build's compare lines show.
+FIRST_RUNS = (3, 0, 1, 2, 5, 0, 4)
+LAYER_OUT_STD = 0.005  # std of the layers' output projections (the random models use 0.05)
+
+
+@dataclass(frozen=True)
+class Structure:
+    first_word: int
+    n_vocab: int
+    cycle: tuple[int, ...]  # the word tokens in cycle order
+    succ: dict[int, int]  # every token a continuation can start from -> the word after it
+    known: frozenset[int]  # words whose successor the draft's Markov head knows
+    near_ties: frozenset[int]  # words whose runner-up is only NEAR_TIE_GAP behind
+
+    def guess(self, token: int) -> int:
+        """The draft's Markov guess after ``token``: its successor where known, else the one after."""
+        nxt = self.succ[token]
+        return nxt if token in self.known else self.succ[nxt]
+
+
+def build(n_vocab: int, first_word: int, no_successor: Sequence[int], endings: Sequence[int],
+          rng: np.random.Generator) -> Structure:
+    """``no_successor``: tokens no answer follows (the mask); ``endings``: the tokens a chat prompt
+    ends with, whose successor is the cycle's first word."""
+    words = [int(w) for w in rng.permutation(np.arange(first_word, n_vocab))]
+    n = len(words)
+    if n < 3:
+        raise ValueError(f"{n} word tokens cannot form a cycle with a successor and a skip")
+    succ = {words[i]: words[(i + 1) % n] for i in range(n)}
+    for tok in range(first_word):
+        if tok not in no_successor:
+            succ[tok] = words[0] if tok in endings else words[int(rng.integers(n))]
+    known: set[int] = set()
+    i = 0
+    blocks = 0
+    while i < n:
+        for run in FIRST_RUNS if blocks == 0 else rng.permutation(RUN_BLOCK):
+            known.update(words[i:i + int(run)])
+            i += int(run) + 1
+        blocks += 1
+    near = {w for w in words if rng.random() < 1.0 / NEAR_TIE_EVERY}
+    return Structure(first_word, n_vocab, tuple(words), succ, frozenset(known), frozenset(near))
+
+
+def _unit_rows(e: np.ndarray) -> np.ndarray:
+    rows: np.ndarray = e / np.linalg.norm(e, axis=1, keepdims=True)
+    return rows
+
+
+def output_rows(st: Structure, embedding: np.ndarray) -> np.ndarray:
+    """The tied output head (numpy [n_vocab, n_embd]) for the embedding ``embedding`` ([n_vocab, n_embd]).
+
+    The last norm hands the head ``sqrt(n_embd) * unit(x)``, so a row ``c * unit(e_t) / sqrt(n_embd)``
+    gives token ``t``'s hidden state ``c`` logits.
+    """
+    n_embd = embedding.shape[1]
+    unit = _unit_rows(embedding.astype(np.float32)) / np.float32(np.sqrt(n_embd))
+    out: np.ndarray = np.zeros_like(unit)
+    for tok, nxt in st.succ.items():
+        out[nxt] += ALPHA * unit[tok]
+        if tok >= st.first_word:
+            after = st.succ[nxt]
+            out[after] += (ALPHA - NEAR_TIE_GAP if tok in st.near_ties else BETA) * unit[tok]
+    return out
+
+
+def markov_rows(st: Structure, rank: int, rng: np.random.Generator) -> tuple[np.ndarray, np.ndarray]:
+    """Markov w1 and w2 (numpy [n_vocab, rank] each): bias_j(prev) = w2[j] . w1[prev] = MARKOV_LOGITS for the guess."""
+    keys = _unit_rows(rng.standard_normal((st.n_vocab, rank)).astype(np.float32))
+    keys[: st.first_word] = 0.0  # never guess a byte or special token
+    w1 = np.zeros((st.n_vocab, rank), dtype=np.float32)
+    for tok in st.succ:
+        w1[tok] = MARKOV_LOGITS * keys[st.guess(tok)]
+    return w1, keys
+
+
+def greedy_walk(next_of: dict[int, int], start: int, n_tokens: int) -> list[int]:
+    """The first ``n_tokens`` generated tokens after a prompt ending in ``start``."""
+    out: list[int] = []
+    tok = start
+    while len(out) < n_tokens:
+        tok = next_of[tok]
+        out.append(tok)
+    return out
+
+
+@dataclass(frozen=True)
+class SpecRun:
+    width: int
+    matched: int
+    offered: int
+    accept_lengths: tuple[int, ...]  # per verify step, drafts accepted
+
+
+def speculate(answer: Sequence[int], guess: dict[int, int], width: int) -> SpecRun:
+    """The reference-exact loop over a known greedy ``answer``: drafts chained from ``guess``, the
+    target's tokens from ``answer``; the first token comes from the prompt, each step commits its
+    accepted drafts plus one target token, until ``len(answer)`` tokens are out."""
+    n = len(answer)
+    done, matched, offered, lengths = 1, 0, 0, []
+    while done < n:
+        drafts: list[int] = []
+        tok = answer[done - 1]
+        for _ in range(width - 1):
+            tok = guess[tok]
+            drafts.append(tok)
+        accepted = 0
+        while accepted < len(drafts) and done + accepted < n and drafts[accepted] == answer[done + accepted]:
+            accepted += 1
+        matched += accepted
+        offered += len(drafts)
+        lengths.append(accepted)
+        done += accepted + 1
+    return SpecRun(width, matched, offered, tuple(lengths))
+
+
+def shortest_cycle(seq: Sequence[int]) -> int | None:
+    """The shortest period p such that some token recurs p positions later (None: no ID repeats)."""
+    last: dict[int, int] = {}
+    best: int | None = None
+    for i, tok in enumerate(seq):
+        if tok in last:
+            gap = i - last[tok]
+            best = gap if best is None else min(best, gap)
+        last[tok] = i
+    return best
