@@ -4,7 +4,7 @@
   the build's folder), all read-only; for a script run by a Python virtual environment (the bundled
   simulator), that environment read-only too;
 - a check: its folder read-only, the folder of its JUnit report writable;
-- the build: its own folder writable.
+- the build: its own folder writable, the ``.git`` in it read-only.
 
 Wherever a bound folder would show them, the evidence folder and the runner keys' folder are
 covered by an empty tmpfs, and ds4ci's own install is bound read-only again.
@@ -16,7 +16,7 @@ import contextlib
 import os
 import shutil
 import sys
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from pathlib import Path
 
 import ds4ci
@@ -112,3 +112,13 @@ def build_view(spec: BuildSpec) -> supervisor.View:
     out = spec.server_bin.parent
     extra = (out,) if out.is_dir() and not out.is_relative_to(_absolute(spec.cwd)) else ()
     return supervisor.View(rw=(_absolute(spec.cwd), *extra))
+
+
+def git_dirs(writable: Sequence[Path], source_dir: Path | None) -> tuple[Path, ...]:
+    """The ``.git`` of each writable folder and of ``source_dir`` where a writable folder holds it: shown read-only,
+    so no build writes a repository config, hook or HEAD that git or a later job would follow."""
+    found = [folder / ".git" for folder in writable]
+    if source_dir is not None:
+        found.append(source_dir.absolute() / ".git")
+    shown = [p for p in found if p.exists() and not p.is_symlink() and any(p.is_relative_to(w) for w in writable)]
+    return tuple(dict.fromkeys(shown))
