@@ -239,16 +239,17 @@ class _Run:
         """Start one server, send every request, stop it, and record its lifecycle (never judges)."""
         key, label = judge.server_key(q), judge.server_label(q)
         server_dir = self.attempt.path / judge.SERVERS / key
-        life: dict[str, Any] = {"key": key, "q": q, "requests": [], "error": None}
+        assert self.binary is not None  # run_arms copies it first
+        # Hashed right before the start; a changed copy stops the run (no later server may start either).
+        binary = {"path": str(self.binary.path), "sha256": self.binary.verified()}
+        life: dict[str, Any] = {"key": key, "q": q, "requests": [], "error": None, "binary": binary}
         t0 = time.monotonic()
         from ds4ci.gate.server import Server
 
-        assert self.binary is not None  # run_arms copies it first
         server = Server(self._settings(self.binary), env.env, server_dir, self.progress, label)
         try:
             with self.progress.group(f"{label} server"):
                 try:
-                    life["binary"] = {"path": str(self.binary.path), "sha256": self.binary.verified()}  # right before
                     server.start()
                     self._serve(server, key, life["requests"])
                 finally:
