@@ -108,6 +108,9 @@ def program_keys(repo_dir: Path, timeout_s: float) -> tuple[str, ...]:
                     "(actions/checkout with persist-credentials: false writes neither)"
                 )
             found = _FILTER_KEYS.match(name)
+            if found and ("=" in found.group(1) or not found.group(1).isprintable()):
+                raise UsageError(f"the git config {path} names a filter driver {found.group(1)[:200]!r} that no "
+                                 "command-line value can name, so none can switch it off; ds4ci does not run git there")
             if found:
                 driver = found.group(1)
                 off.update(dict.fromkeys(f"filter.{driver}.{key}=" for key in ("clean", "smudge", "process")))

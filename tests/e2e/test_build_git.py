@@ -17,12 +17,13 @@ from pathlib import Path
 
 import pytest
 from gatekit import Workspace, git_repo
+from procscan import namespace_refusal
 
 from ds4ci.supervisor import sandbox
 
 LEVELS = [
     pytest.param("auto", marks=pytest.mark.skipif(sandbox.refusal() is not None, reason=f"no sandbox: {sandbox.refusal()}")),
-    "pid-namespace",
+    pytest.param("pid-namespace", marks=pytest.mark.skipif(namespace_refusal() is not None, reason="no PID namespace")),
 ]
 
 

@@ -19,7 +19,9 @@ from pathlib import Path
 
 import pytest
 from gatekit import GateRun, Workspace, evidence_listing, sha256
+from procscan import namespace_refusal
 
+pytestmark = pytest.mark.skipif(namespace_refusal() is not None, reason=f"no PID namespace here: {namespace_refusal()}")
 FALLBACK = {"DS4CI_CONTAINMENT": "pid-namespace"}
 SIMULATOR = f'exec {shlex.quote(sys.executable)} -m ds4ci.simulator "$@"'
 
