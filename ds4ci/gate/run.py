@@ -2,8 +2,8 @@
 
 Order, failing closed at every step:
 1. a fresh attempt directory (evidence of every attempt, even one that stops at step 2);
-2. the revisions, before any pull-request process runs (``runner.revisions``); the build, sealed
-   as it ends (``store.Seals``); every pin verified; the checks, sealed; stale override files refused;
+2. the revisions, before any pull-request process runs (``runner.revisions``); the build and the
+   checks, each sealed as it ends (``store.Seals``); every pin verified; stale override files refused;
 3. the server binary copied privately (``privatebin``): what starts is the bytes that were hashed;
 4. one target-only server answers every prompt ``repeats`` times, interleaved (A, B, ..., A, B);
 5. one reference-exact server per width does the same;
@@ -396,9 +396,9 @@ def run_gate(cfg: GateConfig, progress: Progress | Logger | None = None) -> Gate
             preload()  # everything ds4ci imports later is loaded before PR code runs
             run.record_revisions()  # before any PR process: git never runs on a .git the build wrote
             built = run.run_build()  # a PR that does not build is a fail: no server starts
-            if built:
+            if built:  # checks before hashing and the servers: no check runs after a file is hashed or judged
+                run.run_checks()
                 run.verify_identities()
-                run.run_checks()  # before the servers: no PR process runs once a server's evidence exists
                 settings.refuse_stale_overrides(cfg)
             if built and cfg.role == "gate":
                 run.run_arms()  # fingerprint included
