@@ -12,7 +12,7 @@ git runs outside the sandbox, as the gate's user, on a repository that pull-requ
 have written to (a build writes its checkout), and several git config keys name programs that
 git runs. So git never runs with what the repository, the host or the job configure beyond what
 it reads as data (``safe_env``, ``SAFE_CONFIG``): no system or global config, no inherited
-``GIT_*`` variable (``GIT_DIR``, ``GIT_CONFIG_*``, ``GIT_EXTERNAL_DIFF``, ...), no replace refs,
+``GIT_*`` variable but the discovery limits (``GIT_DIR``, ``GIT_CONFIG_*``, ... are dropped), no replace refs,
 no fsmonitor, hooks, pager, signature check, lazy fetch or submodule recursion, and every filter
 driver the repository's own config defines set to none; a repository config that names a merge
 driver (``git merge-tree`` would run it) or includes another file (which no one has read) is
@@ -45,12 +45,15 @@ SAFE_CONFIG = (
 )
 # Keys of a repository config whose programs cannot be switched off from the command line.
 _REFUSED_KEYS = re.compile(r"^(include\.|includeif\.|merge\..+\.driver$)", re.IGNORECASE)
+# Inherited GIT_* variables that only limit where git looks for a repository (never what it runs).
+_DISCOVERY_LIMITS = frozenset({"GIT_CEILING_DIRECTORIES", "GIT_DISCOVERY_ACROSS_FILESYSTEM"})
 _FILTER_KEYS = re.compile(r"^filter\.(.+)\.(clean|smudge|process|required)$", re.IGNORECASE)
 
 
 def safe_env() -> dict[str, str]:
-    """The environment git runs in: the job's, without any ``GIT_*`` variable, and no system or global config."""
-    env = {k: v for k, v in os.environ.items() if not k.startswith("GIT_")}
+    """The environment git runs in: the job's, without a ``GIT_*`` variable (but the discovery limits), and no
+    system or global config."""
+    env = {k: v for k, v in os.environ.items() if not k.startswith("GIT_") or k in _DISCOVERY_LIMITS}
     env.update({
         "GIT_CONFIG_NOSYSTEM": "1", "GIT_CONFIG_GLOBAL": os.devnull, "GIT_ATTR_NOSYSTEM": "1",
         "GIT_NO_REPLACE_OBJECTS": "1", "GIT_NO_LAZY_FETCH": "1", "GIT_PAGER": "cat", "PAGER": "cat",
