@@ -159,7 +159,7 @@ class _Run:
         from ds4ci.gate import privatebin
 
         self.binary = privatebin.copy(self.cfg.server_bin.path, self.doc["identities"])
-        self.progress(f"server_bin: servers start the private copy {self.binary.path} (sha256 {self.binary.sha256[:16]}…)")
+        self.progress(f"server_bin: servers start a private read-only copy (sha256 {self.binary.sha256[:16]}…)")
 
     def _settings(self, binary: PrivateBinary) -> ServerSettings:
         from ds4ci.gate.server import ServerSettings
