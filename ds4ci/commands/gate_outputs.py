@@ -43,6 +43,8 @@ def _existing_ancestor(path: Path) -> Path:
 
 def evidence_not_ignored(evidence_dir: Path) -> Path | None:
     """The git work tree that holds ``evidence_dir`` without ignoring it; None when outside one, ignored, or no git."""
+    from ds4ci.runner.revisions import safe_args, safe_env  # git never runs with the checkout's programs
+
     git = shutil.which("git")
     if git is None:
         return None
@@ -50,7 +52,8 @@ def evidence_not_ignored(evidence_dir: Path) -> Path | None:
     start = start if start.is_dir() else start.parent
 
     def run(*args: str) -> subprocess.CompletedProcess[str]:
-        return subprocess.run([git, "-C", str(start), *args], capture_output=True, text=True, timeout=30, check=False)
+        return subprocess.run([git, *safe_args(), "-C", str(start), *args], capture_output=True, text=True, timeout=30,
+                              env=safe_env(), stdin=subprocess.DEVNULL, check=False)
 
     try:
         top = run("rev-parse", "--show-toplevel")

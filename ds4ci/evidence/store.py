@@ -6,6 +6,12 @@ Layout under ``--evidence-dir``::
     runs/<id>/       promoted attempts whose verdict was pass
     failed/<id>/     promoted attempts whose verdict was fail or error (diagnostics kept)
 
+Evidence is sealed in parts as the gate goes (``Seals``): when the build ends, when the checks end,
+and when each server stops, every file written so far is hashed and the part's folders are closed.
+The manifest is built only if every sealed file still has the size and SHA-256 it had then and no
+file appeared in a closed folder: nothing a later process does can change what was judged, and the
+signature over the manifest covers only bytes sealed when the process that wrote them had ended.
+
 An attempt is promoted by a single ``rename`` that refuses to replace an existing path
 (``renameat2(RENAME_NOREPLACE)`` on Linux), so two gates running at once in one directory, or a
 re-run, can never overwrite earlier evidence; ids are unique per attempt anyway.
@@ -21,7 +27,7 @@ import secrets
 import stat
 import time
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -111,22 +117,66 @@ def regular_files(root: Path) -> tuple[dict[str, Path], list[str]]:
     return files, problems
 
 
-def build_manifest(attempt_dir: Path, inputs: Sequence[FileIdentity]) -> dict[str, Any]:
-    """Path, size and SHA-256 of every input and of every evidence file (except the manifest and results)."""
+def _evidence_files(attempt_dir: Path) -> dict[str, Path]:
     found, problems = regular_files(attempt_dir)
     if problems:
         raise NoVerdictError("the evidence holds entries that are not regular files: " + "; ".join(problems[:10]))
-    files = [
-        {"path": rel, "size": path.stat().st_size, "sha256": _hash_file(path)}
-        for rel, path in sorted(found.items()) if rel not in (MANIFEST, RESULTS)
-    ]
+    return {rel: path for rel, path in sorted(found.items()) if rel not in (MANIFEST, RESULTS)}
+
+
+@dataclass(frozen=True)
+class Seals:
+    """Evidence sealed before the attempt is: each file's size and SHA-256 when the part that wrote it
+    ended, and the folders nothing may be added to since (see the module's docstring)."""
+
+    files: dict[str, tuple[int, str, str]] = field(default_factory=dict)  # path -> (size, sha256, when)
+    closed: dict[str, str] = field(default_factory=dict)  # folder -> when
+
+    def close(self, attempt_dir: Path, when: str, folders: Sequence[str] = ()) -> None:
+        """Seal every file not sealed yet (``when``: what had just ended), and close ``folders``."""
+        for rel, path in _evidence_files(attempt_dir).items():
+            if rel not in self.files:
+                self.files[rel] = (path.stat().st_size, _hash_file(path), when)
+        for folder in folders:
+            self.closed.setdefault(folder, when)
+
+    def problems(self, found: dict[str, tuple[int, str]]) -> list[str]:
+        """What changed since it was sealed, given every evidence file's (size, sha256) now."""
+        out = []
+        for rel, (size, sha, when) in self.files.items():
+            now = found.get(rel)
+            if now is None:
+                out.append(f"{rel} (sealed when {when}) is gone")
+            elif now != (size, sha):
+                out.append(f"{rel} (sealed when {when}: {size} bytes, sha256 {sha[:16]}…) is now {now[0]} bytes, "
+                           f"sha256 {now[1][:16]}…")
+        for rel in found:
+            folder = next((f for f in self.closed if rel.startswith(f + "/")), None)
+            if folder is not None and rel not in self.files:
+                out.append(f"{rel} appeared in {folder}/ after it was sealed (when {self.closed[folder]})")
+        return out
+
+
+def build_manifest(attempt_dir: Path, inputs: Sequence[FileIdentity], seals: Seals | None = None) -> dict[str, Any]:
+    """Path, size and SHA-256 of every input and of every evidence file (except the manifest and results).
+
+    With ``seals``: NoVerdictError unless every file sealed earlier is unchanged and no closed folder grew.
+    """
+    found = {rel: (path.stat().st_size, _hash_file(path)) for rel, path in _evidence_files(attempt_dir).items()}
+    files = [{"path": rel, "size": size, "sha256": sha} for rel, (size, sha) in found.items()]
+    changed = (seals or Seals()).problems(found)
+    if changed:
+        raise NoVerdictError(
+            f"the evidence changed after it was sealed, so no verdict can stand ({len(changed)} change(s)): "
+            + "; ".join(changed[:10]) + "; the attempt is kept as it is"
+        )
     return {"schema": "ds4ci/manifest/v1", "inputs": inputs, "evidence": files}
 
 
-def seal(attempt: Attempt, inputs: Sequence[FileIdentity]) -> str:
+def seal(attempt: Attempt, inputs: Sequence[FileIdentity], seals: Seals | None = None) -> str:
     """Write manifest.json into the attempt and return its SHA-256 (the evidence bundle digest)."""
     manifest_path = attempt.path / MANIFEST
-    write_json(manifest_path, build_manifest(attempt.path, inputs))
+    write_json(manifest_path, build_manifest(attempt.path, inputs, seals))
     return _hash_file(manifest_path)
 
 

@@ -10,6 +10,7 @@ code 0 passes (the built ``server_bin`` is then hashed, recorded and started), a
 
 from __future__ import annotations
 
+import dataclasses
 import json
 from collections.abc import Callable
 from pathlib import Path
@@ -20,27 +21,29 @@ from ds4ci.judging.steps import build_result
 from ds4ci.log import Logger, as_logger
 from ds4ci.options.config import BuildSpec, CheckSpec
 from ds4ci.records import BuildRecord
+from ds4ci.supervisor import View
 
 Progress = Callable[[str], None]
 RECORD = "build.json"
 
 
 def run_build(
-    spec: BuildSpec, log_dir: Path, progress: Progress | Logger, log_cap_bytes: int = DEFAULT_LOG_CAP_BYTES
+    spec: BuildSpec, log_dir: Path, progress: Progress | Logger, log_cap_bytes: int = DEFAULT_LOG_CAP_BYTES,
+    source_dir: Path | None = None,
 ) -> BuildRecord:
     """Run the build in its own log group; the schema's ``build`` object (its log is ``log_dir/build.log``,
-    cut at ``log_cap_bytes`` like a check's)."""
+    cut at ``log_cap_bytes`` like a check's). The ``.git`` of its folder and of ``source_dir`` is read-only."""
     log = as_logger(progress)
     with log.group("build"):
-        return _build(spec, log_dir, log, log_cap_bytes)
+        return _build(spec, log_dir, log, log_cap_bytes, source_dir)
 
 
-def _build(spec: BuildSpec, log_dir: Path, progress: Logger, log_cap_bytes: int) -> BuildRecord:
+def _build(spec: BuildSpec, log_dir: Path, progress: Logger, log_cap_bytes: int, source_dir: Path | None) -> BuildRecord:
     log_dir.mkdir(parents=True, exist_ok=True)
     progress(f"build: running `{spec.command}` in {spec.cwd or Path.cwd()} (timeout {spec.timeout_s:g} s)")
     record = run_step(
         CheckSpec("build", spec.command, "build-progress", None, spec.timeout_s, spec.cwd), log_dir / "build.log",
-        progress=progress, log_cap_bytes=log_cap_bytes, view=views.build_view(spec),
+        progress=progress, log_cap_bytes=log_cap_bytes, view=_view(spec, source_dir),
     )
     for key in ("name", "parser", "report"):
         del record[key]
@@ -49,3 +52,9 @@ def _build(spec: BuildSpec, log_dir: Path, progress: Logger, log_cap_bytes: int)
     build = build_result(record, log_dir, "build")
     progress(f"build: {build['status']}: {build['summary']} ({build['duration_s']:.1f} s)")
     return build
+
+
+def _view(spec: BuildSpec, source_dir: Path | None) -> View:
+    """``views.build_view``, with every ``.git`` in its writable folders read-only (``views.git_dirs``)."""
+    view = views.build_view(spec)
+    return dataclasses.replace(view, ro=(*view.ro, *views.git_dirs(view.rw, source_dir)))

@@ -13,6 +13,7 @@ def preload() -> None:
     import ds4ci.evidence.results
     import ds4ci.gate.build
     import ds4ci.gate.checks
+    import ds4ci.gate.privatebin
     import ds4ci.gate.server
     import ds4ci.runner.fingerprint
     import ds4ci.runner.identity

@@ -2,27 +2,28 @@
 
 Order, failing closed at every step:
 1. a fresh attempt directory (evidence of every attempt, even one that stops at step 2);
-2. every pinned SHA-256 verified, and stale override files refused, before any server starts;
-3. one target-only server answers every prompt ``repeats`` times, interleaved (A, B, ..., A, B);
-4. one reference-exact server per width does the same;
-5. after each server has stopped: override files checked again (the target-only server's raw
-   evidence is judged once, to know whether the widths can run);
-6. ``run.json`` (what no other file shows), the manifest, then ``results.json`` derived from the
-   sealed files alone by ``evidence.derive`` (the function ``ds4ci verify`` runs), atomic promotion.
+2. the revisions, before any pull-request process runs (``runner.revisions``); the build and the
+   checks, each sealed as it ends (``store.Seals``); every pin verified; stale override files refused;
+3. the server binary copied privately (``privatebin``): what starts is the bytes that were hashed;
+4. one target-only server answers every prompt ``repeats`` times, interleaved (A, B, ..., A, B);
+5. one reference-exact server per width does the same;
+6. after each server has stopped: override files checked again, its evidence sealed (the
+   target-only server's raw evidence is judged once, to know whether the widths can run);
+7. ``run.json`` (what no other file shows), the manifest (refused if a sealed file changed), ``results.json``
+   derived from the sealed files alone by ``evidence.derive`` (as ``ds4ci verify`` does), promotion.
 """
 
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import os
-import signal
 import sys
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import datetime, timezone
 from pathlib import Path
-from types import FrameType
 from typing import TYPE_CHECKING, Any
 
 from ds4ci import __version__
@@ -31,6 +32,7 @@ from ds4ci.evidence import derive, results, store
 from ds4ci.fileio import write_text_atomic
 from ds4ci.gate import settings, views
 from ds4ci.gate.document import containment, initial_results, inputs, read_verified_prompt
+from ds4ci.gate.interrupt import GateInterrupted, signals_raise
 from ds4ci.gate.preload import preload
 from ds4ci.judging import judge
 from ds4ci.judging.logtail import fit_reason
@@ -41,14 +43,11 @@ from ds4ci.options.config import GateConfig
 from ds4ci.records import Arm, Results
 
 if TYPE_CHECKING:  # imported when first used: http.client, ssl and psutil come after the first line
+    from ds4ci.gate.privatebin import PrivateBinary
     from ds4ci.gate.server import Server, ServerSettings
     from ds4ci.runner.fingerprint import Background
 
 Progress = Callable[[str], None]
-
-
-class GateInterrupted(NoVerdictError):
-    """ds4ci received SIGINT or SIGTERM; servers are stopped and the attempt kept."""
 
 
 @dataclass(frozen=True)
@@ -69,26 +68,6 @@ def _now() -> str:
     return datetime.now(timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
 
 
-@contextlib.contextmanager
-def _signals_raise() -> Iterator[None]:
-    """Turn SIGTERM/SIGINT into an exception so every server is stopped on the way out."""
-
-    fired: list[int] = []
-
-    def handler(signum: int, _frame: FrameType | None) -> None:
-        if fired:  # already unwinding: let the cleanup that is running finish
-            return
-        fired.append(signum)
-        raise GateInterrupted(f"ds4ci was interrupted by {signal.Signals(signum).name}; no verdict")
-
-    previous = {s: signal.signal(s, handler) for s in (signal.SIGTERM, signal.SIGINT)}
-    try:
-        yield
-    finally:
-        for sig, old in previous.items():
-            signal.signal(sig, old)
-
-
 class _Run:
     """Mutable state of one gate run; everything it learns is written to a sealed file, from which
     results.json is derived (``doc`` only carries facts until they are written)."""
@@ -101,6 +80,8 @@ class _Run:
         self.started_at = _now()
         self.doc: Results = initial_results(cfg, self.started_at)
         self.prompts: list[str] = []
+        self.seals = store.Seals()
+        self.binary: PrivateBinary | None = None  # the private copy of server_bin that servers start
 
     # -- steps ------------------------------------------------------------------------------
     def verify_identities(self) -> None:
@@ -134,7 +115,10 @@ class _Run:
             return True
         from ds4ci.gate.build import run_build
 
-        build = self.doc["build"] = run_build(self.cfg.build, self.attempt.path / "build", self.progress, self.cfg.log_cap_bytes)
+        build = self.doc["build"] = run_build(
+            self.cfg.build, self.attempt.path / "build", self.progress, self.cfg.log_cap_bytes, self.cfg.source_dir
+        )
+        self.seals.close(self.attempt.path, "the build ended", ["build"])
         return build["status"] == "pass"
 
     def record_fingerprint(self, taken: Background | None = None) -> None:
@@ -168,13 +152,22 @@ class _Run:
         self.doc["checks"] = run_checks(
             self.cfg.checks, self.attempt.path / "checks", progress=self.progress, log_cap_bytes=self.cfg.log_cap_bytes
         )
+        self.seals.close(self.attempt.path, "the checks ended", ["checks"])
 
-    def _settings(self) -> ServerSettings:
+    def copy_binary(self) -> None:
+        """The server binary's private copy, its bytes those the pinned identity hashed."""
+        from ds4ci.gate import privatebin
+
+        self.binary = privatebin.copy(self.cfg.server_bin.path, self.doc["identities"])
+        self.progress(f"server_bin: servers start a private read-only copy (sha256 {self.binary.sha256[:16]}…)")
+
+    def _settings(self, binary: PrivateBinary) -> ServerSettings:
         from ds4ci.gate.server import ServerSettings
 
         cfg = self.cfg
+        view = views.server_view(cfg)
         return ServerSettings(
-            binary=cfg.server_bin.path,
+            binary=binary.path,
             target=cfg.target.path,
             target_device=cfg.target_device,
             max_ctx=cfg.max_ctx,
@@ -184,7 +177,7 @@ class _Run:
             request_timeout_s=cfg.request_timeout_s,
             stop_timeout_s=cfg.stop_timeout_s,
             log_cap_bytes=cfg.log_cap_bytes,
-            view=views.server_view(cfg),
+            view=dataclasses.replace(view, ro=(*view.ro, binary.folder)),
         )
 
     def arm_environments(self) -> tuple[policy.ArmEnvironment, dict[int, policy.ArmEnvironment]]:
@@ -246,11 +239,14 @@ class _Run:
         """Start one server, send every request, stop it, and record its lifecycle (never judges)."""
         key, label = judge.server_key(q), judge.server_label(q)
         server_dir = self.attempt.path / judge.SERVERS / key
-        life: dict[str, Any] = {"key": key, "q": q, "requests": [], "error": None}
+        assert self.binary is not None  # run_arms copies it first
+        # Hashed right before the start; a changed copy stops the run (no later server may start either).
+        binary = {"path": str(self.binary.path), "sha256": self.binary.verified()}
+        life: dict[str, Any] = {"key": key, "q": q, "requests": [], "error": None, "binary": binary}
         t0 = time.monotonic()
         from ds4ci.gate.server import Server
 
-        server = Server(self._settings(), env.env, server_dir, self.progress, label)
+        server = Server(self._settings(self.binary), env.env, server_dir, self.progress, label)
         try:
             with self.progress.group(f"{label} server"):
                 try:
@@ -284,6 +280,8 @@ class _Run:
             life["overrides_after"] = settings.present_overrides(self.cfg)
             if server_dir.is_dir():
                 store.write_json(server_dir / judge.LIFECYCLE, life)
+            self.seals.close(self.attempt.path, f"the {label} server stopped",
+                             [f"{judge.SERVERS}/{key}", f"{judge.REQUESTS}/{key}"])
 
     def _server_timing(self, arm: Arm, q: int | None, server: Server | None, t0: float) -> None:
         self.doc["timings"]["servers"].append({
@@ -301,6 +299,7 @@ class _Run:
             taken = None
         results.preload()
         try:
+            self.copy_binary()
             target_env, spec_envs = self.arm_environments()
             sealed = settings.judge_settings(self.cfg, [p["sha256"] for p in self.doc["identities"]["prompts"]])
             self._run_server(None, target_env)
@@ -332,7 +331,7 @@ class _Run:
         """Seal the attempt, derive results.json from the sealed files alone, promote by the derived verdict."""
         try:
             self.seal_run_facts()
-            manifest_sha256 = store.seal(self.attempt, inputs(self.doc["identities"]))
+            manifest_sha256 = store.seal(self.attempt, inputs(self.doc["identities"]), self.seals)
             doc = derive.derive(self.attempt.path)
             if doc["evidence"]["manifest_sha256"] != manifest_sha256:
                 raise NoVerdictError("manifest.json changed between sealing and deriving results.json")
@@ -391,21 +390,20 @@ def run_gate(cfg: GateConfig, progress: Progress | Logger | None = None) -> Gate
         "settings": run.doc["settings"], "runner": run.doc["runner"], "reproduce": run.doc["reproduce"],
         "notes": run.doc.get("warnings", []),
     })
-    with _signals_raise():
+    with signals_raise():
         try:
             views.prepare(cfg, progress)  # [sandbox] require: stops here, before any PR process
             preload()  # everything ds4ci imports later is loaded before PR code runs
+            run.record_revisions()  # before any PR process: git never runs on a .git the build wrote
             built = run.run_build()  # a PR that does not build is a fail: no server starts
-            if built:
+            if built:  # checks before hashing and the servers: no check runs after a file is hashed or judged
+                run.run_checks()
                 run.verify_identities()
                 settings.refuse_stale_overrides(cfg)
-            run.record_revisions()
             if built and cfg.role == "gate":
                 run.run_arms()  # fingerprint included
             else:
                 run.record_fingerprint()
-            if built:
-                run.run_checks()
         except Ds4ciError as exc:
             run.doc["reasons"].append(fit_reason(str(exc)))
             progress(f"no verdict: {exc}")
@@ -416,4 +414,7 @@ def run_gate(cfg: GateConfig, progress: Progress | Logger | None = None) -> Gate
             message = f"internal error (a bug in ds4ci, please report it): {type(exc).__name__}: {exc}"
             run.doc["reasons"].append(message.splitlines()[0][:1000])
             progress(f"no verdict: {message.splitlines()[0]}")
+        finally:
+            if run.binary is not None:
+                run.binary.remove()
         return run.finish()

@@ -4,7 +4,7 @@
   the build's folder), all read-only; for a script whose first line names ds4ci's own Python (the
   bundled simulator, ``ds4ci-sim``), ds4ci's environment read-only too;
 - a check: its folder read-only, the folder of its JUnit report writable;
-- the build: its own folder writable.
+- the build: its own folder writable, the ``.git`` in it read-only.
 
 Only trusted sources choose a bind: the configuration, ds4ci's own environment and fixed system
 paths. Nothing the checkout or the server binary holds (a first line naming another interpreter, a
@@ -21,7 +21,7 @@ from __future__ import annotations
 import os
 import shutil
 import sys
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from pathlib import Path
 
 import ds4ci
@@ -152,3 +152,13 @@ def build_view(spec: BuildSpec) -> supervisor.View:
     """Its own folder writable, and the server's folder when that lies outside it and exists."""
     trees = tuple(t for t in _build_trees(spec) if t == _absolute(spec.cwd) or t.is_dir())
     return supervisor.View(rw=trees, trees=trees)
+
+
+def git_dirs(writable: Sequence[Path], source_dir: Path | None) -> tuple[Path, ...]:
+    """The ``.git`` of each writable folder and of ``source_dir`` where a writable folder holds it: shown read-only,
+    so no build writes a repository config, hook or HEAD that git or a later job would follow."""
+    found = [folder / ".git" for folder in writable]
+    if source_dir is not None:
+        found.append(source_dir.absolute() / ".git")
+    shown = [p for p in found if p.exists() and not p.is_symlink() and any(p.is_relative_to(w) for w in writable)]
+    return tuple(dict.fromkeys(shown))

@@ -7,6 +7,16 @@ evidence still describes what would be merged, and which paths would conflict.
 
 Refs may come from workflow inputs, so git always runs without a shell, with ``-C repo``, no
 terminal prompts, a timeout, and refs that cannot be read as options.
+
+git runs outside the sandbox, as the gate's user, on a repository that pull-request code may
+have written to (a build writes its checkout), and several git config keys name programs that
+git runs. So git never runs with what the repository, the host or the job configure beyond what
+it reads as data (``safe_env``, ``SAFE_CONFIG``): no system or global config, no inherited
+``GIT_*`` variable but the discovery limits (``GIT_DIR``, ``GIT_CONFIG_*``, ... are dropped), no replace refs,
+no fsmonitor, hooks, pager, signature check, lazy fetch or submodule recursion, and every filter
+driver the repository's own config defines set to none; a repository config that names a merge
+driver (``git merge-tree`` would run it) or includes another file (which no one has read) is
+refused (``program_keys``). The gate also records revisions before any pull-request process runs.
 """
 
 from __future__ import annotations
@@ -26,31 +36,100 @@ _SHA1 = re.compile(r"^[0-9a-f]{40}$")
 _BAD_REF_CHARS = re.compile(r"[\x00-\x1f\x7f]")
 
 
-def _env() -> dict[str, str]:
-    env = dict(os.environ)
-    env["GIT_TERMINAL_PROMPT"] = "0"  # never wait for credentials on a runner
-    env["GIT_OPTIONAL_LOCKS"] = "0"  # read-only inspection must not take the index lock
-    env["LC_ALL"] = "C"  # stable messages to recognise
+# Command-line config outranks every config file: each of these keys names a program git would run
+# (or turns on something that does), or changes which objects a commit id shows.
+SAFE_CONFIG = (
+    "core.fsmonitor=false", "core.hooksPath=/dev/null", "core.pager=cat", "core.attributesFile=/dev/null",
+    "core.untrackedCache=false", "log.showSignature=false", "protocol.allow=never", "submodule.recurse=false",
+    "status.submoduleSummary=false", "credential.helper=", "gc.auto=0", "maintenance.auto=false",
+)
+# Keys of a repository config whose programs cannot be switched off from the command line.
+_REFUSED_KEYS = re.compile(r"^(include\.|includeif\.|merge\..+\.driver$)", re.IGNORECASE)
+# Inherited GIT_* variables that only limit where git looks for a repository (never what it runs).
+_DISCOVERY_LIMITS = frozenset({"GIT_CEILING_DIRECTORIES", "GIT_DISCOVERY_ACROSS_FILESYSTEM"})
+_FILTER_KEYS = re.compile(r"^filter\.(.+)\.(clean|smudge|process|required)$", re.IGNORECASE)
+
+
+def safe_env() -> dict[str, str]:
+    """The environment git runs in: the job's, without a ``GIT_*`` variable (but the discovery limits), and no
+    system or global config."""
+    env = {k: v for k, v in os.environ.items() if not k.startswith("GIT_") or k in _DISCOVERY_LIMITS}
+    env.update({
+        "GIT_CONFIG_NOSYSTEM": "1", "GIT_CONFIG_GLOBAL": os.devnull, "GIT_ATTR_NOSYSTEM": "1",
+        "GIT_NO_REPLACE_OBJECTS": "1", "GIT_NO_LAZY_FETCH": "1", "GIT_PAGER": "cat", "PAGER": "cat",
+        "GIT_TERMINAL_PROMPT": "0",  # never wait for credentials on a runner
+        "GIT_OPTIONAL_LOCKS": "0",  # read-only inspection must not take the index lock
+        "LC_ALL": "C",  # stable messages to recognise
+    })
     return env
 
 
-def git(repo_dir: Path, args: list[str], timeout_s: float) -> subprocess.CompletedProcess[bytes]:
-    """Run ``git -C repo_dir ARGS`` (no shell, stdin closed); the caller judges the exit code."""
+def safe_args(extra: tuple[str, ...] = ()) -> list[str]:
+    """``-c`` options for every item of ``SAFE_CONFIG`` and ``extra``."""
+    return [arg for item in (*SAFE_CONFIG, *extra) for arg in ("-c", item)]
+
+
+def _run(argv: list[str], timeout_s: float, what: str) -> subprocess.CompletedProcess[bytes]:
     try:
-        return subprocess.run(
-            ["git", "-C", str(repo_dir), *args],
-            stdin=subprocess.DEVNULL,
-            capture_output=True,
-            env=_env(),
-            timeout=timeout_s,
-            check=False,
-        )
+        return subprocess.run(argv, stdin=subprocess.DEVNULL, capture_output=True, env=safe_env(), timeout=timeout_s,
+                              check=False)
     except FileNotFoundError as exc:
         raise UsageError("git is not installed or not on PATH; ds4ci revisions needs git >= 2.38") from exc
     except subprocess.TimeoutExpired as exc:
-        raise NoVerdictError(
-            f"git {' '.join(args[:2])} in {repo_dir} did not finish within {timeout_s:g} s"
-        ) from exc
+        raise NoVerdictError(f"git {what} did not finish within {timeout_s:g} s") from exc
+
+
+def _config_files(repo_dir: Path, timeout_s: float) -> list[Path]:
+    """The repository's own config files (its common dir's ``config``, a worktree's ``config.worktree``)."""
+    proc = _run(["git", *safe_args(), "-C", str(repo_dir), "rev-parse", "--path-format=absolute",
+                 "--git-common-dir", "--git-dir"], timeout_s, f"rev-parse in {repo_dir}")
+    lines = _text(proc.stdout).splitlines()
+    if proc.returncode != 0 or len(lines) != 2:
+        return []  # not a repository: the caller's own git call says so
+    return [Path(lines[0]) / "config", Path(lines[1]) / "config.worktree"]
+
+
+def program_keys(repo_dir: Path, timeout_s: float) -> tuple[str, ...]:
+    """``-c`` items that switch off every filter driver the repository's config defines.
+
+    Each config file is read as data (``git config --file F --no-includes``, outside any repository);
+    a merge driver or an include is refused (UsageError), since nothing on the command line turns it off.
+    """
+    off: dict[str, None] = {}
+    for path in _config_files(repo_dir, timeout_s):
+        if not path.is_file():
+            continue
+        proc = _run(["git", *safe_args(), "-C", "/", "config", "--file", str(path), "--no-includes",
+                     "--name-only", "--list"], timeout_s, f"config --file {path}")
+        if proc.returncode != 0:
+            raise UsageError(f"cannot read the git config {path} as data: {_text(proc.stderr).strip()[:300]}")
+        for name in _text(proc.stdout).splitlines():
+            if _REFUSED_KEYS.match(name):
+                raise UsageError(
+                    f"the git config {path} sets {name[:200]}: git would run a program it names (or read a file "
+                    "no one checked) outside the sandbox; ds4ci does not run git there: use a fresh checkout "
+                    "(actions/checkout with persist-credentials: false writes neither)"
+                )
+            found = _FILTER_KEYS.match(name)
+            if found and ("=" in found.group(1) or not found.group(1).isprintable()):
+                raise UsageError(f"the git config {path} names a filter driver {found.group(1)[:200]!r} that no "
+                                 "command-line value can name, so none can switch it off; ds4ci does not run git there")
+            if found:
+                driver = found.group(1)
+                off.update(dict.fromkeys(f"filter.{driver}.{key}=" for key in ("clean", "smudge", "process")))
+                off[f"filter.{driver}.required=false"] = None
+    return tuple(off)
+
+
+def git(
+    repo_dir: Path, args: list[str], timeout_s: float, *, drivers_off: bool = True
+) -> subprocess.CompletedProcess[bytes]:
+    """Run ``git -C repo_dir ARGS`` (no shell, stdin closed, ``safe_env`` and ``SAFE_CONFIG``, and unless
+    ``drivers_off`` is False, for a command that reads no file content, every filter driver the repository
+    defines off); the caller judges the exit code."""
+    extra = program_keys(repo_dir, timeout_s) if drivers_off else ()
+    argv = ["git", *safe_args(extra), "-C", str(repo_dir), *args]
+    return _run(argv, timeout_s, f"{' '.join(args[:2])} in {repo_dir}")
 
 
 def _text(data: bytes) -> str:
@@ -143,7 +222,7 @@ def synthetic_merge(repo_dir: Path, head_sha: str, other_sha: str, timeout_s: fl
 def is_work_tree(directory: Path, timeout_s: float = 10.0) -> bool:
     """Whether ``directory`` is inside a git work tree (False when git is missing or says no)."""
     try:
-        proc = git(directory, ["rev-parse", "--is-inside-work-tree"], timeout_s)
+        proc = git(directory, ["rev-parse", "--is-inside-work-tree"], timeout_s, drivers_off=False)
     except (UsageError, NoVerdictError):
         return False
     return proc.returncode == 0 and _text(proc.stdout).strip() == "true"
@@ -152,7 +231,7 @@ def is_work_tree(directory: Path, timeout_s: float = 10.0) -> bool:
 def has_commit(directory: Path, timeout_s: float = 10.0) -> bool:
     """Whether HEAD names a commit (False in a repository with no commit yet, e.g. right after ``git init``)."""
     try:
-        proc = git(directory, ["rev-parse", "--verify", "--quiet", "HEAD^{commit}"], timeout_s)
+        proc = git(directory, ["rev-parse", "--verify", "--quiet", "HEAD^{commit}"], timeout_s, drivers_off=False)
     except (UsageError, NoVerdictError):
         return False
     return proc.returncode == 0
@@ -160,7 +239,8 @@ def has_commit(directory: Path, timeout_s: float = 10.0) -> bool:
 
 def is_dirty(repo_dir: Path, timeout_s: float) -> bool | None:
     """Uncommitted changes to tracked files (untracked files do not count); None if git cannot tell."""
-    proc = git(repo_dir, ["status", "--porcelain", "--untracked-files=no"], timeout_s)
+    proc = git(repo_dir, ["status", "--porcelain", "--untracked-files=no", "--ignore-submodules=all", "--no-renames"],
+               timeout_s)
     return bool(proc.stdout.strip()) if proc.returncode == 0 else None
 
 

@@ -46,7 +46,11 @@ def test_the_built_binary_is_the_one_hashed_recorded_and_started(tmp_path: Path)
     assert run.results["identities"]["server_bin"] == {**run.results["identities"]["server_bin"],
                                                        "path": str(built), "sha256": sha256(built)}
     final = Path(run.results["evidence"]["dir"])
-    assert json.loads((final / "servers" / "q2" / "command.json").read_text())["argv"][0] == str(built)
+    started = Path(json.loads((final / "servers" / "q2" / "command.json").read_text())["argv"][0])
+    assert started.name == built.name and started.parent.name.startswith("ds4ci-server-bin-")  # its private copy
+    life = json.loads((final / "servers" / "q2" / "lifecycle.json").read_text())
+    assert life["binary"] == {"path": str(started), "sha256": sha256(built)}  # hashed again right before the start
+    assert not started.parent.exists()  # removed with the run
     assert "[3/3] Building CXX object step3.o" in (final / "build" / "build.log").read_text()
     assert "--server-bin" not in run.results["reproduce"]  # the config's build makes it when pasted
     comment = subprocess.run([DS4CI, "report", str(final / "results.json")], capture_output=True, text=True,

@@ -230,8 +230,10 @@ def test_a_relative_server_path_runs_the_file_hashed_not_one_on_path(tmp_path: P
     doc = json.loads((tmp_path / "results.json").read_text())
     assert doc["identities"]["server_bin"]["path"] == str(local)
     assert doc["identities"]["server_bin"]["sha256"] == sha256(local)
-    argv = json.loads((Path(doc["evidence"]["dir"]) / "servers" / "q2" / "command.json").read_text())["argv"]
-    assert argv[0] == str(local)
+    server_dir = Path(doc["evidence"]["dir"]) / "servers" / "q2"
+    argv = json.loads((server_dir / "command.json").read_text())["argv"]
+    assert Path(argv[0]).name == local.name  # the private copy of the file hashed, never the one on PATH
+    assert json.loads((server_dir / "lifecycle.json").read_text())["binary"] == {"path": argv[0], "sha256": sha256(local)}
     assert f"--server-bin {local}" in doc["reproduce"]
 
 

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -184,3 +185,63 @@ def test_cli_bad_ref_exits_2(repo: Path) -> None:
     assert proc.returncode == EXIT_USAGE
     assert "'nope' does not name a commit" in proc.stderr
     assert proc.stdout == ""
+
+
+def _program(tmp_path: Path, marker: Path) -> Path:
+    """A program that, if git ever ran it, appends to ``marker`` (and passes its input through, like a filter)."""
+    path = tmp_path / "planted.sh"
+    path.write_text(f'#!/bin/sh\necho "$0 $*" >> "{marker}"\ncat\n')
+    path.chmod(0o755)
+    return path
+
+
+def test_git_runs_no_program_the_repository_or_the_environment_names(
+    repo: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    marker = tmp_path / "ran"
+    program = _program(tmp_path, marker)
+    for key in ("core.fsmonitor", "filter.evil.clean", "filter.evil.process", "core.pager", "gpg.program"):
+        git(repo, "config", key, str(program))
+    git(repo, "config", "log.showSignature", "true")
+    git(repo, "config", "core.hooksPath", str(tmp_path))
+    (tmp_path / "post-index-change").write_bytes(program.read_bytes())
+    (tmp_path / "post-index-change").chmod(0o755)
+    (repo / ".gitattributes").write_text("* filter=evil\n")
+    os.utime(repo / "a.txt", (1, 1))  # stat-dirty: a status re-reads it, through the clean filter if one is set
+    other = tmp_path / "other"
+    other.mkdir()
+    git(other, "init", "-q")
+    commit(other, "another repository", {"x.txt": "x\n"})
+    # What the job's environment could carry: another repository, config of its own, an external diff.
+    monkeypatch.setenv("GIT_DIR", str(other / ".git"))
+    monkeypatch.setenv("GIT_CONFIG_COUNT", "1")
+    monkeypatch.setenv("GIT_CONFIG_KEY_0", "core.fsmonitor")
+    monkeypatch.setenv("GIT_CONFIG_VALUE_0", str(program))
+    monkeypatch.setenv("GIT_EXTERNAL_DIFF", str(program))
+    record = collect(repo, base_ref="main", upstream_ref=None)
+    validate(record)
+    assert not marker.exists(), marker.read_text()
+    monkeypatch.delenv("GIT_DIR")
+    assert record["head"]["sha"] == git(repo, "rev-parse", "feature")  # this repository, not GIT_DIR's
+    assert record["dirty"] is False  # the touched file's content is unchanged
+    assert record["synthetic_merge"]["status"] == "clean"
+
+
+@pytest.mark.parametrize("key", ["merge.evil.driver", "include.path", "includeIf.gitdir:/.path"])
+def test_a_merge_driver_or_an_include_in_the_repository_config_is_refused(repo: Path, tmp_path: Path, key: str) -> None:
+    marker = tmp_path / "ran"
+    program = _program(tmp_path, marker)
+    git(repo, "checkout", "-q", "main")
+    commit(repo, "main: conflicting a", {"a.txt": "a main\n"})
+    git(repo, "checkout", "-q", "feature")
+    (repo / ".gitattributes").write_text("* merge=evil\n")
+    git(repo, "config", "merge.evil.driver", f"{program} %A %B; exit 0")  # git merge-tree would run it
+    if key != "merge.evil.driver":
+        git(repo, "config", "--unset", "merge.evil.driver")
+        included = tmp_path / "included"
+        included.write_text(f'[merge "evil"]\n\tdriver = {program} %A %B; exit 0\n')
+        git(repo, "config", key, str(included))
+    listed = key.replace("includeIf", "includeif")  # as git lists it: section and key in lower case
+    with pytest.raises(UsageError, match=rf"sets {re.escape(listed)}: git would run"):
+        collect(repo, base_ref="main", upstream_ref=None)
+    assert not marker.exists(), marker.read_text()

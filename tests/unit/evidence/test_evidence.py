@@ -87,3 +87,46 @@ def test_unwritable_evidence_dir_is_no_verdict(tmp_path: Path) -> None:
     blocker.write_text("not a directory")
     with pytest.raises(NoVerdictError, match="writable directory"):
         store.start_attempt(blocker, "r1")
+
+
+def _sealed_parts(tmp_path: Path) -> tuple[store.Attempt, store.Seals]:
+    """An attempt whose build and target-only server parts were sealed as they ended."""
+    attempt = store.start_attempt(tmp_path, "r1")
+    seals = store.Seals()
+    (attempt.path / "build").mkdir()
+    (attempt.path / "build" / "build.log").write_text("[1/1] built\n")
+    seals.close(attempt.path, "the build ended", ["build"])
+    (attempt.path / "servers" / "target-only").mkdir(parents=True)
+    (attempt.path / "servers" / "target-only" / "stderr.log").write_text("trace\n")
+    seals.close(attempt.path, "the target-only server stopped", ["servers/target-only"])
+    (attempt.path / "run.json").write_text("{}\n")  # written after the parts: sealed with the manifest
+    return attempt, seals
+
+
+def test_unchanged_sealed_parts_make_the_same_manifest_as_without_seals(tmp_path: Path) -> None:
+    attempt, seals = _sealed_parts(tmp_path)
+    assert store.build_manifest(attempt.path, [], seals) == store.build_manifest(attempt.path, [])
+    assert set(seals.files) == {"build/build.log", "servers/target-only/stderr.log"}
+    assert seals.files["build/build.log"][2] == "the build ended"
+
+
+@pytest.mark.parametrize(("change", "said"), [
+    ("rewrite", "servers/target-only/stderr.log (sealed when the target-only server stopped: 6 bytes"),
+    ("remove", "build/build.log (sealed when the build ended) is gone"),
+    ("add", "servers/target-only/props.json appeared in servers/target-only/ after it was sealed"),
+])
+def test_a_sealed_part_that_changed_is_no_manifest_and_the_attempt_is_kept(
+    tmp_path: Path, change: str, said: str
+) -> None:
+    attempt, seals = _sealed_parts(tmp_path)
+    if change == "rewrite":
+        (attempt.path / "servers" / "target-only" / "stderr.log").write_text("forged\n")
+    elif change == "remove":
+        (attempt.path / "build" / "build.log").unlink()
+    else:
+        (attempt.path / "servers" / "target-only" / "props.json").write_text("{}\n")
+    with pytest.raises(NoVerdictError, match="the evidence changed after it was sealed") as raised:
+        store.seal(attempt, [], seals)
+    assert said in str(raised.value)
+    assert not (attempt.path / store.MANIFEST).exists()
+    assert (attempt.path / "run.json").is_file()

@@ -1,0 +1,111 @@
+"""The server binary that starts is the binary that was hashed: a private, read-only copy.
+
+``server_bin`` lies where pull-request code wrote it (the build's output folder, the checkout). Once
+its pin is verified, the gate copies those bytes, hashing them as they are copied, into a folder of
+its own (``mkdtemp``, mode 0700, outside every folder a PR process is shown writable), makes the copy
+read-only, and starts the copy, never the original. The copy's SHA-256 must equal the recorded
+identity, and it is hashed again right before each server starts, so a file swapped after hashing
+(by anything: a process outside the sandbox, a server at the fallback levels, which can write what the
+runner's user can) is refused instead of run. Each server's ``lifecycle.json`` records the path and
+the SHA-256 checked right before it started; ``command.json`` names the copy as ``argv[0]``.
+
+The copy has the original's file name in a folder of its own, so a server that finds files relative
+to its own path (an ``$ORIGIN`` run path, ``/proc/self/exe``) finds them through absolute paths only.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import hashlib
+import os
+import shutil
+import stat
+import tempfile
+from dataclasses import dataclass
+from pathlib import Path
+
+from ds4ci.errors import NoVerdictError
+from ds4ci.records import Identities
+from ds4ci.runner.identity import hash_file
+
+_CHUNK = 8 * 1024 * 1024
+
+
+@dataclass(frozen=True)
+class PrivateBinary:
+    """The copy that is started, and the SHA-256 its bytes must have."""
+
+    path: Path
+    sha256: str
+
+    @property
+    def folder(self) -> Path:
+        return self.path.parent
+
+    def verified(self) -> str:
+        """Hash the copy again (right before a start); its SHA-256, or NoVerdictError when it changed."""
+        found = hash_file(self.path)
+        if found != self.sha256:
+            raise NoVerdictError(
+                f"the private copy {self.path} of server_bin changed after it was hashed (expected sha256 "
+                f"{self.sha256}, found {found}); refusing to start it"
+            )
+        return found
+
+    def remove(self) -> None:
+        """Delete the copy and its folder (at the end of the run)."""
+        remove(self.folder)
+
+
+def copy(source: Path, identities: Identities | None) -> PrivateBinary:
+    """Copy ``source`` into a fresh private folder, hashing what is copied; NoVerdictError unless it has
+    the SHA-256 of the ``server_bin`` identity recorded when the pins were verified."""
+    hashed = identities["server_bin"] if identities is not None else None
+    if hashed is None:
+        raise NoVerdictError("server_bin was not hashed: no server can start")
+    expected_sha256 = hashed["sha256"]
+    folder = Path(tempfile.mkdtemp(prefix="ds4ci-server-bin-"))
+    target = folder / source.name
+    try:
+        digest = _copy_hashing(source, target)
+    except BaseException:
+        remove(folder)
+        raise
+    if digest != expected_sha256:
+        remove(folder)
+        raise NoVerdictError(
+            f"server_bin {source} changed after it was hashed (recorded sha256 {expected_sha256}, its bytes now "
+            f"{digest}); refusing to start it"
+        )
+    return PrivateBinary(target, digest)
+
+
+def _copy_hashing(source: Path, target: Path) -> str:
+    try:
+        src = os.open(source, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC)
+    except OSError as exc:
+        raise NoVerdictError(f"cannot open server_bin {source} to copy it: {exc.strerror or exc}") from exc
+    try:
+        if not stat.S_ISREG(os.fstat(src).st_mode):
+            raise NoVerdictError(f"server_bin {source} is no longer a regular file; refusing to start it")
+        dst = os.open(target, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC, 0o700)
+        digest = hashlib.sha256()
+        try:
+            while chunk := os.read(src, _CHUNK):
+                digest.update(chunk)
+                view = memoryview(chunk)
+                while view:
+                    view = view[os.write(dst, view):]
+            os.fchmod(dst, 0o500)  # read and run: not even ds4ci writes it again
+        finally:
+            os.close(dst)
+    finally:
+        os.close(src)
+    return digest.hexdigest()
+
+
+def remove(folder: Path) -> None:
+    """Delete a private folder (its read-only copy included); nothing to do when it is gone."""
+    with contextlib.suppress(OSError):
+        folder.chmod(0o700)
+    shutil.rmtree(folder, ignore_errors=True)
