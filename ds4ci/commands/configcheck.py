@@ -59,6 +59,8 @@ def run_config_check(config_file: Path | None, runner: str | None) -> int:
                 f"widths {','.join(map(str, cfg.widths))}, {len(cfg.prompts)} prompt(s), target_device {cfg.target_device}"
             )
             checked.append(f"  {cfg.runner}: {cfg.role}: {what}" + (f", gpu {' or '.join(cfg.gpu)}" if cfg.gpu else ""))
+    for warning in workflowpin.warnings(path):  # said whether the file is valid or not
+        print(f"warning: {warning}", file=sys.stderr)
     if problems:
         print(f"{path}: {len(problems)} problem(s):", file=sys.stderr)
         for problem in problems:
@@ -66,8 +68,6 @@ def run_config_check(config_file: Path | None, runner: str | None) -> int:
         return EXIT_USAGE
     print(f"{path}: valid (form only: the files are checked on the runner by `ds4ci preflight --config {path}`)")
     print("\n".join(checked))
-    for warning in workflowpin.warnings(path):
-        print(f"warning: {warning}", file=sys.stderr)
     if missing:
         them = "it" if len(missing) == 1 else "them"
         print(f"note: {', '.join('${' + m + '}' for m in missing)} not set here; the paths that use {them} were checked "
