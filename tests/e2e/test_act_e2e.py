@@ -172,16 +172,21 @@ BUILD_COMMAND = (
 )
 
 
-def _make_repo(tmp: Path, models: Path) -> tuple[Path, str]:
-    """A repository holding ds4ci itself plus a ds4ci.toml pinning the simulator and small models."""
-    repo = tmp / "engine"
-    repo.mkdir()
+def _copy_project(dest: Path) -> Path:
+    """This checkout's ds4ci (the package, its action and its workflows) copied into a new folder."""
+    dest.mkdir()
     for name in PROJECT_FILES:
         src = ROOT / name
         if src.is_dir():
-            shutil.copytree(src, repo / name, ignore=shutil.ignore_patterns("__pycache__", "*.pyc"))
+            shutil.copytree(src, dest / name, ignore=shutil.ignore_patterns("__pycache__", "*.pyc"))
         elif src.exists():
-            shutil.copy2(src, repo / name)
+            shutil.copy2(src, dest / name)
+    return dest
+
+
+def _make_repo(tmp: Path, models: Path) -> tuple[Path, str]:
+    """A repository holding ds4ci itself plus a ds4ci.toml pinning the simulator and small models."""
+    repo = _copy_project(tmp / "engine")
     models.mkdir()
     server = models / "sim-server"
     server.write_text(f'#!/bin/sh\nexec "{sys.executable}" -m ds4ci.simulator "$@"\n')
@@ -284,14 +289,7 @@ def _act(tmp: Path, repo: Path, fake: FakeGitHub, wheelhouse: Path, models: Path
 
 def _ds4ci_repository(tmp: Path) -> tuple[Path, str]:
     """ds4ci's own repository (acme/ds4ci) as this checkout: the ds4ci a pinned workflow installs and runs."""
-    ds4ci = tmp / "ds4ci"
-    ds4ci.mkdir()
-    for name in PROJECT_FILES:
-        src = ROOT / name
-        if src.is_dir():
-            shutil.copytree(src, ds4ci / name, ignore=shutil.ignore_patterns("__pycache__", "*.pyc"))
-        elif src.exists():
-            shutil.copy2(src, ds4ci / name)
+    ds4ci = _copy_project(tmp / "ds4ci")
     _git(ds4ci, "init", "-q", "-b", "main")
     _git(ds4ci, "add", "-A")
     _git(ds4ci, "commit", "-q", "-m", "ds4ci")
