@@ -197,7 +197,8 @@ def run_init(req: InitRequest) -> int:
         raise UsageError("--simulator writes its own server, model and prompt files; leave out --server-bin, "
                          "--target, --draft and --prompt-file")
     config = req.directory / CONFIG_NAME
-    flows = {req.directory / ".github" / "workflows" / n: workflow_source(n) for n in WORKFLOWS} if req.workflows else {}
+    flows = {req.directory / ".github" / "workflows" / n: render_workflow(workflow_source(n), req.ds4ci_ref)
+             for n in WORKFLOWS} if req.workflows else {}
     present = [str(p) for p in (config, *flows) if p.exists()]
     if present and not req.force:  # checked before anything is written: never half an init
         raise UsageError(f"{', '.join(present)} already exist(s); keep them, or pass --force to overwrite")
@@ -205,8 +206,8 @@ def run_init(req: InitRequest) -> int:
     written: list[str] = []
     _write_new(config, config_text(req), True, written)
     _ignore_evidence(req.directory, req.simulator, written)
-    for path, source in flows.items():
-        _write_new(path, render_workflow(source, req.ds4ci_ref), True, written)
+    for path, text in flows.items():
+        _write_new(path, text, True, written)
     print("wrote:\n" + "\n".join(f"  {w}" for w in written))
     if flows and req.ds4ci_ref is None:
         print(f"placeholder: DS4CI_REF in {', '.join(str(p) for p in flows)} names the ds4ci the workflows run; "
