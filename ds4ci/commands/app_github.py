@@ -130,9 +130,15 @@ def dispatch_check(
     ] = "",
     widths: Annotated[str, typer.Option(help="Comma-separated widths, e.g. 2,3,4; empty: those of ds4ci.toml.")] = "",
     runners: Annotated[str, typer.Option(help="'all' or comma-separated runner names, e.g. gfx1151,sm86.")] = "all",
+    config: Annotated[
+        Path | None,
+        typer.Option(help="ds4ci.toml whose runner table ([runners.<name>], as `ds4ci config runners` prints it) "
+                     "the run selects from. Default: ./ds4ci.toml when it exists."),
+    ] = None,
     runner_table: Annotated[
         str | None,
-        typer.Option(help='JSON list of {"name", "labels", "gpu"} replacing the built-in gfx1151/sm86 runners.'),
+        typer.Option(help='The runner table as JSON instead of --config: [{"name", "labels", "gpu", "role"}, ...] '
+                     "(`ds4ci config runners --json` prints it; role optional)."),
     ] = None,
     repo: Annotated[str | None, typer.Option(help="OWNER/NAME. Default: $GITHUB_REPOSITORY.")] = None,
     api_url: Annotated[str | None, typer.Option(help=_API_URL_HELP)] = None,
@@ -151,6 +157,7 @@ def dispatch_check(
 
     exit_with(
         lambda: run_dispatch_check(
+            config_file=config,
             pr=pr,
             head_sha=head_sha,
             widths=widths,

@@ -36,9 +36,16 @@ def init(
         bool, typer.Option("--no-workflows", help="Do not write .github/workflows/gate.yml and report.yml.")
     ] = False,
     force: Annotated[bool, typer.Option("--force", help="Overwrite ds4ci.toml and the workflows if they exist.")] = False,
+    ds4ci_ref: Annotated[
+        str | None,
+        typer.Option("--ds4ci-ref", help="The ds4ci the workflows install and whose action they use: OWNER/NAME@REF "
+                     "of ds4ci's repository, REF a tag (v0.1.0) or a full commit. Without it the workflows hold "
+                     "a placeholder that `ds4ci config check` and `ds4ci preflight` point out."),
+    ] = None,
 ) -> None:
     """Write a starter ds4ci.toml (pins computed from the files named), a .gitignore entry for the evidence
-    folder, and the workflows this ds4ci ships (.github/workflows/gate.yml, report.yml).
+    folder, and the workflows this ds4ci ships (.github/workflows/gate.yml, report.yml), set to run the
+    ds4ci named by --ds4ci-ref.
 
     A file that is not on this machine (a model staged on the runner only) gets a TODO pin that
     `ds4ci config check` and `ds4ci preflight` explain. Nothing is overwritten without --force.
@@ -50,6 +57,7 @@ def init(
     request = InitRequest(
         directory=directory, runners=list(runner or []), simulator=simulator, server_bin=server_bin, target=target,
         draft=draft, prompts=list(prompt_file or []), workflows=not no_workflows, force=force,
+        ds4ci_ref=ds4ci_ref,
     )
     exit_with(lambda: run_init(request))
 
@@ -71,3 +79,23 @@ def config_check(
     from ds4ci.commands.configcheck import run_config_check
 
     exit_with(lambda: run_config_check(config, runner))
+
+
+@config_app.command("runners")
+def config_runners(
+    config: Annotated[Path | None, typer.Option(help="The file to read. Default: ./ds4ci.toml.")] = None,
+    json_out: Annotated[
+        bool, typer.Option("--json", help="One line of JSON, as the gate workflow reads it (fromJSON) and "
+                           "`ds4ci dispatch-check --runner-table` takes it.")
+    ] = False,
+) -> None:
+    """Print the runner table the gate workflow's matrix is made of: each runner's name, labels and role.
+
+    From the [runners.<name>] tables (else [runner] name); labels default to ["self-hosted", "<name>"].
+    A runner added to the file is in the next run's matrix: the workflow needs no edit.
+
+    Exit codes: 0 printed, 2 the file names no runner or a runner table is invalid.
+    """
+    from ds4ci.commands.configcheck import run_config_runners
+
+    exit_with(lambda: run_config_runners(config, json_out))

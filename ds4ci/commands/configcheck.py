@@ -14,9 +14,10 @@ import sys
 from collections.abc import Iterator
 from pathlib import Path
 
+from ds4ci.commands import workflowpin
 from ds4ci.commands.init import CONFIG_NAME
 from ds4ci.errors import EXIT_PASS, EXIT_USAGE, UsageError
-from ds4ci.options import config
+from ds4ci.options import config, runners
 from ds4ci.options.values import read_toml
 
 _VAR = re.compile(r"\$\{([A-Za-z_][A-Za-z0-9_]*)\}")
@@ -58,6 +59,8 @@ def run_config_check(config_file: Path | None, runner: str | None) -> int:
                 f"widths {','.join(map(str, cfg.widths))}, {len(cfg.prompts)} prompt(s), target_device {cfg.target_device}"
             )
             checked.append(f"  {cfg.runner}: {cfg.role}: {what}" + (f", gpu {' or '.join(cfg.gpu)}" if cfg.gpu else ""))
+    for warning in workflowpin.warnings(path):  # said whether the file is valid or not
+        print(f"warning: {warning}", file=sys.stderr)
     if problems:
         print(f"{path}: {len(problems)} problem(s):", file=sys.stderr)
         for problem in problems:
@@ -69,4 +72,16 @@ def run_config_check(config_file: Path | None, runner: str | None) -> int:
         them = "it" if len(missing) == 1 else "them"
         print(f"note: {', '.join('${' + m + '}' for m in missing)} not set here; the paths that use {them} were checked "
               "for form only")
+    return EXIT_PASS
+
+
+def run_config_runners(config_file: Path | None, json_out: bool) -> int:
+    path = config_file if config_file is not None else Path(CONFIG_NAME)
+    found = runners.from_file(path)
+    if json_out:
+        print(runners.to_json(found))
+        return EXIT_PASS
+    width = max(len(r.name) for r in found)
+    for r in found:
+        print(f"{r.name:<{width}}  {r.role:<16}  runs-on: {', '.join(r.labels)}")
     return EXIT_PASS

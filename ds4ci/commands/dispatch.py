@@ -5,8 +5,10 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
-from ds4ci.errors import EXIT_PASS
+from ds4ci.commands.init import CONFIG_NAME
+from ds4ci.errors import EXIT_PASS, UsageError
 from ds4ci.github import dispatch
+from ds4ci.options import runners as runner_table_of
 
 
 def _env_path(name: str) -> Path | None:
@@ -14,8 +16,20 @@ def _env_path(name: str) -> Path | None:
     return Path(value) if value else None
 
 
+def _runner_table(config_file: Path | None, runner_table: str | None) -> tuple[runner_table_of.RunnerSpec, ...] | None:
+    """The runners a run may select: --runner-table, else the config's (./ds4ci.toml when it exists), else none."""
+    if config_file is not None and runner_table is not None:
+        raise UsageError("--config and --runner-table both give the runner table; pass one")
+    if runner_table is not None:
+        return runner_table_of.parse_json(runner_table)
+    if config_file is None and Path(CONFIG_NAME).is_file():
+        config_file = Path(CONFIG_NAME)
+    return runner_table_of.from_file(config_file) if config_file is not None else None
+
+
 def run_dispatch_check(
     *,
+    config_file: Path | None = None,
     pr: str,
     head_sha: str,
     widths: str,
@@ -28,7 +42,7 @@ def run_dispatch_check(
     github_output: Path | None,
 ) -> int:
     """Print the plan; append it to ``$GITHUB_OUTPUT`` when set. Raises Ds4ciError on refusal."""
-    table = dispatch.parse_runner_table(runner_table) if runner_table else dispatch.DEFAULT_RUNNERS
+    table = _runner_table(config_file, runner_table)
     event = dispatch.read_event(
         event_name if event_name is not None else os.environ.get("GITHUB_EVENT_NAME", ""),
         _env_path("GITHUB_EVENT_PATH"),

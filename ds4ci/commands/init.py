@@ -4,8 +4,11 @@ Pins are computed from the files named (``--target``, ``--draft``, ``--prompt-fi
 a file that is not on this machine gets a placeholder that every command explains
 (``values.PIN_PLACEHOLDER``). ``--simulator`` also writes tiny model and prompt files for the
 bundled simulator and points ``server_bin`` at it, so ``ds4ci gate --config ds4ci.toml`` runs here
-without a GPU. The workflows are the ones this ds4ci ships (``gate.yml``, ``report.yml``), copied
-as they are. Nothing is overwritten without ``--force``.
+without a GPU (the simulator's paths are absolute: its files are this machine's, so the workflows run
+them too when ``act`` runs them here). The workflows are the ones this ds4ci ships (``gate.yml``,
+``report.yml``), with one line filled in: ``DS4CI_REF``, the ds4ci they install and whose action they
+use (``--ds4ci-ref``, else a placeholder that ``config check`` and ``preflight`` point out).
+Nothing is overwritten without ``--force``.
 """
 
 from __future__ import annotations
@@ -20,11 +23,14 @@ from pathlib import Path
 from ds4ci.commands.demo import DEMO_PROMPT, write_sim_wrapper
 from ds4ci.errors import EXIT_PASS, UsageError
 from ds4ci.options import table
-from ds4ci.options.values import PIN_PLACEHOLDER, runner_name
+from ds4ci.options.runners import default_labels
+from ds4ci.options.values import DS4CI_REF_PLACEHOLDER, PIN_PLACEHOLDER, ds4ci_ref, runner_name
 
 CONFIG_NAME = "ds4ci.toml"
 SIM_DIR = "ds4ci-sim"
 WORKFLOWS = ("gate.yml", "report.yml")
+# The one line of each shipped workflow that names the ds4ci it runs: empty in ds4ci's own repository.
+REF_LINE = '  DS4CI_REF: ""'
 _GFX = re.compile(r"^gfx\d+[a-z]?$", re.IGNORECASE)
 _SM = re.compile(r"^sm_?(\d{2,3})$", re.IGNORECASE)
 
@@ -40,6 +46,7 @@ class InitRequest:
     prompts: list[Path] = field(default_factory=list)
     workflows: bool = True
     force: bool = False
+    ds4ci_ref: str | None = None  # OWNER/NAME@REF written into the workflows; None: the placeholder
 
 
 def _sha256(path: Path) -> str:
@@ -59,7 +66,7 @@ def _pin(path: Path | None) -> str:
 
 def _runner_table(name: str, simulator: bool) -> list[str]:
     """``[runners.<name>]``: device and expected GPU guessed from names like gfx1151 or sm86."""
-    lines = [f"[runners.{name}]"]
+    lines = [f"[runners.{name}]", f"labels = {json.dumps(list(default_labels(name)))}   # the gate job's runs-on"]
     gfx, sm = _GFX.match(name), _SM.match(name)
     device = "hip:0" if gfx else "cuda:0" if sm else table.get("gate", "target_device").default
     lines.append(f'target_device = "{device}"')
@@ -86,11 +93,14 @@ def _files(req: InitRequest) -> tuple[Path | None, Path | None, Path | None, lis
     return server, target, draft, [prompt]
 
 
-def _rel(path: Path | None, base: Path, fallback: str) -> str:
+def _rel(path: Path | None, base: Path, fallback: str, absolute: bool = False) -> str:
     """A TOML string: the path (given relative to the working directory) relative to the config file when it lies
-    below it, else absolute; ``fallback`` (a path for the runner, e.g. under ${DS4_MODEL_DIR}) when none is given."""
+    below it, else (or with ``absolute``) absolute; ``fallback`` (a path for the runner, e.g. under
+    ${DS4_MODEL_DIR}) when none is given."""
     if path is None:
         return json.dumps(fallback)
+    if absolute:
+        return json.dumps(str(path.absolute()))
     try:
         return json.dumps(str(path.absolute().relative_to(base.absolute())))
     except ValueError:
@@ -99,21 +109,25 @@ def _rel(path: Path | None, base: Path, fallback: str) -> str:
 
 def config_text(req: InitRequest) -> str:
     server, target, draft, prompts = _files(req)
-    base = req.directory
+    base, here = req.directory, req.simulator
     evidence = table.DEFAULT_EVIDENCE_DIR
     prompt_lines = [
-        f'  {{ file = {_rel(p, base, "")}, sha256 = "{_pin(p)}" }},' for p in prompts
+        f'  {{ file = {_rel(p, base, "", here)}, sha256 = "{_pin(p)}" }},' for p in prompts
     ] or [f'  {{ file = "ci/ds4/prompt-1.txt", sha256 = "{PIN_PLACEHOLDER}" }},']
+    where = ("# The simulator's files are named by absolute paths: they are this machine's (ds4ci-sim/, ignored by git),"
+             "\n# for `ds4ci gate` here and for the workflows when `act` runs them here." if here else
+             "# Paths are relative to this file.")
     lines = [
         "# ds4ci.toml, written by `ds4ci init` (every key: docs/configuration.md; check it: `ds4ci config check`).",
-        "# Paths are relative to this file. A pin that says TODO is a file ds4ci could not read here:",
-        "# put its SHA-256 there (`sha256sum FILE`), or run `ds4ci init --force` with the file named.",
+        where,
+        "# A pin that says TODO is a file ds4ci could not read here: put its SHA-256 there",
+        "# (`sha256sum FILE`), or run `ds4ci init --force` with the file named.",
         "",
         "[gate]",
-        f'server_bin = {_rel(server, base, "build/bin/dflash_server")}',
-        f'target = {_rel(target, base, "${DS4_MODEL_DIR}/target.gguf")}',
+        f'server_bin = {_rel(server, base, "build/bin/dflash_server", here)}',
+        f'target = {_rel(target, base, "${DS4_MODEL_DIR}/target.gguf", here)}',
         f'target_sha256 = "{_pin(target)}"',
-        f'draft = {_rel(draft, base, "${DS4_MODEL_DIR}/draft.gguf")}',
+        f'draft = {_rel(draft, base, "${DS4_MODEL_DIR}/draft.gguf", here)}',
         f'draft_sha256 = "{_pin(draft)}"',
         "prompts = [", *prompt_lines, "]",
         f"widths = {list(table.DEFAULT_WIDTHS)}",
@@ -134,6 +148,18 @@ def workflow_source(name: str) -> Path:
     if checkout.is_file():
         return checkout
     raise UsageError(f"this ds4ci installation has no {name} (expected {packaged}); reinstall ds4ci, or pass --no-workflows")
+
+
+def render_workflow(source: Path, ref: str | None) -> str:
+    """The shipped workflow with its ``DS4CI_REF`` line set to ``ref`` (OWNER/NAME@REF), else the placeholder."""
+    text = source.read_text(encoding="utf-8")
+    lines = text.split("\n")
+    at = [i for i, line in enumerate(lines) if line == REF_LINE]
+    if len(at) != 1:
+        raise UsageError(f"{source}: expected one line {REF_LINE.strip()!r} (the ds4ci the workflow runs), found "
+                         f"{len(at)}; reinstall ds4ci, or pass --no-workflows")
+    lines[at[0]] = f"  DS4CI_REF: {json.dumps(ref if ref is not None else DS4CI_REF_PLACEHOLDER)}"
+    return "\n".join(lines)
 
 
 def _write_new(path: Path, text: str, force: bool, written: list[str]) -> None:
@@ -161,13 +187,18 @@ def _ignore_evidence(directory: Path, simulator: bool, written: list[str]) -> No
 def run_init(req: InitRequest) -> int:
     for name in req.runners:
         runner_name(name, "--runner")
+    if req.ds4ci_ref is not None:
+        ds4ci_ref(req.ds4ci_ref, "--ds4ci-ref")
+        if not req.workflows:
+            raise UsageError("--ds4ci-ref names the ds4ci the workflows run; it has no use with --no-workflows")
     if len(set(req.runners)) != len(req.runners):
         raise UsageError(f"--runner: a runner is named twice in {req.runners}")
     if req.simulator and (req.target or req.draft or req.prompts or req.server_bin):
         raise UsageError("--simulator writes its own server, model and prompt files; leave out --server-bin, "
                          "--target, --draft and --prompt-file")
     config = req.directory / CONFIG_NAME
-    flows = {req.directory / ".github" / "workflows" / n: workflow_source(n) for n in WORKFLOWS} if req.workflows else {}
+    flows = {req.directory / ".github" / "workflows" / n: render_workflow(workflow_source(n), req.ds4ci_ref)
+             for n in WORKFLOWS} if req.workflows else {}
     present = [str(p) for p in (config, *flows) if p.exists()]
     if present and not req.force:  # checked before anything is written: never half an init
         raise UsageError(f"{', '.join(present)} already exist(s); keep them, or pass --force to overwrite")
@@ -175,9 +206,13 @@ def run_init(req: InitRequest) -> int:
     written: list[str] = []
     _write_new(config, config_text(req), True, written)
     _ignore_evidence(req.directory, req.simulator, written)
-    for path, source in flows.items():
-        _write_new(path, source.read_text(encoding="utf-8"), True, written)
+    for path, text in flows.items():
+        _write_new(path, text, True, written)
     print("wrote:\n" + "\n".join(f"  {w}" for w in written))
+    if flows and req.ds4ci_ref is None:
+        print(f"placeholder: DS4CI_REF in {', '.join(str(p) for p in flows)} names the ds4ci the workflows run; "
+              "set it to ds4ci's repository and a tag or commit (OWNER/NAME@v0.1.0), or run init again with "
+              "--ds4ci-ref OWNER/NAME@REF --force")
     runner = f" --runner {req.runners[0]}" if req.runners else ""
     print(f"next: ds4ci config check --config {config}{runner}\n      ds4ci gate --config {config}{runner}", file=sys.stdout)
     return EXIT_PASS

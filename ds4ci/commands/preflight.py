@@ -35,4 +35,9 @@ def run_preflight(
     sys.stdout.flush()
     for problem in report.problems:
         _progress(f"not ready: {problem}")
+    if config is not None and not config_mod.under_actions():  # under Actions the workflow has resolved its pin
+        from ds4ci.commands import workflowpin
+
+        for warning in workflowpin.warnings(config):
+            _progress(f"warning: {warning}")
     return EXIT_PASS if report.ready else EXIT_ERROR

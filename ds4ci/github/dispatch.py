@@ -21,11 +21,10 @@ from typing import Any
 
 from ds4ci.errors import Ds4ciError, PublishError, UsageError
 from ds4ci.options.config import parse_widths
+from ds4ci.options.runners import RunnerSpec
 
 _HEX40 = re.compile(r"^[0-9a-f]{40}$")
 _PR = re.compile(r"^[1-9][0-9]{0,9}$")
-_RUNNER_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,62}$")
-_LABEL = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,99}$")
 _REPO = re.compile(r"^[A-Za-z0-9_.-]{1,100}/[A-Za-z0-9_.-]{1,100}$")
 # Events whose payload names the pull request and its head: the payload is authoritative there.
 PR_EVENTS = ("pull_request", "pull_request_target")
@@ -37,15 +36,6 @@ class DispatchInputError(UsageError):
 
 class HeadMismatchError(UsageError):
     """The PR's current head is not the commit the maintainer pinned (exit 2: re-dispatch)."""
-
-
-@dataclass(frozen=True)
-class RunnerSpec:
-    """One runner of the matrix: its name (status context ds4ci/<name>), labels and physical GPU."""
-
-    name: str
-    labels: tuple[str, ...]
-    gpu: str
 
 
 @dataclass(frozen=True)
@@ -77,12 +67,6 @@ class PullHead:
     head_sha: str
 
 
-DEFAULT_RUNNERS: tuple[RunnerSpec, ...] = (
-    RunnerSpec("gfx1151", ("self-hosted", "rocm", "gfx1151"), "gfx1151"),
-    RunnerSpec("sm86", ("self-hosted", "gpu", "sm86"), "sm86"),
-)
-
-
 def parse_pr(text: str, where: str = "pr") -> int:
     value = text.strip()
     if not _PR.match(value):
@@ -99,42 +83,17 @@ def parse_sha(text: str, where: str = "head-sha") -> str:
     return value.lower()
 
 
-def parse_runner_table(text: str) -> tuple[RunnerSpec, ...]:
-    """Read a JSON runner table: ``[{"name": ..., "labels": [...], "gpu": ...}, ...]``."""
-    try:
-        doc = json.loads(text)
-    except json.JSONDecodeError as exc:
-        raise DispatchInputError(f"runner-table: not valid JSON ({exc})") from exc
-    if not isinstance(doc, list) or not doc:
-        raise DispatchInputError("runner-table: expected a non-empty JSON array of runner objects")
-    out: list[RunnerSpec] = []
-    for i, item in enumerate(doc):
-        where = f"runner-table[{i}]"
-        if not isinstance(item, dict) or set(item) != {"name", "labels", "gpu"}:
-            raise DispatchInputError(f"{where}: expected an object with exactly name, labels and gpu, found {item!r}")
-        name, labels, gpu = item["name"], item["labels"], item["gpu"]
-        if not isinstance(name, str) or not _RUNNER_NAME.match(name):
-            raise DispatchInputError(f"{where}.name: expected letters, digits, '.', '_' or '-', found {name!r}")
-        if (
-            not isinstance(labels, list)
-            or not labels
-            or not all(isinstance(lab, str) and _LABEL.match(lab) for lab in labels)
-        ):
-            raise DispatchInputError(f"{where}.labels: expected a non-empty list of runner labels, found {labels!r}")
-        if not isinstance(gpu, str) or not _LABEL.match(gpu):
-            raise DispatchInputError(f"{where}.gpu: expected a GPU identifier (concurrency group), found {gpu!r}")
-        out.append(RunnerSpec(name, tuple(labels), gpu))
-    names = [r.name for r in out]
-    if len(set(names)) != len(names):
-        raise DispatchInputError(f"runner-table: runner names must be unique, found {names}")
-    return tuple(out)
+def parse_runners(text: str, table: tuple[RunnerSpec, ...] | None) -> tuple[RunnerSpec, ...]:
+    """``all`` (or empty) selects every runner; otherwise a comma-separated subset, in table order.
 
-
-def parse_runners(text: str, table: tuple[RunnerSpec, ...]) -> tuple[RunnerSpec, ...]:
-    """``all`` (or empty) selects every runner; otherwise a comma-separated subset, in table order."""
+    ``table`` None: no runner table was given (a run that starts no gate job, e.g. the fork reporter's check);
+    then only ``all`` is accepted, and it selects none."""
     value = text.strip()
     if value in ("", "all"):
-        return table
+        return table or ()
+    if table is None:
+        raise DispatchInputError(f"runners: {text!r} names runners but no runner table was given; pass --config "
+                                 "ds4ci.toml (its [runners.<name>] tables) or --runner-table")
     known = {r.name: r for r in table}
     wanted = [part.strip() for part in value.split(",")]
     if any(not part for part in wanted):
@@ -203,7 +162,7 @@ def plan(
     head_sha: str = "",
     widths: str = "",
     runners: str = "",
-    runner_table: tuple[RunnerSpec, ...] = DEFAULT_RUNNERS,
+    runner_table: tuple[RunnerSpec, ...] | None = None,
 ) -> RunPlan:
     """Turn inputs plus the event into a RunPlan; every inconsistency is an error, never a guess."""
     width_tuple = parse_widths_input(widths)
@@ -283,7 +242,7 @@ def check_pinned_head(run: RunPlan, actual: PullHead) -> None:
 
 
 def matrix(run: RunPlan) -> dict[str, list[dict[str, Any]]]:
-    return {"include": [{"runner": r.name, "labels": list(r.labels), "gpu": r.gpu} for r in run.runners]}
+    return {"include": [{"runner": r.name, "labels": list(r.labels), "gpu": r.gpu, "role": r.role} for r in run.runners]}
 
 
 def outputs(run: RunPlan) -> dict[str, str]:

@@ -222,6 +222,9 @@ OPTIONS: tuple[Option, ...] = (
            runner_table=True, attr="gpu"),
     Option("runner", "negative_control_for", "The gate runner this negative control stands beside.",
            check=v.text, runner_table=True),
+    Option("runner", "labels", "The labels a workflow job's runs-on needs to reach this runner; the gate "
+           "workflow's matrix takes them from `ds4ci config runners`.", check=v.runner_labels,
+           default_doc='["self-hosted", "<runner name>"]', toml_type="array of strings", runner_table=True),
     Option("build", "command", "Shell command that builds the server under test, e.g. \"cmake --build build -j\" "
            "(required in [build]).", check=v.command),
     Option("build", "server_bin", "The binary the build produces: the one hashed, recorded and started "

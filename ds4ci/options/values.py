@@ -35,6 +35,13 @@ PIN_PLACEHOLDER_START = "TODO"
 PIN_PLACEHOLDER = "TODO: the file's SHA-256 (sha256sum FILE)"
 _HEX64 = re.compile(r"^[0-9a-f]{64}$")
 RUNNER_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,62}$")
+# A self-hosted runner label (what a job's runs-on names).
+RUNNER_LABEL = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,99}$")
+# The ds4ci a workflow runs: OWNER/NAME@REF of ds4ci's own repository, REF a tag (v0.1.0) or a full commit.
+# The workflows' pin check (.github/workflows/gate.yml, report.yml) states the same pattern in bash.
+DS4CI_REF = re.compile(r"^[A-Za-z0-9_.-]+/[A-Za-z0-9_.-]+@([0-9a-f]{40}|v[0-9][A-Za-z0-9._+-]*)$")
+# What `ds4ci init` writes into the workflows when no --ds4ci-ref is given.
+DS4CI_REF_PLACEHOLDER = "TODO: OWNER/ds4ci@vX.Y.Z (ds4ci init --ds4ci-ref)"
 _DEVICE = re.compile(r"^[a-z]+:\d+$")
 _VAR = re.compile(r"\$\{([A-Za-z_][A-Za-z0-9_]*)\}")
 
@@ -188,6 +195,25 @@ def git_ref(value: Any, where: str) -> str:
     if not isinstance(value, str) or not value or value.startswith("-"):
         raise UsageError(f"{where}: expected a git ref, found {value!r}")
     return value
+
+
+def runner_labels(value: Any, where: str) -> tuple[str, ...]:
+    """``["self-hosted", "gfx1151"]``: the labels a workflow job's runs-on needs to reach the runner."""
+    if not isinstance(value, list) or not value or not all(isinstance(i, str) and RUNNER_LABEL.match(i) for i in value):
+        raise UsageError(f"{where}: expected a non-empty list of runner labels like [\"self-hosted\", \"gfx1151\"], "
+                         f"found {value!r}")
+    if len(set(value)) != len(value):
+        raise UsageError(f"{where}: a label is listed twice in {value!r}")
+    return tuple(value)
+
+
+def ds4ci_ref(value: Any, where: str) -> tuple[str, str]:
+    """``OWNER/NAME@REF`` of ds4ci's repository: (repository, ref); REF a tag like v0.1.0 or a full commit."""
+    if not isinstance(value, str) or not DS4CI_REF.match(value):
+        raise UsageError(f"{where}: expected OWNER/NAME@REF of ds4ci's repository, REF a tag like v0.1.0 or a full "
+                         f"40-hex commit, e.g. acme/ds4ci@v0.1.0, found {value!r}")
+    repository, _, ref = value.partition("@")
+    return repository, ref
 
 
 def runner_name(value: Any, where: str) -> str:

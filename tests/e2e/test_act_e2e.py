@@ -172,16 +172,21 @@ BUILD_COMMAND = (
 )
 
 
-def _make_repo(tmp: Path, models: Path) -> tuple[Path, str]:
-    """A repository holding ds4ci itself plus a ds4ci.toml pinning the simulator and small models."""
-    repo = tmp / "engine"
-    repo.mkdir()
+def _copy_project(dest: Path) -> Path:
+    """This checkout's ds4ci (the package, its action and its workflows) copied into a new folder."""
+    dest.mkdir()
     for name in PROJECT_FILES:
         src = ROOT / name
         if src.is_dir():
-            shutil.copytree(src, repo / name, ignore=shutil.ignore_patterns("__pycache__", "*.pyc"))
+            shutil.copytree(src, dest / name, ignore=shutil.ignore_patterns("__pycache__", "*.pyc"))
         elif src.exists():
-            shutil.copy2(src, repo / name)
+            shutil.copy2(src, dest / name)
+    return dest
+
+
+def _make_repo(tmp: Path, models: Path) -> tuple[Path, str]:
+    """A repository holding ds4ci itself plus a ds4ci.toml pinning the simulator and small models."""
+    repo = _copy_project(tmp / "engine")
     models.mkdir()
     server = models / "sim-server"
     server.write_text(f'#!/bin/sh\nexec "{sys.executable}" -m ds4ci.simulator "$@"\n')
@@ -221,6 +226,13 @@ def _make_repo(tmp: Path, models: Path) -> tuple[Path, str]:
         # preflight loads this file too and needs an evidence directory; the action's
         # --evidence-dir overrides it for the gate itself.
         evidence_dir = "../ds4ci-evidence"
+
+        # The matrix: one gate job per runner table, on its labels.
+        [runners.gfx1151]
+        labels = ["self-hosted", "rocm", "gfx1151"]
+
+        [runners.sm86]
+        labels = ["self-hosted", "gpu", "sm86"]
         """))
     _git(repo, "init", "-q", "-b", "main")
     _git(repo, "remote", "add", "origin", "https://github.com/acme/engine.git")
@@ -242,11 +254,11 @@ def _make_repo(tmp: Path, models: Path) -> tuple[Path, str]:
     return repo, head
 
 
-def _act(tmp: Path, repo: Path, fake: FakeGitHub, wheelhouse: Path, models: Path,
-         inputs: dict[str, str]) -> subprocess.CompletedProcess[str]:
+def _act(tmp: Path, repo: Path, fake: FakeGitHub, wheelhouse: Path, models: Path | None,
+         inputs: dict[str, str], others: dict[str, Path] | None = None) -> subprocess.CompletedProcess[str]:
     store = tmp / "artifacts"
     store.mkdir(exist_ok=True)
-    local = _stand_ins(tmp / "stand-ins", repo, store)
+    local = _stand_ins(tmp / "stand-ins", repo, store, others)
     home = tmp / "home"
     home.mkdir(exist_ok=True)
     event = tmp / "event.json"  # what GitHub's workflow_dispatch payload says about the repository
@@ -263,7 +275,7 @@ def _act(tmp: Path, repo: Path, fake: FakeGitHub, wheelhouse: Path, models: Path
         "-s", f"GITHUB_TOKEN={WRITE_TOKEN}",
         "--env", f"GITHUB_API_URL={fake.url}",
         "--env", "PIP_NO_INDEX=1", "--env", f"PIP_FIND_LINKS={wheelhouse}",
-        "--var", f"DS4_MODEL_DIR={models}",
+        *(["--var", f"DS4_MODEL_DIR={models}"] if models is not None else []),
     ]
     for uses, directory in local.items():
         cmd += ["--local-repository", f"{uses}={directory}"]
@@ -273,6 +285,75 @@ def _act(tmp: Path, repo: Path, fake: FakeGitHub, wheelhouse: Path, models: Path
     env["HOME"] = str(home)
     env["PATH"] = f"{Path(sys.executable).parent}:{env.get('PATH', '')}"
     return subprocess.run(cmd, cwd=repo, env=env, capture_output=True, text=True, timeout=900)
+
+
+def _ds4ci_repository(tmp: Path) -> tuple[Path, str]:
+    """ds4ci's own repository (acme/ds4ci) as this checkout: the ds4ci a pinned workflow installs and runs."""
+    ds4ci = _copy_project(tmp / "ds4ci")
+    _git(ds4ci, "init", "-q", "-b", "main")
+    _git(ds4ci, "add", "-A")
+    _git(ds4ci, "commit", "-q", "-m", "ds4ci")
+    return ds4ci, _git(ds4ci, "rev-parse", "HEAD")
+
+
+def _adopter(tmp: Path, *init_args: str) -> tuple[Path, str]:
+    """A new, empty repository that runs `ds4ci init --simulator` (nothing else is edited), with a PR on a branch."""
+    engine = tmp / "engine"
+    engine.mkdir()
+    (engine / "README.md").write_text("the engine\n")
+    _git(engine, "init", "-q", "-b", "main")
+    _git(engine, "remote", "add", "origin", "https://github.com/acme/engine.git")
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("GITHUB_", "RUNNER_", "ACT", "DS4CI_SANDBOX_"))}
+    init = subprocess.run([str(Path(sys.executable).parent / "ds4ci"), "init", "--simulator", "--runner", "local",
+                           *init_args], cwd=engine, env=env, capture_output=True, text=True, timeout=120)
+    assert init.returncode == 0, init.stderr
+    _git(engine, "add", "-A")
+    _git(engine, "commit", "-q", "-m", "adopt the ds4ci gate (ds4ci init)")
+    _git(engine, "checkout", "-q", "-b", "feature")
+    (engine / "CHANGE.txt").write_text("the change under review\n")
+    _git(engine, "add", "-A")
+    _git(engine, "commit", "-q", "-m", "change under review")
+    head = _git(engine, "rev-parse", "HEAD")
+    _git(engine, "checkout", "-q", "main")
+    return engine, head
+
+
+def test_init_s_workflows_run_green_in_a_fresh_adopter_repository(
+    tmp_path: Path, fake: FakeGitHub, wheelhouse: Path
+) -> None:
+    """Defect: init's gate.yml checked out the adopter's own repository as ds4ci, ran `pip install .` there
+    ("Directory '.' is not installable") and `uses: ./` (no action.yml), and its matrix was gfx1151/sm86.
+
+    Here ds4ci's repository is this checkout, reached only through the ref init wrote (the checkout stand-in
+    serves acme/ds4ci from it); the matrix is init's one runner, `local`, from ds4ci.toml."""
+    ds4ci, pin = _ds4ci_repository(tmp_path)
+    engine, head = _adopter(tmp_path, "--ds4ci-ref", f"acme/ds4ci@{pin}")
+    assert "pyproject.toml" not in _git(engine, "ls-files") and "action.yml" not in _git(engine, "ls-files")
+    fake.add_pull(7, head)
+
+    proc = _act(tmp_path, engine, fake, wheelhouse, None, {"pr": "7", "head-sha": head, "runners": "all"},
+                {"acme/ds4ci": ds4ci})
+
+    assert proc.returncode == 0, _log(proc)
+    log = proc.stdout + proc.stderr
+    assert f"ds4ci acme/ds4ci@{pin}" in log and "is not installable" not in log
+    assert fake.latest_states(head) == {"ds4ci/local": "success"}, _log(proc)
+    (comment,) = fake.comments(7)
+    assert "local" in comment["body"] and head[:12] in comment["body"]
+    assert _git(engine, "status", "--porcelain") == ""  # nothing was edited after init
+
+
+def test_init_s_placeholder_stops_the_workflow_before_anything_runs(
+    tmp_path: Path, fake: FakeGitHub, wheelhouse: Path
+) -> None:
+    engine, head = _adopter(tmp_path)  # no --ds4ci-ref: the placeholder init named
+    fake.add_pull(7, head)
+
+    proc = _act(tmp_path, engine, fake, wheelhouse, None, {"pr": "7", "head-sha": head})
+
+    assert proc.returncode != 0
+    assert "DS4CI_REF at the top of this workflow: expected OWNER/NAME@REF" in proc.stdout + proc.stderr, _log(proc)
+    assert fake.statuses() == [] and fake.comments() == []
 
 
 def _log(proc: subprocess.CompletedProcess[str]) -> str:
@@ -348,25 +429,13 @@ def test_fork_report_installs_ds4ci_from_its_repository_and_sets_no_status(
     tmp_path: Path, fake: FakeGitHub, wheelhouse: Path
 ) -> None:
     """The adopter's copy of report.yml, in a repository that is not ds4ci, comments on a fork's PR."""
-    ds4ci = tmp_path / "ds4ci"
-    ds4ci.mkdir()
-    for name in PROJECT_FILES:
-        src = ROOT / name
-        if src.is_dir():
-            shutil.copytree(src, ds4ci / name, ignore=shutil.ignore_patterns("__pycache__", "*.pyc"))
-        elif src.exists():
-            shutil.copy2(src, ds4ci / name)
-    _git(ds4ci, "init", "-q", "-b", "main")
-    _git(ds4ci, "add", "-A")
-    _git(ds4ci, "commit", "-q", "-m", "ds4ci")
-    pin = _git(ds4ci, "rev-parse", "HEAD")
+    ds4ci, pin = _ds4ci_repository(tmp_path)
     engine = tmp_path / "engine"  # the adopting repository: no pyproject.toml, nothing installable
     (engine / ".github" / "workflows").mkdir(parents=True)
     (engine / "README.md").write_text("the engine\n")
     copied = (ROOT / ".github" / "workflows" / "report.yml").read_text()
-    copied = copied.replace('DS4CI_REPOSITORY: ""', "DS4CI_REPOSITORY: acme/ds4ci").replace(
-        'DS4CI_REF: ""', f"DS4CI_REF: {pin}").replace("workflows: [ds4ci gate]", "workflows: [ds4ci]")
-    (engine / ".github" / "workflows" / "report.yml").write_text(copied)
+    assert copied.count('DS4CI_REF: ""') == 1
+    (engine / ".github" / "workflows" / "report.yml").write_text(copied.replace('DS4CI_REF: ""', f"DS4CI_REF: acme/ds4ci@{pin}"))
     _git(engine, "init", "-q", "-b", "main")
     _git(engine, "remote", "add", "origin", "https://github.com/acme/engine.git")
     _git(engine, "add", "-A")

@@ -20,7 +20,7 @@ import pytest
 from paths import ROOT
 from ruamel.yaml import YAML
 
-from ds4ci.github import dispatch
+from ds4ci.options import values as v
 
 BIN = Path(sys.executable).parent
 WORKFLOWS = sorted((ROOT / ".github" / "workflows").glob("*.yml"))
@@ -173,13 +173,38 @@ def test_gate_matrix_queues_per_gpu_and_never_cancels() -> None:
     assert job["env"]["DS4_MODEL_DIR"] == "${{ vars.DS4_MODEL_DIR }}"
 
 
-def test_runner_labels_are_known_to_actionlint() -> None:
-    known = set(_load(ROOT / ".github" / "actionlint.yaml")["self-hosted-runner"]["labels"])
-    for runner in dispatch.DEFAULT_RUNNERS:
-        assert runner.labels[0] == "self-hosted"
-        assert set(runner.labels[1:]) <= known
-    assert [r.labels for r in dispatch.DEFAULT_RUNNERS] == [
-        ("self-hosted", "rocm", "gfx1151"), ("self-hosted", "gpu", "sm86")]
+def test_the_matrix_is_computed_from_the_trusted_config_in_the_plan_job() -> None:
+    """Defect: a hard-coded gfx1151/sm86 matrix; the runners given to init never reached the workflow."""
+    jobs = _load(ROOT / ".github" / "workflows" / "gate.yml")["jobs"]
+    assert jobs["gate"]["strategy"]["matrix"] == "${{ fromJSON(needs.plan.outputs.matrix) }}"
+    steps = jobs["plan"]["steps"]
+    (trusted,) = [s for s in steps if s.get("with", {}).get("path") == "trusted"]
+    assert trusted["with"]["ref"] == "${{ github.event.pull_request.base.sha || github.sha }}"
+    assert trusted["with"]["sparse-checkout"] == "ds4ci.toml"
+    (plan,) = [s for s in steps if s.get("id") == "plan"]
+    assert 'dispatch-check --config trusted/ds4ci.toml' in plan["run"] and "--runner-table" not in plan["run"]
+    assert 'config runners --config trusted/ds4ci.toml' in plan["run"]
+    text = (ROOT / ".github" / "workflows" / "gate.yml").read_text().replace("e.g. gfx1151,sm86", "")
+    assert "gfx1151" not in text and "sm86" not in text
+
+
+def test_every_workflow_names_the_ds4ci_it_runs_once_and_checks_it_as_the_cli_does() -> None:
+    """One DS4CI_REF line per workflow (init fills it); the plan's check states values.DS4CI_REF's pattern."""
+    for name in ("gate.yml", "report.yml"):
+        doc = _load(ROOT / ".github" / "workflows" / name)
+        assert doc["env"] == {"DS4CI_REF": ""}, name
+        text = (ROOT / ".github" / "workflows" / name).read_text()
+        assert text.count('  DS4CI_REF: ""\n') == 1
+        assert v.DS4CI_REF.pattern in text, name  # the bash [[ =~ ]] test is the same expression
+        assert "OWNER/ds4ci" not in text and "inputs.ds4ci" not in text
+    jobs = _load(ROOT / ".github" / "workflows" / "gate.yml")["jobs"]
+    checkouts = {job: [s["with"] for s in jobs[job]["steps"] if str(s.get("uses", "")).startswith("actions/checkout@")
+                       and "path" not in s["with"]] for job in jobs}
+    assert checkouts["plan"] == [{"repository": "${{ steps.pin.outputs.repository }}",
+                                  "ref": "${{ steps.pin.outputs.ref }}", "persist-credentials": False}]
+    for job in ("gate", "publish"):  # ds4ci at the workspace root: `uses: ./` is its action, at the same ref
+        assert checkouts[job] == [{"repository": "${{ needs.plan.outputs.ds4ci-repository }}",
+                                   "ref": "${{ needs.plan.outputs.ds4ci-ref }}", "persist-credentials": False}], job
 
 
 def test_local_action_is_called_with_existing_inputs_only() -> None:
@@ -222,12 +247,14 @@ def test_the_publishing_job_publishes_bundles_and_never_leaves_a_runner_silent()
 def test_reporter_never_runs_pull_request_code() -> None:
     doc = _load(ROOT / ".github" / "workflows" / "report.yml")
     assert list(doc["on"]) == ["workflow_run"]
+    assert doc["on"]["workflow_run"]["workflows"] == [_load(ROOT / ".github" / "workflows" / "gate.yml")["name"]]
     steps = doc["jobs"]["report"]["steps"]
     checkouts = [s for s in steps if str(s.get("uses", "")).startswith("actions/checkout@")]
     # Only ds4ci is checked out: the pinned ds4ci repository, else this repository's default branch.
-    assert [c["with"]["ref"] for c in checkouts] == ["${{ env.DS4CI_REF || github.event.repository.default_branch }}"]
-    assert [c["with"]["repository"] for c in checkouts] == ["${{ env.DS4CI_REPOSITORY || github.repository }}"]
-    assert set(doc["env"]) == {"DS4CI_REPOSITORY", "DS4CI_REF"}
+    assert [c["with"]["ref"] for c in checkouts] == ["${{ steps.pin.outputs.ref }}"]
+    assert [c["with"]["repository"] for c in checkouts] == ["${{ steps.pin.outputs.repository }}"]
+    (pin,) = [s for s in steps if s.get("id") == "pin"]
+    assert pin["env"] == {"DS4CI_DEFAULT_BRANCH": "${{ github.event.repository.default_branch }}"}
     script = "\n".join(s.get("run", "") for s in steps)
     assert "--no-status" in script and "dispatch-check" in script
 
@@ -244,7 +271,7 @@ def test_reporter_installs_ds4ci_from_its_own_checkout_not_the_adopting_reposito
 
 def test_gate_workflow_passes_base_trusted_config_and_focused_policy() -> None:
     doc = _load(ROOT / ".github" / "workflows" / "gate.yml")
-    for trigger in ("workflow_dispatch", "workflow_call"):
+    for trigger in ("workflow_dispatch",):
         assert doc["on"][trigger]["inputs"]["allow-focused-reruns"]["type"] == "boolean"
     steps = doc["jobs"]["gate"]["steps"]
     (subject,) = [s for s in steps if s.get("with", {}).get("path") == "subject"]
@@ -257,12 +284,3 @@ def test_gate_workflow_passes_base_trusted_config_and_focused_policy() -> None:
     (step,) = [s for s in publish if "publish" in s.get("run", "") and "--expect-config" in s["run"]]
     assert step["env"]["DS4CI_ALLOW_FOCUSED"] == "${{ inputs.allow-focused-reruns }}"
     assert '--expect-config "trusted/$DS4CI_CONFIG"' in step["run"] and "--allow-focused-reruns" in step["run"]
-
-
-def test_example_adopter_workflow_calls_ours_pinned(tmp_path: Path) -> None:
-    example = _load(ROOT / "examples" / "workflows" / "ds4ci.yml")
-    (job,) = example["jobs"].values()
-    assert re.fullmatch(r"[\w.-]+/[\w.-]+/\.github/workflows/gate\.yml@[0-9a-f]{40}", job["uses"])
-    assert job["with"]["ds4ci-ref"] == job["uses"].rsplit("@", 1)[1]
-    gate_inputs = set(_load(ROOT / ".github" / "workflows" / "gate.yml")["on"]["workflow_call"]["inputs"])
-    assert set(job["with"]) <= gate_inputs
