@@ -181,7 +181,10 @@ def _user_binds(policy: Policy, view: View, scratch: Path) -> list[str]:
         args += [option, path, path]
     shown = [Path(path) for _, path in binds]
     for over, covered in (("--ro-bind", policy.frozen), ("--tmpfs", policy.hidden)):
-        for hit in sorted(str(p) for p in covered if p.exists() and any(p.is_relative_to(b) for b in shown)):
+        hits = sorted(str(p) for p in covered if p.exists() and any(p.is_relative_to(b) for b in shown))
+        if over == "--tmpfs":  # a folder inside one already covered is hidden with it (and bwrap cannot mkdir there)
+            hits = [h for h in hits if not any(h != o and Path(h).is_relative_to(o) for o in hits)]
+        for hit in hits:
             args += [over, hit, "--remount-ro", hit] if over == "--tmpfs" else [over, hit, hit]
     return args
 
