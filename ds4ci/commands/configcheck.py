@@ -43,25 +43,15 @@ def _runner_names(doc: dict[str, object], runner: str | None) -> list[str | None
     return list(tables) if isinstance(tables, dict) and tables else [None]
 
 
-def _placeholders(value: Any, where: str) -> Iterator[str]:
-    """Where the file holds a pin placeholder (``TODO: ...``, what ``ds4ci init`` writes for a file it could not read)."""
+def _stand_in_pins(value: Any, where: str, found: list[str]) -> Any:
+    """The document with every pin placeholder (``TODO: ...``, what ``ds4ci init`` writes for a file it could not
+    read) replaced by a well-formed stand-in, so the rest is still checked; each one's place goes into ``found``."""
     if isinstance(value, dict):
-        for key, item in value.items():
-            yield from _placeholders(item, f"{where}.{key}" if where else str(key))
-    elif isinstance(value, list):
-        for i, item in enumerate(value):
-            yield from _placeholders(item, f"{where}[{i}]")
-    elif isinstance(value, str) and where.endswith("sha256") and value.startswith(PIN_PLACEHOLDER_START):
-        yield where
-
-
-def _pinned_stand_ins(value: Any, where: str = "") -> Any:
-    """The document with every placeholder pin replaced by a well-formed stand-in, so the rest is still checked."""
-    if isinstance(value, dict):
-        return {k: _pinned_stand_ins(v, f"{where}.{k}" if where else str(k)) for k, v in value.items()}
+        return {k: _stand_in_pins(v, f"{where}.{k}" if where else str(k), found) for k, v in value.items()}
     if isinstance(value, list):
-        return [_pinned_stand_ins(v, f"{where}[{i}]") for i, v in enumerate(value)]
+        return [_stand_in_pins(v, f"{where}[{i}]", found) for i, v in enumerate(value)]
     if isinstance(value, str) and where.endswith("sha256") and value.startswith(PIN_PLACEHOLDER_START):
+        found.append(where)
         return "0" * 64
     return value
 
@@ -74,15 +64,15 @@ def _todo_problem(todos: list[str]) -> str:
 
 def run_config_check(config_file: Path | None, runner: str | None) -> int:
     path = config_file if config_file is not None else Path(CONFIG_NAME)
-    doc = read_toml(path)
-    todos = list(_placeholders(doc, ""))
+    todos: list[str] = []
+    doc = _stand_in_pins(read_toml(path), "", todos)
     problems: list[str] = [_todo_problem(todos)] if todos else []
     by_problem: dict[str, list[str]] = {}  # one line per problem, naming every runner it concerns
     checked: list[str] = []
     with _stand_ins(path.read_text(encoding="utf-8", errors="replace")) as missing:
         for name in _runner_names(doc, runner):
             try:
-                cfg = config.load(path, {"runner": name}, check_files=False, doc=_pinned_stand_ins(doc))
+                cfg = config.load(path, {"runner": name}, check_files=False, doc=doc)
             except UsageError as exc:
                 by_problem.setdefault(str(exc), []).append(name or "(host name)")
                 continue

@@ -136,7 +136,7 @@ def _workspace_config(ws: Workspace, **change: str) -> Path:
         f'target = "{ws.target}"\ntarget_sha256 = "{pins["target_sha256"]}"\n'
         f'draft = "{ws.draft}"\ndraft_sha256 = "{pins["draft_sha256"]}"\n'
         f'prompts = [{{file = "{ws.prompts[0]}", sha256 = "{pins["prompt"]}"}}]\n'
-        f'widths = [2]\nmax_tokens = 16\nevidence_dir = "{ws.root / "evidence"}"\n'
+        f'widths = [2]\nmax_tokens = 64\nevidence_dir = "{ws.root / "evidence"}"\n'
         '[runners.box]\n[runners.other]\n')
     return config
 
