@@ -208,7 +208,7 @@ OPTIONS: tuple[Option, ...] = (
           "\"built from a modified tree\"; without it such a run is an error. publish --expect-config accepts it "
           "only when the trusted config sets it.", check=v.boolean, default=False, toml_type="boolean",
           flag="--allow-dirty-tree", switch=True, cli_type=bool, recorded="allow_dirty_tree",
-          attr="allow_dirty_tree"),
+          attr="allow_dirty_tree", reproduce=True),
     Option(CLI, "notes", "A note for reviewers, recorded as a warning in results.json and shown in the comment "
            "(e.g. that the PR's own ds4ci.toml was not used); repeatable.", check=v.notes, flag="--note",
            repeat=True, metavar="TEXT"),

@@ -66,6 +66,7 @@ def test_a_modified_tree_is_an_error_and_allowed_only_by_the_trusted_config(tmp_
     allowed, doc = _gate(ws, repo, "--allow-dirty-tree")
     assert allowed.returncode == 0, allowed.stdout + allowed.stderr
     assert doc["settings"]["allow_dirty_tree"] is True and doc["verdict"] == "pass"  # type: ignore[index]
+    assert " --allow-dirty-tree" in str(doc["reproduce"])  # the reproduce command runs it the same way
     assert "built from a modified tree" in allowed.stdout
     bundle = Path(doc["evidence"]["dir"])  # type: ignore[index]
     assert _cli("verify", str(bundle), cwd=tmp_path).returncode == 0
