@@ -1,7 +1,8 @@
 """One error hierarchy for ds4ci.
 
-Every error carries the exit code the CLI returns for it (docs/protocol.md, "Exit codes") and a message
-that tells the user what was expected, what was found and, where possible, what to do.
+Every error carries the exit code the CLI returns for it (docs/exit-codes.md, generated from
+``ds4ci.commands.exitcodes``) and a message that tells the user what was expected, what was found
+and, where possible, what to do.
 """
 
 from __future__ import annotations

@@ -3,8 +3,10 @@
 from __future__ import annotations
 
 import os
+import sys
 import tempfile
 from pathlib import Path
+from typing import NoReturn
 
 
 def write_text_atomic(path: Path, text: str) -> None:
@@ -20,3 +22,14 @@ def write_text_atomic(path: Path, text: str) -> None:
     except BaseException:
         Path(tmp).unlink(missing_ok=True)
         raise
+
+
+def quit_on_broken_pipe(code: int) -> NoReturn:
+    """Standard output's reader went away (``ds4ci-sim --list-faults | head``): exit quietly, no traceback.
+
+    Standard output is pointed at /dev/null first, so the interpreter's own flush at exit cannot fail again.
+    """
+    devnull = os.open(os.devnull, os.O_WRONLY)
+    os.dup2(devnull, sys.stdout.fileno())
+    os.close(devnull)
+    sys.exit(code)

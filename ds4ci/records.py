@@ -200,6 +200,7 @@ class RecordedSettings(TypedDict):
     request_body: NotRequired[dict[str, object]]
     configured_widths: NotRequired[list[int]]
     scope: NotRequired[Scope]
+    allow_dirty_tree: NotRequired[bool]
 
 
 class PolicyRecord(TypedDict):

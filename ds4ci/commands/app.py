@@ -28,7 +28,7 @@ app = typer.Typer(
         "speculative decoding at several draft widths, proves the token IDs are identical and that "
         "speculation really ran and rolled back, keeps the evidence, and reports to pull requests.\n\n"
         "Exit codes: 0 pass, 1 fail (contract violated), 2 usage or configuration error, "
-        "3 error (no verdict could be reached)."
+        "3 error (no verdict could be reached); every command's, in docs/exit-codes.md."
     ),
     no_args_is_help=True,
     add_completion=False,
@@ -98,7 +98,10 @@ def verify(
 
 
 hash_cache_app = typer.Typer(
-    help="The SHA-256 cache the gate may use for big model files (see docs/identity.md).", no_args_is_help=True
+    help="The SHA-256 cache the gate may use for big model files (see docs/identity.md). "
+    "Exit codes (hash-cache add): 0 recorded, 2 a file or the cache cannot be read or written, 3 a file changed "
+    "while it was read.",
+    no_args_is_help=True,
 )
 app.add_typer(hash_cache_app, name="hash-cache")
 
@@ -113,7 +116,7 @@ def hash_cache_add(
 ) -> None:
     """Hash files and record them in a hash cache, e.g. a root-owned one the gate reads but PR code cannot write.
 
-    Exit codes: 0 recorded, 2 a file or the cache cannot be read or written.
+    Exit codes: 0 recorded, 2 a file or the cache cannot be read or written, 3 a file changed while it was read.
     """
     from ds4ci.commands.hashcache import run_hash_cache_add
 
@@ -121,7 +124,8 @@ def hash_cache_add(
 
 
 runner_key_app = typer.Typer(
-    help="This runner's Ed25519 key: it signs each bundle's attestation.json (see docs/security.md).",
+    help="This runner's Ed25519 key: it signs each bundle's attestation.json (see docs/security.md). "
+    "Exit codes (runner-key init): 0 written, 2 refused (the key file exists or cannot be written).",
     no_args_is_help=True,
 )
 app.add_typer(runner_key_app, name="runner-key")
@@ -140,6 +144,8 @@ def runner_key_init(
     Run once per runner, as the user the gate runs as. Put the printed line under
     [runners.<name>] public_key in the base branch's ds4ci.toml; verify and publish then refuse
     bundles this key did not sign. The sandbox never shows the key's folder to PR code.
+
+    Exit codes: 0 written, 2 refused (the key file exists, never overwritten, or cannot be written).
     """
     from ds4ci.commands.runnerkey import run_runner_key_init
 
@@ -214,6 +220,7 @@ def tiny_models(
     The shapes are ones the real dflash_server's CUDA kernels accept; every generated token decodes
     to one ASCII word (" w417"), so answers spell their token IDs. Needs gguf: pip install 'ds4ci[tiny]'.
     Then: ds4ci gate --config DIR/ds4ci.toml --server-bin PATH, or ds4ci selftest --server-bin PATH.
+    Exit codes: 0 written, 2 usage (a bad seed or folder, or gguf not installed).
     """
     from ds4ci.commands.tiny_models import run_tiny_models
 
@@ -222,7 +229,11 @@ def tiny_models(
 
 @app.command()
 def report(
-    results: Annotated[list[Path], typer.Argument(help="One results.json per runner.")],
+    results: Annotated[
+        list[Path],
+        typer.Argument(help="One results.json per runner, or its evidence bundle (the attempt directory or the "
+                       "gate's --bundle-out .tar.gz)."),
+    ],
     format: Annotated[
         str, typer.Option("--format", help="comment (PR comment, <= 60,000 bytes) or summary (job summary).")
     ] = "comment",
@@ -251,11 +262,14 @@ def preflight(
     deadline: Annotated[float, typer.Option(help="Hard deadline in seconds for the GPU health probe.")] = 20.0,
     **settings: Any,
 ) -> None:
-    """Check that this runner is ready (GPU answers, files present, no stale overrides) and fingerprint it.
+    """Check that this runner is ready (GPU answers, files present and matching their pins, no stale overrides)
+    and fingerprint it.
 
-    A probe stuck in uninterruptible sleep cannot hold the job: the deadline is enforced here.
-    A GPU used by a process that is not ds4ci's makes the runner busy (JSON key "busy").
-    Exit 0 ready, 3 not ready or busy.
+    Every pinned file is hashed (through the hash cache where the config trusts it), so "ready" means
+    the gate will find the files it pins. A probe stuck in uninterruptible sleep cannot hold the job:
+    the deadline is enforced here. A GPU used by a process that is not ds4ci's makes the runner busy
+    (JSON key "busy"). Exit codes: 0 ready, 2 usage or an invalid config file (a TODO pin included),
+    3 not ready or busy (each problem is listed).
     """
     from ds4ci.commands.preflight import run_preflight
 
@@ -284,6 +298,19 @@ def revisions(
 
 app.command("dispatch-check")(app_github.dispatch_check)
 app.command("merge-check")(app_github.merge_check)
+
+
+def _point_to_exit_codes(typers: list[typer.Typer]) -> None:
+    """Each command's --help ends by pointing at the one table of every command's exit codes."""
+    from ds4ci.commands.exitcodes import DOC
+
+    for group in typers:
+        for info in group.registered_commands:
+            info.epilog = f"Every command's exit codes: {DOC}."
+        _point_to_exit_codes([g.typer_instance for g in group.registered_groups if g.typer_instance is not None])
+
+
+_point_to_exit_codes([app])
 
 
 def main() -> None:

@@ -12,6 +12,7 @@ from ds4ci.commands.flags import table_flags
 def gate(**settings: Any) -> None:
     """Run the parity gate: 1 target-only server + 1 reference-exact server per width.
 
+    Settings come from --config, else ./ds4ci.toml when it exists; flags override them.
     Every pinned SHA-256 is verified before any server starts. Evidence of the attempt is kept
     under --evidence-dir whatever the outcome. With --json, stdout carries one JSON object
     (verdict, exit_code, runner, scope, evidence, results_out, bundle_out, widths: verdict per

@@ -188,7 +188,7 @@ def merge_check(
     """Is the pull request ready to merge on its exact current head?
 
     Only the publisher's ds4ci/<runner> statuses count (--publisher, default github-actions[bot]), and
-    a check only from its app or account ([[merge.checks]]); others are listed as ignored.
+    a check only from its app or account ([[merge.checks]], or --check NAME@APP); others are listed as ignored.
     Ready only when every gate runner and named check is green on the head, enough approvals are
     on the head, no changes are requested, no review thread is unresolved, and the PR is open,
     not a draft and mergeable. Token from $GITHUB_TOKEN. Exit 0 ready, 1 not ready (one line per

@@ -13,12 +13,13 @@ import re
 import sys
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 from ds4ci.commands import workflowpin
 from ds4ci.commands.init import CONFIG_NAME
 from ds4ci.errors import EXIT_PASS, EXIT_USAGE, UsageError
 from ds4ci.options import config, runners
-from ds4ci.options.values import read_toml
+from ds4ci.options.values import PIN_PLACEHOLDER_START, read_toml
 
 _VAR = re.compile(r"\$\{([A-Za-z_][A-Za-z0-9_]*)\}")
 
@@ -43,22 +44,45 @@ def _runner_names(doc: dict[str, object], runner: str | None) -> list[str | None
     return list(tables) if isinstance(tables, dict) and tables else [None]
 
 
+def _stand_in_pins(value: Any, where: str, found: list[str]) -> Any:
+    """The document with every pin placeholder (``TODO: ...``, what ``ds4ci init`` writes for a file it could not
+    read) replaced by a well-formed stand-in, so the rest is still checked; each one's place goes into ``found``."""
+    if isinstance(value, dict):
+        return {k: _stand_in_pins(v, f"{where}.{k}" if where else str(k), found) for k, v in value.items()}
+    if isinstance(value, list):
+        return [_stand_in_pins(v, f"{where}[{i}]", found) for i, v in enumerate(value)]
+    if isinstance(value, str) and where.endswith("sha256") and value.startswith(PIN_PLACEHOLDER_START):
+        found.append(where)
+        return "0" * 64
+    return value
+
+
+def _todo_problem(todos: list[str]) -> str:
+    return (f"{', '.join(todos)}: not pinned yet ({len(todos)} pin(s) still hold the placeholder `ds4ci init` writes "
+            "for a file it could not read); put each file's SHA-256 there (`sha256sum FILE` on the runner that has "
+            "it, or `ds4ci init --force --target FILE --draft FILE --prompt-file FILE` there)")
+
+
 def run_config_check(config_file: Path | None, runner: str | None) -> int:
     path = config_file if config_file is not None else Path(CONFIG_NAME)
-    doc = read_toml(path)
-    problems: list[str] = []
+    todos: list[str] = []
+    doc = _stand_in_pins(read_toml(path), "", todos)
+    problems: list[str] = [_todo_problem(todos)] if todos else []
+    by_problem: dict[str, list[str]] = {}  # one line per problem, naming every runner it concerns
     checked: list[str] = []
     with _stand_ins(path.read_text(encoding="utf-8", errors="replace")) as missing:
         for name in _runner_names(doc, runner):
             try:
-                cfg = config.load(path, {"runner": name}, check_files=False)
+                cfg = config.load(path, {"runner": name}, check_files=False, doc=doc)
             except UsageError as exc:
-                problems.append(f"runner {name or '(host name)'}: {exc}")
+                by_problem.setdefault(str(exc), []).append(name or "(host name)")
                 continue
             what = "extra checks only" if cfg.role != "gate" else (
                 f"widths {','.join(map(str, cfg.widths))}, {len(cfg.prompts)} prompt(s), target_device {cfg.target_device}"
             )
             checked.append(f"  {cfg.runner}: {cfg.role}: {what}" + (f", gpu {' or '.join(cfg.gpu)}" if cfg.gpu else ""))
+    problems += [f"runner{'s' if len(names) > 1 else ''} {', '.join(names)}: {problem}"
+                 for problem, names in by_problem.items()]
     for warning in workflowpin.warnings(path):  # said whether the file is valid or not
         print(f"warning: {warning}", file=sys.stderr)
     if problems:

@@ -2,9 +2,10 @@
 
 - Under GitHub Actions (``GITHUB_STEP_SUMMARY`` set) the run's summary (the same Markdown as
   ``ds4ci report --format summary``) is appended to the job summary.
-- The evidence folder defaults to ``./ds4ci-evidence``. Inside a git checkout it must be ignored
-  (``ds4ci init`` adds it to ``.gitignore``); otherwise ``git add -A`` would commit gigabytes of
-  logs, so the gate warns before it runs.
+- The evidence folder defaults to ``./ds4ci-evidence``. Inside a git checkout it must be ignored,
+  or ``git add -A`` would commit gigabytes of logs: a folder of the gate's own ignores itself (a
+  ``.gitignore`` holding ``*``, ``evidence.store.ignore_itself``); for any other folder the gate
+  warns before it runs unless git ignores it.
 """
 
 from __future__ import annotations
@@ -14,6 +15,7 @@ import shutil
 import subprocess
 from pathlib import Path
 
+from ds4ci.evidence import store
 from ds4ci.log import Logger
 from ds4ci.records import Results
 
@@ -66,6 +68,8 @@ def evidence_not_ignored(evidence_dir: Path) -> Path | None:
 
 
 def warn_evidence_in_checkout(evidence_dir: Path, log: Logger) -> None:
+    if store.ours_only(evidence_dir):  # the gate's own folder: it gets a .gitignore holding "*"
+        return
     checkout = evidence_not_ignored(evidence_dir)
     if checkout is not None:
         log.warning(

@@ -26,7 +26,8 @@ def run_preflight(
         busy_wait_s = busy.parse_busy_wait(busy_wait_s, "--busy-wait")
     elif config is not None:
         busy_wait_s = busy.load_busy_wait(config)
-    gate_config = config_mod.load(config, {"runner": runner}) if config is not None else None
+    # The files are checked by preflight itself (a problem each: not ready, exit 3), not by the loader.
+    gate_config = config_mod.load(config, {"runner": runner}, check_files=False) if config is not None else None
     report = preflight(gate_config, runner, deadline_s, _progress, busy_wait_s or 0.0)
     if as_json:
         sys.stdout.write(json.dumps(report.to_json(), indent=2, sort_keys=True, allow_nan=False) + "\n")

@@ -13,6 +13,8 @@ anything its sealed files do not. Each field comes from one sealed file (``docs/
 - ``servers/<key>/`` and ``requests/<key>/``: every verdict, through ``judging.judge``;
 - ``checks/checks.json`` and ``build/build.json`` with the logs and reports they name: the
   checks and the build, through ``judging.steps``;
+- ``revisions.json`` with ``settings.allow_dirty_tree``: a modified source tree makes a pass an error
+  unless allowed (``judging.tree``);
 - ``manifest.json``: its SHA-256 (``results.json`` itself is not in the manifest).
 """
 
@@ -25,6 +27,7 @@ from ds4ci.errors import EXIT_ERROR, EXIT_FAIL, EXIT_PASS, ResultsError
 from ds4ci.evidence import results
 from ds4ci.evidence.store import FAILED, MANIFEST, RUNS
 from ds4ci.judging import confined, judge, steps
+from ds4ci.judging.tree import judge_tree
 from ds4ci.judging.verdict import ERROR, FAIL, NOT_RUN, PASS
 from ds4ci.records import BuildRecord, CheckResult, ExitCode, Results, TargetOnlyResult, Verdict, WidthResult
 
@@ -189,6 +192,7 @@ def derive(root: Path) -> Results:
     except (TypeError, ValueError, KeyError, AttributeError, IndexError) as exc:  # a sealed value of the wrong type
         raise DeriveError(f"the servers' sealed records are malformed ({type(exc).__name__}: {str(exc)[:200]})") from exc
     verdict, reasons = judge.overall(errors, target, doc["widths"], checks, build, attempt=root)
+    verdict, reasons = judge_tree(doc["revisions"], doc["settings"].get("allow_dirty_tree") is True, verdict, reasons)
     final = Path(run["evidence_dir"]) / (RUNS if verdict == PASS else FAILED) / run["attempt_id"]
     doc.update({
         "checks": checks, "build": build, "warnings": warnings, "errors": errors[:MAX_REASONS],

@@ -5,6 +5,7 @@ Layout under ``--evidence-dir``::
     attempts/<id>/   work in progress (what a kill -9 leaves behind, never mistaken for a result)
     runs/<id>/       promoted attempts whose verdict was pass
     failed/<id>/     promoted attempts whose verdict was fail or error (diagnostics kept)
+    .gitignore       ``*``: the folder ignores itself (written once, never replaced, in no manifest)
 
 Evidence is sealed in parts as the gate goes (``Seals``): when the build ends, when the checks end,
 and when each server stops, every file written so far is hashed and the part's folders are closed.
@@ -39,6 +40,7 @@ RUNS = "runs"
 FAILED = "failed"
 MANIFEST = "manifest.json"
 RESULTS = "results.json"
+GITIGNORE = ".gitignore"  # the evidence folder's own, outside every attempt
 ATTESTATION = "attestation.json"  # the runner key's signature (evidence/attestation.py), beside the manifest
 MAX_ATTESTATION_BYTES = 1 << 20
 _AT_FDCWD = -100
@@ -79,6 +81,31 @@ class Attempt:
         return self.root / (RUNS if verdict == "pass" else FAILED) / self.attempt_id
 
 
+def ours_only(evidence_dir: Path) -> bool:
+    """Whether ``evidence_dir`` is absent or holds nothing but the gate's own folders (so it may ignore itself)."""
+    try:
+        return all(entry.name in (ATTEMPTS, RUNS, FAILED) for entry in evidence_dir.iterdir())
+    except FileNotFoundError:
+        return True
+    except OSError:
+        return False
+
+
+def ignore_itself(evidence_dir: Path) -> None:
+    """``.gitignore`` holding ``*`` in an evidence folder of the gate's own, so ``git add -A`` never takes it.
+
+    It sits beside attempts/, runs/ and failed/, outside every sealed attempt (so in no manifest). An
+    existing one is never replaced, and a folder holding anything else is left as it is."""
+    if (evidence_dir / GITIGNORE).exists() or (evidence_dir / GITIGNORE).is_symlink() or not ours_only(evidence_dir):
+        return
+    try:
+        fd = os.open(evidence_dir / GITIGNORE, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o644)
+    except FileExistsError:  # another gate wrote it meanwhile
+        return
+    with os.fdopen(fd, "w", encoding="utf-8") as fh:
+        fh.write("# made by ds4ci: this evidence folder ignores itself\n*\n")
+
+
 def start_attempt(evidence_dir: Path, runner: str) -> Attempt:
     """Create a fresh, uniquely named attempt directory (never reuses an existing one)."""
     stamp = time.strftime("%Y%m%dT%H%M%SZ", time.gmtime())
@@ -86,6 +113,7 @@ def start_attempt(evidence_dir: Path, runner: str) -> Attempt:
     path = evidence_dir / ATTEMPTS / attempt_id
     try:
         path.parent.mkdir(parents=True, exist_ok=True)
+        ignore_itself(evidence_dir)
         path.mkdir()
     except OSError as exc:
         raise NoVerdictError(

@@ -29,6 +29,7 @@ from ds4ci.evidence import attestation, bundle, results
 from ds4ci.evidence.derive import DeriveError, derive
 from ds4ci.evidence.store import MANIFEST, RESULTS, regular_files
 from ds4ci.judging import confined
+from ds4ci.judging.tree import tree_note
 from ds4ci.judging.verdict import ERROR, FAIL, PASS
 from ds4ci.options.config import DEFAULT_WIDTHS, parse_sha256, parse_widths, read_toml
 from ds4ci.records import Results, TargetOnlyResult, Verdict, WidthResult
@@ -303,6 +304,10 @@ def expectation_mismatches(
     for key in ("max_tokens", "seed", "repeats"):
         if key in want and settings[key] != want[key]:
             out.append((key, settings[key], want[key]))
+    # A modified tree passed only because the bundle's own settings allowed it: the trusted config must too.
+    if (tree_note(recorded["revisions"]) is not None and settings.get("allow_dirty_tree") is True
+            and want.get("allow_dirty_tree") is not True):
+        out.append(("allow_dirty_tree", True, False))
     ids = recorded["identities"]
     for role_name, identity in (("target", ids["target"]), ("draft", ids["draft"]), ("server_bin", ids["server_bin"])):
         have = identity["sha256"] if identity is not None else None
@@ -352,6 +357,8 @@ def _gate_expectations(gate: Mapping[str, Any], where: str) -> dict[str, Any]:
         out["widths"] = list(parse_widths(gate["widths"]))
     if "role" in gate:
         out["role"] = gate["role"]
+    if "allow_dirty_tree" in gate:
+        out["allow_dirty_tree"] = gate["allow_dirty_tree"] is True
     prompts = gate.get("prompts")
     if prompts is not None:
         if not isinstance(prompts, list) or not all(isinstance(p, dict) for p in prompts):

@@ -49,6 +49,9 @@ def reproduce_args(cfg: GateConfig) -> list[str]:
         for value in found:
             if value is None or value == () or (option.repeat and value == ""):
                 continue
+            if option.switch is not None:  # a flag without a value: given when the setting is what it gives
+                parts += [option.flag] if value == option.switch else []
+                continue
             # A repeated value may start with '-' (a server argument): keep it attached to its flag.
             parts += [f"{option.flag}={_text(value)}"] if option.repeat else [option.flag, _text(value)]
     return parts

@@ -71,9 +71,50 @@ def prepare(cfg: GateConfig, progress: Logger | Callable[[str], None]) -> None:
         raise NoVerdictError(f"{exc}; no PR code was run") from exc
     why = sup.sandbox_refusal()
     if why is None:
+        refuse_hidden_inside_views(cfg)
         progress("sandbox: PR code runs under bubblewrap (level: sandbox)")
     else:
         progress(f"sandbox: not used ({why}); PR code runs in a PID namespace where the kernel allows")
+
+
+def _hidden_names(cfg: GateConfig) -> dict[Path, str]:
+    names = {Path.home(): "the home folder of the user the gate runs as", keys.default_folder(): "the runner key folder",
+             cfg.evidence_dir.absolute(): "the evidence folder"}
+    if cfg.signing_key is not None:
+        names[cfg.signing_key.absolute().parent] = "the signing key's folder"
+    return names
+
+
+def hidden_inside_views(cfg: GateConfig) -> list[str]:
+    """Paths a PR process must see that lie inside a folder the sandbox hides from it (an empty tmpfs covers a
+    hidden folder wherever a shown one holds it, and so would cover these too, or bwrap fails to start)."""
+    box = policy(cfg)
+    views = [("the server", server_view(cfg))]
+    views += [(f"check {spec.name!r}", supervisor.View(ro=(_absolute(spec.cwd),))) for spec in cfg.checks]
+    if cfg.build is not None:
+        views.append(("the build", build_view(cfg.build)))
+    names = _hidden_names(cfg)
+    problems: list[str] = []
+    for role, view in views:
+        shown = [p.absolute() for p in (*view.ro, *view.rw, *view.extra, *box.ro_paths, *box.rw_paths)]
+        for hidden in box.hidden:
+            if not hidden.exists() or not any(hidden.is_relative_to(b) for b in shown):
+                continue  # not covered: no shown folder holds it
+            for inside in sorted({p for p in shown if p.is_relative_to(hidden)}):
+                problems.append(
+                    f"{role} must see {inside}, which lies inside {hidden} ({names.get(hidden, 'a hidden folder')}): "
+                    "the sandbox hides that folder from PR code")
+    return list(dict.fromkeys(problems))
+
+
+def refuse_hidden_inside_views(cfg: GateConfig) -> None:
+    """Before any PR process starts: stop (no verdict) with what to move, instead of every server dying in bwrap."""
+    problems = hidden_inside_views(cfg)
+    if problems:
+        raise NoVerdictError(
+            "; ".join(problems[:5]) + "; move the models, the server and the checkout out of that folder (e.g. "
+            "under /opt or /srv), the runner key elsewhere (gate.signing_key, or XDG_CONFIG_HOME for "
+            "`ds4ci runner-key init`), or the evidence with --evidence-dir; no PR code was run")
 
 
 def _absolute(path: Path | None) -> Path:

@@ -360,6 +360,24 @@ def _check_sources(value: Any) -> tuple[tuple[str, ...], tuple[CheckSource, ...]
     return _names(names, "merge.checks", None), tuple(sources)
 
 
+_APP_SLUG = re.compile(r"^[a-z0-9][a-z0-9-]{0,99}$")
+
+
+def _cli_checks(given: Sequence[str]) -> tuple[tuple[str, ...], tuple[CheckSource, ...]]:
+    """``--check NAME`` (a check run of the default app, or a status by the publisher) or ``--check NAME@APP``:
+    the check run NAME counts only from the GitHub App whose app.slug is APP, as a [[merge.checks]] table says."""
+    names, sources = [], []
+    for item in given:
+        name, at, app = item.strip().rpartition("@") if "@" in item else (item, "", "")
+        if at and not _APP_SLUG.match(app):
+            raise UsageError(f"--check {item!r}: expected NAME@APP with APP a GitHub App's slug (lowercase letters, "
+                             f"digits and '-', e.g. cubic-dev-ai), found {app!r}")
+        names.append(name.strip())
+        if at:
+            sources.append(CheckSource(name.strip(), app))
+    return _names(names, "--check", None), tuple(sources)
+
+
 def requirements(
     config: Path | None, runners: Sequence[str] | None, checks: Sequence[str] | None, approvals: int | None,
     publisher: str | None = None,
@@ -372,7 +390,7 @@ def requirements(
         run = _names(table.get("runners", []), "merge.runners", RUNNER_RE)
     sources: tuple[CheckSource, ...] = ()
     if checks:
-        chk = _names(list(checks), "--check", None)
+        chk, sources = _cli_checks(checks)
     else:
         chk, sources = _check_sources(table.get("checks", []))
     if approvals is not None:

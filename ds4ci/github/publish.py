@@ -21,6 +21,7 @@ from pathlib import Path
 from ds4ci.errors import PublishError, UsageError
 from ds4ci.github import statuses
 from ds4ci.github.client import Client, Comment
+from ds4ci.judging.tree import tree_note
 from ds4ci.records import Results
 from ds4ci.report import markdown, render
 from ds4ci.report.sections import MARKER, Section, head_sha, parse_sections
@@ -62,6 +63,8 @@ def _consistent_pass(doc: Results) -> bool:
     checks_ok = all(c["status"] == "pass" for c in doc["checks"])
     if doc["verdict"] != "pass" or doc["exit_code"] != 0 or not checks_ok:
         return False
+    if tree_note(doc.get("revisions")) is not None and doc["settings"].get("allow_dirty_tree") is not True:
+        return False  # a modified tree passes only where the config allowed it
     if doc["runner"]["role"] == "negative-control":
         return bool(doc["checks"]) and not doc["widths"]
     return (
@@ -94,8 +97,19 @@ def _description(doc: Results, state: str) -> str:
     else:
         first = doc["reasons"][0] if doc["reasons"] else "no reason recorded"
         text = f"{doc['verdict'].replace('_', ' ')}: {first}"
-    clean = " ".join(markdown.clean(prefix + text).split())
-    return clean if len(clean) <= 140 else clean[:139] + "…"
+    return _fit(doc, prefix + text)
+
+
+def _fit(doc: Results, text: str) -> str:
+    """A status description of at most 140 characters that says "built from a modified tree" when it was: first,
+    or last after a focused pass (whose description must start with FOCUSED_PREFIX), never cut off."""
+    tree = tree_note(doc.get("revisions"))
+    clean = " ".join(markdown.clean(text).split())
+    if tree is None or tree in clean:
+        return clean if len(clean) <= 140 else clean[:139] + "…"
+    room = 140 - len(tree) - 2
+    body = clean if len(clean) <= room else clean[:room - 1] + "…"
+    return f"{body}; {tree}" if clean.startswith(FOCUSED_PREFIX) else f"{tree}; {body}"
 
 
 def results_head(docs: Sequence[Results], sha: str | None) -> str:
@@ -162,9 +176,9 @@ def focused_plan(plan: StatusPlan, doc: Results, full_pass: str | None, allowed:
         return plan
     if allowed and full_pass is not None:
         text = f"{FOCUSED_PREFIX} at q={widths} on top of the full pass at {full_pass[:12]}"
-        return replace(plan, description=text)
+        return replace(plan, description=_fit(doc, text))
     why = f"focused reruns need publish {FOCUSED_SWITCH}" if not allowed else "no full pass on an ancestor"
-    return replace(plan, state="pending", description=f"{FOCUSED_PREFIX} at q={widths}; full run required: {why}"[:140])
+    return replace(plan, state="pending", description=_fit(doc, f"{FOCUSED_PREFIX} at q={widths}; full run required: {why}"))
 
 
 def last_validated_predecessor(client: Client, pr: int, head: str, runner: str, publisher: str) -> str | None:

@@ -16,7 +16,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from ds4ci.errors import UsageError
+from ds4ci.errors import NoVerdictError, UsageError
 from ds4ci.options import sections, table
 from ds4ci.options import values as v
 from ds4ci.options.sections import BuildSpec, CheckSpec, PinnedFile, read_section
@@ -102,6 +102,7 @@ class GateConfig:
     gpu: tuple[str, ...] = ()  # the GPU this runner must have (any one of these); () when not stated
     sandbox: SandboxSettings = SandboxSettings()
     signing_key: Path | None = None
+    allow_dirty_tree: bool = False
 
     @property
     def scope(self) -> str:
@@ -240,16 +241,19 @@ def _check_files(prompts: Sequence[PinnedFile], pinned: Sequence[PinnedFile], se
     for prompt in prompts:
         if prompt.sha256 is None:
             raise UsageError(f"{prompt.path}: every prompt must be pinned by SHA-256")
+    # A pinned file that is not on this runner is the runner's state, like a file that does not match its
+    # pin: no verdict (exit 3), as `ds4ci preflight` says "not ready"; the config's form is exit 2.
     for item in (*pinned, *prompts, *([server] if server else [])):
         if not item.path.is_file():
-            raise UsageError(f"{item.role} file {item.path} does not exist or is not a regular file")
+            raise NoVerdictError(f"{item.role} file {item.path} does not exist or is not a regular file "
+                                 "(this runner is not ready: stage the file or fix its path)")
     if server is not None and not os.access(server.path, os.X_OK):
-        raise UsageError(f"server binary {server.path} is not executable")
+        raise NoVerdictError(f"server binary {server.path} is not executable (chmod +x it)")
     for prompt in prompts:  # an empty or whitespace-only prompt proves nothing
         try:
             data = prompt.path.read_bytes()
         except OSError as exc:
-            raise UsageError(f"{prompt.role} file {prompt.path} cannot be read: {exc.strerror or exc}") from exc
+            raise NoVerdictError(f"{prompt.role} file {prompt.path} cannot be read: {exc.strerror or exc}") from exc
         if not data.strip():
             raise UsageError(f"{prompt.role} file {prompt.path} is empty or whitespace only; a prompt needs text")
 
@@ -281,6 +285,13 @@ def _widths(src: _Sources) -> dict[str, Any]:
     file_type(table.get("gate", "widths"), raw, "gate.widths")
     configured = parse_widths(raw, "gate.widths")
     widths: tuple[int, ...] = src.value("widths")
+    outside = [q for q in widths if q not in configured]
+    if outside and "widths" in src.tables["gate"]:  # a focused rerun proves some of the configured widths, no other
+        raise UsageError(
+            f"--widths {','.join(map(str, widths))}: {','.join(map(str, outside))} not among the configured widths "
+            f"{','.join(map(str, configured))} (gate.widths); a focused rerun runs a subset of them: to prove "
+            "another width, add it to gate.widths"
+        )
     mmvq = src.value("mmvq_max_ncols")
     mmvq = max(widths) if mmvq is None else mmvq
     if mmvq < max(widths):
@@ -307,7 +318,7 @@ def _server(src: _Sources) -> dict[str, Any]:
 
 # Settings with a checker and a default, taken from the table as they are: GateConfig field -> key.
 _PLAIN = ("max_tokens", "seed", "repeats", "max_ctx", "chunk", "server_args", "env_prefixes", "log_cap_mib",
-          "require_coverage", "base_ref", "upstream_ref")
+          "require_coverage", "base_ref", "upstream_ref", "allow_dirty_tree")
 _SECONDS = {"startup_timeout_s": "startup_timeout", "request_timeout_s": "request_timeout",
             "stop_timeout_s": "stop_timeout"}
 
@@ -325,12 +336,16 @@ def _sandbox(src: _Sources) -> SandboxSettings:
     return SandboxSettings(require, enabled, dirs("ro_paths"), dirs("rw_paths"), tuple(devices))
 
 
-def load(config_file: Path | None, overrides: Mapping[str, Any], check_files: bool = True) -> GateConfig:
+def load(
+    config_file: Path | None, overrides: Mapping[str, Any], check_files: bool = True, doc: dict[str, Any] | None = None
+) -> GateConfig:
     """Merge the config file (if any) with CLI overrides (non-None values win) and validate.
 
-    ``check_files=False`` (``ds4ci config check``) checks every value's form but not that the files exist.
+    ``check_files=False`` (``ds4ci config check``) checks every value's form but not that the files exist;
+    ``doc``: the file already parsed (paths stay relative to ``config_file``).
     """
-    doc: dict[str, Any] = read_toml(config_file) if config_file is not None else {}
+    if doc is None:
+        doc = read_toml(config_file) if config_file is not None else {}
     src = _sources(doc, config_file, overrides)
     role = src.value("role", "runner")
     needs_models = role == "gate"

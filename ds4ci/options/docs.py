@@ -69,7 +69,7 @@ def render() -> str:
         "",
         "Every key `ds4ci.toml` accepts, with its type, default, command-line flag, whether a "
         "`[runners.<name>]` table may set it, and the results.json `settings` field it is recorded as. "
-        "Any other key is refused with the list of allowed ones.",
+        "Any other key is refused: a near miss with \"did you mean\", anything else with the list of allowed ones.",
     ]
     order = [*table.OPTION_SECTIONS[:2], "runners", *table.OPTION_SECTIONS[2:], table.CLI]
     order[order.index("merge") + 1:order.index("merge") + 1] = table.NESTED_SECTIONS

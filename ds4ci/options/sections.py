@@ -43,9 +43,17 @@ class BuildSpec:
 
 
 def unknown(keys: Sequence[str] | Mapping[str, Any], allowed: frozenset[str] | set[str], where: str) -> None:
+    """Refuse keys outside ``allowed``: a near miss (a typo) is answered with "did you mean", else the keys are listed."""
+    import difflib
+
     extra = sorted(set(keys) - allowed)
-    if extra:
-        raise UsageError(f"{where}: unknown key(s) {', '.join(extra)}; expected only {', '.join(sorted(allowed))}")
+    if not extra:
+        return
+    guesses = {key: difflib.get_close_matches(key, sorted(allowed), n=1) for key in extra}
+    if all(guesses.values()):
+        meant = ", ".join(f"{guesses[key][0]} for {key}" if len(extra) > 1 else guesses[key][0] for key in extra)
+        raise UsageError(f"{where}: unknown key(s) {', '.join(extra)}; did you mean {meant}?")
+    raise UsageError(f"{where}: unknown key(s) {', '.join(extra)}; expected only {', '.join(sorted(allowed))}")
 
 
 def section(doc: Mapping[str, Any], name: str, source: Path | str | None) -> dict[str, Any]:

@@ -19,6 +19,7 @@ from ds4ci.options.policy import ENV_PREFIXES
 DEFAULT_WIDTHS = (2, 3, 4)
 DEFAULT_STALE_OVERRIDE_FILES = ("/tmp/ds4_spec_q", "/tmp/ds4_awidth")  # noqa: S108 - the server reads these
 DEFAULT_EVIDENCE_DIR = "ds4ci-evidence"
+DEFAULT_CONFIG = "ds4ci.toml"  # read from the working directory by `gate` and `config check` when no --config
 DEFAULT_CHECK_TIMEOUT_S = 3600.0
 DEFAULT_BUILD_TIMEOUT_S = 4 * 3600.0
 DEFAULT_APPROVALS = 1
@@ -113,7 +114,8 @@ def _gate(key: str, help: str, **kw: Any) -> Option:
 _PIN = "Pinned SHA-256 of the {}"
 OPTIONS: tuple[Option, ...] = (
     Option(CLI, "config", "ds4ci.toml with the gate settings; flags override it.", flag="--config",
-           cli_type=Path, dest="config_file", attr="config_file", reproduce=True),
+           cli_type=Path, dest="config_file", attr="config_file", reproduce=True,
+           default_doc="./ds4ci.toml when that file exists"),
     _gate("server_bin", "The inference server binary (dflash_server, or any program speaking its protocol); "
           "with [build], the binary is build.server_bin instead.", toml_type="path", cli_type=Path,
           attr="prebuilt_server_bin", reproduce=True),
@@ -205,6 +207,12 @@ OPTIONS: tuple[Option, ...] = (
           attr="base_ref", reproduce=True),
     _gate("upstream_ref", "Upstream main ref for the revisions record (with --source-dir).", check=v.git_ref,
           attr="upstream_ref", reproduce=True),
+    _gate("allow_dirty_tree", "Let a run whose source checkout has uncommitted changes to tracked files "
+          "(revisions.dirty) pass: the binary is then not the commit's. Either way the comment and the status say "
+          "\"built from a modified tree\"; without it such a run is an error. publish --expect-config accepts it "
+          "only when the trusted config sets it.", check=v.boolean, default=False, toml_type="boolean",
+          flag="--allow-dirty-tree", switch=True, cli_type=bool, recorded="allow_dirty_tree",
+          attr="allow_dirty_tree", reproduce=True),
     Option(CLI, "notes", "A note for reviewers, recorded as a warning in results.json and shown in the comment "
            "(e.g. that the PR's own ds4ci.toml was not used); repeatable.", check=v.notes, flag="--note",
            repeat=True, metavar="TEXT"),
@@ -265,7 +273,9 @@ OPTIONS: tuple[Option, ...] = (
     Option("merge", "runners", "Gate runners whose ds4ci/<runner> status must be success on the head.",
            toml_type="array of strings", flag="--runner", command="merge-check", repeat=True, metavar="NAME"),
     Option("merge", "checks", "Check runs or commit status contexts that must succeed on the head: a name (a "
-           f"check run of the app {DEFAULT_CHECK_APP!r} or a status by the publisher) or a [[merge.checks]] table.",
+           f"check run of the app {DEFAULT_CHECK_APP!r} or a status by the publisher) or a [[merge.checks]] table; "
+           "on the command line NAME@APP names the app too (--check cubic@cubic-dev-ai: only that app's check run "
+           "counts).",
            toml_type="array of strings or tables", flag="--check", command="merge-check", repeat=True,
            metavar="NAME"),
     Option("merge", "approvals", "Approving reviews required on the head.", check=v.integer(0),

@@ -59,12 +59,26 @@ def unique_runners(docs: list[Results]) -> list[Results]:
     return docs
 
 
-def load_all(paths: Sequence[Path]) -> list[Results]:
-    """Strictly load every results file; runner names must be unique across them."""
-    from ds4ci.evidence.results import load
+def load_one(path: Path) -> Results:
+    """One results.json, or the one inside an evidence bundle (a directory or a .tar.gz, as verify and publish
+    take), read through the confined reader and strictly validated; rendering it verifies nothing."""
+    from ds4ci.evidence import bundle, results
+    from ds4ci.evidence.store import RESULTS
+    from ds4ci.judging import confined
 
+    if not (path.is_dir() or path.name.endswith(".tar.gz")):
+        return results.load(path)
+    try:
+        with bundle.opened(path) as root:
+            return results.loads(confined.read_bytes(root, RESULTS, results.MAX_RESULTS_BYTES), f"{path}/{RESULTS}")
+    except (bundle.BundleError, confined.ConfinedError) as exc:
+        raise UsageError(f"{path}: expected an evidence bundle holding {RESULTS}, found none readable ({exc})") from exc
+
+
+def load_all(paths: Sequence[Path]) -> list[Results]:
+    """Strictly load every results file (or bundle's); runner names must be unique across them."""
     check_inputs(paths)
-    return unique_runners([load(p) for p in paths])
+    return unique_runners([load_one(p) for p in paths])
 
 
 # ---------------------------------------------------------------------------------------------

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from ds4ci.gate.settings import scope_note
 from ds4ci.judging.coverage import compact_line
+from ds4ci.judging.tree import tree_line
 from ds4ci.records import Results
 
 _REASON_LINES = 24  # a reason quoting a log tail is bounded (judging.logtail); show all of it
@@ -54,6 +55,9 @@ def render(doc: Results) -> str:
         f"{target['verdict']} (deterministic: {_cell(target['deterministic'])})"
     )
     parts.append(f"target-only: {arm}; runner {doc['runner']['name']}: {doc['verdict'].upper()}{scope}")
+    tree = tree_line(doc["revisions"], doc["settings"], doc["reasons"])
+    if tree is not None:
+        parts.append(f"  - {tree}")
     for reason in doc["reasons"][:20]:
         lines = reason.splitlines() or [""]
         parts.append(f"  - {lines[0]}")

@@ -13,6 +13,7 @@ from typing import Any
 
 from ds4ci.judging import profile
 from ds4ci.judging.coverage import compact_line
+from ds4ci.judging.tree import tree_line
 from ds4ci.records import FileIdentity, MismatchRecord, Results
 from ds4ci.report import markdown
 from ds4ci.report.markdown import Trusted
@@ -206,6 +207,7 @@ def runner_context(
         "run_url": run_url,
         "digest": results_digest(doc),
         "containment": containment_label(doc),
+        "tree": tree_line(doc["revisions"], doc["settings"], doc["reasons"]),  # "built from a modified tree"
     }
 
 

@@ -1,7 +1,8 @@
 """Is this runner ready to run the gate? Files, stale overrides, evidence dir, GPU health.
 
 ``check_ready`` is the cheap, file-only part the gate also calls before starting any server;
-``preflight`` adds the fingerprint (GPU health with a hard deadline) and yields one report.
+``preflight`` adds the pins (every pinned file hashed, through the hash cache where trusted) and the
+fingerprint (GPU health with a hard deadline) and yields one report.
 A missing tool is only recorded; a real problem (not ready, unhealthy, a probe that hangs)
 makes the runner not ready, which the CLI turns into exit 3. A GPU held by a process that is not
 ours makes the runner "busy" (``ds4ci.runner.busy``); ``busy_wait_s`` waits for it to become free.
@@ -102,6 +103,25 @@ def model_file_problems(config: GateConfig) -> list[str]:
     return problems
 
 
+def pin_problems(config: GateConfig, progress: Callable[[str], None] | None = None) -> list[str]:
+    """Every pinned input hashed (through the hash cache where the config trusts it) and compared with its pin.
+
+    Only when every file is present (``model_file_problems`` said nothing): the gate hashes them again
+    anyway, so "ready" means the files are the pinned ones, not only that they exist."""
+    from ds4ci.errors import Ds4ciError
+    from ds4ci.runner.identity import identify
+
+    if config.role != "gate":
+        return []
+    files = [*([] if config.build is not None else [config.server_bin]), config.target, config.draft, *config.prompts]
+    try:
+        identify(files, cache_path=config.hash_cache_path, use_cache=config.hash_cache,
+                 progress=progress or (lambda _message: None))
+    except Ds4ciError as exc:
+        return [str(exc)]
+    return []
+
+
 def evidence_dir_problems(path: Path) -> list[str]:
     """The evidence directory must exist writable, or be creatable; nothing is left behind."""
     if path.exists():
@@ -160,6 +180,8 @@ def preflight(
     if config is not None:
         name = runner or config.runner
         problems = check_ready(config)
+        if not model_file_problems(config):
+            problems = [*problems, *pin_problems(config, progress)]
     else:
         name = runner or socket.gethostname()
         problems = stale_override_problems(Path(p) for p in DEFAULT_STALE_OVERRIDE_FILES)

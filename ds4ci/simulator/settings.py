@@ -12,12 +12,14 @@ from __future__ import annotations
 
 import argparse
 import re
+import sys
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
 from ds4ci import __version__
 from ds4ci.errors import UsageError
+from ds4ci.fileio import quit_on_broken_pipe
 from ds4ci.judging.protocol import HIP_ONLY_REFUSAL
 from ds4ci.simulator.card import ModelCard
 from ds4ci.simulator.faults import FAULTS, Arm, FaultSet, parse_faults
@@ -179,8 +181,11 @@ class _ListFaults(argparse.Action):
         values: object,
         option_string: str | None = None,
     ) -> None:
-        for name, (scope, text) in FAULTS.items():
-            print(f"{name:26} [{scope:6}] {text}")
+        try:
+            sys.stdout.write("".join(f"{name:26} [{scope:6}] {text}\n" for name, (scope, text) in FAULTS.items()))
+            sys.stdout.flush()
+        except BrokenPipeError:  # `ds4ci-sim --list-faults | head`: the reader has what it wanted
+            quit_on_broken_pipe(0)
         parser.exit(0)
 
 

@@ -269,7 +269,10 @@ def _user_binds(policy: Policy, view: View, scratch: Path) -> list[str]:
         args += [option, str(path), str(path)]
     shown = [path for _, path, _ in binds]
     for over, covered in (("--ro-bind", policy.frozen), ("--tmpfs", policy.hidden)):
-        for hit in sorted({str(real(p)) for p in covered if p.exists() and _within(real(p), shown) is not None}):
+        hits = sorted({str(real(p)) for p in covered if p.exists() and _within(real(p), shown) is not None})
+        if over == "--tmpfs":  # a folder inside one already covered is hidden with it (and bwrap cannot mkdir there)
+            hits = [h for h in hits if not any(h != o and Path(h).is_relative_to(o) for o in hits)]
+        for hit in hits:
             args += [over, hit, "--remount-ro", hit] if over == "--tmpfs" else [over, hit, hit]
     system = [Path(p) for p in (*SYSTEM_DIRS, *_expand((*ETC_FILES, *TOOLCHAINS)), *FRESH)]
     return args + _aliases(binds, [*system, *shown])

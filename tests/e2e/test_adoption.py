@@ -218,10 +218,20 @@ def test_the_gate_writes_the_job_summary_and_warns_about_unignored_evidence(tmp_
     assert proc.returncode == 0, proc.stderr
     text = summary.read_text()
     assert text.startswith("earlier step\n") and "job summary" in text and "local" in text
-    assert "inside the git checkout" in proc.stderr and ".gitignore" in proc.stderr
-    (repo / ".gitignore").write_text("/ds4ci-evidence/\n")
-    quiet = ds4ci("gate", "--config", "ds4ci.toml", "--runner", "local", "--widths", "2", cwd=repo, env=env)
-    assert quiet.returncode == 0 and "inside the git checkout" not in quiet.stderr
+    # The gate's own evidence folder ignores itself (a .gitignore holding "*"): no warning, nothing to stage.
+    assert "inside the git checkout" not in proc.stderr
+    assert (repo / "ds4ci-evidence" / ".gitignore").read_text().splitlines()[-1] == "*"
+    untracked = subprocess.run(["git", "-C", str(repo), "status", "--porcelain", "--untracked-files=all"],
+                               capture_output=True, text=True, check=True).stdout
+    assert "ds4ci-evidence" not in untracked, untracked
+    # A folder that holds anything else is not ours to ignore: the gate warns instead.
+    mine = repo / "mine"
+    mine.mkdir()
+    (mine / "notes.txt").write_text("kept\n")
+    warned = ds4ci("gate", "--config", "ds4ci.toml", "--runner", "local", "--widths", "2", "--evidence-dir", "mine",
+                   cwd=repo, env=env)
+    assert warned.returncode == 0 and "inside the git checkout" in warned.stderr and ".gitignore" in warned.stderr
+    assert not (mine / ".gitignore").exists()
 
 
 def test_python_m_ds4ci_is_the_cli(tmp_path: Path) -> None:

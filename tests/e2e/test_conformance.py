@@ -305,9 +305,10 @@ def test_revisions_of_the_working_directory_are_recorded_by_default(tmp_path: Pa
         [DS4CI, "gate", *ws.args(widths="2")], cwd=repo, env=ws.env(), capture_output=True, text=True, timeout=180,
         check=False,
     )
-    assert proc.returncode == 0, proc.stdout + proc.stderr
-    revisions = json.loads((tmp_path / "results.json").read_text())["revisions"]
-    assert revisions["head"]["sha"] == head and revisions["dirty"] is True
+    assert proc.returncode == 3, proc.stdout + proc.stderr  # a modified tree is never green (gate.allow_dirty_tree)
+    doc = json.loads((tmp_path / "results.json").read_text())
+    assert doc["revisions"]["head"]["sha"] == head and doc["revisions"]["dirty"] is True
+    assert doc["reasons"][0].startswith("built from a modified tree")
 
 
 def test_an_internal_error_is_exit_3_with_one_line_and_the_attempt_kept(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:

@@ -119,7 +119,6 @@ def test_pin_mismatch_is_an_error_and_starts_no_server(ws: Workspace) -> None:
         ({"widths": "2,x"}, "comma-separated"),
         ({"widths": "2,3,4", "mmvq_max_ncols": 3}, "mmvq_max_ncols (3) must be >="),
         ({"max_tokens": 1}, ">= 2"),
-        ({"target": "/nonexistent/target.gguf"}, "does not exist"),
         ({"target_sha256": "abc"}, "64 hexadecimal"),
     ],
 )
@@ -127,6 +126,14 @@ def test_usage_errors_exit_2_before_anything_runs(ws: Workspace, overrides: dict
     run = ws.gate(**overrides)
     assert run.code == 2, run.stderr
     assert message in run.stderr
+    assert not (ws.root / "evidence").exists()
+
+
+def test_a_missing_pinned_file_is_not_ready_like_a_wrong_pin(ws: Workspace) -> None:
+    """The runner's files, not the config's form: exit 3 (no verdict), as a wrong pin and preflight's "not ready"."""
+    run = ws.gate(target="/nonexistent/target.gguf")
+    assert run.code == 3, run.stderr
+    assert "target file /nonexistent/target.gguf does not exist" in run.stderr and "not ready" in run.stderr
     assert not (ws.root / "evidence").exists()
 
 

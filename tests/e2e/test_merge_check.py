@@ -165,6 +165,22 @@ def test_a_required_check_run_from_another_app_does_not_count(fake: FakeGitHub, 
     assert cli(fake, "--pr", "42", "--config", str(cfg)).returncode == 0
 
 
+def test_the_command_line_names_the_app_of_a_check_without_a_config_file(fake: FakeGitHub) -> None:
+    """`--check NAME@APP`: "the AI reviewer passed on the exact head", with no [[merge.checks]] table."""
+    make_ready(fake)
+    fake.add_check_run(HEAD, "cubic", app="cubic-dev-ai")
+    fake.add_check_run(HEAD, "lint", app="copycat")
+    assert cli(fake, *STANDARD, "--check", "cubic@cubic-dev-ai").returncode == 0
+    wrong = cli(fake, *STANDARD, "--check", "lint@cubic-dev-ai")
+    assert wrong.returncode == 1
+    (line,) = [x for x in wrong.stdout.splitlines() if "check lint" in x]
+    assert "check run by app copycat" in line, wrong.stdout
+    doc = json.loads(cli(fake, *STANDARD, "--check", "cubic@cubic-dev-ai", "--json").stdout)
+    assert doc["ready"] is True and any("cubic" in c["name"] for c in doc["conditions"]), doc
+    bad = cli(fake, *STANDARD, "--check", "cubic@Not An App")
+    assert bad.returncode == 2 and "NAME@APP" in bad.stderr
+
+
 def test_a_required_status_check_from_another_account_does_not_count(fake: FakeGitHub) -> None:
     make_ready(fake)
     fake.add_status(HEAD, "ci/jenkins", "success", creator="mallory")

@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 
-from ds4ci.errors import UsageError
+from ds4ci.errors import NoVerdictError, UsageError
 from ds4ci.options import config
 
 SHA = "a" * 64
@@ -36,11 +36,18 @@ def toml(root: Path, extra: str = "", model_dir: str = "m") -> Path:
 
 def test_file_values_relative_paths_and_cli_precedence(tmp_path: Path) -> None:
     write_models(tmp_path)
-    cfg = config.load(toml(tmp_path), {"widths": "4", "runner": "r1"})
+    cfg = config.load(toml(tmp_path), {"widths": "3", "runner": "r1"})
     assert cfg.target.path == tmp_path / "m" / "t.gguf"
-    assert cfg.widths == (4,) and cfg.mmvq_max_ncols == 4
+    assert cfg.widths == (3,) and cfg.mmvq_max_ncols == 3 and cfg.scope == "focused"
     assert cfg.evidence_dir == Path("ds4ci-evidence").absolute()
     assert cfg.runner == "r1" and cfg.role == "gate"
+
+
+def test_widths_outside_the_configured_set_are_refused_not_a_focused_rerun(tmp_path: Path) -> None:
+    write_models(tmp_path)
+    with pytest.raises(UsageError, match=r"--widths 2,3,5: 5 not among the configured widths 2,3 \(gate.widths\)"):
+        config.load(toml(tmp_path), {"widths": "2,3,5", "runner": "r1"})
+    assert config.load(toml(tmp_path), {"widths": "2,3", "runner": "r1"}).scope == "full"
 
 
 def test_per_runner_table_overrides_gate_and_sets_role(tmp_path: Path) -> None:
@@ -94,7 +101,7 @@ def test_unpinned_model_and_non_executable_server_are_usage_errors(tmp_path: Pat
     with pytest.raises(UsageError, match="target file must be pinned"):
         config.load(unpinned, {})
     (tmp_path / "server").chmod(0o644)
-    with pytest.raises(UsageError, match="not executable"):
+    with pytest.raises(NoVerdictError, match="not executable"):  # the runner's state, like a wrong pin: exit 3
         config.load(path, {})
 
 
@@ -109,6 +116,8 @@ def test_scope_is_full_only_when_every_configured_width_runs(tmp_path: Path) -> 
     write_models(tmp_path)
     path = toml(tmp_path)  # widths = [2, 3]
     assert config.load(path, {"runner": "r1"}).scope == "full"
-    assert config.load(path, {"runner": "r1", "widths": "2,3,4"}).scope == "full"
+    assert config.load(path, {"runner": "r1", "widths": "3,2"}).scope == "full"
     assert config.load(path, {"runner": "r1", "widths": "2"}).scope == "focused"
-    assert config.load(path, {"runner": "r1", "widths": "4"}).scope == "focused"  # not a configured width
+    for outside in ("2,3,4", "4"):  # not configured widths: refused, neither full nor a focused rerun
+        with pytest.raises(UsageError, match="not among the configured widths"):
+            config.load(path, {"runner": "r1", "widths": outside})

@@ -1,0 +1,90 @@
+"""Every command's exit codes, declared once: ``docs/exit-codes.md`` is generated from here
+(``python -m ds4ci.commands.exitcodes``), each ``--help`` points there, and a test runs every
+command to each code it can cheaply reach and checks that its ``--help`` states the same codes.
+
+The meaning is shared (``ds4ci.errors``): 0 pass, 1 fail, 2 usage or configuration error found
+before any work, 3 no verdict. Only 0 may ever turn a status green. ``verify`` alone adds 4.
+"""
+
+from __future__ import annotations
+
+import sys
+from typing import Final
+
+REGENERATE: Final = "python -m ds4ci.commands.exitcodes > docs/exit-codes.md"
+DOC: Final = "docs/exit-codes.md"
+
+SHARED: Final = (
+    (0, "pass: the command did what it was asked and the answer is yes (a gate passed, a bundle verifies and "
+        "passes, a PR is ready, a file was written)"),
+    (1, "fail: a verdict was reached and it is no (the parity contract is violated, a build or check failed, a PR "
+        "is not ready)"),
+    (2, "usage or configuration error, found before any work: a bad flag, a config file that is missing, malformed "
+        "or invalid (a TODO pin included), a path given that does not exist where the command reads it, a refused "
+        "input; nothing was run or written"),
+    (3, "error, no verdict: the runner is not ready for the config (a pinned file is missing, unreadable or does not "
+        "match its pin; a stale override file; no such GPU; the sandbox is required but cannot run), a server "
+        "crashed or hung, GitHub could not be asked, or an internal error (one line, never a traceback)"),
+)
+
+# command -> (code, what it means for that command); the codes a command can return, no other.
+COMMANDS: Final[dict[str, tuple[tuple[int, str], ...]]] = {
+    "init": ((0, "written"), (2, "refused: a file exists (without --force) or a bad name; nothing is written")),
+    "config check": ((0, "valid"), (2, "invalid: each problem is listed once, every TODO pin named")),
+    "gate": ((0, "pass"), (1, "fail"), (2, "usage or configuration error (nothing ran)"),
+             (3, "no verdict: a pinned file missing or not matching its pin, a stale override, a crash or hang, "
+                 "a modified source tree (unless gate.allow_dirty_tree)")),
+    "demo": ((0, "the pass passed and the leak was caught"), (1, "either did not happen"),
+             (2, "usage (--keep exists)"), (3, "internal error")),
+    "selftest": ((0, "both outcomes as expected"), (1, "one is not"), (2, "usage"),
+                 (3, "no verdict (PyTorch missing, or a gate run reached none); with --server-bin: the gate's code")),
+    "tiny-models": ((0, "written"), (2, "usage: a bad seed or folder, or gguf not installed")),
+    "report": ((0, "written"), (2, "a results file or bundle is missing, invalid or duplicated (nothing written)")),
+    "verify": ((0, "every bundle intact, consistent and passing"), (1, "intact and consistent, some failing"),
+               (2, "a path that does not exist, or a bad flag"),
+               (3, "does not verify: tampered, unreadable, malformed or not a bundle"),
+               (4, "intact and consistent, but the gate reached no verdict (verdict error)")),
+    "publish": ((0, "published (a failing gate published correctly is 0 too)"),
+                (2, "refused input: nothing is posted"), (3, "GitHub failed or refused")),
+    "preflight": ((0, "ready"), (2, "usage, or a config file that is invalid (a TODO pin included)"),
+                  (3, "not ready or busy: each problem is listed (a missing file, a wrong pin, ...)")),
+    "revisions": ((0, "printed"), (2, "not a git checkout, or a ref that names no commit"), (3, "git failed")),
+    "dispatch-check": ((0, "the plan is printed"), (2, "bad input or a moved head"), (3, "GitHub could not be asked")),
+    "merge-check": ((0, "ready"), (1, "not ready: one line per unmet condition"), (2, "usage or configuration error"),
+                    (3, "GitHub error")),
+    "hash-cache add": ((0, "recorded"), (2, "a file or the cache cannot be read or written"),
+                       (3, "a file changed while it was read")),
+    "runner-key init": ((0, "written"), (2, "refused: the key file exists (never overwritten) or cannot be written")),
+}
+VERIFY_ORDER: Final = "With several bundles the most severe code wins, in the order 3, 4, 1, 0."
+
+
+def codes(command: str) -> tuple[int, ...]:
+    return tuple(code for code, _ in COMMANDS[command])
+
+
+def render() -> str:
+    out = [
+        "# Exit codes",
+        "",
+        f"Generated from `ds4ci/commands/exitcodes.py` by `{REGENERATE}`: edit that file, not this one.",
+        "Every command's `--help` states its codes and points here.",
+        "",
+        "| code | meaning, for every command |",
+        "| --- | --- |",
+        *(f"| {code} | {text} |" for code, text in SHARED),
+        "",
+        "Only 0 may ever turn a status green. `ds4ci verify` keeps 0, 1 and 2 and splits the rest, so a script "
+        "can tell a bundle that was tampered with (3) from one that is intact but records no verdict (4). "
+        + VERIFY_ORDER,
+        "",
+        "| command | codes |",
+        "| --- | --- |",
+    ]
+    for command, found in COMMANDS.items():
+        out.append(f"| `ds4ci {command}` | " + "; ".join(f"{code} {text}" for code, text in found) + " |")
+    return "\n".join(out) + "\n"
+
+
+if __name__ == "__main__":
+    sys.stdout.write(render())
