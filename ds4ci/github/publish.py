@@ -22,7 +22,7 @@ from ds4ci.errors import PublishError, UsageError
 from ds4ci.github import statuses
 from ds4ci.github.client import Client, Comment
 from ds4ci.records import Results
-from ds4ci.report import markdown, render
+from ds4ci.report import markdown, render, views
 from ds4ci.report.sections import MARKER, Section, head_sha, parse_sections
 
 SHA_RE = re.compile(r"^[0-9a-f]{40}$")
@@ -83,15 +83,13 @@ def _description(doc: Results, state: str) -> str:
     prefix = "negative control: " if control else ""
     if state == "success" and control:
         beside = doc["runner"].get("negative_control_for")
-        text = f"{len(doc['checks'])} check(s) passed; no parity claim" + (f" (parity: ds4ci/{beside})" if beside else "")
+        text = views.headline(doc) + (f" (parity: ds4ci/{beside})" if beside else "")
     elif state == "success":
-        widths = ",".join(str(w["q"]) for w in doc["widths"])
-        text = f"pass: token parity at q={widths}, {doc['settings']['max_tokens']} tokens"
+        text = f"pass: {views.headline(doc)}"
     elif doc["verdict"] == "pass":
         text = "error: results claim pass but contradict themselves"
     else:
-        first = doc["reasons"][0] if doc["reasons"] else "no reason recorded"
-        text = f"{doc['verdict'].replace('_', ' ')}: {first}"
+        text = f"{doc['verdict'].replace('_', ' ')}: {views.headline(doc)}"
     clean = " ".join(markdown.clean(prefix + text).split())
     return clean if len(clean) <= 140 else clean[:139] + "…"
 

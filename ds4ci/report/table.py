@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from ds4ci.gate.settings import scope_note
 from ds4ci.records import Results
+from ds4ci.report.views import target_only_words
 
 _REASON_LINES = 24  # a reason quoting a log tail is bounded (judging.logtail); show all of it
 HEADERS = ("width", "token parity", "steps", "matched/offered", "rejection observed", "full_snap", "verdict")
@@ -46,12 +47,8 @@ def render(doc: Results) -> str:
     parts = ["scope: " + scope.strip(" ()")] if scope else []
     parts += [line(HEADERS), "-+-".join("-" * w for w in widths)]
     parts += [line(r) for r in body]
-    target = doc["target_only"]
     parts.append("")
-    arm = "not run" if target["verdict"] == "not_run" else (
-        f"{target['verdict']} (deterministic: {_cell(target['deterministic'])})"
-    )
-    parts.append(f"target-only: {arm}; runner {doc['runner']['name']}: {doc['verdict'].upper()}{scope}")
+    parts.append(f"target-only: {target_only_words(doc)}; runner {doc['runner']['name']}: {doc['verdict'].upper()}{scope}")
     for reason in doc["reasons"][:20]:
         lines = reason.splitlines() or [""]
         parts.append(f"  - {lines[0]}")

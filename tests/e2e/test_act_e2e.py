@@ -306,8 +306,8 @@ def test_dispatch_runs_gate_on_both_runners_and_publishes_one_comment(
     assert head[:12] in body
     # The whole history was fetched and the base passed on: the merge analysis is in the evidence.
     main = _git(repo, "rev-parse", "main")
-    assert f"- base: `{main}` `origin/main`" in body, body
-    assert "synthetic merge: clean" in body and "not_computed" not in body
+    assert f"base `{main[:7]}` `origin/main`" in body, body
+    assert "synthetic merge clean" in body and "not_computed" not in body
     # Only the pinned head got statuses; main's commit got none.
     assert fake.statuses(_git(repo, "rev-parse", "main")) == []
 
