@@ -141,6 +141,9 @@ def check_runs(items: list[Any], sha: str) -> tuple[merge.CheckRun, ...]:
             conclusion=_get(item, "conclusion", str, what, nullable=True),
             head_sha=_get(item, "head_sha", str, what),
             app=_get(_get(item, "app", dict, what, nullable=True) or {"slug": "(no app)"}, "slug", str, what),
+            id=_get(item, "id", int, what),
+            title=str(_get(_get(item, "output", dict, what, nullable=True) or {}, "title", str, what, nullable=True)
+                      or ""),
         )
         for item in items
     )

@@ -133,15 +133,37 @@ def _publisher_states(client: Client, sha: str, publisher: str) -> dict[str, sta
     return statuses.from_creator(statuses.parse(client.commit_statuses(sha), sha), publisher)
 
 
+def _publisher_run(client: Client, sha: str, context: str, publisher: str) -> tuple[str, str] | None:
+    """(conclusion, title) of the publisher app's own check run ``context`` on ``sha``, if there is one."""
+    from ds4ci.github import checkruns, mergefacts
+
+    app = checkruns.app_of(publisher)
+    if app is None:
+        return None
+    run = checkruns.own_run(mergefacts.check_runs(client.check_runs(sha), sha), context, sha, app)
+    return None if run is None or run.status != "completed" else (str(run.conclusion), run.title)
+
+
 def _walk(client: Client, pr: int, head: str, runner: str, publisher: str, full_only: bool) -> str | None:
-    """The newest PR commit before ``head`` whose ds4ci/<runner> success was posted by ``publisher``."""
+    """The newest PR commit before ``head`` whose ds4ci/<runner> success was posted by ``publisher``.
+
+    The publisher's status decides; a commit without one counts by the publisher app's check run of that name
+    (a repository that publishes check runs only), never by anyone else's.
+    """
     commits = client.pr_commits(pr)
     if head in commits:
         commits = commits[: commits.index(head)]
+    context = f"ds4ci/{runner}"
     for sha in reversed(commits[-PREDECESSOR_WALK:]):
-        status = _publisher_states(client, sha, publisher).get(f"ds4ci/{runner}")
-        focused = status is not None and status.description.startswith(FOCUSED_PREFIX)
-        if status is not None and status.state == "success" and not (full_only and focused):
+        status = _publisher_states(client, sha, publisher).get(context)
+        if status is not None:
+            state, text = status.state, status.description
+        else:
+            run = _publisher_run(client, sha, context, publisher)
+            if run is None:
+                continue
+            state, text = run
+        if state == "success" and not (full_only and text.startswith(FOCUSED_PREFIX)):
             return sha
     return None
 
