@@ -5,6 +5,10 @@ renderer is not available offline; markdown-it-py (installed with rich) with tab
 ``<details>`` and GitHub's soft line breaks is close enough to judge layout and length.
 
     python tests/render_screenshot.py tests/golden/fail.md docs/img/comment-fail.png [--width 900]
+    python tests/render_screenshot.py --check-run tests/data/results/fail.json docs/img/check-run-fail.png
+
+``--check-run RESULTS.json`` renders what ``ds4ci publish`` sends as that runner's check run (title,
+conclusion, summary and text) instead of a Markdown file.
 """
 
 from __future__ import annotations
@@ -61,8 +65,24 @@ def screenshot(page: Path, png: Path, width: int, height: int) -> None:
         )
 
 
+def check_run_markdown(results_file: Path, run_url: str) -> tuple[str, str]:
+    """(page title, Markdown) of the check run publish makes for ``results_file``."""
+    from ds4ci.evidence.results import load
+    from ds4ci.github import checkruns, publish
+    from ds4ci.report import render
+
+    doc = load(results_file)
+    head = doc["revisions"]["head"]["sha"] if doc["revisions"] else "0" * 40
+    [decision] = publish.plan_statuses([doc], head, run_url)
+    run = checkruns.plan(doc, decision.state, decision.description, decision.sha, env=render.environment(),
+                         run_url=run_url, predecessor=None, signature="not checked: no runner key configured")
+    page = f"**{run.name}** · conclusion **{run.conclusion}**\n\n## {run.title}\n\n{run.summary}\n\n---\n\n{run.text}"
+    return f"Checks › {run.name}", page
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--check-run", action="store_true", help="the input is a results.json: render its check run")
     parser.add_argument("markdown", type=Path)
     parser.add_argument("png", type=Path)
     parser.add_argument("--width", type=int, default=960)
@@ -71,7 +91,12 @@ def main() -> None:
     args = parser.parse_args()
     with tempfile.TemporaryDirectory() as work:
         page = Path(work) / "page.html"
-        page.write_text(to_html(args.markdown.read_text(encoding="utf-8"), args.title), encoding="utf-8")
+        title, text = args.title, ""
+        if args.check_run:
+            title, text = check_run_markdown(args.markdown, "https://github.com/acme/engine/actions/runs/7")
+        else:
+            text = args.markdown.read_text(encoding="utf-8")
+        page.write_text(to_html(text, title), encoding="utf-8")
         screenshot(page, args.png.resolve(), args.width, args.height)
     print(args.png)
 
