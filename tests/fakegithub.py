@@ -55,6 +55,7 @@ class Fault:
     headers: dict[str, str] = field(default_factory=dict)
     message: str = "Server Error"
     methods: frozenset[str] | None = None
+    path_contains: str = ""  # only requests whose path contains this
 
 
 class FakeGitHub:
@@ -184,10 +185,10 @@ class FakeGitHub:
             )
 
     def inject(self, status: int, count: int = 1, *, headers: dict[str, str] | None = None,
-               message: str = "Server Error", methods: set[str] | None = None) -> None:
+               message: str = "Server Error", methods: set[str] | None = None, path_contains: str = "") -> None:
         with self.lock:
             self.faults.append(Fault(status, count, dict(headers or {}), message,
-                                     frozenset(methods) if methods else None))
+                                     frozenset(methods) if methods else None, path_contains))
 
     def comments(self, number: int | None = None) -> list[dict[str, Any]]:
         with self.lock:
@@ -386,7 +387,8 @@ class FakeGitHub:
         with self.lock:
             self.requests.append((method, path))
             for fault in self.faults:
-                if fault.count > 0 and (fault.methods is None or method in fault.methods):
+                if fault.count > 0 and (fault.methods is None or method in fault.methods) and (
+                        fault.path_contains in path):
                     fault.count -= 1
                     self._send(h, fault.status, {"message": fault.message}, fault.headers)
                     return

@@ -16,6 +16,7 @@ from typing import TYPE_CHECKING
 
 from ds4ci.errors import PublishError, UsageError
 from ds4ci.github import checkruns, publish
+from ds4ci.github.client import ReadOnlyTokenError
 from ds4ci.options import table as options
 from ds4ci.options.table import DEFAULT_WIDTHS
 
@@ -213,12 +214,19 @@ def _post_check_runs(client: Client, runs: list[checkruns.CheckRunPlan], head: s
     existing = mergefacts.check_runs(client.check_runs(head), head) if app is not None else ()
     for run in runs:
         mine = checkruns.own_run(existing, run.name, head, app)
-        if mine is not None:
-            client.update_check_run(mine.id, run.name, run.conclusion, run.details_url, run.output())
-            print(f"ds4ci: check run {run.name}={run.conclusion} updated ({mine.id}) on {head}", file=sys.stderr)
-        else:
-            run_id, _ = client.create_check_run(run.name, head, run.conclusion, run.details_url, run.output())
-            print(f"ds4ci: check run {run.name}={run.conclusion} created ({run_id}) on {head}", file=sys.stderr)
+        try:
+            if mine is not None:
+                client.update_check_run(mine.id, run.name, run.conclusion, run.details_url, run.output())
+            else:
+                mine_id, _ = client.create_check_run(run.name, head, run.conclusion, run.details_url, run.output())
+        except ReadOnlyTokenError:
+            raise PublishError(
+                f"GitHub refused check run {run.name}: the token may not write checks (the statuses were set). Give "
+                "the publishing job `permissions: checks: write`, or set [publish] check_runs = false "
+                "(--no-check-runs); a fork's read-only token publishes through report.yml instead"
+            ) from None
+        how = f"updated ({mine.id})" if mine is not None else f"created ({mine_id})"
+        print(f"ds4ci: check run {run.name}={run.conclusion} {how} on {head}", file=sys.stderr)
 
 
 def _focused(

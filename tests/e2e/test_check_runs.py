@@ -20,6 +20,7 @@ from fakegithub import ACTIONS_LOGIN, APP_TOKEN, WRITE_TOKEN, FakeGitHub
 from paths import TESTS
 
 from ds4ci.commands.publish import PublishRequest, publish_documents
+from ds4ci.errors import PublishError
 from ds4ci.evidence.results import load as load_results
 from ds4ci.evidence.results import validate
 from ds4ci.github import checkruns
@@ -37,12 +38,12 @@ RUN_URL = "https://github.com/acme/engine/actions/runs/7"
 
 @pytest.fixture
 def fake(monkeypatch: pytest.MonkeyPatch) -> Iterator[FakeGitHub]:
+    # As in the publishing job: the Actions GITHUB_TOKEN (github-actions[bot], an app installation token).
+    for key, value in {"DS4CI_GITHUB_THROTTLE": "0", "GITHUB_TOKEN": APP_TOKEN, "GITHUB_ACTIONS": "true"}.items():
+        monkeypatch.setenv(key, value)
+    monkeypatch.delenv("GITHUB_STEP_SUMMARY", raising=False)
     server = FakeGitHub().start()
     server.add_pull(42, HEAD, [OLD, HEAD])
-    monkeypatch.setenv("DS4CI_GITHUB_THROTTLE", "0")
-    monkeypatch.setenv("GITHUB_TOKEN", APP_TOKEN)  # the Actions GITHUB_TOKEN: github-actions[bot]
-    monkeypatch.setenv("GITHUB_ACTIONS", "true")
-    monkeypatch.delenv("GITHUB_STEP_SUMMARY", raising=False)
     yield server
     server.stop()
 
@@ -258,3 +259,18 @@ def test_the_predecessor_lookup_reads_the_publishers_check_run(fake: FakeGitHub)
     body = fake.comments(42)[0]["body"]
     assert f"Last hardware-validated predecessor on this runner: `{OLD}`" in body
     assert f"`{OLD}`" in runs_by_name(fake)["ds4ci/gfx1151"]["output"]["summary"]
+
+
+def test_a_token_without_checks_write_fails_after_the_statuses_and_says_what_to_grant(fake: FakeGitHub) -> None:
+    fake.inject(403, message="Resource not accessible by integration", path_contains="/check-runs",
+                methods={"POST"})
+    with pytest.raises(PublishError, match=r"checks: write.*check_runs = false"):
+        publish(fake, doc(PASS))
+    assert fake.latest_states(HEAD) == {"ds4ci/gfx1151": "success"} and fake.check_runs() == []
+
+
+def test_a_dry_run_names_each_check_run_and_sends_nothing(fake: FakeGitHub, capsys: pytest.CaptureFixture[str]) -> None:
+    assert publish(fake, doc(FAIL), dry_run=True) == 0
+    out = capsys.readouterr().out
+    assert f"--- would create or update check run ds4ci/gfx1151=failure on {HEAD}: fail: q=2 prompt 0" in out
+    assert fake.requests == []
