@@ -118,19 +118,8 @@ def publish_documents(published: list[Published], request: PublishRequest) -> in
         if not p.may_set_status:
             print(f"ds4ci: no status for {p.doc['runner']['name']}: its result is unverified", file=sys.stderr)
     check_runs = _wants_check_runs(r)
-    if client is None:  # a dry run
-        runs = _check_run_plans(published, plans, r, head, {}) if check_runs else []
-        body, _ = render.render(docs, kind="comment", run_url=r.target_url, template_dir=r.template_dir)
-        out = sys.stdout
-        if r.pr is not None and not r.no_comment:
-            out.write(f"--- would create or update the ds4ci comment on {r.repo or '(repo)'}#{r.pr} ---\n{body}")
-        for plan in [] if r.no_status else plans:
-            out.write(f"--- would set status {plan.context}={plan.state} on {plan.sha}: {plan.description}\n")
-        for run in runs:
-            out.write(f"--- would create or update check run {run.name}={run.conclusion} on {run.head_sha}: "
-                      f"{run.title} ({len(run.annotations)} annotation(s))\n")
-        out.write("--- dry run: nothing was sent (the PR's current head is not checked) ---\n")
-        return 0
+    if client is None:
+        return _dry_run(published, plans, r, head, check_runs)
 
     # Every precondition before the first write: the PR's head, and whose comment to look for.
     author: str | None = None
@@ -143,13 +132,7 @@ def publish_documents(published: list[Published], request: PublishRequest) -> in
             )
         if not r.no_comment:
             author = publisher
-    predecessors: dict[str, str] = {}
-    if author is not None and r.pr is not None:
-        for doc in docs:
-            if doc["verdict"] != "pass":
-                found = publish.last_validated_predecessor(client, r.pr, head, doc["runner"]["name"], author)
-                if found:
-                    predecessors[doc["runner"]["name"]] = found
+    predecessors = _predecessors(client, r.pr, head, docs, author) if author is not None and r.pr is not None else {}
     for plan in [] if r.no_status else plans:
         client.create_status(plan.sha, plan.state, plan.context, plan.description, plan.target_url)
         print(f"ds4ci: status {plan.context}={plan.state} on {plan.sha}", file=sys.stderr)
@@ -164,6 +147,37 @@ def publish_documents(published: list[Published], request: PublishRequest) -> in
         outcome = publish.upsert_comment(client, r.pr, author, build)
         print(f"ds4ci: comment {outcome.comment_id} {outcome.action} on #{r.pr}", file=sys.stderr)
     return 0
+
+
+def _dry_run(published: list[Published], plans: list[publish.StatusPlan], r: PublishRequest, head: str,
+             check_runs: bool) -> int:
+    """What publish would send, on stdout; nothing is sent."""
+    from ds4ci.report import render
+
+    docs = [p.doc for p in published]
+    runs = _check_run_plans(published, plans, r, head, {}) if check_runs else []
+    body, _ = render.render(docs, kind="comment", run_url=r.target_url, template_dir=r.template_dir)
+    out = sys.stdout
+    if r.pr is not None and not r.no_comment:
+        out.write(f"--- would create or update the ds4ci comment on {r.repo or '(repo)'}#{r.pr} ---\n{body}")
+    for plan in [] if r.no_status else plans:
+        out.write(f"--- would set status {plan.context}={plan.state} on {plan.sha}: {plan.description}\n")
+    for run in runs:
+        out.write(f"--- would create or update check run {run.name}={run.conclusion} on {run.head_sha}: "
+                  f"{run.title} ({len(run.annotations)} annotation(s))\n")
+    out.write("--- dry run: nothing was sent (the PR's current head is not checked) ---\n")
+    return 0
+
+
+def _predecessors(client: Client, pr: int, head: str, docs: list[Results], publisher: str) -> dict[str, str]:
+    """runner -> its last hardware-validated predecessor, for each runner that did not pass."""
+    found = {}
+    for doc in docs:
+        if doc["verdict"] != "pass":
+            older = publish.last_validated_predecessor(client, pr, head, doc["runner"]["name"], publisher)
+            if older:
+                found[doc["runner"]["name"]] = older
+    return found
 
 
 def _wants_check_runs(r: PublishRequest) -> bool:
@@ -203,7 +217,7 @@ def _identity_or_none(client: Client, comment_author: str | None) -> str | None:
 
 def _post_check_runs(client: Client, runs: list[checkruns.CheckRunPlan], head: str, identity: str | None) -> None:
     """Create each runner's check run, or update the one this app made on this head before."""
-    from ds4ci.github import mergefacts
+    from ds4ci.github import shapes
 
     if identity is not None and checkruns.app_of(identity) is None:
         print(f"ds4ci: no check runs: {identity} is not a GitHub App's account (a personal token cannot create "
@@ -211,7 +225,7 @@ def _post_check_runs(client: Client, runs: list[checkruns.CheckRunPlan], head: s
               file=sys.stderr)
         return
     app = checkruns.app_of(identity)
-    existing = mergefacts.check_runs(client.check_runs(head), head) if app is not None else ()
+    existing = shapes.check_runs(client.check_runs(head), head) if app is not None else ()
     for run in runs:
         mine = checkruns.own_run(existing, run.name, head, app)
         try:

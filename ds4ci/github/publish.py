@@ -135,12 +135,12 @@ def _publisher_states(client: Client, sha: str, publisher: str) -> dict[str, sta
 
 def _publisher_run(client: Client, sha: str, context: str, publisher: str) -> tuple[str, str] | None:
     """(conclusion, title) of the publisher app's own check run ``context`` on ``sha``, if there is one."""
-    from ds4ci.github import checkruns, mergefacts
+    from ds4ci.github import checkruns, shapes
 
     app = checkruns.app_of(publisher)
     if app is None:
         return None
-    run = checkruns.own_run(mergefacts.check_runs(client.check_runs(sha), sha), context, sha, app)
+    run = checkruns.own_run(shapes.check_runs(client.check_runs(sha), sha), context, sha, app)
     return None if run is None or run.status != "completed" else (str(run.conclusion), run.title)
 
 
