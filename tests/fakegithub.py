@@ -8,7 +8,12 @@ resulting state (``comments()``, ``statuses()``); ``requests`` is the log for co
 
 Statuses carry ``creator.login`` (who posted them: the token's login, or ``add_status(creator=)``)
 in the list of a commit's statuses, and not in the combined status, as on GitHub; check runs carry
-``app.slug``. For merge gating it also serves check runs and the combined status of a commit, a pull
+``app.slug``. Check runs are created (``POST /check-runs``) only by a GitHub App's token (the
+``[bot]`` logins; a person's token gets GitHub's 403), updated by id only by the app that made them,
+validated like GitHub (conclusion and status values, 65,535-character summary and text, at most 50
+annotations per request, each with a path and lines), and listed for a ref with ``check_name``,
+``app_id`` and ``filter`` (latest per name and app, or all); ``check_runs()`` returns them as stored.
+For merge gating it also serves the combined status of a commit, a pull
 request's reviews, its draft/mergeable/state fields (``mergeable`` may answer null a few times
 first, as GitHub does while it computes it), and ``POST /graphql`` answering the
 ``reviewThreads`` query with cursor pagination (``graphql_page_size`` threads per page).
@@ -33,6 +38,14 @@ APP_TOKEN = "ghs_fake_app_installation_token_0123456789abcdefghijklmnop"
 BOT_LOGIN = "ds4ci-bot"
 ACTIONS_LOGIN = "github-actions[bot]"  # who a workflow's GITHUB_TOKEN posts as
 STATES = {"error", "failure", "pending", "success"}
+CONCLUSIONS = {"action_required", "cancelled", "failure", "neutral", "success", "skipped", "stale", "timed_out"}
+CHECK_STATUSES = {"queued", "in_progress", "completed", "waiting", "requested", "pending"}
+APP_IDS = {"github-actions": 15368}  # app.id of the apps the fake knows; others get one from their slug
+NOT_AN_APP = "You must authenticate via a GitHub App."  # GitHub's answer to a person's token on /check-runs
+
+
+def _app_id(slug: str) -> int:
+    return APP_IDS.get(slug, 100000 + sum(map(ord, slug)))
 
 
 @dataclass
@@ -42,6 +55,7 @@ class Fault:
     headers: dict[str, str] = field(default_factory=dict)
     message: str = "Server Error"
     methods: frozenset[str] | None = None
+    path_contains: str = ""  # only requests whose path contains this
 
 
 class FakeGitHub:
@@ -125,11 +139,19 @@ class FakeGitHub:
             self.pulls[number]["commits"].append(sha)
 
     def add_check_run(self, sha: str, name: str, status: str = "completed", conclusion: str | None = "success",
-                      app: str = "github-actions") -> None:
+                      app: str = "github-actions", title: str | None = None) -> int:
         with self.lock:
             self._next_id += 1
             self._check_runs.append({"id": self._next_id, "sha": sha, "name": name, "status": status,
-                                     "conclusion": conclusion if status == "completed" else None, "app": app})
+                                     "conclusion": conclusion if status == "completed" else None, "app": app,
+                                     "output": {"title": title, "summary": None, "text": None}, "annotations": [],
+                                     "details_url": None, "external_id": ""})
+            return self._next_id
+
+    def check_runs(self, sha: str | None = None) -> list[dict[str, Any]]:
+        """Every check run as stored (oldest first), with its ``output`` and every ``annotations`` item."""
+        with self.lock:
+            return [json.loads(json.dumps(r)) for r in self._check_runs if sha is None or r["sha"] == sha]
 
     def add_review(self, number: int, login: str, state: str, commit_id: str | None,
                    association: str = "MEMBER") -> None:
@@ -163,10 +185,10 @@ class FakeGitHub:
             )
 
     def inject(self, status: int, count: int = 1, *, headers: dict[str, str] | None = None,
-               message: str = "Server Error", methods: set[str] | None = None) -> None:
+               message: str = "Server Error", methods: set[str] | None = None, path_contains: str = "") -> None:
         with self.lock:
             self.faults.append(Fault(status, count, dict(headers or {}), message,
-                                     frozenset(methods) if methods else None))
+                                     frozenset(methods) if methods else None, path_contains))
 
     def comments(self, number: int | None = None) -> list[dict[str, Any]]:
         with self.lock:
@@ -229,13 +251,65 @@ class FakeGitHub:
                 "commit_id": r["commit_id"], "author_association": r["association"]}
 
     def _check_run_json(self, r: dict[str, Any]) -> dict[str, Any]:
+        url = f"{self.url}/repos/{self.owner}/{self.repo}/check-runs/{r['id']}"
+        out = r.get("output") or {}
         return {"id": r["id"], "name": r["name"], "head_sha": r["sha"], "status": r["status"],
-                "conclusion": r["conclusion"], "node_id": f"CR_{r['id']}", "external_id": "",
-                "url": f"{self.url}/repos/{self.owner}/{self.repo}/check-runs/{r['id']}",
-                "html_url": None, "details_url": None, "started_at": "2026-11-29T12:00:00Z",
+                "conclusion": r["conclusion"], "node_id": f"CR_{r['id']}", "external_id": r.get("external_id", ""),
+                "url": url, "html_url": f"https://github.invalid/{self.owner}/{self.repo}/runs/{r['id']}",
+                "details_url": r.get("details_url"), "started_at": "2026-11-29T12:00:00Z",
                 "completed_at": "2026-11-29T12:05:00Z" if r["status"] == "completed" else None,
-                "output": {"title": None, "summary": None, "text": None, "annotations_count": 0, "annotations_url": ""},
-                "check_suite": {"id": 1}, "app": {"slug": r["app"], "name": r["app"]}, "pull_requests": []}
+                "output": {"title": out.get("title"), "summary": out.get("summary"), "text": out.get("text"),
+                           "annotations_count": len(r.get("annotations", [])), "annotations_url": f"{url}/annotations"},
+                "check_suite": {"id": 1}, "pull_requests": [],
+                "app": {"id": _app_id(r["app"]), "slug": r["app"], "name": r["app"], "node_id": f"A_{r['app']}",
+                        "owner": None, "description": None, "external_url": "https://github.invalid",
+                        "html_url": f"https://github.invalid/apps/{r['app']}", "created_at": "2026-01-01T00:00:00Z",
+                        "updated_at": "2026-01-01T00:00:00Z", "permissions": {}, "events": []}}
+
+    def _check_run_problem(self, payload: dict[str, Any], creating: bool) -> str | None:
+        """What GitHub's validation (422) would refuse in a create or update body, or None."""
+        if creating and (not isinstance(payload.get("name"), str) or not payload["name"]):
+            return "name is missing"
+        if creating and not re.fullmatch(r"[0-9a-f]{40}", str(payload.get("head_sha", ""))):
+            return "head_sha is not a commit"
+        status = payload.get("status", "queued")
+        conclusion = payload.get("conclusion")
+        if status not in CHECK_STATUSES:
+            return f"status {status!r} is not valid"
+        if conclusion is not None and conclusion not in CONCLUSIONS:
+            return f"conclusion {conclusion!r} is not valid"
+        if status == "completed" and conclusion is None:
+            return "conclusion is required when status is completed"
+        output = payload.get("output")
+        if output is None:
+            return None
+        if not isinstance(output, dict) or not isinstance(output.get("title"), str) or not isinstance(
+                output.get("summary"), str):
+            return "output needs a title and a summary"
+        for key in ("summary", "text"):
+            if len(output.get(key) or "") > 65535:
+                return f"output.{key} is longer than 65535 characters"
+        notes = output.get("annotations") or []
+        if len(notes) > 50:
+            return "only 50 annotations are allowed per request"
+        for note in notes:
+            if not (isinstance(note, dict) and isinstance(note.get("path"), str) and note["path"]
+                    and isinstance(note.get("start_line"), int) and isinstance(note.get("end_line"), int)
+                    and note.get("annotation_level") in ("notice", "warning", "failure")
+                    and isinstance(note.get("message"), str)):
+                return f"annotation {note!r:.200} needs path, start_line, end_line, annotation_level and message"
+        return None
+
+    def _store_check_run(self, run: dict[str, Any], payload: dict[str, Any]) -> None:
+        for key in ("status", "conclusion", "details_url", "external_id"):
+            if key in payload:
+                run[key] = payload[key]
+        if run["status"] != "completed":
+            run["conclusion"] = None
+        if "output" in payload:
+            output = payload["output"]
+            run["output"] = {"title": output.get("title"), "summary": output.get("summary"), "text": output.get("text")}
+            run.setdefault("annotations", []).extend(output.get("annotations") or [])  # GitHub appends them
 
     def _graphql(self, h: BaseHTTPRequestHandler, payload: dict[str, Any]) -> None:
         """Just the reviewThreads query: repository(owner, name).pullRequest(number).reviewThreads(first, after)."""
@@ -313,7 +387,8 @@ class FakeGitHub:
         with self.lock:
             self.requests.append((method, path))
             for fault in self.faults:
-                if fault.count > 0 and (fault.methods is None or method in fault.methods):
+                if fault.count > 0 and (fault.methods is None or method in fault.methods) and (
+                        fault.path_contains in path):
                     fault.count -= 1
                     self._send(h, fault.status, {"message": fault.message}, fault.headers)
                     return
@@ -393,12 +468,49 @@ class FakeGitHub:
         m = re.fullmatch(re.escape(repo) + r"/commits/([0-9a-f]{40})/check-runs", path)
         if m and method == "GET":
             runs = [r for r in self._check_runs if r["sha"] == m.group(1)]
+            if "check_name" in query:
+                runs = [r for r in runs if r["name"] == query["check_name"][0]]
+            if "app_id" in query:
+                runs = [r for r in runs if str(_app_id(r["app"])) == query["app_id"][0]]
             if query.get("filter", ["latest"])[0] == "latest":
-                latest: dict[str, dict[str, Any]] = {}
+                latest: dict[tuple[str, str], dict[str, Any]] = {}
                 for r in runs:
-                    latest[r["name"]] = r
+                    latest[(r["name"], r["app"])] = r
                 runs = list(latest.values())
+            runs = sorted(runs, key=lambda r: -int(r["id"]))  # newest first, as GitHub lists them
             self._page(h, path, query, [self._check_run_json(r) for r in runs], list_item="check_runs")
+            return
+        if path == f"{repo}/check-runs" and method == "POST":
+            app = login[: -len("[bot]")] if login.endswith("[bot]") else None
+            problem = self._check_run_problem(payload, creating=True)
+            if app is None:
+                self._send(h, 403, {"message": NOT_AN_APP, "documentation_url": "https://docs.github.com/rest"})
+            elif problem is not None:
+                self._send(h, 422, {"message": "Validation Failed", "errors": [problem]})
+            else:
+                self._next_id += 1
+                run = {"id": self._next_id, "sha": payload["head_sha"], "name": payload["name"], "status": "queued",
+                       "conclusion": None, "app": app, "output": {"title": None, "summary": None, "text": None},
+                       "annotations": [], "details_url": None, "external_id": ""}
+                self._store_check_run(run, payload)
+                self._check_runs.append(run)
+                self._send(h, 201, self._check_run_json(run))
+            return
+        m = re.fullmatch(re.escape(repo) + r"/check-runs/(\d+)", path)
+        if m and method in ("GET", "PATCH"):
+            run = next((r for r in self._check_runs if r["id"] == int(m.group(1))), None)
+            if run is None:
+                self._send(h, 404, {"message": "Not Found"})
+            elif method == "GET":
+                self._send(h, 200, self._check_run_json(run))
+            elif f"{run['app']}[bot]" != login:
+                self._send(h, 403, {"message": "Invalid app_id `1` - check run can only be modified by the GitHub App "
+                                               "that created it."})
+            elif (problem := self._check_run_problem(payload, creating=False)) is not None:
+                self._send(h, 422, {"message": "Validation Failed", "errors": [problem]})
+            else:
+                self._store_check_run(run, payload)
+                self._send(h, 200, self._check_run_json(run))
             return
         m = re.fullmatch(re.escape(repo) + r"/issues/(\d+)/comments", path)
         if m:

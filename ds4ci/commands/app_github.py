@@ -68,6 +68,15 @@ _ExpectConfig = Annotated[
         "prompts, pins or checks than it allows is published as error (a focused rerun's widths are a subset).",
     ),
 ]
+_CheckRuns = Annotated[
+    bool | None,
+    typer.Option(
+        "--check-runs/--no-check-runs",
+        help="Create or update one check run ds4ci/<runner> per runner besides its status (needs `checks: write` "
+        "and a GitHub App token such as GITHUB_TOKEN). Default: [publish] check_runs of --expect-config, else on.",
+        show_default=False,
+    ),
+]
 _MergeConfig = Annotated[
     Path | None,
     typer.Option(
@@ -99,8 +108,10 @@ def publish(
     expect_runner: _ExpectRunner = None,
     merge_config: _MergeConfig = None,
     expect_config: _ExpectConfig = None,
+    check_runs: _CheckRuns = None,
 ) -> None:
-    """Post the sticky PR comment and one commit status per runner (context ds4ci/<runner>).
+    """Post the sticky PR comment and one commit status per runner (context ds4ci/<runner>), and a check run
+    of the same name from the same verified result (unless --no-check-runs).
 
     Statuses rest on `ds4ci verify`'s recomputation from each evidence bundle, never on results.json
     alone: a bundle that does not verify is published as error. Only a passing, verified result whose
@@ -116,7 +127,7 @@ def publish(
         repo=repo, pr=pr, sha=sha, api_url=api_url, target_url=target_url, token_env=token_env, dry_run=dry_run,
         no_comment=no_comment, no_status=no_status, template_dir=template_dir, summary_file=summary_file,
         comment_author=comment_author, allow_focused=allow_focused_reruns, merge_config=merge_config,
-        expect_runners=tuple(expect_runner or ()), expect_config=expect_config,
+        expect_runners=tuple(expect_runner or ()), expect_config=expect_config, check_runs=check_runs,
     )
     exit_with(
         lambda: run_publish(results or [], request, pending=pending, runner=runner, unverified=unverified)

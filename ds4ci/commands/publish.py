@@ -14,8 +14,10 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from ds4ci.errors import UsageError
-from ds4ci.github import publish
+from ds4ci.errors import PublishError, UsageError
+from ds4ci.github import checkruns, publish
+from ds4ci.github.client import ReadOnlyTokenError
+from ds4ci.options import table as options
 from ds4ci.options.table import DEFAULT_WIDTHS
 
 if TYPE_CHECKING:
@@ -58,6 +60,7 @@ class PublishRequest:
     merge_config: Path | None = None
     expect_runners: tuple[str, ...] = ()
     expect_config: Path | None = None  # the trusted ds4ci.toml every bundle's settings must match
+    check_runs: bool | None = None  # None: [publish] check_runs of the trusted config (default true)
 
 
 def run_publish(
@@ -104,7 +107,8 @@ def publish_documents(published: list[Published], request: PublishRequest) -> in
 
     head = publish.results_head(docs, r.sha)
     trusted = [p.doc for p in published if p.may_set_status]
-    plans = [] if r.no_status or not trusted else publish.plan_statuses(trusted, head, r.target_url)
+    # The decision per runner; posted as a status (unless --no-status) and as a check run (unless turned off).
+    plans = publish.plan_statuses(trusted, head, r.target_url) if trusted else []
     client = None if r.dry_run else _client(r.repo, r.api_url, r.token_env)
     # Whose statuses count in the history (predecessors, an ancestor's full pass): our own identity's.
     needs_history = not r.no_comment or any(d["settings"].get("scope") == "focused" for d in docs)
@@ -113,15 +117,9 @@ def publish_documents(published: list[Published], request: PublishRequest) -> in
     for p in published:
         if not p.may_set_status:
             print(f"ds4ci: no status for {p.doc['runner']['name']}: its result is unverified", file=sys.stderr)
-    if client is None:  # a dry run
-        body, _ = render.render(docs, kind="comment", run_url=r.target_url, template_dir=r.template_dir)
-        out = sys.stdout
-        if r.pr is not None and not r.no_comment:
-            out.write(f"--- would create or update the ds4ci comment on {r.repo or '(repo)'}#{r.pr} ---\n{body}")
-        for plan in plans:
-            out.write(f"--- would set status {plan.context}={plan.state} on {plan.sha}: {plan.description}\n")
-        out.write("--- dry run: nothing was sent (the PR's current head is not checked) ---\n")
-        return 0
+    check_runs = _wants_check_runs(r)
+    if client is None:
+        return _dry_run(published, plans, r, head, check_runs)
 
     # Every precondition before the first write: the PR's head, and whose comment to look for.
     author: str | None = None
@@ -134,16 +132,14 @@ def publish_documents(published: list[Published], request: PublishRequest) -> in
             )
         if not r.no_comment:
             author = publisher
-    for plan in plans:
+    predecessors = _predecessors(client, r.pr, head, docs, author) if author is not None and r.pr is not None else {}
+    for plan in [] if r.no_status else plans:
         client.create_status(plan.sha, plan.state, plan.context, plan.description, plan.target_url)
         print(f"ds4ci: status {plan.context}={plan.state} on {plan.sha}", file=sys.stderr)
+    if check_runs and plans:
+        runs = _check_run_plans(published, plans, r, head, predecessors)
+        _post_check_runs(client, runs, head, publisher or _identity_or_none(client, r.comment_author))
     if author is not None and r.pr is not None:
-        predecessors = {}
-        for doc in docs:
-            if doc["verdict"] != "pass":
-                found = publish.last_validated_predecessor(client, r.pr, head, doc["runner"]["name"], author)
-                if found:
-                    predecessors[doc["runner"]["name"]] = found
         merge_status = _merge_status(client, r.pr, r.merge_config, r.api_url, r.token_env) if r.merge_config else []
         missing = _needs_hardware(client, r.pr, head, docs, r.expect_runners, r.template_dir, author)
         build = publish.BodyBuilder(docs, run_url=r.target_url, template_dir=r.template_dir, predecessors=predecessors,
@@ -151,6 +147,100 @@ def publish_documents(published: list[Published], request: PublishRequest) -> in
         outcome = publish.upsert_comment(client, r.pr, author, build)
         print(f"ds4ci: comment {outcome.comment_id} {outcome.action} on #{r.pr}", file=sys.stderr)
     return 0
+
+
+def _dry_run(published: list[Published], plans: list[publish.StatusPlan], r: PublishRequest, head: str,
+             check_runs: bool) -> int:
+    """What publish would send, on stdout; nothing is sent."""
+    from ds4ci.report import render
+
+    docs = [p.doc for p in published]
+    runs = _check_run_plans(published, plans, r, head, {}) if check_runs else []
+    body, _ = render.render(docs, kind="comment", run_url=r.target_url, template_dir=r.template_dir)
+    out = sys.stdout
+    if r.pr is not None and not r.no_comment:
+        out.write(f"--- would create or update the ds4ci comment on {r.repo or '(repo)'}#{r.pr} ---\n{body}")
+    for plan in [] if r.no_status else plans:
+        out.write(f"--- would set status {plan.context}={plan.state} on {plan.sha}: {plan.description}\n")
+    for run in runs:
+        out.write(f"--- would create or update check run {run.name}={run.conclusion} on {run.head_sha}: "
+                  f"{run.title} ({len(run.annotations)} annotation(s))\n")
+    out.write("--- dry run: nothing was sent (the PR's current head is not checked) ---\n")
+    return 0
+
+
+def _predecessors(client: Client, pr: int, head: str, docs: list[Results], publisher: str) -> dict[str, str]:
+    """runner -> its last hardware-validated predecessor, for each runner that did not pass."""
+    found = {}
+    for doc in docs:
+        if doc["verdict"] != "pass":
+            older = publish.last_validated_predecessor(client, pr, head, doc["runner"]["name"], publisher)
+            if older:
+                found[doc["runner"]["name"]] = older
+    return found
+
+
+def _wants_check_runs(r: PublishRequest) -> bool:
+    """--check-runs / --no-check-runs, else ``[publish] check_runs`` of the trusted config, else true."""
+    if r.check_runs is not None:
+        return r.check_runs
+    if r.expect_config is None:
+        return bool(options.get("publish", "check_runs").default)
+    from ds4ci.options.sections import read_section
+
+    return bool(read_section(r.expect_config, "publish").get("check_runs", options.get("publish", "check_runs").default))
+
+
+def _check_run_plans(
+    published: list[Published], plans: list[publish.StatusPlan], r: PublishRequest, head: str,
+    predecessors: dict[str, str],
+) -> list[checkruns.CheckRunPlan]:
+    """One check run per runner that gets a status: the same document, the same decision, the same head."""
+    from ds4ci.report import render
+
+    env = render.environment(r.template_dir)
+    by_context = {f"ds4ci/{p.doc['runner']['name']}": p for p in published if p.may_set_status}
+    return [
+        checkruns.plan(by_context[plan.context].doc, plan.state, plan.description, head, env=env,
+                       run_url=r.target_url, predecessor=predecessors.get(plan.context.removeprefix("ds4ci/")),
+                       signature=by_context[plan.context].signature)
+        for plan in plans
+    ]
+
+
+def _identity_or_none(client: Client, comment_author: str | None) -> str | None:
+    try:
+        return client.identity(comment_author)
+    except PublishError:
+        return None  # an app token outside Actions: its check runs are created, never looked up
+
+
+def _post_check_runs(client: Client, runs: list[checkruns.CheckRunPlan], head: str, identity: str | None) -> None:
+    """Create each runner's check run, or update the one this app made on this head before."""
+    from ds4ci.github import shapes
+
+    if identity is not None and checkruns.app_of(identity) is None:
+        print(f"ds4ci: no check runs: {identity} is not a GitHub App's account (a personal token cannot create "
+              "check runs; the statuses were set); set [publish] check_runs = false to stop this note",
+              file=sys.stderr)
+        return
+    app = checkruns.app_of(identity)
+    existing = shapes.check_runs(client.check_runs(head), head) if app is not None else ()
+    for run in runs:
+        mine = checkruns.own_run(existing, run.name, head, app)
+        try:
+            if mine is not None:
+                client.update_check_run(mine.id, run.name, run.conclusion, run.details_url, run.output())
+            else:
+                mine_id, _ = client.create_check_run(run.name, head, run.conclusion, run.details_url, run.output())
+        except ReadOnlyTokenError:
+            raise PublishError(
+                f"GitHub refused check run {run.name}: the token may not write checks (the statuses were set). Give "
+                "the publishing job `permissions: checks: write`, or set [publish] check_runs = false "
+                "(--no-check-runs); a fork's read-only token publishes through report.yml instead"
+            ) from None
+        how = f"updated ({mine.id})" if mine is not None else f"created ({mine_id})"
+        print(f"ds4ci: check run {run.name}={run.conclusion} {how} on {head}", file=sys.stderr)
 
 
 def _focused(

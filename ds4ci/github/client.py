@@ -278,6 +278,34 @@ class Client:
             if "404" not in str(exc):
                 raise
 
+    def create_check_run(self, name: str, head_sha: str, conclusion: str, details_url: str | None,
+                         output: dict[str, Any]) -> tuple[int, str]:
+        """A completed check run on ``head_sha`` (PyGithub's check run API); its id and the app it belongs to."""
+
+        def call() -> tuple[int, str]:
+            extra: dict[str, Any] = {"details_url": details_url} if details_url else {}
+            run = self._repo().create_check_run(name=name, head_sha=head_sha, status="completed",
+                                                conclusion=conclusion, output=output, **extra)
+            return int(run.id), str(run.raw_data.get("app", {}).get("slug", ""))
+
+        return _call(f"create check run {name} on {head_sha[:12]}", call)
+
+    def update_check_run(self, run_id: int, name: str, conclusion: str, details_url: str | None,
+                         output: dict[str, Any]) -> None:
+        """Replace what check run ``run_id`` says (one PATCH; PyGithub's check run API)."""
+
+        def call() -> None:
+            extra: dict[str, Any] = {"details_url": details_url} if details_url else {}
+            self._repo().get_check_run(run_id).edit(status="completed", conclusion=conclusion, output=output, **extra)
+
+        _call(f"update check run {name} ({run_id})", call)
+
+    def _repo(self) -> Any:
+        # Lazy: no GET of the repository; each check-run call is the one request it names.
+        from github.Repository import Repository
+
+        return Repository(self._gh.requester.withLazy(True), url=f"/repos/{self.repo}")
+
     def create_status(
         self, sha: str, state: str, context: str, description: str, target_url: str | None
     ) -> None:

@@ -17,6 +17,7 @@ from typing import Any
 
 from ds4ci.errors import UsageError
 from ds4ci.github import statuses as found_statuses
+from ds4ci.github.checkruns import app_of, own_run
 from ds4ci.github.statuses import Status
 from ds4ci.options import table as options
 from ds4ci.options.config import read_section
@@ -75,6 +76,8 @@ class CheckRun:
     conclusion: str | None  # success | failure | neutral | cancelled | skipped | timed_out | action_required
     head_sha: str
     app: str = DEFAULT_CHECK_APP  # app.slug: the GitHub App that created it
+    id: int = 0
+    title: str = ""  # output.title (ds4ci's own check runs: the status description)
 
 
 @dataclass(frozen=True)
@@ -181,15 +184,33 @@ def _with(detail: str, ignored: str) -> str:
     return f"{detail}; {ignored}" if ignored else detail
 
 
-def _gate_condition(runner: str, head: str, found: Sequence[Status], publisher: str, green_on: str | None) -> Condition:
-    """Only the publisher's newest ds4ci/<runner> status counts; anyone else's is listed as ignored."""
+def _gate_condition(runner: str, head: str, found: Sequence[Status], publisher: str, green_on: str | None,
+                    all_runs: Sequence[CheckRun] = ()) -> Condition:
+    """Only the publisher's newest ds4ci/<runner> status and its app's check run of that name count.
+
+    Either may stand alone (statuses, or check runs only); where both are on the head, both must be
+    success. Anyone else's status or check run is listed as ignored.
+    """
     context = GATE_CONTEXT.format(runner=runner)
     name = f"gate {context}"
+    app = app_of(publisher)
     status = found_statuses.from_creator(found, publisher).get(context)
-    ignored = found_statuses.describe_ignored(found_statuses.ignored(found, context, publisher))
-    if status is not None and status.state == "success":
-        return Condition(name, True, _with(f"success on the head {_short(head)}", ignored))
-    on_head = "not set" if status is None else status.state + (f" ({status.description})" if status.description else "")
+    run = own_run(all_runs, context, head, app)
+    ignored_items = [f"{s.state} by {s.creator}" for s in found_statuses.ignored(found, context, publisher)]
+    ignored_items += [f"check run by app {r.app}" for r in all_runs
+                      if r.name == context and r.head_sha == head and r.app != app]
+    ignored = "ignored (not posted by the publisher): " + ", ".join(ignored_items) if ignored_items else ""
+    run_ok = run is not None and run.status == "completed" and run.conclusion == "success"
+    if (status is not None or run is not None) and (status is None or status.state == "success") and (
+            run is None or run_ok):
+        what = "" if run is None else (" (status and check run)" if status is not None else " (check run)")
+        return Condition(name, True, _with(f"success on the head {_short(head)}{what}", ignored))
+    parts = []
+    if status is not None:
+        parts.append(status.state + (f" ({status.description})" if status.description else ""))
+    if run is not None:
+        parts.append(f"check run {run.conclusion or run.status}")
+    on_head = "; ".join(parts) or "not set"
     if green_on:
         return Condition(
             name, False,
@@ -281,7 +302,8 @@ def evaluate(facts: MergeFacts, requirements: Requirements) -> MergeReport:
     """Every requirement as a condition, in a fixed order; ready iff all hold."""
     head, need = facts.pull.head, requirements
     conditions = _pull_conditions(facts.pull)
-    conditions += [_gate_condition(r, head, facts.statuses, need.publisher, facts.gate_green_on.get(r))
+    conditions += [_gate_condition(r, head, facts.statuses, need.publisher, facts.gate_green_on.get(r),
+                                   facts.check_runs)
                    for r in need.runners]
     conditions += [_check_condition(need.source(c), head, facts.statuses, need.publisher, facts.check_runs)
                    for c in need.checks]

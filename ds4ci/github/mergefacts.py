@@ -17,6 +17,9 @@ import requests
 from ds4ci.errors import PublishError
 from ds4ci.github import merge, publish, statuses
 from ds4ci.github.client import Client
+from ds4ci.github.shapes import bad as _bad
+from ds4ci.github.shapes import check_runs
+from ds4ci.github.shapes import get as _get
 
 _HEX40 = re.compile(r"^[0-9a-f]{40}$")
 MAX_THREAD_PAGES = 100  # 100 threads a page: 10,000 threads is far beyond any real PR
@@ -97,23 +100,6 @@ class GraphQL:
 # ----- shapes ----------------------------------------------------------------------------------
 
 
-def _bad(what: str, expected: str, found: Any) -> PublishError:
-    return PublishError(f"GitHub's answer for {what}: expected {expected}, found {found!r:.200}")
-
-
-def _get(doc: Any, key: str, kind: type | tuple[type, ...], what: str, *, nullable: bool = False) -> Any:
-    if not isinstance(doc, dict):
-        raise _bad(what, "a JSON object", doc)
-    value = doc.get(key)
-    if value is None and nullable:
-        return None
-    if isinstance(value, bool) and kind is int:
-        raise _bad(f"{what} ({key})", "an integer", value)
-    if not isinstance(value, kind):
-        raise _bad(f"{what} ({key})", getattr(kind, "__name__", str(kind)), value)
-    return value
-
-
 def pull_facts(number: int, data: Any, reads: int = 1) -> merge.PullFacts:
     what = f"pull request #{number}"
     head = _get(_get(data, "head", dict, what), "sha", str, f"{what} head")
@@ -129,20 +115,6 @@ def pull_facts(number: int, data: Any, reads: int = 1) -> merge.PullFacts:
         mergeable=_get(data, "mergeable", bool, what, nullable=True),
         mergeable_state=_get(data, "mergeable_state", str, what, nullable=True),
         mergeable_reads=reads,
-    )
-
-
-def check_runs(items: list[Any], sha: str) -> tuple[merge.CheckRun, ...]:
-    what = f"the check runs of {sha[:12]}"
-    return tuple(
-        merge.CheckRun(
-            name=_get(item, "name", str, what),
-            status=_get(item, "status", str, what),
-            conclusion=_get(item, "conclusion", str, what, nullable=True),
-            head_sha=_get(item, "head_sha", str, what),
-            app=_get(_get(item, "app", dict, what, nullable=True) or {"slug": "(no app)"}, "slug", str, what),
-        )
-        for item in items
     )
 
 

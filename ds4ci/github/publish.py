@@ -23,7 +23,7 @@ from ds4ci.github import statuses
 from ds4ci.github.client import Client, Comment
 from ds4ci.judging.tree import tree_note
 from ds4ci.records import Results
-from ds4ci.report import markdown, render
+from ds4ci.report import markdown, render, views
 from ds4ci.report.sections import MARKER, Section, head_sha, parse_sections
 
 SHA_RE = re.compile(r"^[0-9a-f]{40}$")
@@ -86,17 +86,13 @@ def _description(doc: Results, state: str) -> str:
     prefix = "negative control: " if control else ""
     if state == "success" and control:
         beside = doc["runner"].get("negative_control_for")
-        text = f"{len(doc['checks'])} check(s) passed; no parity claim" + (f" (parity: ds4ci/{beside})" if beside else "")
+        text = views.headline(doc) + (f" (parity: ds4ci/{beside})" if beside else "")
     elif state == "success":
-        widths = ",".join(str(w["q"]) for w in doc["widths"])
-        text = f"pass: token parity at q={widths}, {doc['settings']['max_tokens']} tokens"
-        oracle = doc["target_only"].get("oracle")
-        text += f" (oracle: {oracle})" if oracle else ""
+        text = f"pass: {views.headline(doc)}"
     elif doc["verdict"] == "pass":
         text = "error: results claim pass but contradict themselves"
     else:
-        first = doc["reasons"][0] if doc["reasons"] else "no reason recorded"
-        text = f"{doc['verdict'].replace('_', ' ')}: {first}"
+        text = f"{doc['verdict'].replace('_', ' ')}: {views.headline(doc)}"
     return _fit(doc, prefix + text)
 
 
@@ -151,15 +147,37 @@ def _publisher_states(client: Client, sha: str, publisher: str) -> dict[str, sta
     return statuses.from_creator(statuses.parse(client.commit_statuses(sha), sha), publisher)
 
 
+def _publisher_run(client: Client, sha: str, context: str, publisher: str) -> tuple[str, str] | None:
+    """(conclusion, title) of the publisher app's own check run ``context`` on ``sha``, if there is one."""
+    from ds4ci.github import checkruns, shapes
+
+    app = checkruns.app_of(publisher)
+    if app is None:
+        return None
+    run = checkruns.own_run(shapes.check_runs(client.check_runs(sha), sha), context, sha, app)
+    return None if run is None or run.status != "completed" else (str(run.conclusion), run.title)
+
+
 def _walk(client: Client, pr: int, head: str, runner: str, publisher: str, full_only: bool) -> str | None:
-    """The newest PR commit before ``head`` whose ds4ci/<runner> success was posted by ``publisher``."""
+    """The newest PR commit before ``head`` whose ds4ci/<runner> success was posted by ``publisher``.
+
+    The publisher's status decides; a commit without one counts by the publisher app's check run of that name
+    (a repository that publishes check runs only), never by anyone else's.
+    """
     commits = client.pr_commits(pr)
     if head in commits:
         commits = commits[: commits.index(head)]
+    context = f"ds4ci/{runner}"
     for sha in reversed(commits[-PREDECESSOR_WALK:]):
-        status = _publisher_states(client, sha, publisher).get(f"ds4ci/{runner}")
-        focused = status is not None and status.description.startswith(FOCUSED_PREFIX)
-        if status is not None and status.state == "success" and not (full_only and focused):
+        status = _publisher_states(client, sha, publisher).get(context)
+        if status is not None:
+            state, text = status.state, status.description
+        else:
+            run = _publisher_run(client, sha, context, publisher)
+            if run is None:
+                continue
+            state, text = run
+        if state == "success" and not (full_only and text.startswith(FOCUSED_PREFIX)):
             return sha
     return None
 

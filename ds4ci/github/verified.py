@@ -44,12 +44,16 @@ NO_SEALED_HEAD = (
 )
 
 
+NO_KEY = "not checked: the trusted config names no key for this runner"
+
+
 @dataclass(frozen=True)
 class Published:
     """One runner's document as it may be published, and whether it may set a status."""
 
     doc: Results
     may_set_status: bool
+    signature: str = NO_KEY
 
 
 @dataclass(frozen=True)
@@ -70,6 +74,7 @@ class Opened:
     recorded: Results
     problems: list[str] = field(default_factory=list)
     may_set_status: bool = True
+    signature: str | None = None  # what the signature check found, when it ran
 
 
 BundleCheck = Callable[[Opened, Trust], None]
@@ -117,7 +122,12 @@ def check_trusted_settings(found: Opened, trust: Trust) -> None:
 
 def check_signature(found: Opened, trust: Trust) -> None:
     """With runner keys in the trusted config: attestation.json signed by that runner's key, agreeing with the bundle."""
-    found.problems += attestation.bundle_problems(found.root, found.recorded["runner"]["name"], dict(trust.keys))
+    runner = found.recorded["runner"]["name"]
+    problems = attestation.bundle_problems(found.root, runner, dict(trust.keys))
+    found.problems += problems
+    if runner in trust.keys:
+        found.signature = ("does not verify: " + "; ".join(problems)) if problems else (
+            f"verified: attestation.json is signed by the key the trusted config names for {runner}")
 
 
 # Every check run on each bundle that verified, in order; each may add problems (the bundle is then
@@ -186,9 +196,11 @@ def from_bundle(path: Path, trust: Trust) -> Published:
             "publish bundles without --unverified"
         )
     found = _opened(path, trust)
+    signature = found.signature or NO_KEY
     if found.problems:
-        return Published(not_verified(found.recorded, found.problems, why=""), may_set_status=found.may_set_status)
-    return Published(found.recorded, may_set_status=True)
+        return Published(not_verified(found.recorded, found.problems, why=""), may_set_status=found.may_set_status,
+                         signature=signature)
+    return Published(found.recorded, may_set_status=True, signature=signature)
 
 
 def labelled_unverified(doc: Results) -> Published:

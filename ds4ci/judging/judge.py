@@ -218,7 +218,10 @@ def lifecycle_issues(key: str, life: Mapping[str, Any]) -> tuple[list[str], list
             f"{label}: override file(s) {', '.join(map(str, appeared))} appeared while the server ran; the server reads "
             "them on every request, so the policy it ran under is unknown"
         )
-    swept = life.get("swept") or []
+    # The server itself is stopped (and, when it ignored SIGTERM, killed) below: the sweep's list
+    # counts what it left behind, so its own pid is not listed again as a process it started.
+    own = f"pid {life.get('pid')}:"
+    swept = [s for s in life.get("swept") or [] if not str(s).startswith(own)]
     if swept:
         warnings.append(
             f"{label}: {len(swept)} process(es) the server started were still running after it stopped and were "
@@ -226,8 +229,11 @@ def lifecycle_issues(key: str, life: Mapping[str, Any]) -> tuple[list[str], list
         )
     stop = life.get("stop") or {}
     if stop.get("needed_kill"):
-        if stop.get("in_flight") or life.get("error"):
+        if stop.get("in_flight"):
             errors.append(f"{label}: killed with SIGKILL while a request was in flight")
+        elif life.get("error"):
+            # Already no verdict (e.g. it never became ready): the kill is a fact about teardown, not a request.
+            warnings.append(f"{label}: did not exit within {stop.get('timeout_s')} s of SIGTERM and was killed with SIGKILL")
         else:
             warnings.append(
                 f"{label}: did not exit within {stop.get('timeout_s')} s of SIGTERM and was killed with SIGKILL after "

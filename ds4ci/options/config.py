@@ -197,7 +197,7 @@ def _own_runner_table(doc: Mapping[str, Any], name: str | None, source: Path | N
 
 def _sources(doc: Mapping[str, Any], source: Path | None, overrides: Mapping[str, Any]) -> _Sources:
     sections.unknown(doc, set(table.TOP_KEYS), str(source))
-    for name in ("merge", "preflight"):  # read by merge-check/publish and preflight; checked here too
+    for name in ("merge", "publish", "preflight"):  # read by merge-check, publish and preflight; checked here too
         sections.section(doc, name, source)
     if not isinstance(doc.get("gate", {}), dict) or not isinstance(doc.get("runner", {}), dict):
         raise UsageError(f"{source}: [gate] and [runner] must be tables")

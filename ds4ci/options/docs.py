@@ -22,6 +22,8 @@ _INTRO = {
     "merge.checks": "An entry of `merge.checks` written as a table says who may satisfy that check: check runs "
                     "of one GitHub App, commit statuses of one account; runs and statuses from anyone else are "
                     "listed as ignored. A plain name is the table with only `name`.",
+    "publish": "What `ds4ci publish` posts besides the comment and the statuses; read from the trusted config "
+               "(`--expect-config`).",
     "preflight": "Settings of `ds4ci preflight`.",
     "sandbox": "The bubblewrap sandbox every process of PR code runs in (server, build, checks): an allowlist view "
                "of the file system, a fresh /proc and /dev (standard nodes plus the GPU's), new PID, IPC and UTS "

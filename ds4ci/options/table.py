@@ -33,6 +33,7 @@ CLI = "cli"  # the section of flags that no file sets
 SECTION_TITLES = {
     "gate": "[gate]", "runner": "[runner]", "runners": "[runners.<name>]", "build": "[build]",
     "checks": "[[checks]]", "merge": "[merge]", "merge.checks": "[[merge.checks]]", "preflight": "[preflight]",
+    "publish": "[publish]",
     "sandbox": "[sandbox]",
     CLI: "command line only",
 }
@@ -288,11 +289,15 @@ OPTIONS: tuple[Option, ...] = (
            default=DEFAULT_CHECK_APP),
     Option("merge.checks", "creator", "The account (creator.login) whose commit statuses of this name count.",
            check=v.text, default_doc="merge.publisher"),
+    Option("publish", "check_runs", "Besides the ds4ci/<runner> commit statuses, create or update one check run of that "
+           "name per runner (the Checks tab: summary, annotations on the PR's own files). Needs the permission "
+           "`checks: write` and a GitHub App token (the Actions GITHUB_TOKEN is one).", check=v.boolean, default=True,
+           toml_type="boolean"),
     Option("preflight", "busy_wait", "Seconds to wait for a GPU busy with another process to become free.",
            check=v.wait_seconds, default=0.0, toml_type="number", flag="--busy-wait", command="preflight",
            cli_type=float),
 )
-OPTION_SECTIONS = ("gate", "runner", "build", "checks", "merge", "preflight", "sandbox")
+OPTION_SECTIONS = ("gate", "runner", "build", "checks", "merge", "publish", "preflight", "sandbox")
 TOP_KEYS = (*OPTION_SECTIONS, "runners")
 NESTED_SECTIONS = ("merge.checks",)  # tables inside a section's key, documented after their section
 

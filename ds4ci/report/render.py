@@ -157,6 +157,7 @@ def render_section(
         head=context["head"],
         digest=context["digest"],
         body=body,
+        why=markdown.text(context["headline"], limit=views.REASON_CHARS + 20),
     )
 
 
@@ -164,7 +165,8 @@ def pending_section(env: Any, runner: str, sha: str, run_url: str | None = None)
     """A placeholder for a runner whose gate has started but not finished."""
     body = _render(env, "pending.md.j2", {"name": runner, "head": sha, "run_url": run_url,
                                           "state_label": state_label("pending")})
-    return Section(runner=runner, role="gate", state="pending", head=sha, digest=None, body=body)
+    return Section(runner=runner, role="gate", state="pending", head=sha, digest=None, body=body,
+                   why=markdown.text("the gate is running"))
 
 
 def needs_hardware_section(
@@ -176,7 +178,8 @@ def needs_hardware_section(
         "name": runner, "head": head, "widths": ",".join(map(str, widths)), "predecessor": predecessor,
         "commits": list(commits), "files": list(files), "state_label": state_label("pending"),
     })
-    return Section(runner=runner, role="gate", state="pending", head=head, digest=None, body=body)
+    return Section(runner=runner, role="gate", state="pending", head=head, digest=None, body=body,
+                   why=markdown.text(f"still needs a q={','.join(map(str, widths))} run on this head"))
 
 
 def _stub(section: Section, run_url: str | None) -> Section:
@@ -209,6 +212,7 @@ def compose(
             "runner": s.runner,
             "role": s.role,
             "state_label": state_label(s.state),
+            "why": s.why,
             "head": s.head,
             "outdated": bool(current_heads) and s.head is not None and s.head not in current_heads,
         }

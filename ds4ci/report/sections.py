@@ -26,9 +26,13 @@ _RUNNER_RE = r"[A-Za-z0-9][A-Za-z0-9._-]{0,62}"
 _SECTION_RE = re.compile(
     r"^<!-- ds4ci:section v=1 runner=(?P<runner>" + _RUNNER_RE + r") role=(?P<role>gate|negative-control)"
     r" state=(?P<state>pass|fail|error|not_run|pending|unverified) head=(?P<head>[0-9a-f]{40}|none)"
-    r" digest=(?P<digest>[0-9a-f]{64}|none) -->\n(?P<body>.*?)\n<!-- ds4ci:section-end runner=(?P=runner) -->$",
+    r" digest=(?P<digest>[0-9a-f]{64}|none) -->\n(?:<!-- ds4ci:why (?P<why>[^<>\n]{1,2000}) -->\n)?"
+    r"(?P<body>.*?)\n<!-- ds4ci:section-end runner=(?P=runner) -->$",
     re.MULTILINE | re.DOTALL,
 )
+
+
+_WHY_RE = re.compile(r"^[^<>\n]{1,2000}$")
 
 
 @dataclass(frozen=True)
@@ -41,12 +45,17 @@ class Section:
     head: str | None
     digest: str | None
     body: str
+    # The one-line reason for the comment's top table: escaped Markdown text (no "<", ">" or newline),
+    # carried in its own hidden line so that a section kept from an earlier comment keeps it too.
+    why: Trusted | None = None
 
     def text(self) -> Trusted:
         meta = (
             f"<!-- ds4ci:section v=1 runner={self.runner} role={self.role} state={self.state} "
             f"head={self.head or 'none'} digest={self.digest or 'none'} -->"
         )
+        if self.why and _WHY_RE.match(self.why):
+            meta += f"\n<!-- ds4ci:why {self.why} -->"
         return Trusted(f"{meta}\n{self.body}\n<!-- ds4ci:section-end runner={self.runner} -->")
 
 
@@ -78,6 +87,7 @@ def parse_sections(body: str) -> list[Section]:
                 head=None if head == "none" else head,
                 digest=None if digest == "none" else digest,
                 body=match.group("body"),
+                why=Trusted(match.group("why")) if match.group("why") else None,
             )
         )
     return sections

@@ -6,6 +6,7 @@ from ds4ci.gate.settings import scope_note
 from ds4ci.judging.coverage import compact_line
 from ds4ci.judging.tree import tree_line
 from ds4ci.records import Results
+from ds4ci.report.views import target_only_words
 
 _REASON_LINES = 24  # a reason quoting a log tail is bounded (judging.logtail); show all of it
 HEADERS = ("width", "token parity", "steps", "matched/offered", "rejection observed", "full_snap", "verdict")
@@ -49,12 +50,8 @@ def render(doc: Results) -> str:
     parts += [line(HEADERS), "-+-".join("-" * w for w in widths)]
     parts += [line(r) for r in body]
     parts += [compact_line(w["coverage"]) for w in doc["widths"] if "coverage" in w]
-    target = doc["target_only"]
     parts.append("")
-    arm = "not run" if target["verdict"] == "not_run" else (
-        f"{target['verdict']} (deterministic: {_cell(target['deterministic'])})"
-    )
-    parts.append(f"target-only: {arm}; runner {doc['runner']['name']}: {doc['verdict'].upper()}{scope}")
+    parts.append(f"target-only: {target_only_words(doc)}; runner {doc['runner']['name']}: {doc['verdict'].upper()}{scope}")
     tree = tree_line(doc["revisions"], doc["settings"], doc["reasons"])
     if tree is not None:
         parts.append(f"  - {tree}")

@@ -78,7 +78,7 @@ def _gate_rows(doc: Results) -> list[dict[str, Any]]:
         prompts = width["prompts"]
         snaps = [p["full_snap"] for p in prompts]
         unknown = not prompts or any(s is None for s in snaps)
-        full_snap = "—" if unknown else ("1" if all(snaps) else "0")
+        full_snap = "—" if unknown else yes_no(all(snaps))  # the terminal's words (report.table)
         matched = _sum_or_none(p["matched"] for p in prompts) if prompts else None
         offered = _sum_or_none(p["offered"] for p in prompts) if prompts else None
         rows.append(
@@ -177,6 +177,109 @@ def containment_label(doc: Results) -> str:
     return CONTAINMENT_LABELS.get(str(level), "not recorded") if level is not None else "no PR process ran"
 
 
+REASON_CHARS = 160  # one line of the top table
+
+
+def first_line(value: str) -> str:
+    """A reason's first line (a reason may quote a log tail below it), whitespace collapsed."""
+    lines = value.strip().splitlines()
+    return " ".join(lines[0].split()) if lines else ""
+
+
+def headline(doc: Results) -> str:
+    """The runner's result in one line: what passed, or the first reason it did not."""
+    if doc["verdict"] == "pass" and doc["runner"]["role"] == "negative-control":
+        return f"{len(doc['checks'])} check(s) passed; no parity claim"
+    if doc["verdict"] == "pass":
+        widths = ",".join(str(w["q"]) for w in doc["widths"])
+        oracle = doc["target_only"].get("oracle")
+        return f"token parity at q={widths}, {doc['settings']['max_tokens']} tokens" + (f" (oracle: {oracle})" if oracle else "")
+    reasons = doc["reasons"]
+    if not reasons:
+        return "no reason recorded"
+    more = f" (+{len(reasons) - 1} more)" if len(reasons) > 1 else ""
+    line = first_line(reasons[0])
+    limit = REASON_CHARS - len(more)
+    return (line if len(line) <= limit else line[: limit - 1] + markdown.ELLIPSIS) + more
+
+
+def present(values: dict[str, str | None], keys: Sequence[str] | None = None) -> list[tuple[str, str]]:
+    """The (key, value) pairs that were recorded, in ``keys`` order (sorted by default); absent ones left out."""
+    order = keys if keys is not None else sorted(values)
+    return [(k, str(values[k])) for k in order if values.get(k) not in (None, "")]
+
+
+HOST_KEYS = ("os", "kernel", "cpu")  # a glance; the fingerprint in the bundle has every field
+
+
+def target_only_words(doc: Results) -> str:
+    """The target-only arm in the terminal's and the comment's words.
+
+    Determinism is a fact about answers: an arm that never answered is not called nondeterministic.
+    """
+    target = doc["target_only"]
+    if target["verdict"] == "not_run":
+        return "not run"
+    if not any(p["n"] is not None for p in target["prompts"]):
+        return f"{target['verdict']} (no answer)"
+    return f"{target['verdict']} (deterministic: {yes_no(target['deterministic'])})"
+
+
+def in_bundle(doc: Results, path: str | None) -> str | None:
+    """``path`` relative to the evidence folder (its place in the uploaded artifact), or None outside it."""
+    if not path:
+        return None
+    base = doc["evidence"]["dir"].rstrip("/")
+    if path.startswith(base + "/"):
+        return path[len(base) + 1 :]
+    return None if path.startswith("/") else path
+
+
+def merge_words(revisions: dict[str, Any]) -> str:
+    """The synthetic merge in words (never a raw status name)."""
+    merge = revisions["synthetic_merge"]
+    if merge["status"] == "clean":
+        return "clean"
+    if merge["status"] == "conflict":
+        return "conflicts"
+    if revisions["base"] is None and revisions["upstream"] is None:
+        return "not checked (no base or upstream ref given)"
+    if revisions["merge_base"] is None:
+        return "not checked (no common ancestor in this clone)"
+    return "not checked (git has no merge-tree --write-tree; 2.38 or newer needed)"
+
+
+def head_label(revisions: dict[str, Any]) -> str | None:
+    """The head's ref when it names something (a branch, refs/pull/N/head); ``HEAD`` says nothing."""
+    ref = revisions["head"]["ref"]
+    return None if not ref or ref == "HEAD" else str(ref)
+
+
+def check_words(check: Any) -> str:
+    """One check's result: the counts once (a parser's summary often starts with them), then the rest."""
+    summary = str(check["summary"] or "")
+    if check["total"] is None:
+        exit_text = f"exit code {check['exit_code']}" if check["exit_code"] is not None else "no result"
+        return summary or exit_text
+    counts = f"{check['passed']}/{check['total']} passed"
+    if summary.startswith(counts):
+        return summary
+    if check["failed"]:
+        counts += f", {check['failed']} failed"
+    if check["skipped"]:
+        counts += f", {check['skipped']} skipped"
+    return f"{counts} — {summary}" if summary else counts
+
+
+def artifact_name(doc: Results) -> str:
+    """The artifact the gate workflow uploads this runner's evidence as."""
+    return f"ds4ci-evidence-{doc['runner']['name']}"
+
+
+def artifact_url(run_url: str | None) -> str | None:
+    return f"{run_url}#artifacts" if run_url else None
+
+
 def runner_context(
     doc: Results, detail: Detail, run_url: str | None, predecessor: str | None, kind: str
 ) -> dict[str, Any]:
@@ -208,6 +311,19 @@ def runner_context(
         "digest": results_digest(doc),
         "containment": containment_label(doc),
         "tree": tree_line(doc["revisions"], doc["settings"], doc["reasons"]),  # "built from a modified tree"
+        "headline": headline(doc),
+        "reason_lines": [first_line(r) for r in doc["reasons"]],
+        "reason_more": [r.strip().splitlines()[1:] for r in doc["reasons"]],
+        "toolchain": present(doc["fingerprint"]["toolchain"]) if doc["fingerprint"] else [],
+        "host": present(doc["fingerprint"]["host"], HOST_KEYS) if doc["fingerprint"] else [],
+        "target_only": target_only_words(doc),
+        "check_words": [check_words(c) for c in checks],
+        "diagnostics": in_bundle(doc, doc["evidence"]["diagnostics"]),
+        "server_logs": [(w["q"], in_bundle(doc, w["server_log"])) for w in doc["widths"]
+                        if w["verdict"] != "pass" and in_bundle(doc, w["server_log"])],
+        "artifact": artifact_name(doc),
+        "artifact_url": artifact_url(run_url),
+        "lifecycle_ok": all(r["repeats_identical"] and r["counters_identical"] for r in _gate_rows(doc)),
     }
 
 
@@ -224,5 +340,6 @@ def revision_views(docs: Sequence[Results]) -> list[dict[str, Any]]:
                 view["runners"].append(doc["runner"]["name"])
                 break
         else:
-            views.append({"revisions": shared, "runners": [doc["runner"]["name"]]})
+            views.append({"revisions": shared, "runners": [doc["runner"]["name"]], "merge": merge_words(shared),
+                          "ref": head_label(shared)})
     return views

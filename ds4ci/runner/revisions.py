@@ -189,6 +189,13 @@ def merge_base(repo_dir: Path, a: str, b: str, timeout_s: float) -> str | None:
     raise UsageError(f"git merge-base {a} {b} failed in {repo_dir}: {_text(proc.stderr).strip()[:300]}")
 
 
+def current_branch(repo_dir: Path, timeout_s: float) -> str | None:
+    """The branch HEAD is on (``feature/x``), or None when HEAD is detached (a CI checkout of a PR)."""
+    proc = git(repo_dir, ["symbolic-ref", "--quiet", "--short", "HEAD"], timeout_s)
+    branch = _text(proc.stdout).strip()
+    return _clip(branch) if proc.returncode == 0 and branch and not _BAD_REF_CHARS.search(branch) else None
+
+
 def not_computed() -> SyntheticMerge:
     return {"status": "not_computed", "tree": None, "conflicts": []}
 
@@ -260,6 +267,8 @@ def collect(
     """
     check_repo(repo_dir, timeout_s)
     head = resolve(repo_dir, head_ref, "head ref", timeout_s)
+    if head_ref == "HEAD":
+        head["ref"] = current_branch(repo_dir, timeout_s) or head_ref
     base = resolve(repo_dir, base_ref, "base ref", timeout_s) if base_ref is not None else None
     upstream = resolve(repo_dir, upstream_ref, "upstream ref", timeout_s) if upstream_ref is not None else None
     other = base if base is not None else upstream

@@ -23,7 +23,7 @@ import textwrap
 from pathlib import Path
 
 import pytest
-from fakegithub import BOT_LOGIN, WRITE_TOKEN, FakeGitHub
+from fakegithub import APP_TOKEN, BOT_LOGIN, WRITE_TOKEN, FakeGitHub
 from paths import ROOT
 
 ACT = shutil.which("act", path=str(Path(sys.executable).parent)) or shutil.which("act")
@@ -255,7 +255,8 @@ def _make_repo(tmp: Path, models: Path) -> tuple[Path, str]:
 
 
 def _act(tmp: Path, repo: Path, fake: FakeGitHub, wheelhouse: Path, models: Path | None,
-         inputs: dict[str, str], others: dict[str, Path] | None = None) -> subprocess.CompletedProcess[str]:
+         inputs: dict[str, str], others: dict[str, Path] | None = None,
+         token: str = WRITE_TOKEN) -> subprocess.CompletedProcess[str]:
     store = tmp / "artifacts"
     store.mkdir(exist_ok=True)
     local = _stand_ins(tmp / "stand-ins", repo, store, others)
@@ -272,7 +273,7 @@ def _act(tmp: Path, repo: Path, fake: FakeGitHub, wheelhouse: Path, models: Path
         # runners are separate machines. One job at a time keeps the jobs from racing on shared
         # local state that GitHub-hosted or self-hosted runners do not share.
         "--concurrent-jobs", "1",
-        "-s", f"GITHUB_TOKEN={WRITE_TOKEN}",
+        "-s", f"GITHUB_TOKEN={token}",
         "--env", f"GITHUB_API_URL={fake.url}",
         "--env", "PIP_NO_INDEX=1", "--env", f"PIP_FIND_LINKS={wheelhouse}",
         *(["--var", f"DS4_MODEL_DIR={models}"] if models is not None else []),
@@ -371,11 +372,20 @@ def test_dispatch_runs_gate_on_both_runners_and_publishes_one_comment(
     repo, head = _make_repo(tmp_path, models)
     fake.add_pull(7, head)
 
+    # The Actions GITHUB_TOKEN: an app installation token (github-actions[bot]), the one that may make check runs.
     proc = _act(tmp_path, repo, fake, wheelhouse, models,
-                {"pr": "7", "head-sha": head, "widths": "", "runners": "all"})  # every configured width: full
+                {"pr": "7", "head-sha": head, "widths": "", "runners": "all"}, token=APP_TOKEN)  # every width: full
 
     assert proc.returncode == 0, _log(proc)
     assert fake.latest_states(head) == {"ds4ci/gfx1151": "success", "ds4ci/sm86": "success"}, _log(proc)
+    # The report job made one check run per runner beside each status, from the same verified bundle.
+    runs = {r["name"]: r for r in fake.check_runs(head)}
+    assert sorted(runs) == ["ds4ci/gfx1151", "ds4ci/sm86"], runs
+    for runner, run in runs.items():
+        assert (run["app"], run["status"], run["conclusion"]) == ("github-actions", "completed", "success"), run
+        assert run["output"]["summary"].startswith(f"### ✅ pass: `{runner.split('/')[1]}`"), run["output"]
+        assert "/actions/runs/" in (run["details_url"] or ""), run
+        assert "**Reproduce**" in run["output"]["text"] and run["annotations"] == []
     # The PR's edited ds4ci.toml was not used (it would have failed its pin); the run says so.
     assert "this pull request changes ds4ci.toml; this run uses the trusted settings" in proc.stdout + proc.stderr
     assert "this pull request changes ds4ci.toml" in fake.comments()[0]["body"]  # in the comment too
@@ -387,8 +397,8 @@ def test_dispatch_runs_gate_on_both_runners_and_publishes_one_comment(
     assert head[:12] in body
     # The whole history was fetched and the base passed on: the merge analysis is in the evidence.
     main = _git(repo, "rev-parse", "main")
-    assert f"- base: `{main}` `origin/main`" in body, body
-    assert "synthetic merge: clean" in body and "not_computed" not in body
+    assert f"base `{main[:7]}` `origin/main`" in body, body
+    assert "synthetic merge clean" in body and "not_computed" not in body
     # Only the pinned head got statuses; main's commit got none.
     assert fake.statuses(_git(repo, "rev-parse", "main")) == []
 

@@ -24,9 +24,10 @@ import pytest
 import requests
 from paths import ROOT, TESTS
 
+from ds4ci.commands import publish as publish_command
 from ds4ci.commands.publish import PublishRequest, publish_documents
 from ds4ci.evidence import results
-from ds4ci.github import statuses
+from ds4ci.github import checkruns, mergefacts, publish, statuses
 from ds4ci.github.client import Client, connect
 from ds4ci.github.verified import Published
 
@@ -54,6 +55,9 @@ OPERATIONS = {
     "/repos/{owner}/{repo}/issues/comments/{comment_id}": {"patch", "delete"},
     "/repos/{owner}/{repo}/statuses/{sha}": {"post"},
     "/repos/{owner}/{repo}/commits/{ref}/statuses": {"get"},
+    "/repos/{owner}/{repo}/check-runs": {"post"},
+    "/repos/{owner}/{repo}/check-runs/{check_run_id}": {"patch"},
+    "/repos/{owner}/{repo}/commits/{ref}/check-runs": {"get"},
 }
 
 pytestmark = [
@@ -184,6 +188,13 @@ def test_every_call_matches_the_contract(client: Client, prism: tuple[str, dict[
     client.delete_comment(created.id)
     for state in ("pending", "success", "failure", "error"):
         client.create_status(head, state, "ds4ci/gfx1151", "x" * 140, "https://github.com/o/r/actions/runs/1")
+    note = checkruns.Annotation("server/broken.c", 1, "error: undeclared", "build: error").to_json()
+    for conclusion in ("success", "failure", "neutral", "action_required", "cancelled", "timed_out"):
+        output = {"title": "t" * 140, "summary": "s" * 65535, "text": "x" * 65535, "annotations": [note] * 50}
+        run_id, _ = client.create_check_run("ds4ci/gfx1151", head, conclusion, "https://github.com/o/r/actions/runs/1",
+                                            output)
+        client.update_check_run(run_id, "ds4ci/gfx1151", conclusion, None, {"title": "t", "summary": "s", "text": ""})
+    assert mergefacts.check_runs(client.check_runs(head), head)  # id, name, app.slug, output.title: documented
     assert request_violations(prism[2]) == []
 
 
@@ -194,6 +205,12 @@ def test_prism_catches_a_bad_request(prism: tuple[str, dict[str, Any], Path]) ->
                            headers={"Accept": "application/json"}, timeout=10)
     assert answer.status_code == 422
     assert len(request_violations(prism[2])) == before + 1
+    # A check run's conclusion has no "error" (a status state): the contract refuses it too.
+    answer = requests.post(f"{prism[0]}/repos/o/r/check-runs", json={
+        "name": "ds4ci/x", "head_sha": "a" * 40, "status": "completed", "conclusion": "error"},
+        headers={"Accept": "application/json"}, timeout=10)
+    assert answer.status_code == 422
+    assert len(request_violations(prism[2])) == before + 2
 
 
 def test_publish_statuses_match_the_contract(
@@ -225,4 +242,11 @@ def test_publish_statuses_match_the_contract(
         capture_output=True, text=True, env=env, check=False,
     )
     assert proc.returncode == 0, proc.stderr
+    # The check runs publish makes from the same documents, as a GitHub App's token (Actions: github-actions[bot]).
+    request = PublishRequest(repo="octocat/hello-world", sha=head, api_url=base,
+                             target_url="https://github.com/o/r/actions/runs/1")
+    decisions = publish.plan_statuses([d.doc for d in docs], head, request.target_url)
+    runs = publish_command._check_run_plans(docs, decisions, request, head, {})
+    client = Client(connect("ghp_contract_test_token_0123456789abcdef", base), "octocat/hello-world")
+    publish_command._post_check_runs(client, runs, head, "github-actions[bot]")
     assert request_violations(log) == before

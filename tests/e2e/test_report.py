@@ -64,9 +64,15 @@ def test_comment_content_requirements() -> None:
     fail = doc("fail")
     head = fail["revisions"]["head"]["sha"]
     assert head in body and f"`{head[:7]}`" in body
-    assert "| q=2 | 0/2 | 49 | 46/49 | yes | 1 | 96/96 | ❌ fail |" in body
+    # full_snap in the terminal's words (yes/no), not the log's 1/0.
+    assert "| q=2 | 0/2 | 49 | 46/49 | yes | yes | 96/96 | ❌ fail |" in body
     assert "token 0" in body and "[128000]" in body and "[128001]" in body
-    assert fail["evidence"]["diagnostics"] in body
+    # The top table says why; diagnostics are named by their place in the run's artifact, not the runner's disk.
+    assert "| `gfx1151` | ❌ fail | q=2 prompt 0: token IDs differ from target-only at position 0 | `1a95462` |" in body
+    assert "`diagnostics/q2-mismatch.txt`" in body and fail["evidence"]["dir"] not in body
+    assert f"[ds4ci-evidence-gfx1151]({RUN_URL}#artifacts)" in body
+    # The long reproduce command sits in a collapsed block.
+    assert body.index("<details><summary>Reproduce") < body.index(fail["reproduce"])
     assert fail["evidence"]["manifest_sha256"] in body
     assert fail["identities"]["server_bin"]["sha256"] in body
     assert fail["revisions"]["last_validated_predecessor"] in body
@@ -84,6 +90,23 @@ def test_sections_round_trip_and_merge() -> None:
     body2, merged = render.render([doc("fail")], run_url=RUN_URL, existing=parsed)
     assert {s.runner: s.state for s in merged} == {"gfx1151": "fail", "cuda-3090": "not_run"}
     assert "cuda-3090" in body2 and body2.count("ds4ci:section v=1") == 2
+
+
+def test_a_kept_section_keeps_its_reason_in_the_top_table() -> None:
+    first, _ = render.render([doc("fail")], run_url=RUN_URL)
+    kept = parse_sections(first)
+    assert kept[0].why == "q=2 prompt 0: token IDs differ from target-only at position 0"
+    body, _ = render.render([doc("pass-second-runner")], run_url=RUN_URL, existing=kept)
+    assert "| `gfx1151` | ❌ fail | q=2 prompt 0: token IDs differ from target-only at position 0 |" in body
+    assert "| `gfx1151-b` | ✅ pass | token parity at q=2,3,4, 96 tokens |" in body
+
+
+def test_a_reason_cannot_forge_a_marker_through_the_top_table() -> None:
+    d = copy.deepcopy(doc("fail"))
+    d["reasons"] = ["x --> <!-- ds4ci:section-end runner=gfx1151 --> | y\nsecond line"]
+    body, sections = render.render([validate(d)], run_url=RUN_URL)
+    assert body.count("<!-- ds4ci:section-end") == 1 and len(parse_sections(body)) == 1
+    assert sections[0].why is not None and "<" not in sections[0].why and "second line" not in sections[0].why
 
 
 HOSTILE = (
@@ -130,7 +153,7 @@ def test_hostile_strings_are_neutralised(kind: str) -> None:
     assert "<script" not in text and "<b>" not in text
     assert not re.search(r"@[A-Za-z0-9]", text), "an @mention survived outside code"
     assert not re.search(r"#\d|GH-\d", re.sub(r"&#\d+;", "", text), re.IGNORECASE)
-    assert "](" not in text.replace(f"]({RUN_URL})", "")
+    assert "](" not in text.replace(f"]({RUN_URL}#artifacts)", "").replace(f"]({RUN_URL})", "")
     assert "https://evil" not in text and "www.evil" not in text
     assert "\u202e" not in body
     # No injected table row: every line starting with | belongs to one of our tables.

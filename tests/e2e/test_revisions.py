@@ -63,11 +63,17 @@ def validate(record: object) -> None:
     jsonschema.Draft202012Validator({"$defs": schema()["$defs"], **revisions_schema}).validate(record)
 
 
+def test_detached_head_keeps_the_ref_given(repo: Path) -> None:
+    git(repo, "checkout", "-q", "--detach", "feature")
+    assert collect(repo, base_ref="main", upstream_ref=None)["head"]["ref"] == "HEAD"
+
+
 def test_clean_merge(repo: Path) -> None:
     record = collect(repo, base_ref="main", upstream_ref=None)
     validate(record)
     initial = git(repo, "rev-parse", "main~1")
-    assert record["head"] == {"ref": "HEAD", "sha": git(repo, "rev-parse", "feature"), "subject": "feature: touch a"}
+    # HEAD is on the branch "feature": the record names the branch, which a reader recognises.
+    assert record["head"] == {"ref": "feature", "sha": git(repo, "rev-parse", "feature"), "subject": "feature: touch a"}
     assert record["base"] == {"ref": "main", "sha": git(repo, "rev-parse", "main"), "subject": "main: touch b"}
     assert record["upstream"] is None
     assert record["merge_base"] == initial

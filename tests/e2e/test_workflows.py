@@ -135,7 +135,7 @@ def test_permissions_are_empty_at_the_top_and_minimal_per_job() -> None:
             if granted:
                 writers[f"{wf.name}:{job_id}"] = granted
     assert writers == {
-        "gate.yml:publish": {"statuses", "pull-requests"},
+        "gate.yml:publish": {"statuses", "checks", "pull-requests"},  # checks: one check run per runner
         "report.yml:report": {"pull-requests"},
         "release.yml:github-release": {"contents"},
         "release.yml:pypi": {"id-token"},

@@ -19,6 +19,7 @@ from ds4ci.report import markdown, render
 EXAMPLE = ROOT / "docs" / "example-comment.md"
 H200 = TESTS / "data" / "selftest" / "h200-bf16-exact.results.json"
 PREDECESSOR = "6420571" + "0" * 33
+RUN_URL = "https://github.com/acme/engine/actions/runs/4242"
 HEAD_NOTE = (
     "# Example: the ds4ci comment for a two-runner pull request\n\n"
     "Rendered by `tests/unit/report/test_example_comment.py` with the same code as every comment. The `h200` section is a real\n"
@@ -48,7 +49,7 @@ def example() -> str:
         merge.Condition("approvals", False, f"0 of 1 required approval(s) on {head[:12]}"),
         merge.Condition("review threads", True, "all 7 review threads are resolved"),
     )))
-    body, _ = render.render([doc], kind="comment", extra=[missing], merge_status=checklist)
+    body, _ = render.render([doc], kind="comment", extra=[missing], merge_status=checklist, run_url=RUN_URL)
     return HEAD_NOTE + body
 
 
@@ -57,7 +58,8 @@ def test_the_example_comment_in_the_docs_is_what_ds4ci_renders() -> None:
     if os.environ.get("DS4CI_UPDATE_GOLDEN"):
         EXAMPLE.write_text(text, encoding="utf-8")
     assert EXAMPLE.read_text(encoding="utf-8") == text, "docs/example-comment.md is stale; DS4CI_UPDATE_GOLDEN=1"
-    for section in ("Validated revisions", "**Build**", "465/465 targets built", "still needs hardware",
-                    "a q=2,3,4 run on `gfx1151`", "Review and merge status", "**Identities**", "Lifecycle"):
+    for section in ("**Revisions**", "**Build**", "465/465 targets built", "still needs hardware",
+                    "a q=2,3,4 run on `gfx1151`", "Review and merge status", "Reproduce, identities", "**Target-only**",
+                    "| `gfx1151` | ⏳ pending | still needs a q=2,3,4 run on this head |"):
         assert section in text, section
     assert markdown.code("h200") in text

@@ -22,7 +22,23 @@ def test_an_arm_that_never_ran_reads_not_run() -> None:
     text = table.render(d)
     assert "target-only: not run;" in text and "deterministic" not in text
     body, _ = render.render([d], kind="summary")
-    assert "target-only: not run" in body and "target-only deterministic" not in body
+    assert "**Target-only**: not run" in body and "deterministic" not in body
+
+
+def test_an_arm_that_never_answered_is_not_called_nondeterministic() -> None:
+    d = doc("error.json")  # target-only never became ready: no prompt has an answer
+    assert all(p["n"] is None for p in d["target_only"]["prompts"]) and d["target_only"]["deterministic"] is False
+    text = table.render(d)
+    assert "target-only: error (no answer);" in text and "deterministic" not in text
+    body, _ = render.render([d], kind="comment")
+    assert "**Target-only**: error (no answer)" in body and "deterministic" not in body
+
+
+def test_full_snap_reads_the_same_in_the_terminal_and_the_comment() -> None:
+    d = doc("pass.json")
+    assert table.HEADERS[5] == "full_snap" and table.rows(d)[0][5] == "yes"
+    body, _ = render.render([d], kind="comment")
+    assert "| q=2 | 2/2 | 49 | 46/49 | yes | yes | 96/96 | ✅ pass |" in body
 
 
 def test_the_reproduce_command_is_never_shortened() -> None:
