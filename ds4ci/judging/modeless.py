@@ -12,11 +12,10 @@ sealed files of the attempt: the servers' logs, lifecycle records and response J
 
 from __future__ import annotations
 
-import json
 from collections.abc import Sequence
 from pathlib import Path
 
-from ds4ci.judging import confined
+from ds4ci.judging import confined, strictjson
 from ds4ci.judging.protocol import MALFORMED, SUMMARY, TRACE, TRACE_TAG, first_mismatch, scan_log
 from ds4ci.judging.tinywords import ids_from_text
 
@@ -57,7 +56,7 @@ def no_mode_reason(attempt: Path, keys: Sequence[str]) -> str | None:
 def _answers(attempt: Path, key: str) -> dict[int, list[int] | None]:
     """Per prompt, the IDs of the first answered request of server ``key`` (None: not recoverable)."""
     try:
-        life = json.loads(confined.read_bytes(attempt, f"servers/{key}/lifecycle.json"))
+        life = strictjson.loads(confined.read_bytes(attempt, f"servers/{key}/lifecycle.json"), key)
     except (confined.ConfinedError, ValueError):
         return {}
     found: dict[int, list[int] | None] = {}
@@ -66,7 +65,7 @@ def _answers(attempt: Path, key: str) -> dict[int, list[int] | None]:
         if not isinstance(index, int) or index in found or entry.get("answered") is not True:
             continue
         try:
-            doc = json.loads(confined.read_bytes(attempt, entry["response"]))
+            doc = strictjson.loads(confined.read_bytes(attempt, entry["response"]), key)
             text = doc["choices"][0]["message"]["content"]
         except (confined.ConfinedError, ValueError, KeyError, IndexError, TypeError):
             found[index] = None
