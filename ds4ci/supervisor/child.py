@@ -238,7 +238,9 @@ class Child:
         while self.token and (holders := procs.token_holders(self.token, exclude=(self._proc.pid,))):
             if time.monotonic() >= deadline:
                 raise Unkillable(f"{self.argv[0]}: processes with its token survived SIGKILL: {holders}")
-            self.killed.extend(procs.kill_all(((p, "token") for p in holders), self._seen))
+            self.killed.extend(procs.freeze_and_kill(
+                lambda: procs.token_holders(self.token, exclude=(self._proc.pid,)), "token", self._seen
+            ))
             psutil.wait_procs(holders, timeout=min(0.5, max(0.0, deadline - time.monotonic())))
             procs.reap_adopted(p.pid for p in holders)
         procs.reap_adopted(self._seen)

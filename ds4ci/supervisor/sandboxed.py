@@ -21,6 +21,7 @@ import os
 import resource
 import shutil
 import signal
+import stat
 import subprocess
 import tempfile
 import time
@@ -136,7 +137,65 @@ class SandboxChild(Child):
         super().kill()
 
     def _cleanup(self) -> None:
-        shutil.rmtree(self.scratch, ignore_errors=True)
+        remove_scratch(self.scratch)
+
+
+def remove_scratch(root: Path) -> None:
+    """Delete a scratch folder whatever PR code did to it, once nothing of it runs (best effort, never raises).
+
+    PR code may have taken permissions away (``chmod 000`` on a folder: as an unprivileged user
+    nothing below it can be listed or deleted) or nested folders deeper than a recursive delete
+    can go. So the tree is flattened: each folder is given ``u+rwx`` back, and each folder found
+    inside it is moved up to the top of the scratch folder before it is emptied in turn; two
+    descriptors at a time, no recursion. Nothing is followed: entries are examined with ``lstat``
+    (a symbolic link is removed as a link), folders opened with ``O_NOFOLLOW``.
+    """
+    with contextlib.suppress(OSError):
+        if not stat.S_ISDIR(os.lstat(root).st_mode):
+            return
+        os.chmod(root, stat.S_IRWXU)  # noqa: PTH101 - a folder (lstat above), not a link
+        top = os.open(root, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC)
+        try:
+            for _ in range(3):  # again if a pass left something (an entry that refused once)
+                _flatten_and_empty(top)
+                if not os.listdir(top):  # noqa: PTH208 - a descriptor, no path
+                    break
+        finally:
+            os.close(top)
+    with contextlib.suppress(OSError):
+        os.rmdir(root)  # noqa: PTH106
+
+
+def _flatten_and_empty(top: int) -> None:
+    """Remove everything below the folder ``top`` (see ``remove_scratch``)."""
+    pending = os.listdir(top)
+    moved = 0
+    while pending:
+        name = pending.pop()
+        with contextlib.suppress(OSError):
+            if not stat.S_ISDIR(os.stat(name, dir_fd=top, follow_symlinks=False).st_mode):
+                os.unlink(name, dir_fd=top)
+                continue
+            os.chmod(name, stat.S_IRWXU, dir_fd=top)  # a folder (lstat above); nothing runs that could swap it
+            inner = os.open(name, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC, dir_fd=top)
+            try:
+                for entry in os.listdir(inner):  # noqa: PTH208 - a descriptor, no path
+                    if not stat.S_ISDIR(os.stat(entry, dir_fd=inner, follow_symlinks=False).st_mode):
+                        os.unlink(entry, dir_fd=inner)
+                        continue
+                    while True:  # a name free at the top (nothing else writes there any more)
+                        moved += 1
+                        up = f".ds4ci-removing-{moved}"
+                        try:
+                            os.stat(up, dir_fd=top, follow_symlinks=False)
+                        except FileNotFoundError:
+                            break
+                    os.chmod(entry, stat.S_IRWXU, dir_fd=inner)  # moving a folder writes its ".."
+                    os.rename(entry, up, src_dir_fd=inner, dst_dir_fd=top)
+                    pending.append(up)
+            finally:
+                os.close(inner)
+            os.rmdir(name, dir_fd=top)
 
 
 def _preexec(limit: int | None) -> Callable[[], None]:
@@ -194,7 +253,7 @@ def spawn(
             ).result()
     except BaseException:
         os.close(read_fd)
-        shutil.rmtree(scratch, ignore_errors=True)
+        remove_scratch(scratch)
         raise
     finally:
         os.close(write_fd)
