@@ -200,9 +200,12 @@ def _flatten_and_empty(top: int) -> None:
 
 def _preexec(limit: int | None) -> Callable[[], None]:
     libc = ctypes.CDLL(None, use_errno=True)
+    parent = os.getpid()
 
     def apply() -> None:  # between fork and exec of the outer bwrap
         libc.prctl(_PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)
+        if os.getppid() != parent:  # ds4ci died before the death signal was armed: it never fires
+            os.kill(os.getpid(), signal.SIGKILL)
         if limit is not None:
             resource.setrlimit(resource.RLIMIT_FSIZE, (limit, limit))
 

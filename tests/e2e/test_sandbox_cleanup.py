@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import os
 import subprocess
 import sys
@@ -129,3 +130,26 @@ def test_a_scratch_folder_chmodded_inside_the_sandbox_is_removed_by_an_unprivile
         assert not scratch.exists()
     finally:
         remove_scratch(work)
+
+
+ZOMBIES = """
+import json, time, psutil
+from ds4ci import supervisor
+sup = supervisor.Supervisor(sweep_stale=False)  # a subreaper: orphans below it are re-parented to it
+codes = [sup.run(["sh", "-c", script], 5, view=supervisor.View(), grace_s=0.5).returncode
+         for script in ("echo hi", "sleep 100", "sleep 100 & exec sleep 100", "setsid sh -c 'sleep 100' & exit 0")]
+time.sleep(0.5)
+print(json.dumps({"containment": sup.containment, "codes": codes,
+                  "children": [f"{p.pid} {p.name()} {p.status()}" for p in psutil.Process().children()]}))
+"""
+
+
+@pytest.mark.skipif(sandbox.refusal() is not None, reason=f"no sandbox here: {sandbox.refusal()}")
+def test_no_bwrap_process_is_left_as_a_zombie_of_ds4ci() -> None:
+    """bwrap's init outlives its outer process and is re-parented to ds4ci (a subreaper): ds4ci must reap it, or
+    at ds4ci's exit it becomes PID 1's, which on some runners never reaps (``[bwrap] <defunct>``)."""
+    ran = subprocess.run([sys.executable, "-c", ZOMBIES], capture_output=True, text=True, timeout=120, check=False)
+    assert ran.returncode == 0, ran.stderr
+    seen = json.loads(ran.stdout.splitlines()[-1])
+    assert seen["containment"] == "sandbox" and seen["codes"] == [0, -15, -15, 0], seen
+    assert seen["children"] == [], seen
