@@ -6,6 +6,10 @@ PID namespace, reaps orphans) ── the command (pid 2) ── ...
 - the outer bwrap carries a parent-death signal (SIGKILL, set between fork and exec) and
   ``--die-with-parent`` gives the sandboxed processes one too: a SIGKILL of ds4ci takes down the
   outer bwrap, then the namespace's init, and the kernel kills everything left in the namespace;
+  the watchdog (``watchdog.py``), a process of its own holding a pidfd of each init, SIGKILLs the
+  inits when ds4ci is gone without relying on that chain;
+- the init often outlives the outer bwrap and is re-parented to ds4ci (a subreaper): the sweep
+  reaps it through its pidfd;
 - bwrap's JSON status (``--json-status-fd``) says the init's host pid (the keeper) and, at the end,
   the command's exit status (128+N for signal N, reported as -N like ``Popen.returncode``);
 - signals go to every process of the namespace (a namespace's init ignores signals it has no
@@ -31,7 +35,7 @@ from typing import Final
 
 import psutil
 
-from ds4ci.supervisor import procs, sandbox
+from ds4ci.supervisor import procs, sandbox, watchdog
 from ds4ci.supervisor.child import _SPAWNER, Child, Output, _open_output, _pidfd, await_or_sweep
 from ds4ci.supervisor.procs import KilledProcess
 
@@ -68,6 +72,8 @@ class SandboxChild(Child):
         if isinstance(pid, int) and not self.keeper_pid:
             self.keeper_pid = pid
             self._pidfd = _pidfd(pid, self._proc.pid)
+            if self._pidfd is not None:
+                watchdog.watch(self._pidfd)  # the init is SIGKILLed once ds4ci is gone, however it ends
         if isinstance(code, int):
             self.returncode = -(code - _SIGNAL_BASE) if _SIGNAL_BASE < code <= _SIGNAL_BASE + 64 else code
 

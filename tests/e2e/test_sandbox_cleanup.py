@@ -7,9 +7,11 @@ import os
 import subprocess
 import sys
 import tempfile
+import time
 from pathlib import Path
 
 import pytest
+from gatekit import processes_mentioning
 
 from ds4ci.supervisor import sandbox
 from ds4ci.supervisor.sandboxed import remove_scratch
@@ -139,8 +141,10 @@ sup = supervisor.Supervisor(sweep_stale=False)  # a subreaper: orphans below it 
 codes = [sup.run(["sh", "-c", script], 5, view=supervisor.View(), grace_s=0.5).returncode
          for script in ("echo hi", "sleep 100", "sleep 100 & exec sleep 100", "setsid sh -c 'sleep 100' & exit 0")]
 time.sleep(0.5)
+kids = psutil.Process().children()
 print(json.dumps({"containment": sup.containment, "codes": codes,
-                  "children": [f"{p.pid} {p.name()} {p.status()}" for p in psutil.Process().children()]}))
+                  "zombies": [f"{p.pid} {p.name()}" for p in kids if p.status() == psutil.STATUS_ZOMBIE],
+                  "live": [" ".join(p.cmdline()) for p in kids if p.status() != psutil.STATUS_ZOMBIE]}))
 """
 
 
@@ -152,4 +156,37 @@ def test_no_bwrap_process_is_left_as_a_zombie_of_ds4ci() -> None:
     assert ran.returncode == 0, ran.stderr
     seen = json.loads(ran.stdout.splitlines()[-1])
     assert seen["containment"] == "sandbox" and seen["codes"] == [0, -15, -15, 0], seen
-    assert seen["children"] == [], seen
+    assert seen["zombies"] == [], seen
+    assert [cmd.rsplit(" ", 2)[-2].rsplit("/", 1)[-1] for cmd in seen["live"]] == ["watchdog.py"], seen  # it alone
+
+
+VICTIM = """
+import sys, time
+from ds4ci import supervisor
+from ds4ci.supervisor import sandbox, sandboxed
+# Break the chain of parent-death signals: none on the outer bwrap, no --die-with-parent, so only the watchdog
+# can end the sandbox when ds4ci dies.
+sandboxed._preexec = lambda limit: (lambda: None)
+argv = sandbox.argv
+sandbox.argv = lambda *a, **k: [arg for arg in argv(*a, **k) if arg != "--die-with-parent"]
+child = supervisor.Supervisor(sweep_stale=False).spawn(["sh", "-c", "sleep 1000; : " + sys.argv[1]], view=supervisor.View())
+print(child.pid, flush=True)
+time.sleep(1000)
+"""
+
+
+@pytest.mark.skipif(sandbox.refusal() is not None, reason=f"no sandbox here: {sandbox.refusal()}")
+def test_the_watchdog_kills_the_sandbox_when_ds4ci_is_killed_even_if_the_death_signal_chain_breaks() -> None:
+    marker = f"ds4ci-watchdog-test-{os.getpid()}"
+    victim = subprocess.Popen([sys.executable, "-c", VICTIM, marker], stdout=subprocess.PIPE, text=True)
+    try:
+        assert victim.stdout is not None
+        assert victim.stdout.readline().strip().isdigit()
+        assert processes_mentioning(marker), "the sandboxed command should be running"
+    finally:
+        victim.kill()
+        victim.wait()
+    deadline = time.monotonic() + 10
+    while (left := processes_mentioning(marker)) and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert left == []
