@@ -45,6 +45,14 @@ def reap() -> int:
         count += 1
 
 
+def _scratch_left(tmp: Path) -> int:
+    """Scratch folders still there (the watchdogs of killed gates remove theirs, up to GRACE_S after the kill)."""
+    deadline = time.monotonic() + GRACE_S
+    while (count := len([p for p in tmp.iterdir() if p.name.startswith("ds4ci-scratch-")])) and time.monotonic() < deadline:
+        time.sleep(0.1)
+    return count
+
+
 def _left(root: Path) -> list[str]:
     """Live processes naming the workspace, but not this one's parents (whose argv may name it too)."""
     ours = {str(p.pid) for p in psutil.Process().parents()}
@@ -89,7 +97,7 @@ def main() -> None:
                     os.kill(int(line.split(":", 1)[0]), signal.SIGKILL)
     report.update({
         "kills": kills, "leftovers": leftovers, "reaped_orphans": reaped,
-        "scratch_left": len([p for p in tmp.iterdir() if p.name.startswith("ds4ci-scratch-")]),
+        "scratch_left": _scratch_left(tmp),
         "total_s": round(time.monotonic() - started, 1),
     })
     print(json.dumps(report))

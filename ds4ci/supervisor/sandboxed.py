@@ -7,7 +7,7 @@ PID namespace, reaps orphans) ── the command (pid 2) ── ...
   ``--die-with-parent`` gives the sandboxed processes one too: a SIGKILL of ds4ci takes down the
   outer bwrap, then the namespace's init, and the kernel kills everything left in the namespace;
   the watchdog (``watchdog.py``), a process of its own holding a pidfd of each init, SIGKILLs the
-  inits when ds4ci is gone without relying on that chain;
+  inits when ds4ci is gone without relying on that chain, and removes their scratch folders;
 - the init often outlives the outer bwrap and is re-parented to ds4ci (a subreaper): the sweep
   reaps it through its pidfd;
 - bwrap's JSON status (``--json-status-fd``) says the init's host pid (the keeper) and, at the end,
@@ -25,7 +25,6 @@ import os
 import resource
 import shutil
 import signal
-import stat
 import subprocess
 import tempfile
 import time
@@ -38,6 +37,7 @@ import psutil
 from ds4ci.supervisor import procs, sandbox, watchdog
 from ds4ci.supervisor.child import _SPAWNER, Child, Output, _open_output, _pidfd, await_or_sweep
 from ds4ci.supervisor.procs import KilledProcess
+from ds4ci.supervisor.watchdog import remove_scratch
 
 SANDBOX: Final = sandbox.SANDBOX
 _PR_SET_PDEATHSIG = 1
@@ -73,7 +73,7 @@ class SandboxChild(Child):
             self.keeper_pid = pid
             self._pidfd = _pidfd(pid, self._proc.pid)
             if self._pidfd is not None:
-                watchdog.watch(self._pidfd)  # the init is SIGKILLed once ds4ci is gone, however it ends
+                watchdog.watch(self._pidfd, self.scratch)  # killed, and its scratch removed, once ds4ci is gone
         if isinstance(code, int):
             self.returncode = -(code - _SIGNAL_BASE) if _SIGNAL_BASE < code <= _SIGNAL_BASE + 64 else code
 
@@ -144,64 +144,6 @@ class SandboxChild(Child):
 
     def _cleanup(self) -> None:
         remove_scratch(self.scratch)
-
-
-def remove_scratch(root: Path) -> None:
-    """Delete a scratch folder whatever PR code did to it, once nothing of it runs (best effort, never raises).
-
-    PR code may have taken permissions away (``chmod 000`` on a folder: as an unprivileged user
-    nothing below it can be listed or deleted) or nested folders deeper than a recursive delete
-    can go. So the tree is flattened: each folder is given ``u+rwx`` back, and each folder found
-    inside it is moved up to the top of the scratch folder before it is emptied in turn; two
-    descriptors at a time, no recursion. Nothing is followed: entries are examined with ``lstat``
-    (a symbolic link is removed as a link), folders opened with ``O_NOFOLLOW``.
-    """
-    with contextlib.suppress(OSError):
-        if not stat.S_ISDIR(os.lstat(root).st_mode):
-            return
-        os.chmod(root, stat.S_IRWXU)  # noqa: PTH101 - a folder (lstat above), not a link
-        top = os.open(root, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC)
-        try:
-            for _ in range(3):  # again if a pass left something (an entry that refused once)
-                _flatten_and_empty(top)
-                if not os.listdir(top):  # noqa: PTH208 - a descriptor, no path
-                    break
-        finally:
-            os.close(top)
-    with contextlib.suppress(OSError):
-        os.rmdir(root)  # noqa: PTH106
-
-
-def _flatten_and_empty(top: int) -> None:
-    """Remove everything below the folder ``top`` (see ``remove_scratch``)."""
-    pending = os.listdir(top)
-    moved = 0
-    while pending:
-        name = pending.pop()
-        with contextlib.suppress(OSError):
-            if not stat.S_ISDIR(os.stat(name, dir_fd=top, follow_symlinks=False).st_mode):
-                os.unlink(name, dir_fd=top)
-                continue
-            os.chmod(name, stat.S_IRWXU, dir_fd=top)  # a folder (lstat above); nothing runs that could swap it
-            inner = os.open(name, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC, dir_fd=top)
-            try:
-                for entry in os.listdir(inner):  # noqa: PTH208 - a descriptor, no path
-                    if not stat.S_ISDIR(os.stat(entry, dir_fd=inner, follow_symlinks=False).st_mode):
-                        os.unlink(entry, dir_fd=inner)
-                        continue
-                    while True:  # a name free at the top (nothing else writes there any more)
-                        moved += 1
-                        up = f".ds4ci-removing-{moved}"
-                        try:
-                            os.stat(up, dir_fd=top, follow_symlinks=False)
-                        except FileNotFoundError:
-                            break
-                    os.chmod(entry, stat.S_IRWXU, dir_fd=inner)  # moving a folder writes its ".."
-                    os.rename(entry, up, src_dir_fd=inner, dst_dir_fd=top)
-                    pending.append(up)
-            finally:
-                os.close(inner)
-            os.rmdir(name, dir_fd=top)
 
 
 def _preexec(limit: int | None) -> Callable[[], None]:

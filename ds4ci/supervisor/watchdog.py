@@ -7,11 +7,14 @@ socket pair: ds4ci sends it a pidfd of each sandbox's init (``SCM_RIGHTS``; a pi
 very process, so a reused pid is never signalled). When ds4ci ends, however it ends, the kernel
 closes ds4ci's end; the watchdog reads end-of-file, sends SIGKILL through every pidfd whose init
 still runs (killing a PID namespace's init kills the whole namespace) and exits. A pidfd whose init
-exited is closed as soon as it polls readable. On a normal exit ds4ci closes its end itself and
+exited is closed as soon as it polls readable. Once the inits it killed have exited (their
+namespaces are empty then), it removes the scratch folder of every sandbox it was told of that
+is still there. On a normal exit ds4ci closes its end itself and
 reaps the watchdog (``atexit``), so no zombie of it is left to PID 1.
 
 The watchdog runs ``python -I -S`` on this file alone: no ds4ci import, nothing PR code could have
-written (and it starts before any PR process, with the first one).
+written (and it starts before any PR process, with the first one). ``remove_scratch`` lives here
+for that reason: the watchdog and the sweep remove a scratch folder with the same code.
 """
 
 from __future__ import annotations
@@ -22,16 +25,21 @@ import os
 import select
 import signal
 import socket
+import stat
 import subprocess
 import sys
 import threading
+import time
+from pathlib import Path
 
+_END_WAIT_S = 10.0  # for the inits to exit after SIGKILL, before their scratch folders are removed
 _lock = threading.Lock()
 _state: dict[str, object] = {}  # "socket", "proc" once started; "failed" if it could not start
 
 
-def watch(pidfd: int) -> bool:
-    """Hand the watchdog a pidfd of a sandbox's init (it keeps its own copy); False when no watchdog runs."""
+def watch(pidfd: int, scratch: Path) -> bool:
+    """Hand the watchdog a pidfd of a sandbox's init (it keeps its own copy) and the sandbox's scratch folder;
+    False when no watchdog runs."""
     with _lock:
         if not _state:
             _start()
@@ -39,14 +47,14 @@ def watch(pidfd: int) -> bool:
         if not isinstance(sock, socket.socket):
             return False
         try:
-            socket.send_fds(sock, [b"w"], [pidfd])
+            socket.send_fds(sock, [os.fsencode(scratch)], [pidfd])
         except OSError:
             return False
         return True
 
 
 def _start() -> None:
-    ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_STREAM)
+    ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)  # one message per sandbox
     try:
         proc = subprocess.Popen(
             [sys.executable, "-I", "-S", __file__, str(theirs.fileno())],
@@ -73,12 +81,71 @@ def _stop() -> None:
             proc.wait(5)
 
 
+def remove_scratch(root: Path) -> None:
+    """Delete a scratch folder whatever PR code did to it, once nothing of it runs (best effort, never raises).
+
+    PR code may have taken permissions away (``chmod 000`` on a folder: as an unprivileged user
+    nothing below it can be listed or deleted) or nested folders deeper than a recursive delete
+    can go. So the tree is flattened: each folder is given ``u+rwx`` back, and each folder found
+    inside it is moved up to the top of the scratch folder before it is emptied in turn; two
+    descriptors at a time, no recursion. Nothing is followed: entries are examined with ``lstat``
+    (a symbolic link is removed as a link), folders opened with ``O_NOFOLLOW``.
+    """
+    with contextlib.suppress(OSError):
+        if not stat.S_ISDIR(os.lstat(root).st_mode):
+            return
+        os.chmod(root, stat.S_IRWXU)  # noqa: PTH101 - a folder (lstat above), not a link
+        top = os.open(root, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC)
+        try:
+            for _ in range(3):  # again if a pass left something (an entry that refused once)
+                _flatten_and_empty(top)
+                if not os.listdir(top):  # noqa: PTH208 - a descriptor, no path
+                    break
+        finally:
+            os.close(top)
+    with contextlib.suppress(OSError):
+        os.rmdir(root)  # noqa: PTH106
+
+
+def _flatten_and_empty(top: int) -> None:
+    """Remove everything below the folder ``top`` (see ``remove_scratch``)."""
+    pending = os.listdir(top)
+    moved = 0
+    while pending:
+        name = pending.pop()
+        with contextlib.suppress(OSError):
+            if not stat.S_ISDIR(os.stat(name, dir_fd=top, follow_symlinks=False).st_mode):
+                os.unlink(name, dir_fd=top)
+                continue
+            os.chmod(name, stat.S_IRWXU, dir_fd=top)  # a folder (lstat above); nothing runs that could swap it
+            inner = os.open(name, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC, dir_fd=top)
+            try:
+                for entry in os.listdir(inner):  # noqa: PTH208 - a descriptor, no path
+                    if not stat.S_ISDIR(os.stat(entry, dir_fd=inner, follow_symlinks=False).st_mode):
+                        os.unlink(entry, dir_fd=inner)
+                        continue
+                    while True:  # a name free at the top (nothing else writes there any more)
+                        moved += 1
+                        up = f".ds4ci-removing-{moved}"
+                        try:
+                            os.stat(up, dir_fd=top, follow_symlinks=False)
+                        except FileNotFoundError:
+                            break
+                    os.chmod(entry, stat.S_IRWXU, dir_fd=inner)  # moving a folder writes its ".."
+                    os.rename(entry, up, src_dir_fd=inner, dst_dir_fd=top)
+                    pending.append(up)
+            finally:
+                os.close(inner)
+            os.rmdir(name, dir_fd=top)
+
+
 def _serve(fd: int) -> None:
     """The watchdog's loop (see the module docstring)."""
     sock = socket.socket(fileno=fd)
     poller = select.poll()
     poller.register(sock.fileno(), select.POLLIN)
     inits: set[int] = set()
+    scratches: list[Path] = []
     while True:
         for ready, _ in poller.poll():
             if ready != sock.fileno():  # that init exited
@@ -87,17 +154,35 @@ def _serve(fd: int) -> None:
                 inits.discard(ready)
                 continue
             try:
-                message, fds, _, _ = socket.recv_fds(sock, 16, 16)
+                message, fds, _, _ = socket.recv_fds(sock, 65536, 1)
             except OSError:
                 message, fds = b"", []
+            if not message and not fds:  # end of file: ds4ci is gone
+                _end(inits, scratches)
+                return
+            scratches.append(Path(os.fsdecode(message)))
             for pidfd in fds:
                 inits.add(pidfd)
                 poller.register(pidfd, select.POLLIN)
-            if not message and not fds:  # end of file: ds4ci is gone
-                for pidfd in inits:
-                    with contextlib.suppress(OSError):
-                        signal.pidfd_send_signal(pidfd, signal.SIGKILL)
-                return
+
+
+def _end(inits: set[int], scratches: list[Path]) -> None:
+    """SIGKILL every init still running, wait until each has exited (its namespace is empty then), remove the
+    scratch folders that are left."""
+    for pidfd in inits:
+        with contextlib.suppress(OSError):
+            signal.pidfd_send_signal(pidfd, signal.SIGKILL)
+    waiting = select.poll()
+    for pidfd in inits:
+        waiting.register(pidfd, select.POLLIN)
+    deadline = time.monotonic() + _END_WAIT_S
+    left = set(inits)
+    while left and time.monotonic() < deadline:
+        for ready, _ in waiting.poll(100):
+            waiting.unregister(ready)
+            left.discard(ready)
+    for scratch in scratches:
+        remove_scratch(scratch)
 
 
 if __name__ == "__main__":

@@ -13,7 +13,7 @@ import pytest
 from paths import ROOT, TESTS
 
 from ds4ci.supervisor import sandbox
-from ds4ci.supervisor.sandboxed import remove_scratch
+from ds4ci.supervisor.watchdog import remove_scratch
 
 pytestmark = [
     pytest.mark.e2e,
@@ -38,5 +38,6 @@ def test_sigkill_of_ds4ci_at_random_points_leaves_nothing_running() -> None:
         assert len(seen["kills"]) == ROUNDS - 1
         assert sum(not k["ended_first"] for k in seen["kills"]) >= (ROUNDS - 1) // 2, seen  # most kills hit a live gate
         assert seen["leftovers"] == [], seen["leftovers"]
+        assert seen["scratch_left"] == 0, seen  # the watchdog removed each killed gate's scratch folders
     finally:
         remove_scratch(root)

@@ -14,7 +14,7 @@ import pytest
 from gatekit import processes_mentioning
 
 from ds4ci.supervisor import sandbox
-from ds4ci.supervisor.sandboxed import remove_scratch
+from ds4ci.supervisor.watchdog import remove_scratch
 
 pytestmark = pytest.mark.e2e
 
@@ -176,17 +176,24 @@ time.sleep(1000)
 
 
 @pytest.mark.skipif(sandbox.refusal() is not None, reason=f"no sandbox here: {sandbox.refusal()}")
-def test_the_watchdog_kills_the_sandbox_when_ds4ci_is_killed_even_if_the_death_signal_chain_breaks() -> None:
+def test_the_watchdog_kills_the_sandbox_when_ds4ci_is_killed_even_if_the_death_signal_chain_breaks(
+    tmp_path: Path,
+) -> None:
     marker = f"ds4ci-watchdog-test-{os.getpid()}"
-    victim = subprocess.Popen([sys.executable, "-c", VICTIM, marker], stdout=subprocess.PIPE, text=True)
+    env = {**os.environ, "TMPDIR": str(tmp_path)}  # where the sandbox's scratch folder is made
+    victim = subprocess.Popen([sys.executable, "-c", VICTIM, marker], stdout=subprocess.PIPE, text=True, env=env)
     try:
         assert victim.stdout is not None
         assert victim.stdout.readline().strip().isdigit()
         assert processes_mentioning(marker), "the sandboxed command should be running"
+        assert [p.name for p in tmp_path.iterdir() if p.name.startswith("ds4ci-scratch-")]
     finally:
         victim.kill()
         victim.wait()
-    deadline = time.monotonic() + 10
+    deadline = time.monotonic() + 15
     while (left := processes_mentioning(marker)) and time.monotonic() < deadline:
         time.sleep(0.05)
     assert left == []
+    while (scratch := [p.name for p in tmp_path.iterdir()]) and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert scratch == []  # removed by the watchdog once the namespace was empty
