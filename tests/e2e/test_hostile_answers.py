@@ -74,44 +74,37 @@ def _verified(final: Path) -> int:
     return subprocess.run([DS4CI, "verify", str(final)], capture_output=True, text=True, check=False).returncode
 
 
+PROPS_KEPT, ANSWER_KEPT = "servers/target-only/props.error-body", "requests/target-only/p0-r1.response.error-body"
+
+
 @pytest.mark.parametrize(
-    ("behaviour", "said"),
-    [("nan-props", "non-standard JSON constant NaN"), ("deep-props", "JSON nested 30000 levels deep; expected at most 64")],
+    ("behaviour", "said", "kept"),
+    [
+        ("nan-props", "GET /props answered HTTP 200 (the body: non-standard JSON constant NaN", PROPS_KEPT),
+        ("deep-props", "GET /props answered HTTP 200 (the body: JSON nested 30000 levels deep; expected at most 64",
+         PROPS_KEPT),
+        ("nan-answer", "/v1/chat/completions answered HTTP 200 (the body: non-standard JSON constant NaN", ANSWER_KEPT),
+        ("deep-answer", "/v1/chat/completions answered HTTP 200 (the body: JSON nested 30000 levels deep; expected at "
+         "most 64", ANSWER_KEPT),
+    ],
 )
-def test_malformed_props_are_no_verdict_kept_as_evidence_and_sealed(tmp_path: Path, behaviour: str, said: str) -> None:
+def test_malformed_answers_are_no_verdict_kept_as_evidence_and_sealed(
+    tmp_path: Path, behaviour: str, said: str, kept: str
+) -> None:
     ws = Workspace.create(tmp_path)
     ws.server = FOREIGN_SERVER
     run = ws.gate(widths="2", env=ws.env(FOREIGN_BEHAVIOUR=behaviour))
     assert run.code == 3, run.stdout + run.stderr
     reasons = run.reasons()
-    assert "target-only: GET /props answered HTTP 200 (the body: " + said in reasons, reasons
+    assert "target-only: " + said in reasons, reasons
     assert "internal error" not in reasons and "could not be sealed" not in reasons
     assert run.results is not None
     final = Path(run.results["evidence"]["dir"])
     assert final.parent.name == "failed"  # sealed and promoted, not left in attempts/
-    kept = (final / "servers" / "target-only" / "props.error-body").read_bytes()
-    assert (b"NaN" in kept) if behaviour == "nan-props" else kept.startswith(b"[" * 1000)
-    assert not (final / "servers" / "target-only" / "props.json").exists()
+    raw = (final / kept).read_bytes()  # the bytes as the server sent them
+    assert (b"NaN" in raw) if behaviour.startswith("nan") else raw == b"[" * 30_000 + b"]" * 30_000
     manifest = json.loads((final / "manifest.json").read_text())
-    assert "servers/target-only/props.error-body" in {e["path"] for e in manifest["evidence"]}
+    assert kept in {e["path"] for e in manifest["evidence"]}
+    if kept == PROPS_KEPT:
+        assert not (final / "servers" / "target-only" / "props.json").exists()
     assert _verified(final) == 4  # intact and consistent; verify says no verdict with 4
-
-
-@pytest.mark.parametrize(
-    ("behaviour", "said"),
-    [("nan-answer", "non-standard JSON constant NaN"), ("deep-answer", "JSON nested 30000 levels deep; expected at most 64")],
-)
-def test_malformed_answers_are_no_verdict_kept_as_evidence_and_sealed(tmp_path: Path, behaviour: str, said: str) -> None:
-    ws = Workspace.create(tmp_path)
-    ws.server = FOREIGN_SERVER
-    run = ws.gate(widths="2", env=ws.env(FOREIGN_BEHAVIOUR=behaviour))
-    assert run.code == 3, run.stdout + run.stderr
-    reasons = run.reasons()
-    assert "target-only: /v1/chat/completions answered HTTP 200 (the body: " + said in reasons, reasons
-    assert "internal error" not in reasons and "could not be sealed" not in reasons
-    assert run.results is not None
-    final = Path(run.results["evidence"]["dir"])
-    assert final.parent.name == "failed"
-    kept = (final / "requests" / "target-only" / "p0-r1.response.error-body").read_bytes()
-    assert (b"NaN" in kept) if behaviour == "nan-answer" else kept.startswith(b"[" * 1000)
-    assert _verified(final) == 4
