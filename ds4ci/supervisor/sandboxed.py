@@ -26,7 +26,6 @@ import resource
 import shutil
 import signal
 import subprocess
-import tempfile
 import time
 from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
@@ -191,7 +190,7 @@ def spawn(
     given = dict(os.environ if env is None else env)
     exe = _executable(argv, given, cwd)
     view = sandbox.View(view.ro, view.rw, (*view.extra, exe))
-    scratch = Path(tempfile.mkdtemp(prefix="ds4ci-scratch-"))
+    scratch = watchdog.new_scratch()
     read_fd, write_fd = os.pipe()
     try:
         command = sandbox.argv(argv, policy, view, scratch=scratch, cwd=Path(cwd) if cwd else None, status_fd=write_fd)

@@ -22,24 +22,45 @@ from __future__ import annotations
 import atexit
 import contextlib
 import os
+import secrets
 import select
 import signal
 import socket
 import stat
 import subprocess
 import sys
+import tempfile
 import threading
 import time
 from pathlib import Path
 
 _END_WAIT_S = 10.0  # for the inits to exit after SIGKILL, before their scratch folders are removed
+_UNWATCHED_WAIT_S = 1.0  # for a sandbox whose init was never told (ds4ci died while starting it) to end
+_SCRATCH, _INIT = b"s", b"i"  # a message: what follows is a scratch folder; the same, with its init's pidfd
 _lock = threading.Lock()
 _state: dict[str, object] = {}  # "socket", "proc" once started; "failed" if it could not start
 
 
+def new_scratch() -> Path:
+    """A fresh scratch folder in the temporary folder, told to the watchdog before it exists (so a ds4ci killed
+    right after making it still has it removed)."""
+    while True:
+        path = Path(tempfile.gettempdir()) / f"ds4ci-scratch-{secrets.token_hex(12)}"
+        _send(_SCRATCH + os.fsencode(path), [])
+        try:
+            path.mkdir(mode=0o700)
+        except FileExistsError:  # 96 random bits: never, in practice
+            continue
+        return path
+
+
 def watch(pidfd: int, scratch: Path) -> bool:
-    """Hand the watchdog a pidfd of a sandbox's init (it keeps its own copy) and the sandbox's scratch folder;
-    False when no watchdog runs."""
+    """Hand the watchdog a pidfd of the init of the sandbox whose scratch folder is ``scratch`` (it keeps its own
+    copy of the pidfd); False when no watchdog runs."""
+    return _send(_INIT + os.fsencode(scratch), [pidfd])
+
+
+def _send(message: bytes, fds: list[int]) -> bool:
     with _lock:
         if not _state:
             _start()
@@ -47,7 +68,7 @@ def watch(pidfd: int, scratch: Path) -> bool:
         if not isinstance(sock, socket.socket):
             return False
         try:
-            socket.send_fds(sock, [os.fsencode(scratch)], [pidfd])
+            socket.send_fds(sock, [message], fds)
         except OSError:
             return False
         return True
@@ -145,7 +166,7 @@ def _serve(fd: int) -> None:
     poller = select.poll()
     poller.register(sock.fileno(), select.POLLIN)
     inits: set[int] = set()
-    scratches: list[Path] = []
+    scratches: dict[Path, bool] = {}  # each scratch folder: was its init's pidfd told
     while True:
         for ready, _ in poller.poll():
             if ready != sock.fileno():  # that init exited
@@ -160,13 +181,14 @@ def _serve(fd: int) -> None:
             if not message and not fds:  # end of file: ds4ci is gone
                 _end(inits, scratches)
                 return
-            scratches.append(Path(os.fsdecode(message)))
+            path = Path(os.fsdecode(message[1:]))
+            scratches[path] = scratches.get(path, False) or bool(fds)
             for pidfd in fds:
                 inits.add(pidfd)
                 poller.register(pidfd, select.POLLIN)
 
 
-def _end(inits: set[int], scratches: list[Path]) -> None:
+def _end(inits: set[int], scratches: dict[Path, bool]) -> None:
     """SIGKILL every init still running, wait until each has exited (its namespace is empty then), remove the
     scratch folders that are left."""
     for pidfd in inits:
@@ -181,6 +203,8 @@ def _end(inits: set[int], scratches: list[Path]) -> None:
         for ready, _ in waiting.poll(100):
             waiting.unregister(ready)
             left.discard(ready)
+    if not all(scratches.values()):  # its sandbox ends through the death-signal chain alone
+        time.sleep(_UNWATCHED_WAIT_S)
     for scratch in scratches:
         remove_scratch(scratch)
 
