@@ -207,6 +207,10 @@ def spawn(
         raise
     finally:
         os.close(write_fd)
+    with contextlib.suppress(OSError):  # until the init is known, the watchdog ends the sandbox through bwrap itself
+        outer = os.pidfd_open(proc.pid)
+        watchdog.watch_outer(outer, scratch)
+        os.close(outer)
     os.set_blocking(read_fd, False)
     child = SandboxChild(proc, read_fd, argv, scratch)
     await_or_sweep(child, child.await_command, start_timeout)

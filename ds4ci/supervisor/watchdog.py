@@ -3,10 +3,12 @@
 A sandbox ends with ds4ci through a chain of parent-death signals (ds4ci, the outer bwrap, the
 namespace's init, then the kernel kills the namespace); the watchdog does not rely on that chain.
 It is started on the first sandboxed command, in a session of its own, and holds one end of a unix
-socket pair: ds4ci sends it a pidfd of each sandbox's init (``SCM_RIGHTS``; a pidfd names that
-very process, so a reused pid is never signalled). When ds4ci ends, however it ends, the kernel
-closes ds4ci's end; the watchdog reads end-of-file, sends SIGKILL through every pidfd whose init
-still runs (killing a PID namespace's init kills the whole namespace) and exits. A pidfd whose init
+socket pair: ds4ci tells it each scratch folder before making it, then sends it pidfds
+(``SCM_RIGHTS``; a pidfd names that very process, so a reused pid is never signalled) of each
+sandbox's outer bwrap as soon as it is started and of its init once bwrap reports it. When ds4ci ends, however it ends, the kernel
+closes ds4ci's end; the watchdog reads end-of-file, sends SIGKILL through every pidfd whose
+process still runs (killing a PID namespace's init kills the whole namespace; killing the outer
+bwrap kills the init, ``--die-with-parent``) and exits. A pidfd whose init
 exited is closed as soon as it polls readable. Once the inits it killed have exited (their
 namespaces are empty then), it removes the scratch folder of every sandbox it was told of that
 is still there. On a normal exit ds4ci closes its end itself and
@@ -36,7 +38,9 @@ from pathlib import Path
 
 _END_WAIT_S = 10.0  # for the inits to exit after SIGKILL, before their scratch folders are removed
 _UNWATCHED_WAIT_S = 1.0  # for a sandbox whose init was never told (ds4ci died while starting it) to end
-_SCRATCH, _INIT = b"s", b"i"  # a message: what follows is a scratch folder; the same, with its init's pidfd
+# A message: a scratch folder, after a letter that says what comes with it: nothing yet, its outer bwrap's pidfd,
+# its init's pidfd.
+_SCRATCH, _OUTER, _INIT = b"s", b"o", b"i"
 _lock = threading.Lock()
 _state: dict[str, object] = {}  # "socket", "proc" once started; "failed" if it could not start
 
@@ -58,6 +62,12 @@ def watch(pidfd: int, scratch: Path) -> bool:
     """Hand the watchdog a pidfd of the init of the sandbox whose scratch folder is ``scratch`` (it keeps its own
     copy of the pidfd); False when no watchdog runs."""
     return _send(_INIT + os.fsencode(scratch), [pidfd])
+
+
+def watch_outer(pidfd: int, scratch: Path) -> bool:
+    """Hand the watchdog a pidfd of the outer bwrap of that sandbox, told at once: killing it ends the sandbox
+    (``--die-with-parent``) while the init is not known yet."""
+    return _send(_OUTER + os.fsencode(scratch), [pidfd])
 
 
 def _send(message: bytes, fds: list[int]) -> bool:
@@ -182,7 +192,7 @@ def _serve(fd: int) -> None:
                 _end(inits, scratches)
                 return
             path = Path(os.fsdecode(message[1:]))
-            scratches[path] = scratches.get(path, False) or bool(fds)
+            scratches[path] = scratches.get(path, False) or message[:1] == _INIT
             for pidfd in fds:
                 inits.add(pidfd)
                 poller.register(pidfd, select.POLLIN)
