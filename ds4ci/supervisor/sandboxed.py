@@ -145,12 +145,13 @@ class SandboxChild(Child):
         remove_scratch(self.scratch)
 
 
-def _preexec(limit: int | None) -> Callable[[], None]:
+def _preexec(limit: int | None, tell_watchdog: Callable[[], None]) -> Callable[[], None]:
     libc = ctypes.CDLL(None, use_errno=True)
     parent = os.getpid()
 
     def apply() -> None:  # between fork and exec of the outer bwrap
         libc.prctl(_PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)
+        tell_watchdog()  # from here on the watchdog ends this sandbox once ds4ci is gone
         if os.getppid() != parent:  # ds4ci died before the death signal was armed: it never fires
             os.kill(os.getpid(), signal.SIGKILL)
         if limit is not None:
@@ -199,7 +200,7 @@ def spawn(
             proc = _SPAWNER.submit(
                 subprocess.Popen, command, env=sandbox.environment(given), stdin=subprocess.DEVNULL,
                 stdout=out, stderr=err, pass_fds=(write_fd,), start_new_session=True, close_fds=True,
-                preexec_fn=_preexec(file_size_limit),
+                preexec_fn=_preexec(file_size_limit, watchdog.outer_teller(scratch)),
             ).result()
     except BaseException:
         os.close(read_fd)
@@ -207,10 +208,6 @@ def spawn(
         raise
     finally:
         os.close(write_fd)
-    with contextlib.suppress(OSError):  # until the init is known, the watchdog ends the sandbox through bwrap itself
-        outer = os.pidfd_open(proc.pid)
-        watchdog.watch_outer(outer, scratch)
-        os.close(outer)
     os.set_blocking(read_fd, False)
     child = SandboxChild(proc, read_fd, argv, scratch)
     await_or_sweep(child, child.await_command, start_timeout)

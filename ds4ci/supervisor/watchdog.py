@@ -5,7 +5,8 @@ namespace's init, then the kernel kills the namespace); the watchdog does not re
 It is started on the first sandboxed command, in a session of its own, and holds one end of a unix
 socket pair: ds4ci tells it each scratch folder before making it, then sends it pidfds
 (``SCM_RIGHTS``; a pidfd names that very process, so a reused pid is never signalled) of each
-sandbox's outer bwrap as soon as it is started and of its init once bwrap reports it. When ds4ci ends, however it ends, the kernel
+sandbox's outer bwrap (sent by that process itself, between fork and exec) and of its init once
+bwrap reports it. When ds4ci ends, however it ends, the kernel
 closes ds4ci's end; the watchdog reads end-of-file, sends SIGKILL through every pidfd whose
 process still runs (killing a PID namespace's init kills the whole namespace; killing the outer
 bwrap kills the init, ``--die-with-parent``) and exits. A pidfd whose init
@@ -34,6 +35,7 @@ import sys
 import tempfile
 import threading
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 _END_WAIT_S = 10.0  # for the inits to exit after SIGKILL, before their scratch folders are removed
@@ -64,10 +66,24 @@ def watch(pidfd: int, scratch: Path) -> bool:
     return _send(_INIT + os.fsencode(scratch), [pidfd])
 
 
-def watch_outer(pidfd: int, scratch: Path) -> bool:
-    """Hand the watchdog a pidfd of the outer bwrap of that sandbox, told at once: killing it ends the sandbox
-    (``--die-with-parent``) while the init is not known yet."""
-    return _send(_OUTER + os.fsencode(scratch), [pidfd])
+def outer_teller(scratch: Path) -> Callable[[], None]:
+    """What the outer bwrap of that sandbox runs between fork and exec: it sends the watchdog a pidfd of itself, so
+    the watchdog can end the sandbox (``--die-with-parent``) from before bwrap starts, whatever happens to ds4ci
+    and to the parent-death signals. It only sends on a socket made beforehand: no lock, nothing to import."""
+    with _lock:
+        if not _state:
+            _start()
+        sock = _state.get("socket")
+    message = _OUTER + os.fsencode(scratch)
+
+    def tell() -> None:
+        if isinstance(sock, socket.socket):
+            with contextlib.suppress(OSError):
+                pidfd = os.pidfd_open(os.getpid())
+                socket.send_fds(sock, [message], [pidfd])
+                os.close(pidfd)
+
+    return tell
 
 
 def _send(message: bytes, fds: list[int]) -> bool:

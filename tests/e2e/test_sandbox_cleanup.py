@@ -166,7 +166,7 @@ from ds4ci import supervisor
 from ds4ci.supervisor import sandbox, sandboxed
 # Break the chain of parent-death signals: none on the outer bwrap, no --die-with-parent, so only the watchdog
 # can end the sandbox when ds4ci dies.
-sandboxed._preexec = lambda limit: (lambda: None)
+sandboxed._preexec = lambda limit, tell_watchdog: tell_watchdog  # the watchdog is told, nothing else
 argv = sandbox.argv
 sandbox.argv = lambda *a, **k: [arg for arg in argv(*a, **k) if arg != "--die-with-parent"]
 child = supervisor.Supervisor(sweep_stale=False).spawn(["sh", "-c", "sleep 1000; : " + sys.argv[1]], view=supervisor.View())
