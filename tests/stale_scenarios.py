@@ -61,7 +61,7 @@ def dead(pid: int, within_s: float = 20.0) -> bool:
 
 
 def fallback_kill9(tmp: Path, marker: str, command: list[str]) -> dict[str, Any]:
-    argv = [sys.executable, "-c", PARENT, str(tmp / "helper.up"), *command]
+    argv = [sys.executable, "-c", PARENT, str(tmp / "command.ready"), *command]
     parent = subprocess.Popen(argv, env={**os.environ, "PYTHONPATH": str(REPO)}, stdout=subprocess.PIPE, text=True)
     assert parent.stdout is not None
     held, command_pid, keeper_pid, token = parent.stdout.readline().split()

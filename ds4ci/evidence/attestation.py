@@ -28,6 +28,7 @@ from typing import Any
 from ds4ci import __version__
 from ds4ci.evidence import keys, store
 from ds4ci.fileio import write_text_atomic
+from ds4ci.judging import strictjson
 from ds4ci.options.values import public_keys, read_toml
 
 ATTESTATION = store.ATTESTATION
@@ -62,7 +63,7 @@ def predicate(doc: dict[str, Any]) -> dict[str, Any]:
 def _bundle(directory: Path) -> tuple[str, dict[str, Any]]:
     """The manifest's SHA-256 and the parsed results.json of a sealed attempt."""
     manifest = hashlib.sha256((directory / "manifest.json").read_bytes()).hexdigest()
-    doc = json.loads((directory / "results.json").read_text(encoding="utf-8"))
+    doc = strictjson.loads((directory / "results.json").read_bytes(), "results.json")
     if not isinstance(doc, dict):
         raise ValueError("results.json is not a JSON object")
     return manifest, doc
@@ -100,7 +101,7 @@ def _envelope(directory: Path) -> tuple[bytes, list[bytes]]:
         raise FileNotFoundError(ATTESTATION)
     if path.stat().st_size > _MAX_BYTES:
         raise ValueError(f"{ATTESTATION} is larger than {_MAX_BYTES} bytes")
-    envelope = json.loads(path.read_text(encoding="utf-8"))
+    envelope = strictjson.loads(path.read_bytes(), ATTESTATION)
     if not isinstance(envelope, dict) or envelope.get("payloadType") != PAYLOAD_TYPE:
         raise ValueError(f"{ATTESTATION} is not a DSSE envelope with payloadType {PAYLOAD_TYPE}")
     sigs = envelope.get("signatures")
@@ -129,7 +130,7 @@ def check(directory: Path, public_keys: Sequence[str], runner: str) -> list[str]
     if not any(keys.verifies(line, sig, signed) for line in public_keys for sig in signatures):
         return [f"not signed by {who}: no signature in {ATTESTATION} verifies with the configured public key"]
     try:
-        claimed = json.loads(payload)
+        claimed = strictjson.loads(payload, "the signed statement")
         manifest, doc = _bundle(directory)
     except (OSError, UnicodeDecodeError, ValueError) as exc:
         return [f"signed by {who}, but the bundle cannot be read: {exc}"]

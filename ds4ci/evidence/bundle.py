@@ -15,7 +15,6 @@ declares.
 from __future__ import annotations
 
 import contextlib
-import json
 import shutil
 import tarfile
 import tempfile
@@ -27,6 +26,7 @@ from pathlib import Path, PurePosixPath
 from ds4ci.errors import UsageError
 from ds4ci.evidence.results import MAX_RESULTS_BYTES
 from ds4ci.evidence.store import ATTESTATION, MANIFEST, MAX_ATTESTATION_BYTES, RESULTS
+from ds4ci.judging import strictjson
 
 MAX_MEMBERS = 100_000
 MAX_TOTAL_BYTES = 16 << 30  # server logs are capped at 512 MiB a stream by default
@@ -98,8 +98,8 @@ def _limits(tar: tarfile.TarFile, member: tarfile.TarInfo) -> dict[str, int]:
     handle = tar.extractfile(member)
     data = handle.read(MAX_MANIFEST_BYTES + 1) if handle is not None else b""
     try:
-        doc = json.loads(data.decode("utf-8"))
-    except (UnicodeDecodeError, ValueError, RecursionError) as exc:
+        doc = strictjson.loads(data, "manifest.json")
+    except ValueError as exc:
         raise BundleError(f"the archive's manifest.json is not JSON ({str(exc)[:200]})") from exc
     entries = doc.get("evidence") if isinstance(doc, dict) else None
     if not isinstance(entries, list):

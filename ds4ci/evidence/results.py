@@ -7,10 +7,8 @@ size limit first, strict JSON (no duplicate keys, no NaN/Infinity), then the JSO
 from __future__ import annotations
 
 import json
-import math
 import re
 import threading
-from collections.abc import Iterable
 from datetime import datetime
 from importlib import resources
 from pathlib import Path
@@ -18,6 +16,7 @@ from typing import Any, Final, cast
 
 from ds4ci.errors import ResultsError
 from ds4ci.fileio import write_text_atomic
+from ds4ci.judging import strictjson
 from ds4ci.records import Results
 
 SCHEMA_ID: Final = "ds4ci/result/v1"
@@ -28,29 +27,6 @@ def schema() -> dict[str, Any]:
     text = resources.files("ds4ci.evidence").joinpath("schema/result-v1.json").read_text(encoding="utf-8")
     loaded: dict[str, Any] = json.loads(text)
     return loaded
-
-
-def _strict_hooks(source: str) -> dict[str, Any]:
-    """json.loads hooks that refuse what JSON allows but a results file must not contain."""
-
-    def pairs(items: Iterable[tuple[str, Any]]) -> dict[str, Any]:
-        out: dict[str, Any] = {}
-        for key, value in items:
-            if key in out:
-                raise ResultsError(f"{source}: duplicate key {key!r}; a results file must be unambiguous")
-            out[key] = value
-        return out
-
-    def constant(name: str) -> Any:
-        raise ResultsError(f"{source}: non-standard JSON constant {name}; expected finite numbers only")
-
-    def finite(text: str) -> float:
-        value = float(text)
-        if not math.isfinite(value):
-            raise ResultsError(f"{source}: number {text[:40]} overflows; expected finite numbers only")
-        return value
-
-    return {"object_pairs_hook": pairs, "parse_constant": constant, "parse_float": finite}
 
 
 _DATE_TIME = re.compile(r"^(\d{4})-(\d{2})-(\d{2})[Tt](\d{2}):(\d{2}):(\d{2})(\.\d+)?([Zz]|[+-]\d{2}:\d{2})$")
@@ -113,22 +89,14 @@ def validate(doc: object, source: str = "results") -> Results:
 
 
 def strict_json(data: bytes, source: str) -> Any:
-    """Parse untrusted JSON strictly (size limit, UTF-8, no duplicate keys, finite numbers only)."""
+    """Parse untrusted JSON strictly (size limit, then ``judging.strictjson``: UTF-8, bounded depth, no duplicate
+    keys, finite numbers only)."""
     if len(data) > MAX_RESULTS_BYTES:
         raise ResultsError(f"{source}: {len(data)} bytes is over the {MAX_RESULTS_BYTES}-byte limit")
     try:
-        text = data.decode("utf-8")
-    except UnicodeDecodeError as exc:
-        raise ResultsError(f"{source}: not UTF-8 ({exc})") from exc
-    try:
-        doc = json.loads(text, **_strict_hooks(source))
-    except json.JSONDecodeError as exc:
-        raise ResultsError(f"{source}: not valid JSON ({exc})") from exc
-    except RecursionError as exc:
-        raise ResultsError(f"{source}: JSON nested too deeply to be a results file") from exc
-    except ValueError as exc:  # e.g. an integer literal longer than Python's conversion limit
-        raise ResultsError(f"{source}: unreadable JSON value ({str(exc)[:200]})") from exc
-    return doc
+        return strictjson.loads(data, source)
+    except strictjson.StrictJsonError as exc:
+        raise ResultsError(str(exc)) from exc
 
 
 def loads(data: bytes, source: str = "results") -> Results:

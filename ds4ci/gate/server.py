@@ -28,6 +28,7 @@ from typing import Any
 
 from ds4ci import supervisor
 from ds4ci.errors import NoVerdictError
+from ds4ci.judging import strictjson
 from ds4ci.judging.logtail import excerpt, exit_description, explain
 from ds4ci.log import Logger, as_logger, file_growth
 from ds4ci.supervisor import Child
@@ -36,6 +37,7 @@ HOST = "127.0.0.1"
 _HEALTH_POLL_S = 0.01
 BODY_KEEP_BYTES = 64 * 1024  # an error answer's body kept in the evidence
 _BODY_QUOTE_CHARS = 300  # and quoted in the reason
+PROPS_ERROR_BODY = "props.error-body"  # a /props answer that is not 200 with a JSON object, as received
 _STOP_HEARTBEAT_S = 5.0  # a stopping server is heard from at least this often (freeing a big model takes a while)
 # What a loopback exchange can fail with: refused/reset/timed out (OSError), a broken answer.
 _HTTP_ERRORS = (OSError, http.client.HTTPException)
@@ -103,6 +105,7 @@ class Answer:
     status_code: int
     body: Any  # the parsed JSON, None when it is not JSON
     raw: bytes = b""  # the body as received (at most BODY_KEEP_BYTES)
+    malformed: str | None = None  # why the body is not strict JSON (None: it is)
 
 
 class HttpAnswerError(NoVerdictError):
@@ -123,24 +126,73 @@ def quote_body(raw: bytes) -> str:
     return f"body ({len(raw)} bytes kept): {text[:_BODY_QUOTE_CHARS]}{cut}"
 
 
+class _DeadlineSocket(socket.socket):
+    """A TCP socket whose every send and receive waits at most until one deadline for the whole exchange.
+
+    ``settimeout`` alone bounds each socket operation: an answer dripped one byte at a time would
+    never time out. Before each operation the timeout is set to what is left of the deadline.
+    """
+
+    deadline = 0.0
+
+    def _left(self) -> None:
+        left = self.deadline - time.monotonic()
+        if left <= 0:
+            raise TimeoutError("the whole exchange took longer than its deadline")
+        self.settimeout(left)
+
+    def sendall(self, data: Any, flags: int = 0) -> None:
+        self._left()
+        super().sendall(data, flags)
+
+    def recv_into(self, buffer: Any, nbytes: int = 0, flags: int = 0) -> int:
+        self._left()
+        return super().recv_into(buffer, nbytes, flags)
+
+    def recv(self, bufsize: int, flags: int = 0) -> bytes:
+        self._left()
+        return super().recv(bufsize, flags)
+
+
+class _DeadlineConnection(http.client.HTTPConnection):
+    """An HTTP/1.1 connection to loopback whose request and answer together must end by ``deadline``."""
+
+    def __init__(self, port: int, deadline: float) -> None:
+        super().__init__(HOST, port)
+        self.deadline = deadline
+
+    def connect(self) -> None:
+        sock = _DeadlineSocket(socket.AF_INET, socket.SOCK_STREAM)
+        sock.deadline = self.deadline
+        try:
+            sock._left()
+            sock.connect((HOST, self.port))
+        except BaseException:
+            sock.close()
+            raise
+        self.sock = sock
+
+
 def exchange(port: int, method: str, path: str, timeout_s: float, body: dict[str, Any] | None = None) -> Answer:
     """One HTTP/1.1 request to the server on loopback over a fresh connection (never through a proxy).
 
-    Raises OSError (TimeoutError past ``timeout_s`` for any one socket operation) or HTTPException.
+    ``timeout_s`` is a deadline for the whole exchange (connect, request, every byte of the answer).
+    Raises OSError (TimeoutError past the deadline) or HTTPException.
     """
     data = None if body is None else json.dumps(body, allow_nan=False).encode("utf-8")
-    connection = http.client.HTTPConnection(HOST, port, timeout=timeout_s)
+    connection = _DeadlineConnection(port, time.monotonic() + timeout_s)
     try:
         connection.request(method, path, body=data, headers={"Content-Type": "application/json"} if data else {})
         answer = connection.getresponse()
         raw = answer.read(BODY_KEEP_BYTES + 1)
     finally:
         connection.close()
+    if len(raw) > BODY_KEEP_BYTES:
+        return Answer(answer.status, None, raw[:BODY_KEEP_BYTES], f"the body is longer than {BODY_KEEP_BYTES} bytes")
     try:
-        parsed = json.loads(raw)
-    except ValueError:  # not JSON, or not UTF-8
-        parsed = None
-    return Answer(answer.status, parsed, raw[:BODY_KEEP_BYTES])
+        return Answer(answer.status, strictjson.loads(raw, "the body"), raw)
+    except strictjson.StrictJsonError as exc:  # not UTF-8, not JSON, NaN, too deep, a duplicated key
+        return Answer(answer.status, None, raw, str(exc)[:300])
 
 
 class Server:
@@ -203,7 +255,7 @@ class Server:
         self.ready_s = time.monotonic() - started
         self.progress(f"{self.label}: ready in {self.ready_s:.2f} s")
         self.props = self._get_props()
-        (self.log_dir / "props.json").write_text(json.dumps(self.props, indent=2) + "\n", encoding="utf-8")
+        (self.log_dir / "props.json").write_text(json.dumps(self.props, indent=2, allow_nan=False) + "\n", encoding="utf-8")
 
     def _wait_ready(self, started: float) -> None:
         assert self.child is not None
@@ -248,7 +300,13 @@ class Server:
             raise NoVerdictError(f"{self.label}: GET /props failed: {exc.__class__.__name__}: {exc}") from exc
         body = answer.body
         if answer.status_code != 200 or not isinstance(body, dict):
-            raise NoVerdictError(f"{self.label}: GET /props answered {answer.status_code}, expected 200 with JSON")
+            kept = self.log_dir / PROPS_ERROR_BODY
+            kept.write_bytes(answer.raw)  # the answer as received is evidence: sealed with the server's files
+            why = f" ({answer.malformed})" if answer.malformed and answer.status_code == 200 else ""
+            raise NoVerdictError(
+                f"{self.label}: GET /props answered HTTP {answer.status_code}{why}, expected 200 with JSON; "
+                f"{quote_body(answer.raw)} (kept as {kept.name})"
+            )
         return body
 
     def stop(self) -> None:
@@ -310,8 +368,9 @@ class Server:
             if keep_error_body is not None:
                 keep_error_body.parent.mkdir(parents=True, exist_ok=True)
                 keep_error_body.write_bytes(answer.raw)
+            why = f" ({answer.malformed})" if answer.malformed and answer.status_code == 200 else ""
             raise HttpAnswerError(
-                f"{self.label}: /v1/chat/completions answered HTTP {answer.status_code}, expected 200 with JSON; "
+                f"{self.label}: /v1/chat/completions answered HTTP {answer.status_code}{why}, expected 200 with JSON; "
                 f"{quote_body(answer.raw)}\n{self.log_tail()}",
                 answer.status_code, answer.raw,
             )

@@ -15,7 +15,6 @@ never sets a status and never replaces a verified section.
 from __future__ import annotations
 
 import copy
-import json
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -25,7 +24,7 @@ from ds4ci.errors import EXIT_ERROR, UsageError
 from ds4ci.evidence import attestation, bundle, results
 from ds4ci.evidence.store import RESULTS
 from ds4ci.evidence.verify import Verification, expectation_mismatches, verify_dir
-from ds4ci.judging import confined
+from ds4ci.judging import confined, strictjson
 from ds4ci.judging.verdict import ERROR, PASS
 from ds4ci.records import Results
 from ds4ci.report.sections import UNVERIFIED as UNVERIFIED_STATE
@@ -87,7 +86,7 @@ def sealed_head(root: Path) -> str | None:
     if not path.exists() and not path.is_symlink():
         return None
     try:
-        doc = json.loads(confined.read_bytes(root, REVISIONS, MAX_REVISIONS_BYTES))
+        doc = strictjson.loads(confined.read_bytes(root, REVISIONS, MAX_REVISIONS_BYTES), REVISIONS)
     except confined.ConfinedError as exc:
         raise UsageError(f"{REVISIONS} in the bundle cannot be read: {exc}") from None
     except ValueError as exc:

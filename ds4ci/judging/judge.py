@@ -9,13 +9,12 @@ process). Once every server has stopped, these functions read that evidence back
 from __future__ import annotations
 
 import hashlib
-import json
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from ds4ci.judging import confined, coverage, coverpolicy, modeless
+from ds4ci.judging import confined, coverage, coverpolicy, modeless, strictjson
 from ds4ci.judging.attribution import ServerLog, attribute
 from ds4ci.judging.counters import request_steps
 from ds4ci.judging.profile import arm_profile
@@ -95,11 +94,11 @@ def read_json(attempt: Path, rel: object) -> Any:
     """A JSON file of the attempt, ``rel`` read through ``confined`` (inside it, regular, size-limited)."""
     try:
         data = confined.read_bytes(attempt, rel)
-        return json.loads(data.decode("utf-8"))
+        return strictjson.loads(data, str(rel)[:200])
     except confined.ConfinedError as exc:
         raise EvidenceError(str(exc)) from exc
-    except (UnicodeDecodeError, ValueError, RecursionError) as exc:
-        raise EvidenceError(f"{str(rel)[:200]} cannot be read as JSON: {str(exc)[:200]}") from exc
+    except strictjson.StrictJsonError as exc:
+        raise EvidenceError(f"cannot be read as JSON: {str(exc)[:400]}") from exc
 
 
 def _is_entry(entry: Any) -> bool:

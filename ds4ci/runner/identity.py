@@ -240,8 +240,8 @@ def load_cache(path: Path, progress: Progress | Logger | None) -> dict[str, dict
         return ignore(f"larger than {MAX_CACHE_BYTES} bytes")
     try:
         doc = json.loads(data.decode("utf-8"))
-    except (UnicodeDecodeError, ValueError) as exc:
-        return ignore(f"not valid JSON ({exc})")
+    except (UnicodeDecodeError, ValueError, RecursionError) as exc:  # RecursionError: nested too deeply
+        return ignore(f"not valid JSON ({str(exc)[:200]})")
     entries = doc.get("entries") if isinstance(doc, dict) else None
     if not isinstance(doc, dict) or doc.get("format") != CACHE_FORMAT or not isinstance(entries, dict):
         return ignore(f"expected an object with \"format\": \"{CACHE_FORMAT}\" and \"entries\"")

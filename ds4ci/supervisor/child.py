@@ -238,14 +238,38 @@ class Child:
         while self.token and (holders := procs.token_holders(self.token, exclude=(self._proc.pid,))):
             if time.monotonic() >= deadline:
                 raise Unkillable(f"{self.argv[0]}: processes with its token survived SIGKILL: {holders}")
-            self.killed.extend(procs.kill_all(((p, "token") for p in holders), self._seen))
+            self.killed.extend(procs.freeze_and_kill(
+                lambda: procs.token_holders(self.token, exclude=(self._proc.pid,)), "token", self._seen
+            ))
             psutil.wait_procs(holders, timeout=min(0.5, max(0.0, deadline - time.monotonic())))
             procs.reap_adopted(p.pid for p in holders)
         procs.reap_adopted(self._seen)
+        self._reap_keeper(deadline)
         self._close()
         self._cleanup()
         self.swept = True
         return list(self.killed)
+
+    def _reap_keeper(self, deadline: float) -> None:
+        """Reap the keeper if it was re-parented to us (a subreaper) because the outer process ended first.
+
+        bwrap's outer process exits as soon as its init reports the command's exit, without waiting
+        for the init: the init ends as our zombie, and at our exit PID 1's (which may never reap
+        it). The pidfd names that very process, so no other child's status is ever taken.
+        """
+        if self._pidfd is None:
+            return
+        while True:
+            try:
+                if os.waitid(os.P_PIDFD, self._pidfd, os.WEXITED | os.WNOHANG) is not None:
+                    return  # reaped
+            except ChildProcessError:
+                return  # not our child: the outer process reaped it
+            except OSError:
+                return
+            if time.monotonic() >= deadline:
+                return
+            time.sleep(0.005)
 
     def _cleanup(self) -> None:
         """What a kind of child removes once everything is gone (the sandbox: its scratch folder)."""

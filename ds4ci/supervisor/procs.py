@@ -7,7 +7,7 @@ import ctypes
 import os
 import secrets
 import time
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 
 import psutil
@@ -16,6 +16,7 @@ TOKEN_VARIABLE = "DS4CI_RUN_TOKEN"  # noqa: S105 - a variable name, not a secret
 _TOKEN_PREFIX = "v1"  # noqa: S105
 _PR_SET_CHILD_SUBREAPER = 36
 _CMDLINE_LIMIT = 300
+_FREEZE_PASSES = 1000  # a pass finds what forked since the last one; each pass freezes more of a finite tree
 # Addresses whose listener also accepts connections to 127.0.0.1.
 _COVERS_LOOPBACK = frozenset({"127.0.0.1", "0.0.0.0", "::", "::ffff:127.0.0.1", "::ffff:0.0.0.0"})
 
@@ -163,6 +164,31 @@ def kill_all(targets: Iterable[tuple[psutil.Process, str]], seen: set[int]) -> l
     return killed
 
 
+def freeze(find: Callable[[], Iterable[psutil.Process]], frozen: dict[int, psutil.Process]) -> None:
+    """SIGSTOP every process ``find`` returns, pass after pass, until a pass finds nothing new.
+
+    A stopped process cannot fork, so once a pass finds nothing new every target is frozen: none can
+    start another while they are killed (a kill of one list would race a process still forking).
+    """
+    for _ in range(_FREEZE_PASSES):
+        new = [p for p in find() if p.pid not in frozen]
+        if not new:
+            return
+        for proc in new:
+            with contextlib.suppress(psutil.Error):  # gone, or its pid reused (psutil refuses it)
+                proc.suspend()
+            frozen[proc.pid] = proc
+
+
+def freeze_and_kill(
+    find: Callable[[], Iterable[psutil.Process]], reason: str, seen: set[int]
+) -> list[KilledProcess]:
+    """Freeze everything ``find`` returns (``freeze``), then SIGKILL it all; describe those not killed before."""
+    frozen: dict[int, psutil.Process] = {}
+    freeze(find, frozen)
+    return kill_all(((p, reason) for p in frozen.values()), seen)
+
+
 def reap_adopted(pids: Iterable[int], wait_s: float = 2.0) -> None:
     """Reap killed processes that were re-parented to us (we are a subreaper); never anyone else's child."""
     me = os.getpid()
@@ -186,12 +212,15 @@ def reap_adopted(pids: Iterable[int], wait_s: float = 2.0) -> None:
 
 
 def sweep_stale() -> list[KilledProcess]:
-    """Kill and reap what an earlier, killed ds4ci left behind (found by its tracking token)."""
+    """Kill and reap what an earlier, killed ds4ci left behind (found by its tracking token): frozen first, then
+    killed, repeated until a pass finds nothing new."""
     seen: set[int] = set()
-    killed = kill_all(((p, "stale run") for p in stale_holders()), seen)
-    with contextlib.suppress(psutil.Error):
-        psutil.wait_procs([psutil.Process(k.pid) for k in killed if psutil.pid_exists(k.pid)], timeout=2.0)
-    reap_adopted(seen)
+    killed: list[KilledProcess] = []
+    while found := freeze_and_kill(stale_holders, "stale run", seen):  # again until a pass finds nothing new
+        killed += found
+        with contextlib.suppress(psutil.Error):
+            psutil.wait_procs([psutil.Process(k.pid) for k in found if psutil.pid_exists(k.pid)], timeout=2.0)
+        reap_adopted(k.pid for k in found)
     return killed
 
 

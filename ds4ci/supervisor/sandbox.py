@@ -215,7 +215,8 @@ def refusal() -> str | None:
     path = bwrap_path()
     if path is None:
         return f"bubblewrap (bwrap) is not installed on this runner; {INSTALL_HINT}"
-    probe = [path, *_namespaces(), *_system_binds(), "--proc", "/proc", "--dev", "/dev", "--", "/bin/true"]
+    # --as-pid-1: no init of bwrap's own, which would outlive the outer process and end as our zombie
+    probe = [path, *_namespaces(), "--as-pid-1", *_system_binds(), "--proc", "/proc", "--dev", "/dev", "--", "/bin/true"]
     try:
         done = subprocess.run(probe, capture_output=True, timeout=30, check=False)
     except (OSError, subprocess.TimeoutExpired) as exc:

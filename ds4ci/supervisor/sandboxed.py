@@ -6,6 +6,10 @@ PID namespace, reaps orphans) ── the command (pid 2) ── ...
 - the outer bwrap carries a parent-death signal (SIGKILL, set between fork and exec) and
   ``--die-with-parent`` gives the sandboxed processes one too: a SIGKILL of ds4ci takes down the
   outer bwrap, then the namespace's init, and the kernel kills everything left in the namespace;
+  the watchdog (``watchdog.py``), a process of its own holding a pidfd of each init, SIGKILLs the
+  inits when ds4ci is gone without relying on that chain, and removes their scratch folders;
+- the init often outlives the outer bwrap and is re-parented to ds4ci (a subreaper): the sweep
+  reaps it through its pidfd;
 - bwrap's JSON status (``--json-status-fd``) says the init's host pid (the keeper) and, at the end,
   the command's exit status (128+N for signal N, reported as -N like ``Popen.returncode``);
 - signals go to every process of the namespace (a namespace's init ignores signals it has no
@@ -23,7 +27,6 @@ import resource
 import shutil
 import signal
 import subprocess
-import tempfile
 import time
 from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
@@ -31,9 +34,10 @@ from typing import Final
 
 import psutil
 
-from ds4ci.supervisor import procs, sandbox
+from ds4ci.supervisor import procs, sandbox, watchdog
 from ds4ci.supervisor.child import _SPAWNER, Child, Output, _open_output, _pidfd, await_or_sweep
 from ds4ci.supervisor.procs import KilledProcess
+from ds4ci.supervisor.watchdog import remove_scratch
 
 SANDBOX: Final = sandbox.SANDBOX
 _PR_SET_PDEATHSIG = 1
@@ -68,6 +72,8 @@ class SandboxChild(Child):
         if isinstance(pid, int) and not self.keeper_pid:
             self.keeper_pid = pid
             self._pidfd = _pidfd(pid, self._proc.pid)
+            if self._pidfd is not None:
+                watchdog.watch(self._pidfd, self.scratch)  # killed, and its scratch removed, once ds4ci is gone
         if isinstance(code, int):
             self.returncode = -(code - _SIGNAL_BASE) if _SIGNAL_BASE < code <= _SIGNAL_BASE + 64 else code
 
@@ -137,14 +143,18 @@ class SandboxChild(Child):
         super().kill()
 
     def _cleanup(self) -> None:
-        shutil.rmtree(self.scratch, ignore_errors=True)
+        remove_scratch(self.scratch)
 
 
-def _preexec(limit: int | None) -> Callable[[], None]:
+def _preexec(limit: int | None, tell_watchdog: Callable[[], None]) -> Callable[[], None]:
     libc = ctypes.CDLL(None, use_errno=True)
+    parent = os.getpid()
 
     def apply() -> None:  # between fork and exec of the outer bwrap
         libc.prctl(_PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)
+        tell_watchdog()  # from here on the watchdog ends this sandbox once ds4ci is gone
+        if os.getppid() != parent:  # ds4ci died before the death signal was armed: it never fires
+            os.kill(os.getpid(), signal.SIGKILL)
         if limit is not None:
             resource.setrlimit(resource.RLIMIT_FSIZE, (limit, limit))
 
@@ -182,7 +192,7 @@ def spawn(
     given = dict(os.environ if env is None else env)
     exe = _executable(argv, given, cwd)
     view = dataclasses.replace(view, extra=(*view.extra, exe))
-    scratch = Path(tempfile.mkdtemp(prefix="ds4ci-scratch-"))
+    scratch = watchdog.new_scratch()
     read_fd, write_fd = os.pipe()
     try:
         command = sandbox.argv(argv, policy, view, scratch=scratch, cwd=Path(cwd) if cwd else None, status_fd=write_fd)
@@ -191,11 +201,11 @@ def spawn(
             proc = _SPAWNER.submit(
                 subprocess.Popen, command, env=sandbox.environment(given), stdin=subprocess.DEVNULL,
                 stdout=out, stderr=err, pass_fds=(write_fd,), start_new_session=True, close_fds=True,
-                preexec_fn=_preexec(file_size_limit),
+                preexec_fn=_preexec(file_size_limit, watchdog.outer_teller(scratch)),
             ).result()
     except BaseException:
         os.close(read_fd)
-        shutil.rmtree(scratch, ignore_errors=True)
+        remove_scratch(scratch)
         raise
     finally:
         os.close(write_fd)

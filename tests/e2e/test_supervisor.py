@@ -57,10 +57,13 @@ import os, signal, sys, time
 if os.fork():
     os._exit(0)
 os.setsid()
+middle = os.getpid()
 if os.fork():
     os._exit(0)
 signal.signal(signal.SIGTERM, signal.SIG_IGN)
 signal.signal(signal.SIGHUP, signal.SIG_IGN)
+while os.getppid() == middle:  # "up" once the forks in between are gone: only the daemon is left of it
+    time.sleep(0.005)
 open(sys.argv[2], "w").write("up")
 while True:
     time.sleep(1)
@@ -278,7 +281,9 @@ def run_isolated(scenario: str, tmp: Path, marker: str, *extra: str) -> dict[str
 
 
 def test_kill_9_of_ds4ci_in_the_fallback_path_leaves_only_what_the_next_start_sweeps(tmp_path: Path, marker: str) -> None:
-    seen = run_isolated("fallback-kill9", tmp_path, marker, *leaky_command(tmp_path, marker, then="sleep 1000"))
+    # Killed once the command waits in its last `sleep` (nothing of it still forking or exiting by itself).
+    ready = tmp_path / "command.ready"
+    seen = run_isolated("fallback-kill9", tmp_path, marker, *leaky_command(tmp_path, marker, then=f"touch {ready}; sleep 1000"))
     assert seen["held"] == FALLBACK
     # What the fallback guarantees at once: the keeper and the command die (death signals).
     assert seen["keeper_dead"] and seen["command_dead"]

@@ -20,6 +20,11 @@ FOREIGN_BEHAVIOUR:
   failure-line           spec arm: also prints FOREIGN_FAILURE_LINE (default "[ds4-spec] verify failed")
   slow-teardown          after SIGTERM and the last answer, waits FOREIGN_TEARDOWN_S (default 120) s
   no-draft               spec arm: the draft "does not load"; serves without speculation
+  nan-props              GET /props answers a JSON text with NaN in it (Python's json writes it)
+  deep-props             GET /props answers an array nested 30000 levels deep
+  nan-answer             every completion answer holds NaN and Infinity
+  deep-answer            every completion answer is an array nested 30000 levels deep
+  drip-answer            every completion answer is sent one byte every FOREIGN_DRIP_S (default 0.5) s
 """
 
 import argparse
@@ -94,20 +99,35 @@ def main() -> int:
         def log_message(self, *a: object) -> None:
             pass
 
-        def reply(self, code: int, body: object) -> None:
-            data = json.dumps(body).encode()
+        def reply(self, code: int, body: object, drip: bool = False) -> None:
+            self.reply_bytes(code, json.dumps(body).encode(), drip)
+
+        def reply_bytes(self, code: int, data: bytes, drip: bool = False) -> None:
             self.send_response(code)
             self.send_header("Content-Type", "application/json")
             self.send_header("Content-Length", str(len(data)))
             self.send_header("Connection", "close")
             self.end_headers()
-            self.wfile.write(data)
+            if drip:  # every byte a socket read of its own, each well within any per-read timeout
+                self.wfile.flush()
+                for i in range(len(data)):
+                    if stopping:
+                        break
+                    self.wfile.write(data[i : i + 1])
+                    self.wfile.flush()
+                    time.sleep(float(os.environ.get("FOREIGN_DRIP_S", "0.5")))
+            else:
+                self.wfile.write(data)
             self.wfile.flush()
             self.close_connection = True
 
         def do_GET(self) -> None:
             if self.path == "/health":
                 self.reply(200, {"status": "ok"})
+            elif self.path == "/props" and behaviour == "nan-props":
+                self.reply(200, {"server": {"name": "foreign", "version": "9.9"}, "speed": float("nan")})
+            elif self.path == "/props" and behaviour == "deep-props":
+                self.reply_bytes(200, b"[" * 30_000 + b"]" * 30_000)
             elif self.path == "/props":
                 self.reply(200, {"server": {"name": "foreign", "version": "9.9"}})
             else:
@@ -158,13 +178,17 @@ def main() -> int:
             if not late:
                 for text, to_stdout in lines:
                     log(text, to_stdout)
+            if behaviour == "deep-answer":
+                self.reply_bytes(200, b"[" * 30_000 + b"]" * 30_000)
+                return
             self.reply(200, {
                 "object": "chat.completion",
                 # the real server's answer shape: the text of the tokens the trace lists, their count
                 "choices": [{"index": 0, "message": {"role": "assistant", "content": " ".join(f"w{i}" for i in ids)},
                              "finish_reason": "length"}],
                 "usage": {"completion_tokens": len(ids)},
-            })
+                **({"score": float("nan"), "rate": float("inf")} if behaviour == "nan-answer" else {}),
+            }, drip=behaviour == "drip-answer")
             if late:
                 for text, to_stdout in lines:
                     log(text, to_stdout)

@@ -362,3 +362,13 @@ def test_the_default_progress_threshold_keeps_small_files_quiet(tmp_path: Path) 
     identify([PinnedFile("target", path, None)], cache_path=tmp_path / "c.json", use_cache=False, progress=lines.append)
     assert identity.HASH_PROGRESS_MIN_BYTES == 256 * 1024 * 1024
     assert not any(line.startswith("hashing target:") for line in lines), lines
+
+
+def test_a_hash_cache_nested_too_deeply_is_ignored_with_a_warning(tmp_path: Path) -> None:
+    from ds4ci.runner.identity import load_cache
+
+    cache = tmp_path / "cache.json"
+    cache.write_text("[" * 100_000 + "]" * 100_000)  # a cache PR code could have written between runs
+    said: list[str] = []
+    assert load_cache(cache, said.append) == {}
+    assert any("ignoring hash cache" in line and "not valid JSON" in line for line in said), said
