@@ -31,6 +31,7 @@ SHARED: Final = (
 COMMANDS: Final[dict[str, tuple[tuple[int, str], ...]]] = {
     "init": ((0, "written"), (2, "refused: a file exists (without --force) or a bad name; nothing is written")),
     "config check": ((0, "valid"), (2, "invalid: each problem is listed once, every TODO pin named")),
+    "config runners": ((0, "printed"), (2, "the file names no runner, or a runner table is invalid")),
     "gate": ((0, "pass"), (1, "fail"), (2, "usage or configuration error (nothing ran)"),
              (3, "no verdict: a pinned file missing or not matching its pin, a stale override, a crash or hang, "
                  "a modified source tree (unless gate.allow_dirty_tree)")),

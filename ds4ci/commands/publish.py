@@ -289,10 +289,10 @@ def _needs_hardware(
 
 def _merge_status(client: Client, pr: int, merge_config: Path, api_url: str | None, token_env: str) -> list[str]:
     """The "Review and merge status" checklist, read after this run's statuses were set."""
-    from ds4ci.github import merge, mergefacts
+    from ds4ci.github import merge, mergeconfig, mergefacts
     from ds4ci.github.client import DEFAULT_API_URL, THROTTLE_ENV
 
-    need = merge.requirements(merge_config, None, None, None)  # the publisher: merge.publisher of that file
+    need = mergeconfig.requirements(merge_config, None, None, None)  # the publisher: merge.publisher of that file
     url = (api_url or os.environ.get("GITHUB_API_URL") or DEFAULT_API_URL).rstrip("/")
     polite = os.environ.get(THROTTLE_ENV, "1") != "0"
     gql = mergefacts.GraphQL(mergefacts.graphql_url(url), os.environ.get(token_env, ""), backoff_s=1.0 if polite else 0.0)

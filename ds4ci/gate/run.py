@@ -34,9 +34,9 @@ from ds4ci.gate import settings, views
 from ds4ci.gate.document import containment, initial_results, inputs, read_verified_prompt
 from ds4ci.gate.interrupt import GateInterrupted, signals_raise
 from ds4ci.gate.preload import preload
-from ds4ci.judging import judge
+from ds4ci.judging import judge, verdict
+from ds4ci.judging.answer import read_answer
 from ds4ci.judging.logtail import fit_reason
-from ds4ci.judging.verdict import ERROR, read_answer
 from ds4ci.log import Logger, as_logger
 from ds4ci.options import policy
 from ds4ci.options.config import GateConfig
@@ -350,7 +350,7 @@ class _Run:
         """No verdict: the document of an attempt that could not be sealed (it stays in attempts/)."""
         doc = self.doc
         doc["errors"] = [*doc["reasons"], reason][: derive.MAX_REASONS]
-        doc["verdict"], doc["exit_code"], doc["reasons"] = ERROR, EXIT_ERROR, list(doc["errors"])
+        doc["verdict"], doc["exit_code"], doc["reasons"] = verdict.ERROR, EXIT_ERROR, list(doc["errors"])
         doc["finished_at"] = _now()
         doc["containment"] = containment()
         doc["evidence"].update({"dir": str(self.attempt.path), "manifest_sha256": None, "diagnostics": None})

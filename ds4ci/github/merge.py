@@ -12,16 +12,12 @@ from __future__ import annotations
 import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import Any
 
-from ds4ci.errors import UsageError
 from ds4ci.github import statuses as found_statuses
 from ds4ci.github.checkruns import app_of, own_run
 from ds4ci.github.statuses import Status
 from ds4ci.options import table as options
-from ds4ci.options.config import read_section
-from ds4ci.options.sections import unknown
 from ds4ci.report import markdown
 
 RUNNER_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,62}$")
@@ -334,95 +330,3 @@ def checklist_markdown(report: MergeReport) -> list[str]:
 
 
 # ----- settings --------------------------------------------------------------------------------
-
-
-def _names(value: Any, where: str, pattern: re.Pattern[str] | None) -> tuple[str, ...]:
-    if not isinstance(value, list | tuple) or not all(isinstance(v, str) for v in value):
-        raise UsageError(f"{where}: expected a list of names, found {value!r}")
-    names = tuple(v.strip() for v in value)
-    for name in names:
-        if not name or (pattern is not None and not pattern.match(name)):
-            what = "letters, digits, '.', '_' or '-'" if pattern is not None else "a non-empty name"
-            raise UsageError(f"{where}: expected {what}, found {name!r}")
-    dupes = sorted({n for n in names if names.count(n) > 1})
-    if dupes:
-        raise UsageError(f"{where}: {', '.join(dupes)} listed twice")
-    return names
-
-
-def _approvals(value: Any, where: str) -> int:
-    check = options.get("merge", "approvals").check
-    assert check is not None
-    found: int = check(value, where)
-    return found
-
-
-def load_merge_table(path: Path) -> dict[str, Any]:
-    """The ``[merge]`` table of a ds4ci.toml ({} when absent); other tables are not looked at."""
-    return read_section(path, "merge")
-
-
-def _check_sources(value: Any) -> tuple[tuple[str, ...], tuple[CheckSource, ...]]:
-    """``merge.checks``: names, or ``[[merge.checks]]`` tables saying which app and account may satisfy each."""
-    if not isinstance(value, list):
-        raise UsageError(f"merge.checks: expected a list of names or tables, found {value!r}")
-    names, sources = [], []
-    for i, item in enumerate(value):
-        if not isinstance(item, dict):
-            names.append(item)
-            continue
-        where = f"merge.checks[{i}]"
-        unknown(item, options.keys("merge.checks"), where)
-        found = {o.key: o.check(item[o.key], f"{where}.{o.key}") for o in options.in_section("merge.checks")
-                 if o.key in item and o.check is not None}
-        if "name" not in found:
-            raise UsageError(f"{where}.name: expected the check run's name or the status context")
-        names.append(found["name"])
-        sources.append(CheckSource(found["name"], found.get("app", DEFAULT_CHECK_APP), found.get("creator")))
-    return _names(names, "merge.checks", None), tuple(sources)
-
-
-_APP_SLUG = re.compile(r"^[a-z0-9][a-z0-9-]{0,99}$")
-
-
-def _cli_checks(given: Sequence[str]) -> tuple[tuple[str, ...], tuple[CheckSource, ...]]:
-    """``--check NAME`` (a check run of the default app, or a status by the publisher) or ``--check NAME@APP``:
-    the check run NAME counts only from the GitHub App whose app.slug is APP, as a [[merge.checks]] table says."""
-    names, sources = [], []
-    for item in given:
-        name, at, app = item.strip().rpartition("@") if "@" in item else (item, "", "")
-        if at and not _APP_SLUG.match(app):
-            raise UsageError(f"--check {item!r}: expected NAME@APP with APP a GitHub App's slug (lowercase letters, "
-                             f"digits and '-', e.g. cubic-dev-ai), found {app!r}")
-        names.append(name.strip())
-        if at:
-            sources.append(CheckSource(name.strip(), app))
-    return _names(names, "--check", None), tuple(sources)
-
-
-def requirements(
-    config: Path | None, runners: Sequence[str] | None, checks: Sequence[str] | None, approvals: int | None,
-    publisher: str | None = None,
-) -> Requirements:
-    """CLI values win over ``[merge]`` (a list given on the command line replaces the file's)."""
-    table = load_merge_table(config) if config is not None else {}
-    if runners:
-        run = _names(list(runners), "--runner", RUNNER_RE)
-    else:
-        run = _names(table.get("runners", []), "merge.runners", RUNNER_RE)
-    sources: tuple[CheckSource, ...] = ()
-    if checks:
-        chk, sources = _cli_checks(checks)
-    else:
-        chk, sources = _check_sources(table.get("checks", []))
-    if approvals is not None:
-        need = _approvals(approvals, "--approvals")
-    else:
-        need = _approvals(table.get("approvals", DEFAULT_APPROVALS), "merge.approvals")
-    if not run:
-        raise UsageError("name at least one gate runner: --runner NAME (or merge.runners in the config file)")
-    who = options.get("merge", "publisher")
-    assert who.check is not None
-    login = who.check(publisher, "--publisher") if publisher is not None else who.check(
-        table.get("publisher", DEFAULT_PUBLISHER), "merge.publisher")
-    return Requirements(run, chk, need, login, sources)

@@ -126,6 +126,29 @@ def attribute(scans: Sequence[LogScan], requests: int, speculative: bool, traces
                 f"the target-only server printed {shown} speculation summary line(s) and {banners} banner(s): "
                 "speculation was active in the arm that must be plain greedy decoding"
             )
+    steps, tokens = _per_step_lines(scans, requests, speculative, summaries, problems)
+    per_request = _failures_per_request(scans, requests, ordered_traces, summaries)
+    out = []
+    for k in range(requests):
+        trace = ordered_traces[k].trace if ordered_traces is not None else None
+        summary = summaries[k].summary if summaries else None
+        out.append(RequestLog(
+            traces=(trace,) if trace is not None else (),
+            banners=banners,
+            summaries=(summary,) if summary is not None else (),
+            problems=tuple(per_request[k]),
+            steps=tuple(step for step, _ in steps[k]),
+            tokens=tuple(tokens[k]),
+            step_lines=tuple(text for _, text in steps[k]),
+        ))
+    return ServerLog(tuple(out), banners, tuple(problems))
+
+
+def _per_step_lines(
+    scans: Sequence[LogScan], requests: int, speculative: bool, summaries: list[LogRecord] | None, problems: list[str],
+) -> tuple[list[list[tuple[SpecStep, str]]], list[list[TokenLine]]]:
+    """Each request's per-step records (with their lines) and per-token lines: a line belongs to the request whose
+    summary follows it on its stream; any in the target-only arm or after the last summary is a problem."""
     steps: list[list[tuple[SpecStep, str]]] = [[] for _ in range(requests)]
     tokens: list[list[TokenLine]] = [[] for _ in range(requests)]
     per_step = [r for s in scans for r in s.records if r.kind in (STEP, TOKEN)]
@@ -149,6 +172,13 @@ def attribute(scans: Sequence[LogScan], requests: int, speculative: bool, traces
                 f"{len(stray)} per-step or per-token line(s) follow the last summary on their stream (first: "
                 f"{stray[0].text}): they belong to no request"
             )
+    return steps, tokens
+
+
+def _failures_per_request(
+    scans: Sequence[LogScan], requests: int, ordered_traces: list[LogRecord] | None, summaries: list[LogRecord] | None,
+) -> list[list[str]]:
+    """Each request's failure and malformed lines, described."""
     per_request: list[list[str]] = [[] for _ in range(requests)]
     for scan in scans:
         for record in scan.records:
@@ -159,17 +189,4 @@ def attribute(scans: Sequence[LogScan], requests: int, speculative: bool, traces
                     owner = ordered.index(record) if ordered and record in ordered else 0
                 if requests:
                     per_request[owner].append(_describe(record))
-    out = []
-    for k in range(requests):
-        trace = ordered_traces[k].trace if ordered_traces is not None else None
-        summary = summaries[k].summary if summaries else None
-        out.append(RequestLog(
-            traces=(trace,) if trace is not None else (),
-            banners=banners,
-            summaries=(summary,) if summary is not None else (),
-            problems=tuple(per_request[k]),
-            steps=tuple(step for step, _ in steps[k]),
-            tokens=tuple(tokens[k]),
-            step_lines=tuple(text for _, text in steps[k]),
-        ))
-    return ServerLog(tuple(out), banners, tuple(problems))
+    return per_request

@@ -15,6 +15,7 @@ from pathlib import Path
 from typing import Any
 
 from ds4ci.judging import confined, coverage, coverpolicy, modeless, strictjson
+from ds4ci.judging.answer import read_answer
 from ds4ci.judging.attribution import ServerLog, attribute
 from ds4ci.judging.counters import request_steps
 from ds4ci.judging.profile import arm_profile
@@ -31,7 +32,6 @@ from ds4ci.judging.verdict import (
     ids_digest,
     judge_target_only,
     judge_width_prompt,
-    read_answer,
     worst,
 )
 from ds4ci.records import BuildRecord, CheckResult, Oracle, TargetOnlyResult, Verdict, WidthResult

@@ -11,8 +11,8 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import Any
 
+from ds4ci.judging.answer import Answer
 from ds4ci.judging.protocol import LINE_FAMILIES, MALFORMED, LogScan
-from ds4ci.judging.verdict import Answer
 
 SPEC_DECODE_RAN = "spec_decode_ran"
 MALFORMED_FAMILY = "malformed"

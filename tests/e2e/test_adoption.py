@@ -244,7 +244,7 @@ def test_python_m_ds4ci_is_the_cli(tmp_path: Path) -> None:
 
 COMMANDS = [
     ["gate"], ["demo"], ["selftest"], ["report"], ["verify"], ["publish"], ["preflight"], ["revisions"],
-    ["dispatch-check"], ["merge-check"], ["hash-cache", "add"], ["init"], ["config", "check"],
+    ["dispatch-check"], ["merge-check"], ["hash-cache", "add"], ["init"], ["config", "check"], ["config", "runners"],
 ]
 
 

@@ -107,6 +107,8 @@ ELSEWHERE = {
     ("merge-check", 2): "test_merge_check.py::test_usage_errors_exit_2",
     ("merge-check", 3): "test_merge_check.py::test_github_errors_exit_3_with_a_message",
     ("hash-cache add", 3): "../unit/runner/test_identity.py::test_change_while_hashing_is_no_verdict",
+    ("config runners", 0): "test_workflow_pin.py::test_config_runners_prints_each_runner_s_labels_and_role",
+    ("config runners", 2): "test_workflow_pin.py::test_config_runners_prints_each_runner_s_labels_and_role",
 }
 # Codes no CLI run reaches cheaply, with why (each is the shared path of ds4ci.commands.finish, tested there).
 UNREACHED = {

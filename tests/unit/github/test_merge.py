@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 
 from ds4ci.errors import UsageError
-from ds4ci.github import merge
+from ds4ci.github import merge, mergeconfig
 from ds4ci.github.merge import CheckRun, MergeFacts, PullFacts, Requirements, Review, ReviewThread, Status
 
 HEAD = "1" * 40
@@ -223,8 +223,8 @@ def test_checklist_markdown_is_a_task_list_and_escaped() -> None:
 def test_requirements_from_merge_table_and_cli_wins(tmp_path: Path) -> None:
     cfg = tmp_path / "ds4ci.toml"
     cfg.write_text('[merge]\nrunners = ["gfx1151", "sm86"]\nchecks = ["ci"]\napprovals = 2\n', encoding="utf-8")
-    assert merge.requirements(cfg, None, None, None) == Requirements(("gfx1151", "sm86"), ("ci",), 2)
-    assert merge.requirements(cfg, ["sm86"], ["lint"], 0) == Requirements(("sm86",), ("lint",), 0)
+    assert mergeconfig.requirements(cfg, None, None, None) == Requirements(("gfx1151", "sm86"), ("ci",), 2)
+    assert mergeconfig.requirements(cfg, ["sm86"], ["lint"], 0) == Requirements(("sm86",), ("lint",), 0)
 
 
 @pytest.mark.parametrize(
@@ -245,7 +245,7 @@ def test_bad_settings_are_usage_errors(tmp_path: Path, toml: str, args: tuple[ob
     cfg = tmp_path / "ds4ci.toml"
     cfg.write_text(toml, encoding="utf-8")
     with pytest.raises(UsageError, match=message.replace("[", r"\[").replace("(", r"\(").replace(")", r"\)")):
-        merge.requirements(cfg, *args)  # type: ignore[arg-type]
+        mergeconfig.requirements(cfg, *args)  # type: ignore[arg-type]
 
 
 def test_gate_config_loader_accepts_a_merge_table(tmp_path: Path) -> None:
