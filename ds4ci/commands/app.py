@@ -189,6 +189,8 @@ def selftest(
                           "target-only answered (needs gguf: ds4ci[tiny]; exit code: the gate's)."),
     ] = None,
     seed: Annotated[int, typer.Option(help="With --server-bin: the tiny models' seed.")] = 1,
+    kind: Annotated[str, typer.Option(help="With --server-bin: the tiny models' kind, as `ds4ci tiny-models --kind` "
+                                           "(successor, whose config requires proof coverage; random).")] = "successor",
 ) -> None:
     """Run the real gate twice against the PyTorch reference server (needs PyTorch: pip install torch).
 
@@ -200,7 +202,7 @@ def selftest(
     if server_bin is not None:
         from ds4ci.commands.selftest_real import run_real_selftest
 
-        exit_with(lambda: run_real_selftest(server_bin, workdir, runner, seed))
+        exit_with(lambda: run_real_selftest(server_bin, workdir, runner, seed, kind))
     from ds4ci.commands.selftest import run_selftest
 
     exit_with(lambda: run_selftest(device=device, runner=runner, publish_dry_run=publish_dry_run, workdir=workdir,

@@ -40,14 +40,14 @@ def _timings(attempt: Path) -> list[str]:
     return lines
 
 
-def run_real_selftest(server_bin: Path, workdir: Path | None, runner: str | None, seed: int) -> int:
+def run_real_selftest(server_bin: Path, workdir: Path | None, runner: str | None, seed: int, kind: str = "successor") -> int:
     if not server_bin.is_file():
         raise UsageError(f"--server-bin {server_bin}: no such file; give the dflash_server binary to check")
     from ds4ci.commands.tiny_models import run_tiny_models
 
     root = workdir or Path(tempfile.mkdtemp(prefix="ds4ci-selftest-real-"))
     models, evidence = root / "models", root / "evidence"
-    run_tiny_models(models, seed)
+    run_tiny_models(models, seed, kind)
     name = runner or f"selftest-{socket.gethostname()}"
     done = run_ds4ci(_gate_argv(models, server_bin.resolve(), evidence, name), GATE_TIMEOUT_S, root)
     try:

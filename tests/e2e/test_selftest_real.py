@@ -28,7 +28,10 @@ def _run(args: list[str], cwd: Path) -> subprocess.CompletedProcess[str]:
 def test_selftest_with_a_server_binary_runs_the_tiny_models_through_the_gate(tmp_path: Path) -> None:
     (tmp_path / "bin").mkdir()
     wrapper = sim_wrapper(tmp_path / "bin")
-    done = _run(["selftest", "--server-bin", str(wrapper), "--workdir", str(tmp_path / "work"), "--runner", "st"], tmp_path)
+    # The simulator answers any model alike, so it cannot walk the successor models' structure: the random
+    # models (whose config requires no coverage) here; the coverage policy on the successor models below.
+    done = _run(["selftest", "--server-bin", str(wrapper), "--workdir", str(tmp_path / "work"), "--runner", "st",
+                 "--kind", "random"], tmp_path)
     assert done.returncode == 0, done.stderr[-3000:]
     out = done.stdout
     assert "gate verdict: pass (exit 0)" in out
@@ -40,6 +43,17 @@ def test_selftest_with_a_server_binary_runs_the_tiny_models_through_the_gate(tmp
     for q in (2, 3, 4):
         assert f"  q{q}: pass; parity oracle: server token trace; counters printed (prompt 0: matched " in out
     assert (tmp_path / "work" / "models" / "ds4ci.toml").is_file()
+
+
+def test_the_successor_models_require_coverage_that_a_server_without_their_structure_lacks(tmp_path: Path) -> None:
+    (tmp_path / "bin").mkdir()
+    wrapper = sim_wrapper(tmp_path / "bin")
+    done = _run(["selftest", "--server-bin", str(wrapper), "--workdir", str(tmp_path / "work"), "--runner", "st"], tmp_path)
+    # parity holds, but the simulator's drafts never cross the boundaries these prompts were made to reach
+    assert done.returncode == 1, done.stderr[-3000:]
+    assert "gate verdict: fail (exit 1)" in done.stdout
+    assert "coverage minimum 'a ratio-128 boundary batch' not met" in done.stderr
+    assert "require_coverage = true" in (tmp_path / "work" / "models" / "ds4ci.toml").read_text(encoding="utf-8")
 
 
 def test_selftest_refuses_a_missing_binary(tmp_path: Path) -> None:
@@ -60,12 +74,13 @@ def test_tiny_models_cli_writes_a_pinned_set(tmp_path: Path) -> None:
     assert old.returncode == 0 and "340fd97fff73dc755f918f8bd0e89ea37b3430c4fb66b81c903e05fd5a40b360" in old.stdout
 
 
-def test_verify_of_the_real_reference_exact_bundle_passes(tmp_path: Path) -> None:
-    """The fork build 41ee7d0 on the H200 (banner, counterless summaries, tiny models): intact, consistent, pass."""
+def test_verify_of_the_first_fork_capture_agrees_its_widths_pass_and_its_tree_was_modified(tmp_path: Path) -> None:
+    """The fork build 41ee7d0 on the H200 (banner, counterless summaries, the random tiny models): intact and
+    consistent; every width passes, and the run is an error because it ran in a modified ds4ci checkout."""
     fork = TESTS / "data" / "real-server" / "h200-fork-41ee7d0" / "gate.bundle.tar.gz"
     done = _run(["verify", str(fork)], tmp_path)
-    assert done.returncode == 0, done.stdout + done.stderr
-    assert "intact and consistent; recomputed verdict pass" in done.stdout + done.stderr
+    assert done.returncode == 4, done.stdout + done.stderr
+    assert "intact and consistent; recomputed verdict error" in done.stdout + done.stderr
 
 
 @pytest.mark.parametrize("name", ["public", "fixed-verify"])

@@ -37,9 +37,12 @@ def _edit(path: Path, old: str, new: str, count: int = 0) -> None:
     path.write_text(text.replace(old, new, count or -1), encoding="utf-8")
 
 
-def test_the_real_fork_capture_passes_on_the_tiny_models_words(tmp_path: Path) -> None:
+def test_the_real_fork_capture_passes_every_width_and_is_an_error_for_its_modified_tree(tmp_path: Path) -> None:
     doc = derive(_attempt(tmp_path))
-    assert (doc["verdict"], doc["reasons"], doc["exit_code"]) == ("pass", [], 0)
+    # that gate ran in a ds4ci checkout with uncommitted changes (revisions.dirty), which is never green by default
+    assert (doc["verdict"], doc["exit_code"]) == ("error", 3) and doc["revisions"]["dirty"] is True
+    assert len(doc["reasons"]) == 1 and doc["reasons"][0].startswith("built from a modified tree: ")
+    assert [w["verdict"] for w in doc["widths"]] == ["pass", "pass", "pass"] and doc["target_only"]["verdict"] == "pass"
     assert doc["target_only"]["oracle"] == "tiny-model words"
     assert doc["identities"]["target"] is not None and doc["identities"]["target"]["sha256"] in KNOWN_TARGETS
     for width in doc["widths"]:
@@ -93,7 +96,8 @@ def test_a_build_with_the_mode_but_no_token_ids_is_an_error_with_the_true_reason
     _edit(attempt / "identities.json", FORK_TARGET, "0" * 64)
     doc = derive(attempt)
     assert (doc["verdict"], doc["exit_code"]) == ("error", 3)
-    assert doc["reasons"] == [judge.no_ids_reason(banner=True)]
+    assert doc["reasons"][0] == judge.no_ids_reason(banner=True)
+    assert len(doc["reasons"]) == 2 and doc["reasons"][1].startswith("built from a modified tree: ")
     assert doc["reasons"][0].startswith("this build has the reference-exact mode (banner seen) but prints no token IDs")
     assert "no reference-exact mode" not in doc["reasons"][0]
     assert doc["target_only"]["oracle"] is None and all(w["oracle"] is None for w in doc["widths"])
