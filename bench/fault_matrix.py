@@ -10,6 +10,7 @@ The same cases are asserted by tests/faults/test_fault_matrix.py; this script re
 from __future__ import annotations
 
 import argparse
+import os
 import platform
 import sys
 import tempfile
@@ -22,6 +23,8 @@ sys.path.insert(0, str(ROOT / "tests" / "faults"))
 
 from cases import CASES, Case, Outcome, run_default  # noqa: E402
 from gatekit import Workspace  # noqa: E402
+
+from ds4ci.supervisor import sandbox  # noqa: E402
 
 # Publishing and results-file faults are exercised by the publish tests against the stateful fake API.
 PUBLISH_CASES = [
@@ -60,6 +63,8 @@ def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--write", action="store_true", help="rewrite docs/faults.md")
     args = parser.parse_args()
+    # The cases' servers are Python programs run by this venv: shown read-only to the sandbox, as the tests do.
+    os.environ.update(sandbox.runtime_environment(os.environ))
     rows = []
     ok_all = True
     started = time.monotonic()

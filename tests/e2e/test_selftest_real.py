@@ -88,3 +88,35 @@ def test_verify_of_the_real_bundles_agrees_no_verdict(name: str, tmp_path: Path)
     done = _run(["verify", str(CAPTURES / f"{name}.bundle.tar.gz")], tmp_path)
     assert done.returncode == 4, done.stdout + done.stderr  # intact and consistent; the gate reached no verdict
     assert "intact and consistent; recomputed verdict error" in done.stdout + done.stderr
+
+
+SUCCESSOR = TESTS / "data" / "real-server" / "h200-fork-successor"
+
+
+@pytest.mark.parametrize("build", ["41ee7d0", "66b226b"])
+def test_verify_of_the_real_fork_builds_with_the_successor_models_passes(build: str, tmp_path: Path) -> None:
+    """The fork build (41ee7d0, and its tip 66b226b) on the H200 with the successor tiny models: intact,
+    consistent and passing when verified offline against the config tiny-models wrote (require_coverage on)."""
+    assert _run(["tiny-models", str(tmp_path / "m")], tmp_path).returncode == 0
+    config = tmp_path / "m" / "ds4ci.toml"
+    done = _run(["verify", str(SUCCESSOR / f"{build}.successor.bundle.tar.gz"), "--expect-config", str(config)], tmp_path)
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert "intact and consistent; recomputed verdict pass" in done.stdout + done.stderr
+
+
+def test_the_real_successor_run_exercised_every_slot_and_both_boundaries(tmp_path: Path) -> None:
+    import json
+    import tarfile
+
+    with tarfile.open(SUCCESSOR / "41ee7d0.successor.bundle.tar.gz") as tar:
+        tar.extractall(tmp_path, filter="data")
+    (attempt,) = [p for p in tmp_path.iterdir() if p.is_dir()]
+    doc = json.loads((attempt / "results.json").read_text(encoding="utf-8"))
+    assert doc["verdict"] == "pass" and doc["settings"]["require_coverage"] is True
+    for width in doc["widths"]:
+        q, cov = width["q"], width["coverage"]
+        assert cov["unmet"] == [] and all(n > 0 for n in cov["accept_histogram"]), (q, cov)
+        assert all(n > 0 for n in cov["rejections_per_slot"])
+        assert cov["boundaries"]["ratio128"]["rejected"] > 0 and cov["boundaries"]["window"]["rejected"] > 0
+        for cell in width["prompts"]:  # acceptance partial: inside the band the successor models were made for
+            assert 0.30 <= cell["matched"] / cell["offered"] <= 0.85, (q, cell["matched"], cell["offered"])
