@@ -3,7 +3,8 @@
 A runner whose HOME holds the models and the server: HOME is hidden from PR code, so the server
 could not see its own files; before, every server died in bwrap ("Can't mkdir parents for
 .../.config/ds4ci: Read-only file system") and the gate said only "exited with code -9 before it
-was ready". Now the gate refuses before any PR process starts and names what to move.
+was ready". Now the gate refuses before any server starts and names what to move (a bind never shows
+HOME whole).
 """
 
 from __future__ import annotations
@@ -47,8 +48,9 @@ def test_models_and_server_inside_home_are_refused_before_any_server_starts(tmp_
     doc = run.results
     assert doc is not None, run.stderr
     reasons = "\n".join(doc["reasons"])
-    assert f"the server must see {home / 'models' / 'target.gguf'}, which lies inside {home}" in reasons, reasons
-    assert "the home folder of the user the gate runs as" in reasons and "move the models" in reasons
-    assert "exited with code" not in reasons and "no PR code was run" in reasons
-    assert doc["timings"]["servers"] == []  # nothing started
+    # HOME is never shown whole: the server's folder (HOME itself here) is refused as a bind, with what to do
+    assert f"refused to bind {home} would show {home} whole" in reasons, reasons
+    assert "name the folder inside it that the process needs" in reasons
+    assert "exited with code" not in reasons and "before it was ready" not in reasons
+    assert all(s.get("ready_s") is None for s in doc["timings"]["servers"])  # no server started
     assert processes_mentioning(str(home)) == []
