@@ -214,12 +214,33 @@ def _serve(fd: int) -> None:
                 poller.register(pidfd, select.POLLIN)
 
 
+def _bwraps_of(scratches: dict[Path, bool]) -> list[int]:
+    """The bwrap processes (outer and init: the same command line) that bind one of ``scratches`` as their /tmp.
+
+    A second way to find a sandbox when ds4ci is gone, beside the pidfds: each scratch folder's name is random
+    and only its own sandbox's bwrap names it, so no other process matches."""
+    wanted = {os.fsencode(str(path)) for path in scratches}
+    found = []
+    for entry in os.listdir("/proc"):  # noqa: PTH208 - a plain scan of pids
+        if not entry.isdigit():
+            continue
+        with contextlib.suppress(OSError):
+            with open(f"/proc/{entry}/cmdline", "rb") as fh:  # noqa: PTH123
+                words = fh.read(1 << 16).split(b"\0")
+            if words and words[0].endswith(b"bwrap") and wanted.intersection(words):
+                found.append(int(entry))
+    return found
+
+
 def _end(inits: set[int], scratches: dict[Path, bool]) -> None:
-    """SIGKILL every init still running, wait until each has exited (its namespace is empty then), remove the
-    scratch folders that are left."""
+    """SIGKILL every init still running (through its pidfd, and any bwrap found binding one of the scratch
+    folders), wait until each has exited (its namespace is empty then), remove the scratch folders that are left."""
     for pidfd in inits:
         with contextlib.suppress(OSError):
             signal.pidfd_send_signal(pidfd, signal.SIGKILL)
+    for pid in _bwraps_of(scratches):
+        with contextlib.suppress(OSError):
+            os.kill(pid, signal.SIGKILL)
     waiting = select.poll()
     for pidfd in inits:
         waiting.register(pidfd, select.POLLIN)
