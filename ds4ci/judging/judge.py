@@ -24,9 +24,11 @@ from ds4ci.judging.tinywords import known_target
 from ds4ci.judging.verdict import (
     ERROR,
     FAIL,
+    ORACLE_TEXT,
     ORACLE_TRACE,
     ORACLE_WORDS,
     PASS,
+    TOKEN_ORACLES,
     Observed,
     TargetReference,
     ids_digest,
@@ -84,6 +86,7 @@ class Settings:
     prompt_sha256s: tuple[str, ...]
     target_sha256: str | None = None  # the target's SHA-256 as ds4ci hashed it (identities.json)
     require_coverage: bool = False  # [gate] require_coverage: an unmet coverage minimum fails a passing width
+    text_parity: bool = False  # [gate] text_parity: with no token-ID oracle, judge parity on the answers' text
 
 
 class EvidenceError(Exception):
@@ -254,11 +257,14 @@ def choose_oracle(attempt: Path, keys: Sequence[str], settings: Settings) -> Ora
 
     A trace line in any arm: the build speaks the strict dialect, and every request must print one.
     Otherwise ds4ci's own tiny models, known from the target's SHA-256 as ds4ci hashed it (never from
-    the answers' look): their answers spell their token IDs. Otherwise none."""
+    the answers' look): their answers spell their token IDs. Otherwise the answers' text, only where the
+    config opts in ([gate] text_parity). Otherwise none."""
     if modeless.prints_trace(attempt, keys):
         return ORACLE_TRACE
     if known_target(settings.target_sha256) is not None:
         return ORACLE_WORDS
+    if settings.text_parity:
+        return ORACLE_TEXT
     return None
 
 
@@ -268,7 +274,8 @@ def no_ids_reason(banner: bool) -> str:
     return (
         f"this build has the reference-exact mode ({seen}) but prints no token IDs: no [ds4-exact-verify-trace] "
         "line in any arm, and the target is not one of ds4ci's tiny models (whose answers spell their IDs); the gate "
-        "cannot judge parity. Run the gate with the models of `ds4ci tiny-models`, or on a build that prints the trace"
+        "cannot judge parity. Run the gate with the models of `ds4ci tiny-models`, or on a build that prints the trace, "
+        "or opt in to judging the answers' text with [gate] text_parity = true (text parity, not token parity)"
     )
 
 
@@ -292,7 +299,7 @@ def judge_target(attempt: Path, settings: Settings, oracle: Oracle | None = ORAC
         "prompts": [
             {
                 "prompt_index": i,
-                "n": len(reference.ids[i]) if i in reference.ids else None,
+                "n": len(reference.ids[i]) if i in reference.ids and oracle in TOKEN_ORACLES else None,
                 "ids_sha256": ids_digest(reference.ids[i]) if i in reference.ids else None,
             }
             for i in range(len(settings.prompt_sha256s))

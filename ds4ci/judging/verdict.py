@@ -25,8 +25,11 @@ T = TypeVar("T")
 _SEVERITY: dict[Verdict, int] = {PASS: 0, NOT_RUN: 1, ERROR: 2, FAIL: 3}
 # The parity oracles: where the token IDs of both arms are read from, strongest first (docs/protocol.md).
 ORACLE_TRACE: Final = "server token trace"  # [ds4-exact-verify-trace] ids=[...] (the strict dialect)
+ORACLE_EXACT: Final = "exact-differential trace"  # the tokens records of DFLASH_DS4_EXACT_TRACE_PATH's file
 ORACLE_WORDS: Final = "tiny-model words"  # the answer's words, exact for ds4ci's own tiny models
-ORACLES = (ORACLE_TRACE, ORACLE_WORDS)
+ORACLE_TEXT: Final = "text parity"  # the answers' text, only with [gate] text_parity: not token parity
+ORACLES = (ORACLE_TRACE, ORACLE_EXACT, ORACLE_WORDS, ORACLE_TEXT)
+TOKEN_ORACLES = (ORACLE_TRACE, ORACLE_EXACT, ORACLE_WORDS)
 
 
 def worst(verdicts: Sequence[Verdict]) -> Verdict:
@@ -121,10 +124,24 @@ def check_words(obs: Observed, where: str) -> RequestCheck:
     return result
 
 
+def check_text(obs: Observed, where: str) -> RequestCheck:
+    """Text parity: the answer's text stands in for its IDs, as its characters (never called token IDs)."""
+    result = RequestCheck()
+    result.reasons.extend(f"{where}: {p}" for p in obs.log.problems)
+    if obs.answer is None:
+        return result
+    result.reasons.extend(f"{where}: {p}" for p in obs.answer.problems)
+    if obs.answer.text is not None:
+        result.ids = tuple(ord(c) for c in obs.answer.text)
+    return result
+
+
 def check_ids(obs: Observed, where: str, oracle: str, reference_exact: int, speculation: int) -> RequestCheck:
     """The request's IDs through the build's oracle (ORACLES)."""
     if oracle == ORACLE_WORDS:
         return check_words(obs, where)
+    if oracle == ORACLE_TEXT:
+        return check_text(obs, where)
     return check_trace(obs, where, reference_exact, speculation)
 
 
@@ -246,7 +263,7 @@ def judge_target_only(
             if other != first:
                 deterministic = prompt_deterministic = False
                 mismatch = first_mismatch(first, other)
-                detail = mismatch.describe().replace("reference-exact", f"request {run.repeat + 1}") if mismatch else ""
+                detail = _describe(mismatch, oracle).replace("reference-exact", f"request {run.repeat + 1}")
                 reasons.append(
                     f"target-only decoding is not deterministic; parity cannot be judged "
                     f"(prompt {index}, request {run.repeat + 1} differs from request 1: {detail})"
@@ -267,6 +284,23 @@ def judge_target_only(
     else:
         verdict = PASS
     return TargetReference(ids, verdict, reasons, deterministic, answers)
+
+
+def _describe(mismatch: Mismatch | None, oracle: str) -> str:
+    """A first difference in the oracle's own words: text parity names characters, never token IDs."""
+    if mismatch is None:
+        return ""
+    if oracle != ORACLE_TEXT:
+        return mismatch.describe()
+    return (
+        f"the answer texts first differ at character {mismatch.position} (target-only has {mismatch.target_len} "
+        f"characters, reference-exact {mismatch.spec_len}): target-only {_chars(mismatch.target_ids)} vs "
+        f"reference-exact {_chars(mismatch.spec_ids)}"
+    )
+
+
+def _chars(codes: Sequence[int]) -> str:
+    return repr("".join(chr(c) for c in codes))
 
 
 def _mismatch_json(m: Mismatch) -> MismatchRecord:
@@ -291,7 +325,7 @@ class _Parity:
 
 def _parity(
     where: str, target_ids: Sequence[int], checks: Sequence[RequestCheck], runs: Sequence[Observed],
-    target_answer: Answer | None,
+    target_answer: Answer | None, oracle: str = ORACLE_TRACE,
 ) -> _Parity:
     parity = 0
     contradictions: list[str] = []
@@ -308,11 +342,12 @@ def _parity(
             contradictions += _words_differ(request, target_answer, obs.answer, "the target-only answer")
         else:
             mismatch = mismatch or found
-            differing.setdefault(found.describe(), []).append(obs.repeat + 1)
+            differing.setdefault(_describe(found, oracle), []).append(obs.repeat + 1)
     reasons = []
+    what = "answer texts differ (text parity)" if oracle == ORACLE_TEXT else "token IDs differ"
     for description, requests in differing.items():
         which = f"request {requests[0]}" if len(requests) == 1 else f"requests {', '.join(map(str, requests))}"
-        reasons.append(f"{where} {which}: token IDs differ: {description}")
+        reasons.append(f"{where} {which}: {what}: {description}")
     return _Parity(parity, mismatch, reasons + contradictions)
 
 
@@ -326,12 +361,13 @@ class _Repeats:
     reasons: list[str]
 
 
-def _repeats(where: str, checks: Sequence[RequestCheck], runs: int) -> _Repeats:
+def _repeats(where: str, checks: Sequence[RequestCheck], runs: int, oracle: str = ORACLE_TRACE) -> _Repeats:
     reasons = []
     present = [c.ids for c in checks if c.ids is not None]
     ids_identical = len(present) == runs and all(ids == present[0] for ids in present)
     if len(present) == runs and not ids_identical:
-        reasons.append(f"{where}: repeated requests on one server gave different token IDs")
+        what = "answer texts" if oracle == ORACLE_TEXT else "token IDs"
+        reasons.append(f"{where}: repeated requests on one server gave different {what}")
     summaries = [c.summary for c in checks if c.summary is not None]
     counters = [s.counters() for s in summaries]
     counters_identical = len(counters) == runs and all(c == counters[0] for c in counters)
@@ -361,8 +397,9 @@ def judge_width_prompt(
         reasons.append(f"q={q}: the reference-exact activation banner '[ds4-spec] reference-exact verifier:' is missing")
     target_ids = reference.ids.get(prompt_index)
     target_answer = reference.answers.get(prompt_index)
-    parity = _parity(where, target_ids, checks, runs, target_answer) if target_ids is not None else _Parity(0, None, [])
-    repeats = _repeats(where, checks, len(runs))
+    parity = (_parity(where, target_ids, checks, runs, target_answer, oracle) if target_ids is not None
+              else _Parity(0, None, []))
+    repeats = _repeats(where, checks, len(runs), oracle)
     reasons += parity.reasons + repeats.reasons
     verdict: Verdict
     if target_ids is None:
@@ -370,7 +407,8 @@ def judge_width_prompt(
         reasons.append(f"{where}: no usable target-only reference for this prompt")
     else:
         verdict = FAIL if reasons else PASS
-    first_ids = next((c.ids for c in checks if c.ids is not None), None)
+    tokens = oracle in TOKEN_ORACLES  # text parity has characters, not token counts
+    first_ids = next((c.ids for c in checks if c.ids is not None), None) if tokens else None
     first_summary = next((c.summary for c in checks if c.summary is not None), None)
     first_counters = next((c.counters for c in checks if c.counters is not None), None)
     return {
@@ -380,7 +418,7 @@ def judge_width_prompt(
         "reasons": reasons,
         "requests": len(runs),
         "parity_requests": parity.requests,
-        "tokens_target": len(target_ids) if target_ids is not None else None,
+        "tokens_target": len(target_ids) if target_ids is not None and tokens else None,
         "tokens_spec": len(first_ids) if first_ids is not None else None,
         "steps": first_summary.steps if first_summary else None,
         "matched": first_counters.matched if first_counters else None,
@@ -391,5 +429,5 @@ def judge_width_prompt(
         "banner": banner_seen,
         "repeats_identical": repeats.ids_identical,
         "counters_identical": repeats.counters_identical,
-        "mismatch": _mismatch_json(parity.mismatch) if parity.mismatch else None,
+        "mismatch": _mismatch_json(parity.mismatch) if parity.mismatch and tokens else None,
     }
