@@ -212,7 +212,7 @@ def check_spec_request(obs: Observed, q: int, oracle: str = ORACLE_TRACE) -> Req
     result.counters = found
     result.reasons += _counter_reasons(where, summary, found, oracle)
     if summary.matched is None and oracle != ORACLE_TRACE:
-        result.reasons += _answer_agrees(where, obs, summary, result.ids)
+        result.reasons += _answer_agrees(where, obs, summary, result.ids if oracle in TOKEN_ORACLES else None)
     if summary.full_snap != 1:
         result.reasons.append(f"{where}: full_snap={summary.full_snap}, expected full_snap=1 (full rollback snapshots)")
     if summary.q_cap != q:
