@@ -9,29 +9,33 @@ from __future__ import annotations
 import hashlib
 from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import Final, TypeVar
+from typing import Final
 
 from ds4ci.judging import counters as counting
 from ds4ci.judging.answer import Answer
-from ds4ci.judging.protocol import Mismatch, RequestLog, SpecSummary, Trace, first_mismatch
-from ds4ci.judging.tinywords import ids_from_text
+from ds4ci.judging.oracle import (
+    ORACLE_EXACT,
+    ORACLE_TEXT,
+    ORACLE_TRACE,
+    ORACLE_WORDS,
+    ORACLES,
+    TOKEN_ORACLES,
+    Observed,
+    RequestCheck,
+    check_ids,
+    check_trace,
+    first_of_exactly_one,
+)
+from ds4ci.judging.protocol import Mismatch, SpecSummary, first_mismatch
 from ds4ci.records import MismatchRecord, PromptResult, Verdict
 
 PASS: Final = "pass"  # noqa: S105 - a verdict, not a password
 FAIL: Final = "fail"
 ERROR: Final = "error"
 NOT_RUN: Final = "not_run"
-T = TypeVar("T")
+__all__ = ["ORACLES", "ORACLE_EXACT", "ORACLE_TEXT", "ORACLE_TRACE", "ORACLE_WORDS", "TOKEN_ORACLES", "Observed",
+           "RequestCheck", "check_ids", "check_trace"]  # the oracles, re-exported for the judging path
 _SEVERITY: dict[Verdict, int] = {PASS: 0, NOT_RUN: 1, ERROR: 2, FAIL: 3}
-# The parity oracles: where the token IDs of both arms are read from, strongest first (docs/protocol.md).
-ORACLE_TRACE: Final = "server token trace"  # [ds4-exact-verify-trace] ids=[...] (the strict dialect)
-ORACLE_EXACT: Final = "exact-differential trace"  # the tokens records of DFLASH_DS4_EXACT_TRACE_PATH's file
-ORACLE_WORDS: Final = "tiny-model words"  # the answer's words, exact for ds4ci's own tiny models
-ORACLE_TEXT: Final = "text parity"  # the answers' text, only with [gate] text_parity: not token parity
-ORACLES = (ORACLE_TRACE, ORACLE_EXACT, ORACLE_WORDS, ORACLE_TEXT)
-TOKEN_ORACLES = (ORACLE_TRACE, ORACLE_EXACT, ORACLE_WORDS)
-
-
 def worst(verdicts: Sequence[Verdict]) -> Verdict:
     """A contract violation (fail) outranks "could not judge" (error), which outranks pass."""
     return max(verdicts, key=lambda v: _SEVERITY[v], default=PASS)
@@ -39,110 +43,6 @@ def worst(verdicts: Sequence[Verdict]) -> Verdict:
 
 def ids_digest(ids: Sequence[int]) -> str:
     return hashlib.sha256(" ".join(str(i) for i in ids).encode("ascii")).hexdigest()
-
-
-@dataclass(frozen=True)
-class Observed:
-    """One request as the gate saw it: which arm, which prompt, which repeat, its log records and its answer."""
-
-    prompt_index: int
-    repeat: int
-    log: RequestLog
-    attributed: bool = True  # False when the server's log could not be split by order (its problems say why)
-    answer: Answer | None = None  # None only in unit tests of the log rules: the gate always reads one
-
-
-@dataclass
-class RequestCheck:
-    trace: Trace | None = None
-    summary: SpecSummary | None = None
-    reasons: list[str] = field(default_factory=list)
-    ids: tuple[int, ...] | None = None  # the request's token IDs, as the oracle reads them
-    counters: counting.Counters | None = None
-
-
-def _first_of_exactly_one(items: Sequence[T], what: str, where: str, reasons: list[str]) -> T | None:
-    """The first record, with a reason unless there was exactly one (a duplicate is judged too)."""
-    if len(items) != 1:
-        reasons.append(f"{where}: expected exactly one {what} line, found {len(items)}")
-    return items[0] if items else None
-
-
-def check_trace(obs: Observed, where: str, reference_exact: int, speculation: int) -> RequestCheck:
-    """Clause 2: exactly one trace, n equals the number of IDs, not empty, flags match the arm."""
-    result = RequestCheck()
-    result.reasons.extend(f"{where}: {p}" for p in obs.log.problems)
-    if not obs.attributed and not obs.log.traces:  # the server-wide problems say why
-        return result
-    if obs.answer is not None:
-        result.reasons.extend(f"{where}: {p}" for p in obs.answer.problems)
-    trace = _first_of_exactly_one(obs.log.traces, "[ds4-exact-verify-trace]", where, result.reasons)
-    if trace is None:
-        return result
-    result.trace = trace
-    result.ids = trace.ids
-    tokens = obs.answer.completion_tokens if obs.answer is not None else None
-    if tokens is not None and tokens != trace.n:
-        result.reasons.append(
-            f"{where}: the server's answer says completion_tokens={tokens} but its trace says n={trace.n}: "
-            "the server's answer contradicts its own trace"
-        )
-    if trace.n != len(trace.ids):
-        result.reasons.append(f"{where}: trace declares n={trace.n} but lists {len(trace.ids)} IDs")
-    if not trace.ids:
-        result.reasons.append(f"{where}: trace is empty (no token IDs)")
-    if (trace.reference_exact, trace.speculation) != (reference_exact, speculation):
-        result.reasons.append(
-            f"{where}: trace flags reference_exact={trace.reference_exact} speculation={trace.speculation}, "
-            f"expected reference_exact={reference_exact} speculation={speculation} for this arm"
-        )
-    return result
-
-
-def check_words(obs: Observed, where: str) -> RequestCheck:
-    """The request's IDs read from its answer's words (the tiny models: one word per token)."""
-    result = RequestCheck()
-    result.reasons.extend(f"{where}: {p}" for p in obs.log.problems)
-    if obs.answer is None:
-        return result
-    result.reasons.extend(f"{where}: {p}" for p in obs.answer.problems)
-    if obs.answer.text is None:
-        return result
-    ids = ids_from_text(obs.answer.text)
-    if ids is None:
-        result.reasons.append(
-            f"{where}: the answer's text is not tiny-model words (' w<ID>' per token), so its token IDs cannot be "
-            f"read: {obs.answer.text[:80]!r}"
-        )
-        return result
-    tokens = obs.answer.completion_tokens
-    if tokens is not None and tokens != len(ids):
-        result.reasons.append(
-            f"{where}: the server's answer says completion_tokens={tokens} but its text spells {len(ids)} token(s)"
-        )
-    result.ids = tuple(ids)
-    return result
-
-
-def check_text(obs: Observed, where: str) -> RequestCheck:
-    """Text parity: the answer's text stands in for its IDs, as its characters (never called token IDs)."""
-    result = RequestCheck()
-    result.reasons.extend(f"{where}: {p}" for p in obs.log.problems)
-    if obs.answer is None:
-        return result
-    result.reasons.extend(f"{where}: {p}" for p in obs.answer.problems)
-    if obs.answer.text is not None:
-        result.ids = tuple(ord(c) for c in obs.answer.text)
-    return result
-
-
-def check_ids(obs: Observed, where: str, oracle: str, reference_exact: int, speculation: int) -> RequestCheck:
-    """The request's IDs through the build's oracle (ORACLES)."""
-    if oracle == ORACLE_WORDS:
-        return check_words(obs, where)
-    if oracle == ORACLE_TEXT:
-        return check_text(obs, where)
-    return check_trace(obs, where, reference_exact, speculation)
 
 
 def check_target_only_request(obs: Observed, oracle: str = ORACLE_TRACE) -> RequestCheck:
@@ -202,7 +102,7 @@ def check_spec_request(obs: Observed, q: int, oracle: str = ORACLE_TRACE) -> Req
     result = check_ids(obs, where, oracle, 1, 1)
     if not obs.attributed and not obs.log.summaries:
         return result
-    summary = _first_of_exactly_one(obs.log.summaries, "[ds4-spec] gen=... summary", where, result.reasons)
+    summary = first_of_exactly_one(obs.log.summaries, "[ds4-spec] gen=... summary", where, result.reasons)
     if summary is None:
         return result
     result.summary = summary
