@@ -13,6 +13,7 @@ refused with the line that broke the rule. The file is PR data: read through ``c
 
 from __future__ import annotations
 
+import json
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Final
@@ -48,20 +49,25 @@ class _Broken(Exception):
     pass
 
 
+def _shown(value: object) -> str:
+    """A found value as JSON writes it (``true``, ``"a"``, ``null``), shortened."""
+    return json.dumps(value)[:40]
+
+
 def _int(record: dict[str, Any], name: str) -> int:
     value = record.get(name)
     if isinstance(value, bool) or not isinstance(value, int):
-        raise _Broken(f"expected an integer {name}, found {str(value)[:40]!r}")
+        raise _Broken(f"expected an integer {name}, found {_shown(value)}")
     return value
 
 
 def _token_ids(record: dict[str, Any]) -> tuple[int, ...]:
     ids = record.get("token_ids")
     if not isinstance(ids, list):
-        raise _Broken(f"expected a token_ids list, found {str(ids)[:40]!r}")
+        raise _Broken(f"expected a token_ids list, found {_shown(ids)}")
     bad = next((i for i in ids if isinstance(i, bool) or not isinstance(i, int) or i not in _INT32), None)
     if bad is not None:
-        raise _Broken(f"token_ids holds {str(bad)[:40]!r}, not a 32-bit integer")
+        raise _Broken(f"token_ids holds {_shown(bad)}, not a 32-bit integer")
     return tuple(ids)
 
 
@@ -76,7 +82,7 @@ class _Reader:
     def feed(self, number: int, record: dict[str, Any]) -> None:
         kind = record.get("type")
         if record.get("schema") != SCHEMA:
-            raise _Broken(f"expected schema {SCHEMA!r}, found {str(record.get('schema'))[:60]!r}")
+            raise _Broken(f"expected schema {SCHEMA!r}, found {_shown(record.get('schema'))}")
         if kind == "model_config":
             if number != 1:
                 raise _Broken("a model_config record after the first line (one server process writes one, first)")
@@ -115,7 +121,7 @@ class _Reader:
                 raise _Broken(f"request_end of request {request} without its tokens record")
             ok = record.get("ok")
             if not isinstance(ok, bool):
-                raise _Broken(f"expected ok true or false, found {str(ok)[:40]!r}")
+                raise _Broken(f"expected ok true or false, found {_shown(ok)}")
             self.requests.append(TracedRequest(request, self.tokens.line, self.tokens.token_ids, ok))
             self.current, self.tokens = None, None
 
