@@ -196,7 +196,7 @@ def observe(
     traced: tuple[exacttrace.TracedRequest, ...] = ()
     if oracle == ORACLE_EXACT:
         traced, problem = exacttrace.for_server(attempt, exact_trace_path(key), len(entries), life.get("exact_trace"))
-        problems += [f"{key}: {problem}"] if problem else []
+        problems += [problem] if problem else []
     observed = []
     for index, (entry, request_log) in enumerate(zip(entries, log.requests, strict=True)):
         where = f"{key} request {entry.get('index')}"

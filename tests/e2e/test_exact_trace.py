@@ -41,7 +41,8 @@ def test_the_trace_files_tokens_are_the_oracle_and_verify_agrees(tmp_path: Path)
         life = json.loads((bundle / "servers" / key / "lifecycle.json").read_text())
         assert life["exact_trace"] == "collected"
         lines = (bundle / "servers" / key / "exact-trace.jsonl").read_text().splitlines()
-        assert [json.loads(line)["type"] for line in lines][:5] == ["model_config", "request_start", "step", "tokens", "request_end"]
+        kinds = [json.loads(line)["type"] for line in lines]
+        assert kinds[:5] == ["model_config", "request_start", "step", "tokens", "request_end"] and len(kinds) == 9
     proc = subprocess.run([DS4CI, "verify", str(bundle)], capture_output=True, text=True, check=False)
     assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-2000:]
 
@@ -55,7 +56,7 @@ def test_a_divergence_is_caught_through_the_trace_file(tmp_path: Path) -> None:
 def test_a_request_without_its_tokens_record_fails_naming_the_line(tmp_path: Path) -> None:
     run = _gate(tmp_path, f"{WRITER},exact-trace-no-tokens@q2")
     assert run.code == 1
-    assert "q=2: q2: servers/q2/exact-trace.jsonl line 9: request_end of request 1 without its tokens record" in run.reasons()
+    assert "q=2: servers/q2/exact-trace.jsonl line 8: request_end of request 1 without its tokens record" in run.reasons()
 
 
 def test_a_count_other_than_the_answers_fails(tmp_path: Path) -> None:
