@@ -264,8 +264,11 @@ class Server:
 
     def _collect_exact_trace(self, scratch: Path) -> None:
         """Seal the trace the server left in its scratch folder (its ``/tmp``) beside its logs."""
-        self.exact_trace = tracefile.collect(
-            scratch / policy.EXACT_TRACE_NAME, self.log_dir / exacttrace.EVIDENCE_NAME, exacttrace.MAX_TRACE_BYTES)
+        try:
+            self.exact_trace = tracefile.collect(
+                scratch / policy.EXACT_TRACE_NAME, self.log_dir / exacttrace.EVIDENCE_NAME, exacttrace.MAX_TRACE_BYTES)
+        except OSError as exc:  # an unreadable file (or a full disk) is no trace, never a traceback
+            self.exact_trace = f"refused: it could not be copied ({exc.strerror or exc})"
 
     def _wait_ready(self, started: float) -> None:
         assert self.child is not None

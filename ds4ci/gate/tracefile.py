@@ -38,6 +38,9 @@ def collect(source: Path, destination: Path, limit: int) -> str:
         os.close(fd)
     if len(data) > limit:
         return f"refused: over the {limit}-byte limit for it (it grew while read)"
-    with destination.open("xb") as out:  # never overwrites evidence
-        out.write(data)
+    try:
+        with destination.open("xb") as out:  # never overwrites evidence
+            out.write(data)
+    except FileExistsError:
+        return f"refused: {destination.name} already exists in the evidence (never overwritten)"
     return COLLECTED
