@@ -85,14 +85,19 @@ def check_trace(obs: Observed, where: str, reference_exact: int, speculation: in
     return result
 
 
-def check_words(obs: Observed, where: str) -> RequestCheck:
-    """The request's IDs read from its answer's words (the tiny models: one word per token)."""
+def _with_problems(obs: Observed, where: str) -> RequestCheck:
+    """A check that starts with the request's log problems and what its answer lacks."""
     result = RequestCheck()
     result.reasons.extend(f"{where}: {p}" for p in obs.log.problems)
-    if obs.answer is None:
-        return result
-    result.reasons.extend(f"{where}: {p}" for p in obs.answer.problems)
-    if obs.answer.text is None:
+    if obs.answer is not None:
+        result.reasons.extend(f"{where}: {p}" for p in obs.answer.problems)
+    return result
+
+
+def check_words(obs: Observed, where: str) -> RequestCheck:
+    """The request's IDs read from its answer's words (the tiny models: one word per token)."""
+    result = _with_problems(obs, where)
+    if obs.answer is None or obs.answer.text is None:
         return result
     ids = ids_from_text(obs.answer.text)
     if ids is None:
@@ -113,10 +118,7 @@ def check_words(obs: Observed, where: str) -> RequestCheck:
 def check_exact(obs: Observed, where: str) -> RequestCheck:
     """The request's IDs from its tokens record in the exact-differential trace (the trace's own problems are
     judged per server); the record must say the request ended ok and agree with the answer's count."""
-    result = RequestCheck()
-    result.reasons.extend(f"{where}: {p}" for p in obs.log.problems)
-    if obs.answer is not None:
-        result.reasons.extend(f"{where}: {p}" for p in obs.answer.problems)
+    result = _with_problems(obs, where)
     found = obs.exact
     if found is None:
         return result
@@ -137,12 +139,8 @@ def check_exact(obs: Observed, where: str) -> RequestCheck:
 
 def check_text(obs: Observed, where: str) -> RequestCheck:
     """Text parity: the answer's text stands in for its IDs, as its characters (never called token IDs)."""
-    result = RequestCheck()
-    result.reasons.extend(f"{where}: {p}" for p in obs.log.problems)
-    if obs.answer is None:
-        return result
-    result.reasons.extend(f"{where}: {p}" for p in obs.answer.problems)
-    if obs.answer.text is not None:
+    result = _with_problems(obs, where)
+    if obs.answer is not None and obs.answer.text is not None:
         result.ids = tuple(ord(c) for c in obs.answer.text)
     return result
 
