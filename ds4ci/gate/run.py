@@ -197,7 +197,9 @@ class _Run:
             for name in policy.difference(target_env, env):
                 entry = f"{name} (q={q}): target-only={target_env.env.get(name)!r} reference-exact={env.env.get(name)!r}"
                 difference.append(entry)
-        self.doc["policy"].update({"removed": policy.removed_policy(inherited), "arms": arms, "difference": difference})
+        common = policy.common_policy(cfg.mmvq_max_ncols, prefixes, exact)  # as the servers got it
+        self.doc["policy"].update({"common": common, "removed": policy.removed_policy(inherited), "arms": arms,
+                                   "difference": difference})
         store.write_json(self.attempt.path / "env" / "policy.json", self.doc["policy"])
         store.write_json(self.attempt.path / "env" / "provenance.json", self.doc["provenance"])
         return target_env, spec_envs
