@@ -194,12 +194,10 @@ class _Run:
             forbidden = policy.check_only_activation_differs(target_env, env)
             if forbidden:
                 raise NoVerdictError(f"arm environments differ beyond activation variables: {', '.join(forbidden)}")
-            for name in policy.difference(target_env, env):
-                entry = f"{name} (q={q}): target-only={target_env.env.get(name)!r} reference-exact={env.env.get(name)!r}"
-                difference.append(entry)
-        common = policy.common_policy(cfg.mmvq_max_ncols, prefixes, exact)  # as the servers got it
-        self.doc["policy"].update({"common": common, "removed": policy.removed_policy(inherited), "arms": arms,
-                                   "difference": difference})
+            difference += [f"{name} (q={q}): target-only={target_env.env.get(name)!r} reference-exact={env.env.get(name)!r}"
+                           for name in policy.difference(target_env, env)]
+        common, removed = policy.common_policy(cfg.mmvq_max_ncols, prefixes, exact), policy.removed_policy(inherited)
+        self.doc["policy"] = {"common": common, "removed": removed, "arms": arms, "difference": difference}  # as run
         store.write_json(self.attempt.path / "env" / "policy.json", self.doc["policy"])
         store.write_json(self.attempt.path / "env" / "provenance.json", self.doc["provenance"])
         return target_env, spec_envs
