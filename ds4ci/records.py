@@ -29,7 +29,7 @@ EnvPrefix = Literal["DFLASH_", "LUCE_"]
 Scope = Literal["full", "focused"]
 Arm = Literal["target-only", "reference-exact"]
 Containment = Literal["sandbox", "pid-namespace", "subreaper+sweep"]
-Oracle = Literal["server token trace", "tiny-model words"]
+Oracle = Literal["server token trace", "exact-differential trace", "tiny-model words", "text parity"]
 CountersSource = Literal["printed", "derived"]
 
 
@@ -197,6 +197,7 @@ class RecordedSettings(TypedDict):
     env_prefixes: NotRequired[list[EnvPrefix]]
     log_cap_mib: NotRequired[int]
     require_coverage: NotRequired[bool]
+    text_parity: NotRequired[bool]
     request_body: NotRequired[dict[str, object]]
     configured_widths: NotRequired[list[int]]
     scope: NotRequired[Scope]

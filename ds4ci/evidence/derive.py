@@ -150,6 +150,7 @@ def _judge_servers(root: Path, doc: Results, errors: list[str]) -> tuple[TargetO
         max_tokens=sealed["max_tokens"], prompt_sha256s=tuple(p["sha256"] for p in doc["identities"]["prompts"]),
         target_sha256=target_identity["sha256"] if target_identity is not None else None,
         require_coverage=sealed.get("require_coverage") is True,
+        text_parity=sealed.get("text_parity") is True,
     )
     if not (root / judge.SERVERS / judge.TARGET_KEY).is_dir():
         return not_run_target(), [], []

@@ -26,7 +26,7 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from ds4ci import __version__
+from ds4ci import __version__, supervisor
 from ds4ci.errors import EXIT_ERROR, Ds4ciError, NoVerdictError
 from ds4ci.evidence import derive, results, store
 from ds4ci.fileio import write_text_atomic
@@ -183,11 +183,10 @@ class _Run:
     def arm_environments(self) -> tuple[policy.ArmEnvironment, dict[int, policy.ArmEnvironment]]:
         cfg = self.cfg
         inherited = dict(os.environ)
-        target_env = policy.target_only_env(inherited, cfg.mmvq_max_ncols, cfg.env_prefixes)
-        spec_envs = {
-            q: policy.reference_exact_env(inherited, cfg.mmvq_max_ncols, cfg.env_prefixes, str(cfg.draft.path), q)
-            for q in cfg.widths
-        }
+        exact = supervisor.default().sandboxes_pr_code()  # the trace file lives in the sandbox's own scratch folder
+        target_env = policy.target_only_env(inherited, cfg.mmvq_max_ncols, cfg.env_prefixes, exact)
+        draft, prefixes = str(cfg.draft.path), cfg.env_prefixes
+        spec_envs = {q: policy.reference_exact_env(inherited, cfg.mmvq_max_ncols, prefixes, draft, q, exact) for q in cfg.widths}
         arms = {policy.TARGET_ONLY: target_env.policy()}
         difference: list[str] = []
         for q, env in spec_envs.items():
@@ -195,10 +194,10 @@ class _Run:
             forbidden = policy.check_only_activation_differs(target_env, env)
             if forbidden:
                 raise NoVerdictError(f"arm environments differ beyond activation variables: {', '.join(forbidden)}")
-            for name in policy.difference(target_env, env):
-                entry = f"{name} (q={q}): target-only={target_env.env.get(name)!r} reference-exact={env.env.get(name)!r}"
-                difference.append(entry)
-        self.doc["policy"].update({"removed": policy.removed_policy(inherited), "arms": arms, "difference": difference})
+            difference += [f"{name} (q={q}): target-only={target_env.env.get(name)!r} reference-exact={env.env.get(name)!r}"
+                           for name in policy.difference(target_env, env)]
+        common, removed = policy.common_policy(cfg.mmvq_max_ncols, prefixes, exact), policy.removed_policy(inherited)
+        self.doc["policy"] = {"common": common, "removed": removed, "arms": arms, "difference": difference}  # as run
         store.write_json(self.attempt.path / "env" / "policy.json", self.doc["policy"])
         store.write_json(self.attempt.path / "env" / "provenance.json", self.doc["provenance"])
         return target_env, spec_envs
@@ -277,7 +276,7 @@ class _Run:
                         stream: _size(server_dir / f"{stream}.log") >= self.cfg.log_cap_bytes for stream in judge.STREAMS
                     },
                 })
-            life["overrides_after"] = settings.present_overrides(self.cfg)
+            life.update(exact_trace=server.exact_trace, overrides_after=settings.present_overrides(self.cfg))
             if server_dir.is_dir():
                 store.write_json(server_dir / judge.LIFECYCLE, life)
             self.seals.close(self.attempt.path, f"the {label} server stopped",

@@ -28,9 +28,11 @@ from typing import Any
 
 from ds4ci import supervisor
 from ds4ci.errors import NoVerdictError
-from ds4ci.judging import strictjson
+from ds4ci.gate import tracefile
+from ds4ci.judging import exacttrace, strictjson
 from ds4ci.judging.logtail import excerpt, exit_description, explain
 from ds4ci.log import Logger, as_logger, file_growth
+from ds4ci.options import policy
 from ds4ci.supervisor import Child
 
 HOST = "127.0.0.1"
@@ -222,6 +224,7 @@ class Server:
         self.exit_code: int | None = None
         self.stop_s: float | None = None
         self.swept: list[str] = []  # what was still alive after the server stopped, and was killed
+        self.exact_trace: str | None = None  # what became of its exact-differential trace file (tracefile.collect)
 
     # -- lifecycle -------------------------------------------------------------------------
     def start(self) -> None:
@@ -247,6 +250,8 @@ class Server:
         except (OSError, supervisor.SupervisorError) as exc:
             detail = exc.strerror if isinstance(exc, OSError) and exc.strerror else exc
             raise NoVerdictError(f"cannot start server {command[0]}: {detail}") from exc
+        if policy.EXACT_TRACE_POLICY.items() <= self.env.items() and hasattr(self.child, "before_cleanup"):
+            self.child.before_cleanup = self._collect_exact_trace
         self.progress(
             f"{self.label}: server pid {self.child.pid} starting on {HOST}:{port} (containment: {self.child.containment})"
         )
@@ -256,6 +261,14 @@ class Server:
         self.progress(f"{self.label}: ready in {self.ready_s:.2f} s")
         self.props = self._get_props()
         (self.log_dir / "props.json").write_text(json.dumps(self.props, indent=2, allow_nan=False) + "\n", encoding="utf-8")
+
+    def _collect_exact_trace(self, scratch: Path) -> None:
+        """Seal the trace the server left in its scratch folder (its ``/tmp``) beside its logs."""
+        try:
+            self.exact_trace = tracefile.collect(
+                scratch / policy.EXACT_TRACE_NAME, self.log_dir / exacttrace.EVIDENCE_NAME, exacttrace.MAX_TRACE_BYTES)
+        except OSError as exc:  # an unreadable file (or a full disk) is no trace, never a traceback
+            self.exact_trace = f"refused: it could not be copied ({exc.strerror or exc})"
 
     def _wait_ready(self, started: float) -> None:
         assert self.child is not None

@@ -14,7 +14,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from ds4ci.judging import confined, coverage, coverpolicy, modeless, strictjson
+from ds4ci.judging import confined, coverage, coverpolicy, exacttrace, modeless, strictjson
 from ds4ci.judging.answer import read_answer
 from ds4ci.judging.attribution import ServerLog, attribute
 from ds4ci.judging.counters import request_steps
@@ -24,9 +24,12 @@ from ds4ci.judging.tinywords import known_target
 from ds4ci.judging.verdict import (
     ERROR,
     FAIL,
+    ORACLE_EXACT,
+    ORACLE_TEXT,
     ORACLE_TRACE,
     ORACLE_WORDS,
     PASS,
+    TOKEN_ORACLES,
     Observed,
     TargetReference,
     ids_digest,
@@ -84,6 +87,7 @@ class Settings:
     prompt_sha256s: tuple[str, ...]
     target_sha256: str | None = None  # the target's SHA-256 as ds4ci hashed it (identities.json)
     require_coverage: bool = False  # [gate] require_coverage: an unmet coverage minimum fails a passing width
+    text_parity: bool = False  # [gate] text_parity: with no token-ID oracle, judge parity on the answers' text
 
 
 class EvidenceError(Exception):
@@ -111,7 +115,7 @@ def _is_entry(entry: Any) -> bool:
 # The lifecycle fields judging reads besides requests, with the JSON types they may have.
 _LIFECYCLE_FIELDS: Mapping[str, tuple[type, ...]] = {
     "stop": (dict,), "log_flood": (dict,), "overrides_after": (list,), "swept": (list,),
-    "error": (str, type(None)), "q": (int, type(None)),
+    "error": (str, type(None)), "q": (int, type(None)), "exact_trace": (str, type(None)),
 }
 _JSON_NAMES: Mapping[type, str] = {dict: "an object", list: "an array", str: "a string", int: "an integer"}
 
@@ -189,15 +193,25 @@ def observe(
             raise EvidenceError(str(exc)) from exc
     log = attribute(scans, len(entries), speculative, traces=oracle == ORACLE_TRACE)
     problems: list[str] = []
+    traced: tuple[exacttrace.TracedRequest, ...] = ()
+    if oracle == ORACLE_EXACT:
+        traced, problem = exacttrace.for_server(attempt, exact_trace_path(key), len(entries), life.get("exact_trace"))
+        problems += [problem] if problem else []
     observed = []
-    for entry, request_log in zip(entries, log.requests, strict=True):
+    for index, (entry, request_log) in enumerate(zip(entries, log.requests, strict=True)):
         where = f"{key} request {entry.get('index')}"
         problems += _check_body(attempt, entry, settings, where)
         answer = read_answer(read_json(attempt, entry["response"])) if entry.get("answered") is True else None
-        observed.append(Observed(entry["prompt_index"], entry["repeat"], request_log, not log.problems, answer))
+        exact = traced[index] if index < len(traced) else None
+        observed.append(Observed(entry["prompt_index"], entry["repeat"], request_log, not log.problems, answer, exact))
     if len(answered) != len(entries):
         problems.append(f"{len(entries) - len(answered)} of {len(entries)} request(s) were not answered")
     return observed, log, problems, arm_profile(scans, [o.answer for o in observed])
+
+
+def exact_trace_path(key: str) -> str:
+    """Where a server's exact-differential trace is sealed, relative to the attempt."""
+    return f"{SERVERS}/{key}/{exacttrace.EVIDENCE_NAME}"
 
 
 def lifecycle_issues(key: str, life: Mapping[str, Any]) -> tuple[list[str], list[str]]:
@@ -207,6 +221,8 @@ def lifecycle_issues(key: str, life: Mapping[str, Any]) -> tuple[list[str], list
     warnings: list[str] = []
     if life.get("error"):
         errors.append(str(life["error"]))
+    if str(life.get("exact_trace") or "").startswith("refused"):
+        errors.append(f"{label}: the exact-differential trace file the server left was {life['exact_trace']}")
     flooded = [s for s in STREAMS if life.get("log_flood", {}).get(s)]
     if flooded:
         cap = life.get("log_cap_bytes")
@@ -253,12 +269,18 @@ def choose_oracle(attempt: Path, keys: Sequence[str], settings: Settings) -> Ora
     """The strongest parity oracle the build's evidence allows, for every arm alike (docs/protocol.md).
 
     A trace line in any arm: the build speaks the strict dialect, and every request must print one.
-    Otherwise ds4ci's own tiny models, known from the target's SHA-256 as ds4ci hashed it (never from
-    the answers' look): their answers spell their token IDs. Otherwise none."""
+    Otherwise an exact-differential trace collected from any arm (its tokens records: every arm must have
+    one). Otherwise ds4ci's own tiny models, known from the target's SHA-256 as ds4ci hashed it (never from
+    the answers' look): their answers spell their token IDs. Otherwise the answers' text, only where the
+    config opts in ([gate] text_parity). Otherwise none."""
     if modeless.prints_trace(attempt, keys):
         return ORACLE_TRACE
+    if any((attempt / exact_trace_path(k)).exists() or (attempt / exact_trace_path(k)).is_symlink() for k in keys):
+        return ORACLE_EXACT
     if known_target(settings.target_sha256) is not None:
         return ORACLE_WORDS
+    if settings.text_parity:
+        return ORACLE_TEXT
     return None
 
 
@@ -267,8 +289,10 @@ def no_ids_reason(banner: bool) -> str:
     seen = "banner seen" if banner else "countered summary seen"
     return (
         f"this build has the reference-exact mode ({seen}) but prints no token IDs: no [ds4-exact-verify-trace] "
-        "line in any arm, and the target is not one of ds4ci's tiny models (whose answers spell their IDs); the gate "
-        "cannot judge parity. Run the gate with the models of `ds4ci tiny-models`, or on a build that prints the trace"
+        "line in any arm, no exact-differential trace file (DFLASH_DS4_EXACT_TRACE_PATH), and the target is not one "
+        "of ds4ci's tiny models (whose answers spell their IDs); the gate "
+        "cannot judge parity. Run the gate with the models of `ds4ci tiny-models`, or on a build that prints the trace, "
+        "or opt in to judging the answers' text with [gate] text_parity = true (text parity, not token parity)"
     )
 
 
@@ -292,7 +316,7 @@ def judge_target(attempt: Path, settings: Settings, oracle: Oracle | None = ORAC
         "prompts": [
             {
                 "prompt_index": i,
-                "n": len(reference.ids[i]) if i in reference.ids else None,
+                "n": len(reference.ids[i]) if i in reference.ids and oracle in TOKEN_ORACLES else None,
                 "ids_sha256": ids_digest(reference.ids[i]) if i in reference.ids else None,
             }
             for i in range(len(settings.prompt_sha256s))

@@ -9,26 +9,33 @@ from __future__ import annotations
 import hashlib
 from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import Final, TypeVar
+from typing import Final
 
 from ds4ci.judging import counters as counting
 from ds4ci.judging.answer import Answer
-from ds4ci.judging.protocol import Mismatch, RequestLog, SpecSummary, Trace, first_mismatch
-from ds4ci.judging.tinywords import ids_from_text
+from ds4ci.judging.oracle import (
+    ORACLE_EXACT,
+    ORACLE_TEXT,
+    ORACLE_TRACE,
+    ORACLE_WORDS,
+    ORACLES,
+    TOKEN_ORACLES,
+    Observed,
+    RequestCheck,
+    check_ids,
+    check_trace,
+    first_of_exactly_one,
+)
+from ds4ci.judging.protocol import Mismatch, SpecSummary, first_mismatch
 from ds4ci.records import MismatchRecord, PromptResult, Verdict
 
 PASS: Final = "pass"  # noqa: S105 - a verdict, not a password
 FAIL: Final = "fail"
 ERROR: Final = "error"
 NOT_RUN: Final = "not_run"
-T = TypeVar("T")
+__all__ = ["ORACLES", "ORACLE_EXACT", "ORACLE_TEXT", "ORACLE_TRACE", "ORACLE_WORDS", "TOKEN_ORACLES", "Observed",
+           "RequestCheck", "check_ids", "check_trace"]  # the oracles, re-exported for the judging path
 _SEVERITY: dict[Verdict, int] = {PASS: 0, NOT_RUN: 1, ERROR: 2, FAIL: 3}
-# The parity oracles: where the token IDs of both arms are read from, strongest first (docs/protocol.md).
-ORACLE_TRACE: Final = "server token trace"  # [ds4-exact-verify-trace] ids=[...] (the strict dialect)
-ORACLE_WORDS: Final = "tiny-model words"  # the answer's words, exact for ds4ci's own tiny models
-ORACLES = (ORACLE_TRACE, ORACLE_WORDS)
-
-
 def worst(verdicts: Sequence[Verdict]) -> Verdict:
     """A contract violation (fail) outranks "could not judge" (error), which outranks pass."""
     return max(verdicts, key=lambda v: _SEVERITY[v], default=PASS)
@@ -36,96 +43,6 @@ def worst(verdicts: Sequence[Verdict]) -> Verdict:
 
 def ids_digest(ids: Sequence[int]) -> str:
     return hashlib.sha256(" ".join(str(i) for i in ids).encode("ascii")).hexdigest()
-
-
-@dataclass(frozen=True)
-class Observed:
-    """One request as the gate saw it: which arm, which prompt, which repeat, its log records and its answer."""
-
-    prompt_index: int
-    repeat: int
-    log: RequestLog
-    attributed: bool = True  # False when the server's log could not be split by order (its problems say why)
-    answer: Answer | None = None  # None only in unit tests of the log rules: the gate always reads one
-
-
-@dataclass
-class RequestCheck:
-    trace: Trace | None = None
-    summary: SpecSummary | None = None
-    reasons: list[str] = field(default_factory=list)
-    ids: tuple[int, ...] | None = None  # the request's token IDs, as the oracle reads them
-    counters: counting.Counters | None = None
-
-
-def _first_of_exactly_one(items: Sequence[T], what: str, where: str, reasons: list[str]) -> T | None:
-    """The first record, with a reason unless there was exactly one (a duplicate is judged too)."""
-    if len(items) != 1:
-        reasons.append(f"{where}: expected exactly one {what} line, found {len(items)}")
-    return items[0] if items else None
-
-
-def check_trace(obs: Observed, where: str, reference_exact: int, speculation: int) -> RequestCheck:
-    """Clause 2: exactly one trace, n equals the number of IDs, not empty, flags match the arm."""
-    result = RequestCheck()
-    result.reasons.extend(f"{where}: {p}" for p in obs.log.problems)
-    if not obs.attributed and not obs.log.traces:  # the server-wide problems say why
-        return result
-    if obs.answer is not None:
-        result.reasons.extend(f"{where}: {p}" for p in obs.answer.problems)
-    trace = _first_of_exactly_one(obs.log.traces, "[ds4-exact-verify-trace]", where, result.reasons)
-    if trace is None:
-        return result
-    result.trace = trace
-    result.ids = trace.ids
-    tokens = obs.answer.completion_tokens if obs.answer is not None else None
-    if tokens is not None and tokens != trace.n:
-        result.reasons.append(
-            f"{where}: the server's answer says completion_tokens={tokens} but its trace says n={trace.n}: "
-            "the server's answer contradicts its own trace"
-        )
-    if trace.n != len(trace.ids):
-        result.reasons.append(f"{where}: trace declares n={trace.n} but lists {len(trace.ids)} IDs")
-    if not trace.ids:
-        result.reasons.append(f"{where}: trace is empty (no token IDs)")
-    if (trace.reference_exact, trace.speculation) != (reference_exact, speculation):
-        result.reasons.append(
-            f"{where}: trace flags reference_exact={trace.reference_exact} speculation={trace.speculation}, "
-            f"expected reference_exact={reference_exact} speculation={speculation} for this arm"
-        )
-    return result
-
-
-def check_words(obs: Observed, where: str) -> RequestCheck:
-    """The request's IDs read from its answer's words (the tiny models: one word per token)."""
-    result = RequestCheck()
-    result.reasons.extend(f"{where}: {p}" for p in obs.log.problems)
-    if obs.answer is None:
-        return result
-    result.reasons.extend(f"{where}: {p}" for p in obs.answer.problems)
-    if obs.answer.text is None:
-        return result
-    ids = ids_from_text(obs.answer.text)
-    if ids is None:
-        result.reasons.append(
-            f"{where}: the answer's text is not tiny-model words (' w<ID>' per token), so its token IDs cannot be "
-            f"read: {obs.answer.text[:80]!r}"
-        )
-        return result
-    tokens = obs.answer.completion_tokens
-    if tokens is not None and tokens != len(ids):
-        result.reasons.append(
-            f"{where}: the server's answer says completion_tokens={tokens} but its text spells {len(ids)} token(s)"
-        )
-    result.ids = tuple(ids)
-    return result
-
-
-def check_ids(obs: Observed, where: str, oracle: str, reference_exact: int, speculation: int) -> RequestCheck:
-    """The request's IDs through the build's oracle (ORACLES)."""
-    if oracle == ORACLE_WORDS:
-        return check_words(obs, where)
-    return check_trace(obs, where, reference_exact, speculation)
 
 
 def check_target_only_request(obs: Observed, oracle: str = ORACLE_TRACE) -> RequestCheck:
@@ -185,7 +102,7 @@ def check_spec_request(obs: Observed, q: int, oracle: str = ORACLE_TRACE) -> Req
     result = check_ids(obs, where, oracle, 1, 1)
     if not obs.attributed and not obs.log.summaries:
         return result
-    summary = _first_of_exactly_one(obs.log.summaries, "[ds4-spec] gen=... summary", where, result.reasons)
+    summary = first_of_exactly_one(obs.log.summaries, "[ds4-spec] gen=... summary", where, result.reasons)
     if summary is None:
         return result
     result.summary = summary
@@ -195,7 +112,7 @@ def check_spec_request(obs: Observed, q: int, oracle: str = ORACLE_TRACE) -> Req
     result.counters = found
     result.reasons += _counter_reasons(where, summary, found, oracle)
     if summary.matched is None and oracle != ORACLE_TRACE:
-        result.reasons += _answer_agrees(where, obs, summary, result.ids)
+        result.reasons += _answer_agrees(where, obs, summary, result.ids if oracle in TOKEN_ORACLES else None)
     if summary.full_snap != 1:
         result.reasons.append(f"{where}: full_snap={summary.full_snap}, expected full_snap=1 (full rollback snapshots)")
     if summary.q_cap != q:
@@ -246,7 +163,7 @@ def judge_target_only(
             if other != first:
                 deterministic = prompt_deterministic = False
                 mismatch = first_mismatch(first, other)
-                detail = mismatch.describe().replace("reference-exact", f"request {run.repeat + 1}") if mismatch else ""
+                detail = _describe(mismatch, oracle).replace("reference-exact", f"request {run.repeat + 1}")
                 reasons.append(
                     f"target-only decoding is not deterministic; parity cannot be judged "
                     f"(prompt {index}, request {run.repeat + 1} differs from request 1: {detail})"
@@ -267,6 +184,23 @@ def judge_target_only(
     else:
         verdict = PASS
     return TargetReference(ids, verdict, reasons, deterministic, answers)
+
+
+def _describe(mismatch: Mismatch | None, oracle: str) -> str:
+    """A first difference in the oracle's own words: text parity names characters, never token IDs."""
+    if mismatch is None:
+        return ""
+    if oracle != ORACLE_TEXT:
+        return mismatch.describe()
+    return (
+        f"the answer texts first differ at character {mismatch.position} (target-only has {mismatch.target_len} "
+        f"characters, reference-exact {mismatch.spec_len}): target-only {_chars(mismatch.target_ids)} vs "
+        f"reference-exact {_chars(mismatch.spec_ids)}"
+    )
+
+
+def _chars(codes: Sequence[int]) -> str:
+    return repr("".join(chr(c) for c in codes))
 
 
 def _mismatch_json(m: Mismatch) -> MismatchRecord:
@@ -291,7 +225,7 @@ class _Parity:
 
 def _parity(
     where: str, target_ids: Sequence[int], checks: Sequence[RequestCheck], runs: Sequence[Observed],
-    target_answer: Answer | None,
+    target_answer: Answer | None, oracle: str = ORACLE_TRACE,
 ) -> _Parity:
     parity = 0
     contradictions: list[str] = []
@@ -308,11 +242,12 @@ def _parity(
             contradictions += _words_differ(request, target_answer, obs.answer, "the target-only answer")
         else:
             mismatch = mismatch or found
-            differing.setdefault(found.describe(), []).append(obs.repeat + 1)
+            differing.setdefault(_describe(found, oracle), []).append(obs.repeat + 1)
     reasons = []
+    what = "answer texts differ (text parity)" if oracle == ORACLE_TEXT else "token IDs differ"
     for description, requests in differing.items():
         which = f"request {requests[0]}" if len(requests) == 1 else f"requests {', '.join(map(str, requests))}"
-        reasons.append(f"{where} {which}: token IDs differ: {description}")
+        reasons.append(f"{where} {which}: {what}: {description}")
     return _Parity(parity, mismatch, reasons + contradictions)
 
 
@@ -326,12 +261,13 @@ class _Repeats:
     reasons: list[str]
 
 
-def _repeats(where: str, checks: Sequence[RequestCheck], runs: int) -> _Repeats:
+def _repeats(where: str, checks: Sequence[RequestCheck], runs: int, oracle: str = ORACLE_TRACE) -> _Repeats:
     reasons = []
     present = [c.ids for c in checks if c.ids is not None]
     ids_identical = len(present) == runs and all(ids == present[0] for ids in present)
     if len(present) == runs and not ids_identical:
-        reasons.append(f"{where}: repeated requests on one server gave different token IDs")
+        what = "answer texts" if oracle == ORACLE_TEXT else "token IDs"
+        reasons.append(f"{where}: repeated requests on one server gave different {what}")
     summaries = [c.summary for c in checks if c.summary is not None]
     counters = [s.counters() for s in summaries]
     counters_identical = len(counters) == runs and all(c == counters[0] for c in counters)
@@ -361,8 +297,9 @@ def judge_width_prompt(
         reasons.append(f"q={q}: the reference-exact activation banner '[ds4-spec] reference-exact verifier:' is missing")
     target_ids = reference.ids.get(prompt_index)
     target_answer = reference.answers.get(prompt_index)
-    parity = _parity(where, target_ids, checks, runs, target_answer) if target_ids is not None else _Parity(0, None, [])
-    repeats = _repeats(where, checks, len(runs))
+    parity = (_parity(where, target_ids, checks, runs, target_answer, oracle) if target_ids is not None
+              else _Parity(0, None, []))
+    repeats = _repeats(where, checks, len(runs), oracle)
     reasons += parity.reasons + repeats.reasons
     verdict: Verdict
     if target_ids is None:
@@ -370,7 +307,8 @@ def judge_width_prompt(
         reasons.append(f"{where}: no usable target-only reference for this prompt")
     else:
         verdict = FAIL if reasons else PASS
-    first_ids = next((c.ids for c in checks if c.ids is not None), None)
+    tokens = oracle in TOKEN_ORACLES  # text parity has characters, not token counts
+    first_ids = next((c.ids for c in checks if c.ids is not None), None) if tokens else None
     first_summary = next((c.summary for c in checks if c.summary is not None), None)
     first_counters = next((c.counters for c in checks if c.counters is not None), None)
     return {
@@ -380,7 +318,7 @@ def judge_width_prompt(
         "reasons": reasons,
         "requests": len(runs),
         "parity_requests": parity.requests,
-        "tokens_target": len(target_ids) if target_ids is not None else None,
+        "tokens_target": len(target_ids) if target_ids is not None and tokens else None,
         "tokens_spec": len(first_ids) if first_ids is not None else None,
         "steps": first_summary.steps if first_summary else None,
         "matched": first_counters.matched if first_counters else None,
@@ -391,5 +329,5 @@ def judge_width_prompt(
         "banner": banner_seen,
         "repeats_identical": repeats.ids_identical,
         "counters_identical": repeats.counters_identical,
-        "mismatch": _mismatch_json(parity.mismatch) if parity.mismatch else None,
+        "mismatch": _mismatch_json(parity.mismatch) if parity.mismatch and tokens else None,
     }

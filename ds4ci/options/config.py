@@ -90,6 +90,7 @@ class GateConfig:
     env_prefixes: tuple[str, ...] = table.get("gate", "env_prefixes").default
     log_cap_mib: int = table.get("gate", "log_cap_mib").default
     require_coverage: bool = table.get("gate", "require_coverage").default
+    text_parity: bool = table.get("gate", "text_parity").default
     checks: tuple[CheckSpec, ...] = ()
     source_dir: Path | None = None
     base_ref: str | None = None
@@ -318,7 +319,7 @@ def _server(src: _Sources) -> dict[str, Any]:
 
 # Settings with a checker and a default, taken from the table as they are: GateConfig field -> key.
 _PLAIN = ("max_tokens", "seed", "repeats", "max_ctx", "chunk", "server_args", "env_prefixes", "log_cap_mib",
-          "require_coverage", "base_ref", "upstream_ref", "allow_dirty_tree")
+          "require_coverage", "text_parity", "base_ref", "upstream_ref", "allow_dirty_tree")
 _SECONDS = {"startup_timeout_s": "startup_timeout", "request_timeout_s": "request_timeout",
             "stop_timeout_s": "stop_timeout"}
 

@@ -67,9 +67,20 @@ def removed_policy(inherited: Mapping[str, str]) -> list[str]:
 DIAGNOSTIC_SUFFIXES = ("DS4_TOKEN_TRACE", "DS4_TIMING")
 
 
-def common_policy(mmvq_max_ncols: int, prefixes: Sequence[str]) -> dict[str, str]:
-    """The fixed policy every arm shares: trace on, diagnostics on, fixed width, MMVQ columns for the widest q."""
+# The exact-differential trace (docs/protocol.md): a file in the server's own sandbox scratch folder (its
+# ``/tmp``, fresh per process), the same path in every arm; the gate seals it after the server stopped. Its
+# documentation says it only adds device read-backs and changes no arithmetic; only the DFLASH_ spelling exists,
+# and the writer stays off unless DFLASH_DS4_EXACT_TRACE_Q is 1..4 (a label of the prefill width in its records).
+EXACT_TRACE_NAME = "ds4ci-exact-trace.jsonl"
+EXACT_TRACE_POLICY = {"DFLASH_DS4_EXACT_TRACE_PATH": f"/tmp/{EXACT_TRACE_NAME}", "DFLASH_DS4_EXACT_TRACE_Q": "1"}  # noqa: S108
+
+
+def common_policy(mmvq_max_ncols: int, prefixes: Sequence[str], exact_trace: bool = False) -> dict[str, str]:
+    """The fixed policy every arm shares: trace on, diagnostics on, fixed width, MMVQ columns for the widest q,
+    and the exact-differential trace where the server runs sandboxed (``exact_trace``) and DFLASH_ is read."""
     policy = {"LUCE_MMVQ_MAX_NCOLS": str(mmvq_max_ncols)}
+    if exact_trace and "DFLASH_" in prefixes:
+        policy.update(EXACT_TRACE_POLICY)
     for prefix in prefixes:
         policy[f"{prefix}DS4_EXACT_VERIFY_TRACE"] = "1"
         policy[f"{prefix}DS4_ADAPTIVE_WIDTH"] = "0"
@@ -101,17 +112,20 @@ def provenance(inherited: Mapping[str, str]) -> list[InheritedVariable]:
     ]
 
 
-def target_only_env(inherited: Mapping[str, str], mmvq_max_ncols: int, prefixes: Sequence[str]) -> ArmEnvironment:
+def target_only_env(
+    inherited: Mapping[str, str], mmvq_max_ncols: int, prefixes: Sequence[str], exact_trace: bool = False,
+) -> ArmEnvironment:
     env = _sanitised(inherited)
-    env.update(common_policy(mmvq_max_ncols, prefixes))
+    env.update(common_policy(mmvq_max_ncols, prefixes, exact_trace))
     return ArmEnvironment(TARGET_ONLY, None, env)
 
 
 def reference_exact_env(
-    inherited: Mapping[str, str], mmvq_max_ncols: int, prefixes: Sequence[str], draft: str, q: int
+    inherited: Mapping[str, str], mmvq_max_ncols: int, prefixes: Sequence[str], draft: str, q: int,
+    exact_trace: bool = False,
 ) -> ArmEnvironment:
     env = _sanitised(inherited)
-    env.update(common_policy(mmvq_max_ncols, prefixes))
+    env.update(common_policy(mmvq_max_ncols, prefixes, exact_trace))
     env.update(activation(prefixes, draft, q))
     return ArmEnvironment(REFERENCE_EXACT, q, env)
 

@@ -160,6 +160,9 @@ OPTIONS: tuple[Option, ...] = (
           "evidence, every accept length, a rollback across a ratio-4 boundary, ratio-128 and sliding-window "
           "batches; docs/results.md). On in the config of `ds4ci tiny-models`.", check=v.boolean, default=False,
           toml_type="boolean", flag=None, recorded="require_coverage", attr="require_coverage"),
+    _gate("text_parity", "Where the build gives no token-ID oracle, judge parity on the answers' text, labelled "
+          "\"text parity\" (never token parity; docs/protocol.md). Off by default: then such a build gets an error.",
+          check=v.boolean, default=False, toml_type="boolean", flag=None, recorded="text_parity", attr="text_parity"),
     _gate("target_device", "Server --target-device, e.g. hip:0 or cuda:0.", check=v.device, default="hip:0",
           recorded="target_device", attr="target_device", reproduce=True),
     _gate("max_ctx", "Server --max-ctx.", check=v.integer(1), default=4096, toml_type="integer", cli_type=int,

@@ -6,7 +6,7 @@ from ds4ci.gate.settings import scope_note
 from ds4ci.judging.coverage import compact_line
 from ds4ci.judging.tree import tree_line
 from ds4ci.records import Results
-from ds4ci.report.views import target_only_words
+from ds4ci.report.views import parity_column, target_only_words
 
 _REASON_LINES = 24  # a reason quoting a log tail is bounded (judging.logtail); show all of it
 HEADERS = ("width", "token parity", "steps", "matched/offered", "rejection observed", "full_snap", "verdict")
@@ -40,14 +40,15 @@ def rows(doc: Results) -> list[tuple[str, ...]]:
 
 def render(doc: Results) -> str:
     body = rows(doc)
-    widths = [max(len(h), *(len(r[i]) for r in body)) if body else len(h) for i, h in enumerate(HEADERS)]
+    headers = (HEADERS[0], parity_column(doc), *HEADERS[2:])
+    widths = [max(len(h), *(len(r[i]) for r in body)) if body else len(h) for i, h in enumerate(headers)]
 
     def line(cells: tuple[str, ...]) -> str:
         return " | ".join(c.ljust(w) for c, w in zip(cells, widths, strict=True)).rstrip()
 
     scope = scope_note(doc["settings"])
     parts = ["scope: " + scope.strip(" ()")] if scope else []
-    parts += [line(HEADERS), "-+-".join("-" * w for w in widths)]
+    parts += [line(headers), "-+-".join("-" * w for w in widths)]
     parts += [line(r) for r in body]
     parts += [compact_line(w["coverage"]) for w in doc["widths"] if "coverage" in w]
     parts.append("")

@@ -186,6 +186,14 @@ def first_line(value: str) -> str:
     return " ".join(lines[0].split()) if lines else ""
 
 
+TEXT_PARITY = "text parity"  # the oracle ([gate] text_parity) that compares answers' text, not token IDs
+
+
+def parity_column(doc: Results) -> str:
+    """The parity column's heading: text parity is never shown as token parity."""
+    return "text parity" if doc["target_only"].get("oracle") == TEXT_PARITY else "token parity"
+
+
 def headline(doc: Results) -> str:
     """The runner's result in one line: what passed, or the first reason it did not."""
     if doc["verdict"] == "pass" and doc["runner"]["role"] == "negative-control":
@@ -193,6 +201,9 @@ def headline(doc: Results) -> str:
     if doc["verdict"] == "pass":
         widths = ",".join(str(w["q"]) for w in doc["widths"])
         oracle = doc["target_only"].get("oracle")
+        if oracle == TEXT_PARITY:
+            return (f"text parity (the answers' text, not token IDs) at q={widths}, "
+                    f"{doc['settings']['max_tokens']} tokens (oracle: {oracle})")
         return f"token parity at q={widths}, {doc['settings']['max_tokens']} tokens" + (f" (oracle: {oracle})" if oracle else "")
     reasons = doc["reasons"]
     if not reasons:
@@ -220,7 +231,7 @@ def target_only_words(doc: Results) -> str:
     target = doc["target_only"]
     if target["verdict"] == "not_run":
         return "not run"
-    if not any(p["n"] is not None for p in target["prompts"]):
+    if not any(p["n"] is not None or p["ids_sha256"] is not None for p in target["prompts"]):
         return f"{target['verdict']} (no answer)"
     return f"{target['verdict']} (deterministic: {yes_no(target['deterministic'])})"
 
@@ -298,6 +309,7 @@ def runner_context(
         "head": head,
         "predecessor": predecessor if verdict != "pass" else None,
         "gate_rows": _gate_rows(doc),
+        "parity_column": parity_column(doc),
         "arm_evidence": _arm_evidence(doc),
         "failures": _failures(doc),
         "artifacts": _artifacts(doc),

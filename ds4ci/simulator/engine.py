@@ -17,6 +17,7 @@ from pathlib import Path
 from typing import Any
 
 from ds4ci.judging.tinywords import word
+from ds4ci.simulator.exactwriter import ExactTraceWriter
 from ds4ci.simulator.faults import FAILURE_LINES
 from ds4ci.simulator.logs import (
     AR_FALLBACK,
@@ -86,9 +87,10 @@ def _cut_at_stop(text: str, stops: tuple[str, ...]) -> tuple[str, bool]:
 class Engine:
     """Per-server state (request counter, prompts seen) lives here, never in module globals."""
 
-    def __init__(self, settings: SimSettings, log: Log) -> None:
+    def __init__(self, settings: SimSettings, log: Log, exact: ExactTraceWriter | None = None) -> None:
         self._s = settings
         self._log = log
+        self._exact = exact  # the exact-differential trace, in builds that write it
         self._target = ToyModel(bytes.fromhex(settings.target_sha256))
         self._draft = ToyModel(bytes.fromhex(settings.draft_sha256)) if settings.draft_sha256 else None
         self._lock = threading.Lock()
@@ -121,6 +123,8 @@ class Engine:
         prompt = tokenize(request.prompt_text)
         q_cap, decoded = self._decode(prompt, request)
         decoded = self._apply_token_faults(decoded, index, seen)
+        if self._exact is not None:
+            self._exact.request(prompt.ids, request.max_tokens, request.sampler.seed, decoded.ids)
         if s.knobs.token_delay_s > 0:
             # One sleep of exactly tokens x delay: benchmarks subtract this floor.
             time.sleep(len(decoded.ids) * s.knobs.token_delay_s)

@@ -96,6 +96,14 @@ FAULTS: dict[str, tuple[str, str]] = {
     # the HTTP answer must agree with the trace: the tokens the trace lists are the ones answered
     "answer-text-differs": (SPEC, "the answer's text differs from the trace's tokens (trace and IDs intact)"),
     "answer-tokens-off": (SPEC, "the answer's usage.completion_tokens is one more than the trace's n"),
+    # the exact-differential trace (DFLASH_DS4_EXACT_TRACE_PATH): a DFLASH-era build with its writer
+    "exact-trace-writer": (ANY, "a build with the exact-differential trace writer: with DFLASH_DS4_EXACT_TRACE_PATH "
+                                "and DFLASH_DS4_EXACT_TRACE_Q=1..4 it appends model_config, then per request "
+                                "request_start, a step, tokens (the generated IDs) and request_end"),
+    "exact-trace-no-tokens": (SPEC, "the exact-differential trace's second request has no tokens record"),
+    "exact-trace-ids-off": (SPEC, "the exact-differential trace's tokens records list one ID fewer than answered"),
+    "exact-trace-symlink": (SPEC, "the exact-differential trace path is made a symbolic link to /etc/hostname"),
+    "exact-trace-fifo": (SPEC, "the exact-differential trace path is made a FIFO; nothing is written"),
 }
 
 # These decide which variables say whether this is a speculation arm, so they cannot depend on the arm.

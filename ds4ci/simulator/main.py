@@ -25,6 +25,7 @@ from pathlib import Path
 from ds4ci import __version__
 from ds4ci.errors import Ds4ciError
 from ds4ci.simulator.engine import Engine
+from ds4ci.simulator.exactwriter import ExactTraceWriter
 from ds4ci.simulator.faults import Arm
 from ds4ci.simulator.helpers import fork_helper, setsid_helper
 from ds4ci.simulator.http import CLIENT_GRACE_S, SimServer
@@ -132,7 +133,7 @@ def _serve(args: Args, knobs: Knobs, log: Log) -> int:
     settings = load_settings(args, os.environ, knobs, log)
     if settings.faults.faults:
         log.line(f"ds4ci-sim: fault switches on: {','.join(settings.faults.names())}")
-    engine = Engine(settings, log)
+    engine = Engine(settings, log, ExactTraceWriter.from_env(os.environ, settings, log))
     server: SimServer | None = None
     waited: set[signal.Signals] = set()
     if settings.fault("loading-503"):

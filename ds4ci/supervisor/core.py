@@ -93,6 +93,13 @@ class Supervisor:
             return "the sandbox is turned off ([sandbox] enabled = false)"
         return sandbox.refusal()
 
+    def sandboxes_pr_code(self) -> bool:
+        """Would PR code started now run under bwrap (its own scratch folder as ``/tmp``)?"""
+        try:
+            return self._sandboxed(_mode(self._requested))
+        except sandbox.SandboxUnavailable:
+            return False
+
     def require_sandbox(self) -> None:
         """Raise ``SandboxUnavailable`` when the sandbox is required (policy or mode) and cannot run here."""
         self._sandboxed(_mode(self._requested))

@@ -52,6 +52,7 @@ class SandboxChild(Child):
         super().__init__(proc, status_fd, "", argv)
         self.containment = SANDBOX
         self.scratch = scratch
+        self.before_cleanup: Callable[[Path], None] | None = None  # called with the scratch folder before its removal
         self._text = ""
         self._helpers: dict[int, KilledProcess] | None = {}  # None once the command's exit was settled
         self._stopped = False  # ds4ci signalled the namespace (terminate, kill, a timeout)
@@ -143,6 +144,8 @@ class SandboxChild(Child):
         super().kill()
 
     def _cleanup(self) -> None:
+        if self.before_cleanup is not None:  # nothing of the sandbox runs any more: what it left can be read
+            self.before_cleanup(self.scratch)
         remove_scratch(self.scratch)
 
 

@@ -9,10 +9,11 @@ reads both arms' token IDs from the words and derives the counters from the mean
 from __future__ import annotations
 
 import shutil
+import subprocess
 from pathlib import Path
 
 import pytest
-from gatekit import GateRun, Workspace
+from gatekit import DS4CI, GateRun, Workspace
 
 pytest.importorskip("gguf")
 
@@ -81,3 +82,43 @@ def test_with_the_mode_but_no_token_ids_the_verdict_is_error_with_the_true_reaso
     assert run.results is not None
     (reason,) = run.results["reasons"]
     assert reason.startswith("this build has the reference-exact mode (banner seen) but prints no token IDs")
+
+
+def _text_parity_gate(tmp_path: Path, faults: str) -> GateRun:
+    config = tmp_path / "ds4ci.toml"
+    config.write_text("[gate]\ntext_parity = true\n")
+    ws = Workspace.create(tmp_path)  # the test target is not one of ds4ci's tiny models: no token-ID oracle
+    return ws.gate("--config", str(config), faults=faults, widths="2,3")
+
+
+def test_with_the_text_parity_opt_in_the_answers_text_is_judged_and_labelled(tmp_path: Path) -> None:
+    run = _text_parity_gate(tmp_path, "fork-dialect")
+    assert run.code == 0, run.stderr[-3000:]
+    doc = run.results
+    assert doc is not None and doc["verdict"] == "pass" and doc["settings"]["text_parity"] is True
+    assert doc["target_only"]["oracle"] == "text parity"
+    assert all(p["n"] is None and p["ids_sha256"] for p in doc["target_only"]["prompts"])  # no token count claimed
+    for width in doc["widths"]:
+        assert width["oracle"] == "text parity"
+        (cell,) = width["prompts"]
+        assert cell["tokens_target"] is None and cell["parity_requests"] == 2
+        assert cell["counters"] == "derived" and cell["rejection_observed"]  # the rollback proof still holds
+    assert "text parity" in run.stdout and "| token parity |" not in run.stdout.replace(" ", "")
+    (bundle,) = (tmp_path / "evidence" / "runs").iterdir()  # verify re-derives it with the recorded opt-in
+    proc = subprocess.run([DS4CI, "verify", str(bundle)], capture_output=True, text=True, check=False)
+    assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-2000:]
+
+
+def test_with_the_text_parity_opt_in_a_text_divergence_fails(tmp_path: Path) -> None:
+    run = _text_parity_gate(tmp_path, "fork-dialect,mismatch-last@q3")
+    assert run.code == 1
+    assert run.results is not None and run.results["widths"][1]["oracle"] == "text parity"
+    assert "q=3 prompt 0 requests 1, 2: answer texts differ (text parity): the answer texts first differ at" in run.reasons()
+    assert "token IDs differ" not in run.reasons()
+
+
+def test_without_the_opt_in_the_reason_names_it(tmp_path: Path) -> None:
+    run = _gate(tmp_path, None, "fork-dialect")
+    assert run.code == 3 and run.results is not None
+    assert "text_parity" not in run.results["settings"] or run.results["settings"]["text_parity"] is False
+    assert "[gate] text_parity = true (text parity, not token parity)" in run.results["reasons"][0]

@@ -846,6 +846,62 @@ LIFECYCLE_FAULTS = {
 
 
 ANSWER_FAULTS = {"answer-text-differs", "answer-tokens-off"}
+EXACT_TRACE_FAULTS = {"exact-trace-writer", "exact-trace-no-tokens", "exact-trace-ids-off", "exact-trace-symlink",
+                      "exact-trace-fifo"}
+
+
+def test_the_exact_trace_writer_records_the_generated_ids(
+    sims: Starter, tmp_path: Path, reference: dict[str, list[int]]
+) -> None:
+    """Like the DFLASH-era writer: on only with the path and a width 1..4; tokens are the generated IDs."""
+    from ds4ci.judging import exacttrace
+
+    _, draft = make_models(tmp_path)
+    path = tmp_path / "trace.jsonl"
+    env = {**spec_env(draft, 3), "DFLASH_DS4_EXACT_TRACE_PATH": str(path)}
+    sim = sims({**env, "DS4SIM_FAULTS": "exact-trace-writer"})
+    ask(sim, PROMPT)
+    assert "[deepseek4-exact-trace] DFLASH_DS4_EXACT_TRACE_Q must be 1..4\n" in sim.log() and not path.exists()
+    sim = sims({**env, "DFLASH_DS4_EXACT_TRACE_Q": "2", "DS4SIM_FAULTS": "exact-trace-writer"})
+    for _ in range(2):
+        _, lines = ask(sim, PROMPT)
+    assert f"[deepseek4-exact-trace] enabled path={path} q=2\n" in sim.log()
+    trace = exacttrace.parse(path.read_bytes(), "trace.jsonl")
+    assert trace.problem is None
+    assert [r.token_ids for r in trace.requests] == [tuple(reference[PROMPT])] * 2 == [tuple(one_trace(lines))] * 2
+
+
+@pytest.mark.parametrize(("fault", "problem"), [
+    ("exact-trace-no-tokens", "trace.jsonl line 8: request_end of request 1 without its tokens record"),
+    ("exact-trace-ids-off", None),
+])
+def test_exact_trace_faults_break_the_file(sims: Starter, tmp_path: Path, fault: str, problem: str | None) -> None:
+    from ds4ci.judging import exacttrace
+
+    _, draft = make_models(tmp_path)
+    path = tmp_path / "trace.jsonl"
+    env = {**spec_env(draft, 3), "DFLASH_DS4_EXACT_TRACE_PATH": str(path), "DFLASH_DS4_EXACT_TRACE_Q": "1"}
+    sim = sims({**env, "DS4SIM_FAULTS": f"exact-trace-writer,{fault}"})
+    for _ in range(2):
+        response, _ = ask(sim, PROMPT)
+    trace = exacttrace.parse(path.read_bytes(), "trace.jsonl")
+    assert trace.problem == problem
+    if problem is None:
+        answered = response.json()["usage"]["completion_tokens"]
+        assert [len(r.token_ids) for r in trace.requests] == [answered - 1] * 2
+
+
+@pytest.mark.parametrize(("fault", "kind"), [("exact-trace-symlink", "link"), ("exact-trace-fifo", "fifo")])
+def test_exact_trace_path_faults_leave_no_file(sims: Starter, tmp_path: Path, fault: str, kind: str) -> None:
+    import stat
+
+    _, draft = make_models(tmp_path)
+    path = tmp_path / "trace.jsonl"
+    env = {**spec_env(draft, 3), "DFLASH_DS4_EXACT_TRACE_PATH": str(path), "DFLASH_DS4_EXACT_TRACE_Q": "1"}
+    sim = sims({**env, "DS4SIM_FAULTS": f"exact-trace-writer,{fault}"})
+    ask(sim, PROMPT)
+    mode = path.lstat().st_mode
+    assert stat.S_ISLNK(mode) if kind == "link" else stat.S_ISFIFO(mode)
 
 
 @pytest.mark.parametrize("fault", sorted(ANSWER_FAULTS))
@@ -871,6 +927,7 @@ def test_every_fault_has_a_test() -> None:
     repeat = {"second-request-differs", "repeat-counters-differ"}
     assert set(FAULTS) == (
         set(SINGLE_REQUEST_CHECKS) | TARGET_FAULTS | repeat | LIFECYCLE_FAULTS | BUILD_FAULTS | ANSWER_FAULTS
+        | EXACT_TRACE_FAULTS
     )
 
 

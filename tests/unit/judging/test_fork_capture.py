@@ -166,3 +166,91 @@ def test_the_sealed_capture_kept_what_ds4ci_said_then(tmp_path: Path) -> None:
         sealed = json.loads(tar.extractfile(member).read())  # type: ignore[union-attr]
     assert sealed["verdict"] == "error" and "no reference-exact mode" in sealed["reasons"][0]
     assert re.search(r"predates reference-exact verification", json.dumps(sealed["widths"]))
+
+
+def _opt_in_text_parity(attempt: Path) -> None:
+    """The capture as a run on a target that is not ds4ci's, with [gate] text_parity = true recorded."""
+    _edit(attempt / "identities.json", FORK_TARGET, "0" * 64)
+    doc = json.loads((attempt / "attempt.json").read_text(encoding="utf-8"))
+    doc["settings"]["text_parity"] = True
+    (attempt / "attempt.json").write_text(json.dumps(doc), encoding="utf-8")
+
+
+def test_with_the_text_parity_opt_in_the_real_capture_passes_labelled_text_parity(tmp_path: Path) -> None:
+    attempt = _attempt(tmp_path)
+    _opt_in_text_parity(attempt)
+    doc = derive(attempt)
+    assert [w["verdict"] for w in doc["widths"]] == ["pass", "pass", "pass"] and doc["target_only"]["verdict"] == "pass"
+    assert len(doc["reasons"]) == 1 and doc["reasons"][0].startswith("built from a modified tree: ")
+    assert doc["target_only"]["oracle"] == "text parity" and all(w["oracle"] == "text parity" for w in doc["widths"])
+    for width in doc["widths"]:
+        for cell in width["prompts"]:  # no token counts are claimed; the counters still prove the rollback
+            assert cell["tokens_target"] is None and cell["tokens_spec"] is None and cell["parity_requests"] == 2
+            assert cell["counters"] == "derived" and cell["rejection_observed"]
+
+
+def test_with_the_text_parity_opt_in_a_text_divergence_fails_naming_the_character(tmp_path: Path) -> None:
+    attempt = _attempt(tmp_path)
+    _opt_in_text_parity(attempt)
+    response = attempt / "requests" / "q3" / "p1-r2.response.json"
+    answer = json.loads(response.read_text(encoding="utf-8"))
+    text = answer["choices"][0]["message"]["content"]
+    answer["choices"][0]["message"]["content"] = text[:-1] + ("0" if text[-1] != "0" else "1")
+    response.write_text(json.dumps(answer), encoding="utf-8")
+    doc = derive(attempt)
+    assert doc["verdict"] == "fail"
+    (reason,) = [r for r in doc["reasons"] if "answer texts differ (text parity)" in r]
+    assert reason.startswith(f"q=3 prompt 1 request 2: answer texts differ (text parity): the answer texts first differ "
+                             f"at character {len(text) - 1} ")
+    assert doc["widths"][1]["prompts"][1]["mismatch"] is None  # no token-ID mismatch record for text
+
+
+def _write_exact_traces(attempt: Path) -> None:
+    """Each server's exact-differential trace in the real writer's shape, its tokens the answers' own IDs."""
+    from ds4ci.judging.tinywords import ids_from_text
+
+    head = '{"schema":"lucebox.ds4.exact-diff/v1",'
+    for server in sorted((attempt / "servers").iterdir()):
+        life = json.loads((server / "lifecycle.json").read_text(encoding="utf-8"))
+        lines = [head + '"type":"model_config","n_swa":128,"compressor_boundaries":[4,128]}']
+        for k, entry in enumerate(life["requests"]):
+            answer = json.loads((attempt / entry["response"]).read_text(encoding="utf-8"))
+            ids = ids_from_text(answer["choices"][0]["message"]["content"])
+            lines += [
+                head + f'"type":"request_start","request":{k},"width":1,"restored":false,"cache_position":0,'
+                '"prompt_tokens":1,"prompt_token_hash":"af63bd4c8601b7be","prompt_token_ids":[0],"n_gen":96,'
+                '"snap_slot":-1,"snap_pos":-1,"temperature":0,"top_p":1,"top_k":0,"seed":1234}',
+                head + f'"type":"tokens","request":{k},"token_ids":{json.dumps(ids).replace(" ", "")}}}',
+                head + f'"type":"request_end","request":{k},"ok":true,"cache_position":97}}',
+            ]
+        (server / "exact-trace.jsonl").write_text("\n".join(lines) + "\n", encoding="utf-8")
+
+
+def test_exact_differential_traces_give_the_ids_on_any_target(tmp_path: Path) -> None:
+    attempt = _attempt(tmp_path)
+    _edit(attempt / "identities.json", FORK_TARGET, "0" * 64)
+    _write_exact_traces(attempt)
+    doc = derive(attempt)
+    assert [w["verdict"] for w in doc["widths"]] == ["pass", "pass", "pass"] and doc["target_only"]["verdict"] == "pass"
+    assert doc["target_only"]["oracle"] == "exact-differential trace"
+    assert all(w["oracle"] == "exact-differential trace" for w in doc["widths"])
+
+
+def test_a_linked_exact_trace_in_the_evidence_is_refused(tmp_path: Path) -> None:
+    attempt = _attempt(tmp_path)
+    _write_exact_traces(attempt)
+    trace = attempt / "servers" / "q2" / "exact-trace.jsonl"
+    trace.rename(tmp_path / "elsewhere.jsonl")
+    trace.symlink_to(tmp_path / "elsewhere.jsonl")
+    doc = derive(attempt)
+    assert doc["widths"][0]["verdict"] == "fail"
+    assert any(r.startswith("q=2: servers/q2/exact-trace.jsonl: ") for r in doc["widths"][0]["reasons"])
+
+
+def test_an_arm_without_an_exact_trace_fails_while_another_has_one(tmp_path: Path) -> None:
+    attempt = _attempt(tmp_path)
+    _write_exact_traces(attempt)
+    (attempt / "servers" / "target-only" / "exact-trace.jsonl").unlink()
+    doc = derive(attempt)
+    assert doc["target_only"]["verdict"] == "fail"
+    assert any("no exact-differential trace was collected from this server" in r for r in doc["target_only"]["reasons"])

@@ -106,3 +106,15 @@ def test_the_print_only_diagnostics_are_set_in_both_arms_under_every_prefix() ->
     # an inherited value of them is stripped like any policy: the arms get ds4ci's
     inherited = policy.target_only_env({"LUCE_DS4_TIMING": "0"}, 4, prefixes)
     assert inherited.env["LUCE_DS4_TIMING"] == "1" and policy.removed_policy({"LUCE_DS4_TIMING": "0"}) == ["LUCE_DS4_TIMING"]
+
+
+def test_the_exact_differential_trace_is_set_alike_in_both_arms_only_when_sandboxed() -> None:
+    on = policy.common_policy(4, ("DFLASH_", "LUCE_"), exact_trace=True)
+    assert on["DFLASH_DS4_EXACT_TRACE_PATH"] == "/tmp/ds4ci-exact-trace.jsonl" and on["DFLASH_DS4_EXACT_TRACE_Q"] == "1"
+    assert not any(k.startswith("LUCE_DS4_EXACT_TRACE") for k in on)  # only the DFLASH_ spelling exists
+    assert "DFLASH_DS4_EXACT_TRACE_PATH" not in policy.common_policy(4, ("DFLASH_", "LUCE_"))
+    assert "DFLASH_DS4_EXACT_TRACE_PATH" not in policy.common_policy(4, ("LUCE_",), exact_trace=True)
+    target = policy.target_only_env({}, 4, ("DFLASH_",), exact_trace=True)
+    spec = policy.reference_exact_env({}, 4, ("DFLASH_",), "/m/d.gguf", 3, exact_trace=True)
+    assert policy.check_only_activation_differs(target, spec) == []
+    assert target.env["DFLASH_DS4_EXACT_TRACE_PATH"] == spec.env["DFLASH_DS4_EXACT_TRACE_PATH"]
