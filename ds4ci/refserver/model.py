@@ -8,7 +8,8 @@ moved to the device. Logits are returned in float32; the argmax takes the first 
 
 The cache only ever appends: a forward of T tokens writes positions [length, length + T). So a
 snapshot is the length, and restoring it (``crop``) is exact: nothing below the snapshot was
-touched, and whatever a rejected verification wrote above it is overwritten by the replay.
+touched, and whatever a rejected verification wrote above it is overwritten by the replay
+(except a row the stale-compressor fault keeps: ``keep_row``).
 """
 
 from __future__ import annotations
@@ -110,6 +111,11 @@ class KVCache:
         self.v = torch.zeros(shape, dtype=dtype, device=device)
         self.capacity = capacity
         self.length = 0
+        self.sticky: dict[int, tuple[torch.Tensor, torch.Tensor]] = {}  # the stale-compressor fault's kept rows
+
+    def keep_row(self, position: int) -> None:
+        """The stale-compressor fault: the row now at ``position`` (all layers) survives every later write there."""
+        self.sticky[position] = (self.k[:, position].clone(), self.v[:, position].clone())
 
     def snapshot(self) -> int:
         return self.length
@@ -173,6 +179,9 @@ class Decoder:
             v = F.linear(h, layer.wv).view(count, a.heads, a.head_dim)
             cache.k[i, start:end] = k
             cache.v[i, start:end] = v
+            for pos, (kept_k, kept_v) in cache.sticky.items():
+                if start <= pos < end:
+                    cache.k[i, pos], cache.v[i, pos] = kept_k[i], kept_v[i]
             keys = cache.k[i, :end].transpose(0, 1)[None]
             values = cache.v[i, :end].transpose(0, 1)[None]
             attended = F.scaled_dot_product_attention(q.transpose(0, 1)[None], keys, values, attn_mask=mask)
