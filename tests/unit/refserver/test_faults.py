@@ -21,20 +21,10 @@ from ds4ci.refserver.faults import FaultPlan, FaultState, is_near_tie, stale_bou
 from ds4ci.refserver.model import Decoder, generate_tensors  # noqa: E402
 from ds4ci.refserver.modelfile import Arch, file_sha256  # noqa: E402
 from ds4ci.refserver.tinydouble import TinyDraft, TinyTarget, chat_tokens, tiny_piece  # noqa: E402
-from ds4ci.tinymodels.bundle import TinySet, tiny_structure, write_tiny_set  # noqa: E402
+from ds4ci.tinymodels.bundle import TinySet, tiny_structure  # noqa: E402
 from ds4ci.tinymodels.shapes import Shape  # noqa: E402
 
 N_TOKENS = 96
-
-
-@pytest.fixture(scope="module")
-def successor(tmp_path_factory: pytest.TempPathFactory) -> TinySet:
-    return write_tiny_set(tmp_path_factory.mktemp("succ"), seed=1)
-
-
-@pytest.fixture(scope="module")
-def random_set(tmp_path_factory: pytest.TempPathFactory) -> TinySet:
-    return write_tiny_set(tmp_path_factory.mktemp("rand"), seed=1, kind="random")
 
 
 def _run(s: TinySet, q: int, fault: FaultState | None) -> tuple[list[int], list[int], list[int]]:

@@ -26,16 +26,6 @@ from ds4ci.tinymodels.shapes import Shape
 N_TOKENS = 96
 
 
-@pytest.fixture(scope="module")
-def successor(tmp_path_factory: pytest.TempPathFactory) -> TinySet:
-    return write_tiny_set(tmp_path_factory.mktemp("succ"), seed=1)
-
-
-@pytest.fixture(scope="module")
-def random_set(tmp_path_factory: pytest.TempPathFactory) -> TinySet:
-    return write_tiny_set(tmp_path_factory.mktemp("rand"), seed=1, kind="random")
-
-
 def models(s: TinySet) -> tuple[TinyTarget, TinyDraft]:
     target = TinyTarget(s.target, file_sha256(s.target))
     return target, TinyDraft(s.draft, target)
