@@ -104,18 +104,12 @@ def derive_tensors(arch: Arch, base: dict[str, torch.Tensor], sha256_hex: str, n
     return out
 
 
-class KVCache:
-    def __init__(self, arch: Arch, capacity: int, dtype: torch.dtype, device: torch.device) -> None:
-        shape = (arch.layers, capacity, arch.heads, arch.head_dim)
-        self.k = torch.zeros(shape, dtype=dtype, device=device)
-        self.v = torch.zeros(shape, dtype=dtype, device=device)
+class AppendOnly:
+    """A cache that only appends: a snapshot is its length, and restoring one forgets what lies above it."""
+
+    def __init__(self, capacity: int) -> None:
         self.capacity = capacity
         self.length = 0
-        self.sticky: dict[int, tuple[torch.Tensor, torch.Tensor]] = {}  # the stale-compressor fault's kept rows
-
-    def keep_row(self, position: int) -> None:
-        """The stale-compressor fault: the row now at ``position`` (all layers) survives every later write there."""
-        self.sticky[position] = (self.k[:, position].clone(), self.v[:, position].clone())
 
     def snapshot(self) -> int:
         return self.length
@@ -125,6 +119,19 @@ class KVCache:
         if not 0 <= length <= self.length:
             raise ValueError(f"cannot crop a cache of length {self.length} to {length}")
         self.length = length
+
+
+class KVCache(AppendOnly):
+    def __init__(self, arch: Arch, capacity: int, dtype: torch.dtype, device: torch.device) -> None:
+        super().__init__(capacity)
+        shape = (arch.layers, capacity, arch.heads, arch.head_dim)
+        self.k = torch.zeros(shape, dtype=dtype, device=device)
+        self.v = torch.zeros(shape, dtype=dtype, device=device)
+        self.sticky: dict[int, tuple[torch.Tensor, torch.Tensor]] = {}  # the stale-compressor fault's kept rows
+
+    def keep_row(self, position: int) -> None:
+        """The stale-compressor fault: the row now at ``position`` (all layers) survives every later write there."""
+        self.sticky[position] = (self.k[:, position].clone(), self.v[:, position].clone())
 
 
 def _rms_norm(x: torch.Tensor, weight: torch.Tensor, eps: float) -> torch.Tensor:

@@ -36,6 +36,7 @@ import numpy as np
 import torch
 
 from ds4ci.judging.tinywords import word
+from ds4ci.refserver.model import AppendOnly
 from ds4ci.tinymodels.vocab import N_BYTES, SPECIALS
 
 GGUF_MAGIC = b"GGUF"
@@ -90,23 +91,17 @@ class TinyArch:
                 f"context term {self.context_logits:.2f} logits standing in for the layers")
 
 
-class TinyCache:
+class TinyCache(AppendOnly):
     """Rows per position and compressor rows per ratio-4 block; a snapshot is the length."""
 
     def __init__(self, capacity: int) -> None:
+        super().__init__(capacity)
         self.rows = np.zeros((capacity, CONTEXT_DIM))
         self.compressed: dict[int, np.ndarray] = {}
         self.sticky: set[int] = set()  # blocks whose compressor row is never recomputed (the stale-compressor fault)
-        self.capacity = capacity
-        self.length = 0
-
-    def snapshot(self) -> int:
-        return self.length
 
     def crop(self, length: int) -> None:
-        if not 0 <= length <= self.length:
-            raise ValueError(f"cannot crop a cache of length {self.length} to {length}")
-        self.length = length
+        super().crop(length)
         for block in [b for b in self.compressed if RATIO * b + RATIO - 1 >= length and b not in self.sticky]:
             del self.compressed[block]
 
@@ -170,16 +165,8 @@ class TinyTarget:
         return torch.tensor(np.stack(rows), dtype=torch.float32)
 
 
-class _NoCache:
-    def __init__(self, capacity: int) -> None:
-        self.capacity = capacity
-        self.length = 0
-
-    def snapshot(self) -> int:
-        return self.length
-
-    def crop(self, length: int) -> None:
-        self.length = length
+class _NoCache(AppendOnly):
+    """The draft's: it only counts what it was fed."""
 
     def keep_row(self, position: int) -> None:  # the draft keeps no rows
         del position
