@@ -40,8 +40,7 @@ from ds4ci.refserver.args import Args
 from ds4ci.refserver.decoding import Counters, Model, Output, StepDetail, decode_plain, decode_speculative
 from ds4ci.refserver.env import RefEnv
 from ds4ci.refserver.model import DTYPES, Decoder, derive_tensors, generate_tensors
-from ds4ci.refserver.modelfile import ModelFile, ModelFileError, read_model_file
-from ds4ci.refserver.tinydouble import TinyDraft, TinyModelError, TinyTarget, chat_tokens, is_gguf, tiny_piece
+from ds4ci.refserver.modelfile import ModelFile, ModelFileError, is_gguf, read_model_file
 
 BANNER = (
     "[ds4-spec] reference-exact verifier: batched target verification of the drafts, rollback of the KV cache "
@@ -116,10 +115,6 @@ def _byte_tokens(vocab: int) -> Callable[[ChatRequest], list[int]]:
     return lambda request: tokenize(request.prompt_text, vocab)
 
 
-def _tiny_tokens(request: ChatRequest) -> list[int]:
-    return chat_tokens(request.messages)
-
-
 @dataclass(frozen=True)
 class Loaded:
     target: Model
@@ -129,6 +124,7 @@ class Loaded:
     draft_error: str | None
     tokens: Callable[[ChatRequest], list[int]]
     piece: Callable[[int], str] = piece
+    tiny: bool = False  # served by the tiny models' double
 
 
 def _device(args: Args) -> torch.device:
@@ -186,22 +182,28 @@ def _gguf(path: Path) -> bool:
 
 
 def _load_tiny(target_file: ModelFile, env: RefEnv) -> Loaded:
-    """The tiny models' double (CPU numpy; the device and dtype do not apply to it)."""
+    """The tiny models' double (CPU numpy; the device and dtype do not apply to it). Imported here: it needs
+    NumPy and gguf, which a server of its own models does not."""
+    from ds4ci.refserver.tinydouble import TinyDraft, TinyModelError, TinyTarget, chat_tokens, tiny_piece
+
+    def tokens(request: ChatRequest) -> list[int]:
+        return chat_tokens(request.messages)
+
     try:
         target = TinyTarget(target_file.path, target_file.sha256)
     except TinyModelError as exc:
         raise StartupError(str(exc)) from exc
     if not env.spec:
-        return Loaded(target, target_file, None, None, None, _tiny_tokens, tiny_piece)
+        return Loaded(target, target_file, None, None, None, tokens, tiny_piece, tiny=True)
     if env.draft is None:
-        return Loaded(target, target_file, None, None, "DS4_SPEC=1 but no DS4_DRAFT file was given", _tiny_tokens,
-                      tiny_piece)
+        return Loaded(target, target_file, None, None, "DS4_SPEC=1 but no DS4_DRAFT file was given", tokens,
+                      tiny_piece, tiny=True)
     try:
         draft_file = read_model_file(env.draft, "draft")
         draft = TinyDraft(env.draft, target)
     except (ModelFileError, TinyModelError) as exc:
-        return Loaded(target, target_file, None, None, str(exc), _tiny_tokens, tiny_piece)
-    return Loaded(target, target_file, draft, draft_file, None, _tiny_tokens, tiny_piece)
+        return Loaded(target, target_file, None, None, str(exc), tokens, tiny_piece, tiny=True)
+    return Loaded(target, target_file, draft, draft_file, None, tokens, tiny_piece, tiny=True)
 
 
 class Engine:
@@ -227,7 +229,7 @@ class Engine:
         if m.draft_error is not None:
             self.log.line(f"[ds4-spec] draft not loaded ({m.draft_error}); serving without speculation")
         elif m.draft is not None and m.draft_file is not None:
-            if isinstance(m.draft, TinyDraft):
+            if m.tiny:
                 kind = "tiny DSpark draft double: Markov head from the file"
             elif m.draft_file.arch is None:
                 kind = f"target + {m.draft_file.noise:g} relative noise"

@@ -39,7 +39,6 @@ from ds4ci.judging.tinywords import word
 from ds4ci.refserver.model import AppendOnly
 from ds4ci.tinymodels.vocab import N_BYTES, SPECIALS
 
-GGUF_MAGIC = b"GGUF"
 TARGET_ARCH = "deepseek4"
 CONTEXT_DIM = 64
 CONTEXT_GAIN = 80.0  # logits of the context term per unit of the layers' output-projection std
@@ -51,11 +50,6 @@ RATIO = 4
 
 class TinyModelError(ValueError):
     """A GGUF file that is not one of the tiny models this double serves."""
-
-
-def is_gguf(path: Path) -> bool:
-    with path.open("rb") as fh:
-        return fh.read(4) == GGUF_MAGIC
 
 
 def _tensors(path: Path, names: Sequence[str]) -> tuple[dict[str, np.ndarray], dict[str, object]]:
