@@ -199,6 +199,33 @@ def _push_all(out: Output, tokens: Sequence[int]) -> tuple[int, ...]:
     return tuple(pushed)
 
 
+def _replay(target: Model, cache: Any, fed: Sequence[int], targets: list[int], flipped: int | None, start: int,
+            fault: FaultState | None, step: int) -> list[int]:
+    """Reference-exact: restore the cache to the step's start and replay ``fed`` (the seed and the batch's
+    accepted drafts) one token at a time; the replay's argmax is the truth. Returns the emitted tokens and
+    writes the replay's truths into ``targets``. The planted faults act here (``refserver.faults``)."""
+    width = len(targets) - 1
+    boundary = stale_boundary(start, width, len(fed) - 1)
+    if fault and boundary is not None and fault.ready("stale-compressor", step):
+        fault.fire(step, position=boundary)
+        cache.keep_row(boundary)
+    if fault and fault.ready("skip-restore", step):
+        fault.fire(step, position=start)
+    else:
+        cache.crop(start)
+    emitted: list[int] = []
+    truth = argmax(target.forward([fed[0]], cache))[-1]
+    for slot, token in enumerate(fed[1:]):
+        targets[slot] = truth
+        if truth != token and slot != flipped:
+            break  # the replay is the truth: this draft is rejected after all
+        emitted.append(token)
+        truth = argmax(target.forward([token], cache))[-1]
+    targets[len(emitted)] = truth
+    emitted.append(truth)
+    return emitted
+
+
 def decode_speculative(
     target: Model, draft: Model, prompt: Sequence[int], out: Output, chunk: int, q: int, exact: bool,
     fault: FaultState | None = None,
@@ -235,24 +262,7 @@ def decode_speculative(
             accepted += 1
         targets = list(verified)
         if exact:
-            boundary = stale_boundary(start, width, accepted)
-            if fault and boundary is not None and accepted < width and fault.ready("stale-compressor", steps):
-                fault.fire(steps, position=boundary)
-                cache.keep_row(boundary)
-            if fault and fault.ready("skip-restore", steps):
-                fault.fire(steps, position=start)
-            else:
-                cache.crop(start)
-            emitted: list[int] = []
-            truth = argmax(target.forward([context[-1]], cache))[-1]
-            for slot, token in enumerate(drafts[:accepted]):
-                targets[slot] = truth
-                if truth != token and slot != flipped:
-                    break  # the replay is the truth: this draft is rejected after all
-                emitted.append(token)
-                truth = argmax(target.forward([token], cache))[-1]
-            targets[len(emitted)] = truth
-            emitted.append(truth)
+            emitted = _replay(target, cache, [context[-1], *drafts[:accepted]], targets, flipped, start, fault, steps)
         else:
             cache.crop(start + accepted + 1)  # keep what the batch wrote for last, d1 .. d_accepted
             emitted = [*drafts[:accepted], verified[accepted]]

@@ -85,6 +85,7 @@ def summary_line(generated: int, counters: Counters, q: int) -> str:
 
 
 COMPARE_STEPS = 8
+COMPARE_DRAFTS = 3
 
 
 def _slots(values: Sequence[int], count: int) -> str:
@@ -96,7 +97,7 @@ def step_lines(details: Sequence[StepDetail], timing: bool, tokens: bool) -> lis
     lines = []
     out = 0
     for step, d in enumerate(details):
-        if timing and step < COMPARE_STEPS:
+        if timing and step < COMPARE_STEPS and len(d.drafts) <= COMPARE_DRAFTS:  # the line has 3 draft slots
             lines.append(f"[ds4-spec-cmp] step={step} pos={d.position} draft=[{_slots(d.drafts, 3)}] "
                          f"tgt=[{_slots(d.targets, 4)}] acc={d.accepted + 1}")
         for slot, token in enumerate(d.emitted, start=1):

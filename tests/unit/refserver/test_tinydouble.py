@@ -109,6 +109,10 @@ def test_step_lines_parse_back_and_agree_with_the_loop(successor: TinySet) -> No
     assert problems == [] and [s.accepted for s in steps[:-1]] == [d.accepted for d in counters.details[:-1]]
     assert sum(d.accepted for d in counters.details) == counters.matched
     assert step_lines(counters.details, timing=False, tokens=False) == []
+    # the compare line has three draft slots: wider steps print only their timing lines
+    wide = decode_speculative(target, draft, prompt, Output(N_TOKENS, (), tiny_piece), 512, 5, exact=True)
+    shown = step_lines(wide.details, timing=True, tokens=False)
+    assert shown and all(x.startswith("[ds4-spec-t] ") for x in shown)
 
 
 def test_server_loads_the_double_for_a_tiny_gguf_and_refuses_other_gguf(
