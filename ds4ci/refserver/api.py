@@ -41,6 +41,7 @@ class ChatRequest:
     stop: tuple[str, ...]
     stream: bool
     penalties: Penalties
+    messages: tuple[tuple[str, str], ...] = ()  # (role, content) as sent: the tiny models' template reads them
 
 
 def tokenize(text: str, vocab: int) -> list[int]:
@@ -151,6 +152,7 @@ def parse_request(body: bytes) -> ChatRequest:
         stop=_stop(data),
         stream=stream,
         penalties=penalties,
+        messages=tuple(messages),
     )
 
 

@@ -79,7 +79,8 @@ def parser() -> argparse.ArgumentParser:
             "Reference DS4-protocol server on real PyTorch kernels: a tiny Llama-like decoder whose weights "
             "come from the model files' SHA-256. Environment (either prefix DFLASH_DS4_ or LUCE_DS4_): SPEC, DRAFT, "
             "SPEC_Q, SPEC_REFERENCE_EXACT, EXACT_VERIFY_TRACE, FUSED_VERIFY; DS4REF_DTYPE "
-            "(bfloat16|float16|float32, default bfloat16), DS4REF_THREADS, DS4REF_LEAK_FUSED_VERIFY."
+            "(bfloat16|float16|float32, default bfloat16), DS4REF_THREADS, DS4REF_LEAK_FUSED_VERIFY, "
+            "DS4REF_FAULT (+ _SEED, _LOG). A GGUF target from `ds4ci tiny-models` is served by the tiny models' double."
         ),
         allow_abbrev=False,
     )

@@ -26,11 +26,13 @@ import time
 from collections import Counter
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
+from typing import Any, Protocol
 
 import torch
 
 from ds4ci.refserver.env import MAX_Q
-from ds4ci.refserver.model import Decoder, KVCache, argmax
+from ds4ci.refserver.faults import FaultState, is_near_tie, stale_boundary
+from ds4ci.refserver.model import argmax
 
 
 @dataclass(frozen=True)
@@ -65,10 +67,42 @@ class Penalties:
 
 
 @dataclass(frozen=True)
+class StepDetail:
+    """One verify step as the per-step lines show it (``position`` is the seed token's, as the loop intends)."""
+
+    position: int
+    drafts: tuple[int, ...]
+    targets: tuple[int, ...]  # the target's token at slots 0..len(drafts): the replay's where it ran
+    accepted: int  # drafts emitted as accepted
+    emitted: tuple[int, ...]  # the tokens this step pushed (fewer than accepted + 1 only when the answer ended)
+
+
+@dataclass(frozen=True)
 class Counters:
     steps: int
     matched: int
     offered: int
+    details: tuple[StepDetail, ...] = ()
+
+
+class Cache(Protocol):
+    length: int
+
+    def snapshot(self) -> int: ...
+
+    def crop(self, length: int) -> None: ...
+
+    def keep_row(self, position: int) -> None: ...
+
+
+class Model(Protocol):
+    """What decoding needs of a model: the Llama-like ``Decoder`` or the tiny models' double."""
+
+    arch: Any
+
+    def new_cache(self, capacity: int) -> Any: ...
+
+    def forward(self, tokens: Sequence[int], cache: Any, all_logits: bool = False) -> torch.Tensor: ...
 
 
 class Output:
@@ -108,10 +142,11 @@ class Output:
 
 
 def capacity_for(prompt_len: int, max_tokens: int) -> int:
-    return prompt_len + max_tokens + MAX_Q + 1
+    """Room for the answer, a last verify batch past it, and one unrestored batch (the skip-restore fault)."""
+    return prompt_len + max_tokens + 2 * (MAX_Q + 1)
 
 
-def _prefill(model: Decoder, cache: KVCache, prompt: Sequence[int], chunk: int) -> torch.Tensor:
+def _prefill(model: Model, cache: Any, prompt: Sequence[int], chunk: int) -> torch.Tensor:
     logits: torch.Tensor | None = None
     for start in range(0, len(prompt), chunk):
         logits = model.forward(prompt[start:start + chunk], cache)
@@ -120,7 +155,7 @@ def _prefill(model: Decoder, cache: KVCache, prompt: Sequence[int], chunk: int) 
     return logits
 
 
-def decode_plain(model: Decoder, prompt: Sequence[int], out: Output, chunk: int, penalties: Penalties) -> None:
+def decode_plain(model: Model, prompt: Sequence[int], out: Output, chunk: int, penalties: Penalties) -> None:
     """Target-only greedy decoding: one forward per token."""
     cache = model.new_cache(capacity_for(len(prompt), out.max_tokens))
     logits = _prefill(model, cache, prompt, chunk)
@@ -136,7 +171,7 @@ def decode_plain(model: Decoder, prompt: Sequence[int], out: Output, chunk: int,
 class _Drafter:
     """The draft model's cache, kept in step with the sequence it has been fed."""
 
-    def __init__(self, model: Decoder, capacity: int) -> None:
+    def __init__(self, model: Model, capacity: int) -> None:
         self.model = model
         self.cache = model.new_cache(capacity)
         self.fed: list[int] = []
@@ -155,50 +190,87 @@ class _Drafter:
         return drafts
 
 
+def _push_all(out: Output, tokens: Sequence[int]) -> tuple[int, ...]:
+    pushed = []
+    for token in tokens:
+        pushed.append(token)
+        if not out.push(token):
+            break
+    return tuple(pushed)
+
+
+def _replay(target: Model, cache: Any, fed: Sequence[int], targets: list[int], flipped: int | None, start: int,
+            fault: FaultState | None, step: int) -> list[int]:
+    """Reference-exact: restore the cache to the step's start and replay ``fed`` (the seed and the batch's
+    accepted drafts) one token at a time; the replay's argmax is the truth. Returns the emitted tokens and
+    writes the replay's truths into ``targets``. The planted faults act here (``refserver.faults``)."""
+    width = len(targets) - 1
+    boundary = stale_boundary(start, width, len(fed) - 1)
+    if fault and boundary is not None and fault.ready("stale-compressor", step):
+        fault.fire(step, position=boundary)
+        cache.keep_row(boundary)
+    if fault and fault.ready("skip-restore", step):
+        fault.fire(step, position=start)
+    else:
+        cache.crop(start)
+    emitted: list[int] = []
+    truth = argmax(target.forward([fed[0]], cache))[-1]
+    for slot, token in enumerate(fed[1:]):
+        targets[slot] = truth
+        if truth != token and slot != flipped:
+            break  # the replay is the truth: this draft is rejected after all
+        emitted.append(token)
+        truth = argmax(target.forward([token], cache))[-1]
+    targets[len(emitted)] = truth
+    emitted.append(truth)
+    return emitted
+
+
 def decode_speculative(
-    target: Decoder, draft: Decoder, prompt: Sequence[int], out: Output, chunk: int, q: int, exact: bool
+    target: Model, draft: Model, prompt: Sequence[int], out: Output, chunk: int, q: int, exact: bool,
+    fault: FaultState | None = None,
 ) -> Counters:
-    """Speculative greedy decoding at width q (q-1 drafts per step); reference-exact or approximate."""
+    """Speculative greedy decoding at width q (q-1 drafts per step); reference-exact or approximate.
+
+    Counted like the DS4 loop: every step, the last included, offers q-1 drafts and counts its accepted
+    ones in full, even where the answer's end cuts its tokens.
+
+    ``fault`` (reference-exact only): the planted fault of ``refserver.faults``, fired at most once."""
     capacity = capacity_for(len(prompt), out.max_tokens)
     cache = target.new_cache(capacity)
     drafter = _Drafter(draft, capacity)
     first = argmax(_prefill(target, cache, prompt, chunk))[-1]
     context = [*prompt, first]  # the target's cache holds context[:-1]; context[-1] is pending
     steps = matched = offered = 0
+    details: list[StepDetail] = []
     if not out.push(first):
         return Counters(steps, matched, offered)
-    while not out.done:
-        width = min(q - 1, out.remaining() - 1)
-        if width <= 0:  # the last token: nothing left to speculate on
-            token = argmax(target.forward([context[-1]], cache))[-1]
-            context.append(token)
-            out.push(token)
-            continue
+    width = q - 1
+    while not out.done:  # every step offers q-1 drafts; the last one's tokens are cut at the answer's end
         drafts = drafter.propose(context, width, chunk)
         start = cache.snapshot()
-        verified = argmax(target.forward([context[-1], *drafts], cache, all_logits=True))
+        batch = target.forward([context[-1], *drafts], cache, all_logits=True)
+        verified = argmax(batch)
         accepted = 0
-        while accepted < width and drafts[accepted] == verified[accepted]:
+        flipped = None
+        while accepted < width:
+            if drafts[accepted] != verified[accepted]:
+                if not (fault and fault.ready("near-tie", steps) and is_near_tie(batch[accepted], drafts[accepted])):
+                    break
+                fault.fire(steps, slot=accepted + 1, token=drafts[accepted], argmax=verified[accepted])
+                flipped = accepted
             accepted += 1
-        steps += 1
-        offered += width
+        targets = list(verified)
         if exact:
-            cache.crop(start)
-            emitted: list[int] = []
-            truth = argmax(target.forward([context[-1]], cache))[-1]
-            for token in drafts[:accepted]:
-                if truth != token:
-                    break  # the replay is the truth: this draft is rejected after all
-                emitted.append(token)
-                truth = argmax(target.forward([token], cache))[-1]
-            matched += len(emitted)
-            emitted.append(truth)
+            emitted = _replay(target, cache, [context[-1], *drafts[:accepted]], targets, flipped, start, fault, steps)
         else:
             cache.crop(start + accepted + 1)  # keep what the batch wrote for last, d1 .. d_accepted
             emitted = [*drafts[:accepted], verified[accepted]]
-            matched += accepted
-        for token in emitted:
-            context.append(token)
-            if not out.push(token):
-                break
-    return Counters(steps, matched, offered)
+        position = len(context) - 1
+        steps += 1
+        offered += width
+        matched += len(emitted) - 1
+        pushed = _push_all(out, emitted)
+        context.extend(pushed)
+        details.append(StepDetail(position, tuple(drafts), tuple(targets), len(emitted) - 1, pushed))
+    return Counters(steps, matched, offered, tuple(details))

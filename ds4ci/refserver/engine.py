@@ -8,7 +8,17 @@ formats (the gate cuts the log per request by offset):
     [ds4-spec] gen=<n-1> steps=<S> matched=<M> offered=<O> mean_accept=<%.2f>/<%.2f> q_cap=<q> full_snap=1
 
 The trace only with the trace variable set; banner and summary only for a request that really
-speculated. A draft that does not load does not stop the server: it serves without speculation,
+speculated. With ``DS4_TIMING`` a speculative request also prints the spec loop's compare lines
+(first 8 steps) and timing lines (steps 1..4 and every 32nd), with ``DS4_TOKEN_TRACE`` one line per
+token the loop emits, in the real build's formats:
+
+    [ds4-spec-cmp] step=<s> pos=<p> draft=[<id> <id> <id>] tgt=[<id> <id> <id> <id>] acc=<n>
+    [ds4-spec-t] step=<s+1> q=<q> acc=<n> | ...
+    [ds4-spec-token] out=<i> step=<s> slot=<k> token=<id>[ bonus]
+
+A target that is a GGUF file written by ``ds4ci tiny-models`` is served by the tiny models'
+double (``tinydouble``) with the DS4 chat template over their vocabulary; any other file is a
+model of its own (``modelfile``). A draft that does not load does not stop the server: it serves without speculation,
 and says so at start.
 """
 
@@ -17,8 +27,9 @@ from __future__ import annotations
 import sys
 import threading
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any, TextIO
 
 import torch
@@ -26,10 +37,10 @@ import torch
 from ds4ci import __version__
 from ds4ci.refserver.api import ChatRequest, Completion, piece, tokenize
 from ds4ci.refserver.args import Args
-from ds4ci.refserver.decoding import Counters, Output, decode_plain, decode_speculative
+from ds4ci.refserver.decoding import Counters, Model, Output, StepDetail, decode_plain, decode_speculative
 from ds4ci.refserver.env import RefEnv
 from ds4ci.refserver.model import DTYPES, Decoder, derive_tensors, generate_tensors
-from ds4ci.refserver.modelfile import ModelFile, ModelFileError, read_model_file
+from ds4ci.refserver.modelfile import ModelFile, ModelFileError, is_gguf, read_model_file
 
 BANNER = (
     "[ds4-spec] reference-exact verifier: batched target verification of the drafts, rollback of the KV cache "
@@ -73,13 +84,48 @@ def summary_line(generated: int, counters: Counters, q: int) -> str:
     )
 
 
+COMPARE_STEPS = 8
+COMPARE_DRAFTS = 3
+
+
+def _slots(values: Sequence[int], count: int) -> str:
+    return " ".join(str(v) for v in [*values[:count], *[-1] * max(count - len(values), 0)])
+
+
+def step_lines(details: Sequence[StepDetail], timing: bool, tokens: bool) -> list[str]:
+    """The spec loop's per-step and per-token lines, in its order: compare line, tokens, timing line."""
+    lines = []
+    out = 0
+    for step, d in enumerate(details):
+        if timing and step < COMPARE_STEPS and len(d.drafts) <= COMPARE_DRAFTS:  # the line has 3 draft slots
+            lines.append(f"[ds4-spec-cmp] step={step} pos={d.position} draft=[{_slots(d.drafts, 3)}] "
+                         f"tgt=[{_slots(d.targets, 4)}] acc={d.accepted + 1}")
+        for slot, token in enumerate(d.emitted, start=1):
+            if tokens:
+                bonus = " bonus" if slot == d.accepted + 1 else ""
+                lines.append(f"[ds4-spec-token] out={out} step={step} slot={slot} token={token}{bonus}")
+            out += 1
+        after = step + 1
+        if timing and (after <= 4 or after % 32 == 0):
+            lines.append(f"[ds4-spec-t] step={after} q={len(d.drafts) + 1} acc={d.accepted + 1} | draft=0.0 head=0.0 "
+                         "save=0.0 verify=0.0 probe(submit/wait)=0.0/0.0 apply=0.0 feat=0.0 ms (cum means)")
+    return lines
+
+
+def _byte_tokens(vocab: int) -> Callable[[ChatRequest], list[int]]:
+    return lambda request: tokenize(request.prompt_text, vocab)
+
+
 @dataclass(frozen=True)
 class Loaded:
-    target: Decoder
+    target: Model
     target_file: ModelFile
-    draft: Decoder | None
+    draft: Model | None
     draft_file: ModelFile | None
     draft_error: str | None
+    tokens: Callable[[ChatRequest], list[int]]
+    piece: Callable[[int], str] = piece
+    tiny: bool = False  # served by the tiny models' double
 
 
 def _device(args: Args) -> torch.device:
@@ -102,16 +148,19 @@ def load(args: Args, env: RefEnv) -> Loaded:
     except ModelFileError as exc:
         raise StartupError(str(exc)) from exc
     assert target_file.arch is not None
+    if _gguf(args.target):
+        return _load_tiny(target_file, env)
     base = generate_tensors(target_file.arch, target_file.sha256)
     target = Decoder(target_file.arch, base, dtype, device)
+    tokens = _byte_tokens(target_file.arch.vocab)
     if not env.spec:
-        return Loaded(target, target_file, None, None, None)
+        return Loaded(target, target_file, None, None, None, tokens)
     if env.draft is None:
-        return Loaded(target, target_file, None, None, "DS4_SPEC=1 but no DS4_DRAFT file was given")
+        return Loaded(target, target_file, None, None, "DS4_SPEC=1 but no DS4_DRAFT file was given", tokens)
     try:
         draft_file = read_model_file(env.draft, "draft")
     except ModelFileError as exc:
-        return Loaded(target, target_file, None, None, str(exc))
+        return Loaded(target, target_file, None, None, str(exc), tokens)
     if draft_file.arch is None:
         assert draft_file.noise is not None
         tensors = derive_tensors(target_file.arch, base, draft_file.sha256, draft_file.noise)
@@ -119,10 +168,43 @@ def load(args: Args, env: RefEnv) -> Loaded:
     else:
         if draft_file.arch.vocab != target_file.arch.vocab:
             return Loaded(target, target_file, None, draft_file,
-                          f"draft vocabulary {draft_file.arch.vocab} differs from the target's {target_file.arch.vocab}")
+                          f"draft vocabulary {draft_file.arch.vocab} differs from the target's {target_file.arch.vocab}",
+                          tokens)
         arch = draft_file.arch
         tensors = generate_tensors(arch, draft_file.sha256)
-    return Loaded(target, target_file, Decoder(arch, tensors, dtype, device), draft_file, None)
+    return Loaded(target, target_file, Decoder(arch, tensors, dtype, device), draft_file, None, tokens)
+
+
+def _gguf(path: Path) -> bool:
+    try:
+        return is_gguf(path)
+    except OSError as exc:
+        raise StartupError(f"{path}: cannot read the target model file ({exc.strerror or exc})") from exc
+
+
+def _load_tiny(target_file: ModelFile, env: RefEnv) -> Loaded:
+    """The tiny models' double (CPU numpy; the device and dtype do not apply to it). Imported here: it needs
+    NumPy and gguf, which a server of its own models does not."""
+    from ds4ci.refserver.tinydouble import TinyDraft, TinyModelError, TinyTarget, chat_tokens, tiny_piece
+
+    def tokens(request: ChatRequest) -> list[int]:
+        return chat_tokens(request.messages)
+
+    try:
+        target = TinyTarget(target_file.path, target_file.sha256)
+    except TinyModelError as exc:
+        raise StartupError(str(exc)) from exc
+    if not env.spec:
+        return Loaded(target, target_file, None, None, None, tokens, tiny_piece, tiny=True)
+    if env.draft is None:
+        return Loaded(target, target_file, None, None, "DS4_SPEC=1 but no DS4_DRAFT file was given", tokens,
+                      tiny_piece, tiny=True)
+    try:
+        draft_file = read_model_file(env.draft, "draft")
+        draft = TinyDraft(env.draft, target)
+    except (ModelFileError, TinyModelError) as exc:
+        return Loaded(target, target_file, None, None, str(exc), tokens, tiny_piece, tiny=True)
+    return Loaded(target, target_file, draft, draft_file, None, tokens, tiny_piece, tiny=True)
 
 
 class Engine:
@@ -148,11 +230,17 @@ class Engine:
         if m.draft_error is not None:
             self.log.line(f"[ds4-spec] draft not loaded ({m.draft_error}); serving without speculation")
         elif m.draft is not None and m.draft_file is not None:
-            kind = (f"target + {m.draft_file.noise:g} relative noise" if m.draft_file.arch is None
-                    else m.draft.arch.describe())
+            if m.tiny:
+                kind = "tiny DSpark draft double: Markov head from the file"
+            elif m.draft_file.arch is None:
+                kind = f"target + {m.draft_file.noise:g} relative noise"
+            else:
+                kind = m.draft.arch.describe()
             verifier = "approximate (fused)" if e.approximate else "reference-exact"
             if e.leak_fused_verify:
                 verifier += ", leaked while claiming reference-exact (DS4REF_LEAK_FUSED_VERIFY fault)"
+            if e.fault is not None:
+                verifier += f", planted fault {e.fault.name} seed {e.fault.seed} while claiming reference-exact"
             self.log.line(f"[ds4-spec] speculation on: draft {m.draft_file.path} sha256={m.draft_file.sha256} "
                           f"({kind}), q {e.q}, verifier {verifier}")
         if e.trace:
@@ -189,7 +277,7 @@ class Engine:
         index = self.requests
         self.requests += 1
         m, e = self.loaded, self.env
-        prompt = tokenize(request.prompt_text, m.target.arch.vocab)
+        prompt = m.tokens(request)
         if len(prompt) + request.max_tokens > self.args.max_ctx:
             raise RequestRefused(
                 f"prompt ({len(prompt)} tokens) plus max_tokens ({request.max_tokens}) exceeds --max-ctx {self.args.max_ctx}"
@@ -197,7 +285,7 @@ class Engine:
         speculate = self.speculative and not request.penalties.forces_plain
         self.log.line(f"slot 0: id {index} | new task, n_prompt_tokens={len(prompt)} n_predict={request.max_tokens} "
                       f"speculative={int(speculate)}")
-        out = Output(request.max_tokens, request.stop, piece)
+        out = Output(request.max_tokens, request.stop, m.piece)
         started = time.monotonic()
         counters: Counters | None = None
         if speculate:
@@ -206,7 +294,11 @@ class Engine:
                 self.log.line(BANNER)
             else:
                 self.log.line(APPROXIMATE_NOTE)
-            counters = decode_speculative(m.target, m.draft, prompt, out, self.args.chunk, e.q, exact=not e.approximate)
+            exact = not e.approximate
+            fault = e.fault.arm(prompt, index) if e.fault is not None and exact else None
+            counters = decode_speculative(m.target, m.draft, prompt, out, self.args.chunk, e.q, exact, fault)
+            for line in step_lines(counters.details, e.timing, e.token_trace):
+                self.log.line(line)
         else:
             decode_plain(m.target, prompt, out, self.args.chunk, request.penalties)
         elapsed = time.monotonic() - started

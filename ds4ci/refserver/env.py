@@ -10,6 +10,12 @@ the DS4 families before each arm) passes them through untouched:
 - ``DS4REF_LEAK_FUSED_VERIFY=1``: a deliberate fault for the self-test. Speculative requests verify
   approximately (they keep the batched verification's tokens) while still claiming reference-exact
   verification in the trace and banner, which only the token comparison can catch.
+- ``DS4REF_FAULT=near-tie|stale-compressor|skip-restore``, ``DS4REF_FAULT_SEED`` (default 0) and
+  ``DS4REF_FAULT_LOG`` (a path): one small planted verifier fault for the sensitivity benchmark
+  (``refserver.faults`` says what each does); it too keeps claiming reference-exact verification.
+
+``DS4_TIMING`` and ``DS4_TOKEN_TRACE`` (either prefix) make speculative requests print the spec
+loop's per-step compare/timing lines and per-token lines, in the real build's formats.
 """
 
 from __future__ import annotations
@@ -17,6 +23,8 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
+
+from ds4ci.refserver.faults import FAULTS, FaultPlan
 
 PREFIXES = ("DFLASH_DS4_", "LUCE_DS4_")
 DTYPES = {"bfloat16": "bfloat16", "bf16": "bfloat16", "float16": "float16", "fp16": "float16",
@@ -40,6 +48,9 @@ class RefEnv:
     leak_fused_verify: bool
     dtype: str
     threads: int | None
+    timing: bool = False
+    token_trace: bool = False
+    fault: FaultPlan | None = None
 
     @property
     def approximate(self) -> bool:
@@ -98,4 +109,22 @@ def read_env(env: Mapping[str, str]) -> RefEnv:
         leak_fused_verify=_flag(env.get("DS4REF_LEAK_FUSED_VERIFY"), "DS4REF_LEAK_FUSED_VERIFY"),
         dtype=DTYPES[dtype_text],
         threads=_int(env.get("DS4REF_THREADS"), "DS4REF_THREADS", 1, 1024, None),
+        timing=_flag(_ds4(env, "TIMING"), "DS4_TIMING"),
+        token_trace=_flag(_ds4(env, "TOKEN_TRACE"), "DS4_TOKEN_TRACE"),
+        fault=_fault(env),
     )
+
+
+def _fault(env: Mapping[str, str]) -> FaultPlan | None:
+    name = env.get("DS4REF_FAULT", "")
+    seed = _int(env.get("DS4REF_FAULT_SEED"), "DS4REF_FAULT_SEED", 0, (1 << 63) - 1, 0)
+    log = env.get("DS4REF_FAULT_LOG", "")
+    if not name:
+        if env.get("DS4REF_FAULT_SEED") or log:
+            raise EnvError("DS4REF_FAULT_SEED and DS4REF_FAULT_LOG need DS4REF_FAULT (one of "
+                           f"{', '.join(FAULTS)})")
+        return None
+    if name not in FAULTS:
+        raise EnvError(f"DS4REF_FAULT must be one of {', '.join(FAULTS)}, found {name!r}")
+    assert seed is not None
+    return FaultPlan(name, seed, Path(log) if log else None)

@@ -8,7 +8,8 @@ moved to the device. Logits are returned in float32; the argmax takes the first 
 
 The cache only ever appends: a forward of T tokens writes positions [length, length + T). So a
 snapshot is the length, and restoring it (``crop``) is exact: nothing below the snapshot was
-touched, and whatever a rejected verification wrote above it is overwritten by the replay.
+touched, and whatever a rejected verification wrote above it is overwritten by the replay
+(except a row the stale-compressor fault keeps: ``keep_row``).
 """
 
 from __future__ import annotations
@@ -103,11 +104,10 @@ def derive_tensors(arch: Arch, base: dict[str, torch.Tensor], sha256_hex: str, n
     return out
 
 
-class KVCache:
-    def __init__(self, arch: Arch, capacity: int, dtype: torch.dtype, device: torch.device) -> None:
-        shape = (arch.layers, capacity, arch.heads, arch.head_dim)
-        self.k = torch.zeros(shape, dtype=dtype, device=device)
-        self.v = torch.zeros(shape, dtype=dtype, device=device)
+class AppendOnly:
+    """A cache that only appends: a snapshot is its length, and restoring one forgets what lies above it."""
+
+    def __init__(self, capacity: int) -> None:
         self.capacity = capacity
         self.length = 0
 
@@ -119,6 +119,19 @@ class KVCache:
         if not 0 <= length <= self.length:
             raise ValueError(f"cannot crop a cache of length {self.length} to {length}")
         self.length = length
+
+
+class KVCache(AppendOnly):
+    def __init__(self, arch: Arch, capacity: int, dtype: torch.dtype, device: torch.device) -> None:
+        super().__init__(capacity)
+        shape = (arch.layers, capacity, arch.heads, arch.head_dim)
+        self.k = torch.zeros(shape, dtype=dtype, device=device)
+        self.v = torch.zeros(shape, dtype=dtype, device=device)
+        self.sticky: dict[int, tuple[torch.Tensor, torch.Tensor]] = {}  # the stale-compressor fault's kept rows
+
+    def keep_row(self, position: int) -> None:
+        """The stale-compressor fault: the row now at ``position`` (all layers) survives every later write there."""
+        self.sticky[position] = (self.k[:, position].clone(), self.v[:, position].clone())
 
 
 def _rms_norm(x: torch.Tensor, weight: torch.Tensor, eps: float) -> torch.Tensor:
@@ -173,6 +186,9 @@ class Decoder:
             v = F.linear(h, layer.wv).view(count, a.heads, a.head_dim)
             cache.k[i, start:end] = k
             cache.v[i, start:end] = v
+            for pos, (kept_k, kept_v) in cache.sticky.items():
+                if start <= pos < end:
+                    cache.k[i, pos], cache.v[i, pos] = kept_k[i], kept_v[i]
             keys = cache.k[i, :end].transpose(0, 1)[None]
             values = cache.v[i, :end].transpose(0, 1)[None]
             attended = F.scaled_dot_product_attention(q.transpose(0, 1)[None], keys, values, attn_mask=mask)

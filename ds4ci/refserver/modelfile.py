@@ -60,6 +60,9 @@ DEFAULT_ARCH = Arch()
 _INT_BOUNDS = {"vocab": (256, 262144), "dim": (16, 8192), "layers": (1, 64), "heads": (1, 128), "ffn": (16, 32768)}
 
 
+GGUF_MAGIC = b"GGUF"
+
+
 @dataclass(frozen=True)
 class ModelFile:
     path: Path
@@ -67,6 +70,12 @@ class ModelFile:
     arch: Arch | None  # None: a draft derived from the target
     noise: float | None  # the derived draft's relative noise; None for a model of its own
     has_header: bool
+
+
+def is_gguf(path: Path) -> bool:
+    """Whether the file starts with GGUF's magic (the tiny models' files; ``tinydouble`` serves them)."""
+    with path.open("rb") as fh:
+        return fh.read(4) == GGUF_MAGIC
 
 
 def file_sha256(path: Path) -> str:

@@ -1,0 +1,82 @@
+#!/usr/bin/env python3
+"""How the tiny models' sensitivity to the planted faults depends on the layers' share of the logits.
+
+    .venv/bin/python bench/sensitivity_gain.py --gains 80,320,1280 --json-out /tmp/gain.json
+
+In process, no gate: the tiny-model double (``ds4ci.refserver.tinydouble``) with its context term (the
+stand-in for the layers) scaled by each gain, the reference-exact loop with one planted fault
+(``ds4ci.refserver.faults``; seeds 1..--trials, q=2,3,4, both shipped prompts) and without; it counts
+the requests where the fault fired and where the answer differs from greedy (what the gate's token
+comparison catches). Gain 80 is the double's own (docs/selftest.md).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import shlex
+import sys
+import tempfile
+from pathlib import Path
+from typing import Any
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+from _common import machine
+
+from ds4ci.refserver import tinydouble
+from ds4ci.refserver.decoding import Output, Penalties, decode_plain, decode_speculative
+from ds4ci.refserver.faults import FAULTS, FaultPlan
+from ds4ci.refserver.modelfile import file_sha256
+from ds4ci.tinymodels.bundle import write_tiny_set
+
+N_TOKENS = 96
+
+
+def measure(kind: str, gain: float, trials: int, folder: Path) -> dict[str, Any]:
+    tiny = write_tiny_set(folder / kind, seed=1, kind=kind)
+    tinydouble.CONTEXT_GAIN = gain
+    target = tinydouble.TinyTarget(tiny.target, file_sha256(tiny.target))
+    draft = tinydouble.TinyDraft(tiny.draft, target)
+    counts = {f: {"requests": 0, "fired": 0, "changed": 0} for f in FAULTS}
+    for prompt_file in tiny.prompts:
+        prompt = tinydouble.chat_tokens([("user", prompt_file.read_text(encoding="utf-8"))])
+        greedy = Output(N_TOKENS, (), tinydouble.tiny_piece)
+        decode_plain(target, prompt, greedy, 512, Penalties())
+        for fault in FAULTS:
+            for q in (2, 3, 4):
+                for seed in range(1, trials + 1):
+                    state = FaultPlan(fault, seed, None).arm(prompt, 0)
+                    out = Output(N_TOKENS, (), tinydouble.tiny_piece)
+                    decode_speculative(target, draft, prompt, out, 512, q, True, state)
+                    c = counts[fault]
+                    c["requests"] += 1
+                    c["fired"] += state.fired_at is not None
+                    c["changed"] += out.ids != greedy.ids
+    return {"kind": kind, "gain": gain, "context_logits": round(target.arch.context_logits, 3), "faults": counts}
+
+
+def main() -> int:
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    p.add_argument("--gains", default="80,320,1280", help="comma-separated context gains (default 80,320,1280)")
+    p.add_argument("--kinds", default="successor,random", help="tiny-model kinds (default successor,random)")
+    p.add_argument("--trials", type=int, default=8, help="seeds per fault, width and prompt (default 8)")
+    p.add_argument("--json-out", type=Path, help="also write the figures here as JSON")
+    a = p.parse_args()
+    rows = []
+    with tempfile.TemporaryDirectory() as tmp:
+        for kind in a.kinds.split(","):
+            for gain in (float(g) for g in a.gains.split(",")):
+                row = measure(kind, gain, a.trials, Path(tmp))
+                rows.append(row)
+                shown = ", ".join(f"{f} fired {c['fired']}/{c['requests']} changed {c['changed']}"
+                                  for f, c in row["faults"].items())
+                print(f"{kind} gain {gain:g} (context {row['context_logits']} logits): {shown}", flush=True)
+    if a.json_out:
+        a.json_out.write_text(json.dumps({"machine": machine(), "command": shlex.join(sys.argv), "rows": rows},
+                                         indent=2) + "\n", encoding="utf-8")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

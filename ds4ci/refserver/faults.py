@@ -1,0 +1,97 @@
+"""Planted verifier faults for the sensitivity benchmark: small, seeded, and silent.
+
+``DS4REF_FAULT`` names one fault; it acts only in speculative reference-exact requests, and the
+banner, trace and summary still claim reference-exact verification (so only the gate's own
+checks can catch it). Each fault fires at most once per request, at the first chance from a
+seeded verify step on (``DS4REF_FAULT_SEED`` and the prompt's tokens choose the step, so the
+repeats of one prompt fault identically):
+
+- ``near-tie``: the verifier accepts a draft that is the target's runner-up, within
+  ``NEAR_TIE_SHARE`` of the argmax's margin over the row's mean, in the batch and in the replay;
+- ``stale-compressor``: after a verify batch that rejected a draft fed at a ratio-4 boundary
+  position (``p % 4 == 3``), the row written there from the rejected draft is kept: the replay
+  does not recompute it (the tiny models' compressor row; the Llama models' KV row);
+- ``skip-restore``: the cache is not restored to the step's start before the replay, so the
+  replay appends after what the rejected batch wrote.
+
+``DS4REF_FAULT_LOG`` (a path) gets one JSON line per fault that fired, for the benchmark to tell
+"fired and missed" from "never fired"; nothing about it reaches the server's own output.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import threading
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:  # the environment is read before PyTorch is imported
+    import torch
+
+FAULTS = ("near-tie", "stale-compressor", "skip-restore")
+NEAR_TIE_SHARE = 0.25  # a near-tie: the runner-up within this share of the argmax's margin over the row's mean (the
+# successor models' near-tie words are at 0.003..0.19 of it, their other words at 0.33 or more)
+FIRST_STEP_SPAN = 24  # the fault's first verify step is drawn from 0 .. FIRST_STEP_SPAN-1
+RATIO4 = 4
+_LOG_LOCK = threading.Lock()
+
+
+@dataclass(frozen=True)
+class FaultPlan:
+    """What the environment asked for: a fault, its seed, and where to record that it fired."""
+
+    name: str
+    seed: int
+    log: Path | None
+
+    def arm(self, prompt: Sequence[int], request: int) -> FaultState:
+        digest = hashlib.sha256(f"{self.name}/{self.seed}/".encode() + " ".join(map(str, prompt)).encode()).digest()
+        return FaultState(self, int.from_bytes(digest[:8], "little") % FIRST_STEP_SPAN, request)
+
+
+@dataclass
+class FaultState:
+    """One request's fault: armed from ``first_step`` on, fires once."""
+
+    plan: FaultPlan
+    first_step: int
+    request: int
+    fired_at: int | None = None
+    details: dict[str, int] = field(default_factory=dict)
+
+    def ready(self, name: str, step: int) -> bool:
+        return self.plan.name == name and self.fired_at is None and step >= self.first_step
+
+    def fire(self, step: int, **details: int) -> None:
+        self.fired_at = step
+        self.details = dict(details)
+        if self.plan.log is None:
+            return
+        record = {"fault": self.plan.name, "seed": self.plan.seed, "request": self.request,
+                  "first_step": self.first_step, "step": step, **details}
+        with _LOG_LOCK, self.plan.log.open("a", encoding="utf-8") as fh:
+            fh.write(json.dumps(record, sort_keys=True) + "\n")
+
+
+def is_near_tie(row: torch.Tensor, token: int) -> bool:
+    """Whether ``token`` is the runner-up of the logits ``row`` within NEAR_TIE_SHARE of the argmax's margin."""
+    top2 = row.topk(2)
+    if int(top2.indices[1]) != token:
+        return False
+    best, second = float(top2.values[0]), float(top2.values[1])
+    margin = best - float(row.mean())
+    return margin > 0.0 and best - second <= NEAR_TIE_SHARE * margin
+
+
+def stale_boundary(start: int, width: int, accepted: int) -> int | None:
+    """The first ratio-4 boundary position a rejected draft of this batch was fed at (None: none).
+
+    The batch feeds the seed at ``start`` and draft j (1-based) at ``start + j``; drafts after the
+    ``accepted`` ones were rejected, so their rows are what the replay must recompute."""
+    for j in range(accepted + 1, width + 1):
+        if (start + j) % RATIO4 == RATIO4 - 1:
+            return start + j
+    return None
