@@ -8,6 +8,10 @@ stand-in for the layers) scaled by each gain, the reference-exact loop with one 
 (``ds4ci.refserver.faults``; seeds 1..--trials, q=2,3,4, both shipped prompts) and without; it counts
 the requests where the fault fired and where the answer differs from greedy (what the gate's token
 comparison catches). Gain 80 is the double's own (docs/selftest.md).
+
+``--near-tie-gap`` and ``--near-tie-every`` write the successor models with other near-ties than the
+shipped ones (``ds4ci.tinymodels.structure``: the runner-up that many logits behind the successor, at
+about one word in that many) to measure a design before it ships; the defaults are the shipped values.
 """
 
 from __future__ import annotations
@@ -28,6 +32,7 @@ from ds4ci.refserver import tinydouble
 from ds4ci.refserver.decoding import Output, Penalties, decode_plain, decode_speculative
 from ds4ci.refserver.faults import FAULTS, FaultPlan
 from ds4ci.refserver.modelfile import file_sha256
+from ds4ci.tinymodels import structure
 from ds4ci.tinymodels.bundle import write_tiny_set
 
 N_TOKENS = 96
@@ -53,7 +58,8 @@ def measure(kind: str, gain: float, trials: int, folder: Path) -> dict[str, Any]
                     c["requests"] += 1
                     c["fired"] += state.fired_at is not None
                     c["changed"] += out.ids != greedy.ids
-    return {"kind": kind, "gain": gain, "context_logits": round(target.arch.context_logits, 3), "faults": counts}
+    return {"kind": kind, "gain": gain, "near_tie_gap": structure.NEAR_TIE_GAP,
+            "near_tie_every": structure.NEAR_TIE_EVERY, "context_logits": round(target.arch.context_logits, 3), "faults": counts}
 
 
 def main() -> int:
@@ -61,8 +67,15 @@ def main() -> int:
     p.add_argument("--gains", default="80,320,1280", help="comma-separated context gains (default 80,320,1280)")
     p.add_argument("--kinds", default="successor,random", help="tiny-model kinds (default successor,random)")
     p.add_argument("--trials", type=int, default=8, help="seeds per fault, width and prompt (default 8)")
+    p.add_argument("--near-tie-gap", type=float, default=structure.NEAR_TIE_GAP,
+                   help=f"logits between a near-tie's successor and runner-up (shipped: {structure.NEAR_TIE_GAP:g})")
+    p.add_argument("--near-tie-every", type=int, default=structure.NEAR_TIE_EVERY,
+                   help=f"about one word in this many is a near-tie (shipped: {structure.NEAR_TIE_EVERY})")
     p.add_argument("--json-out", type=Path, help="also write the figures here as JSON")
     a = p.parse_args()
+    if a.near_tie_every < 1 or not 0.0 <= a.near_tie_gap < structure.ALPHA - structure.BETA:
+        p.error(f"--near-tie-every must be at least 1 and --near-tie-gap in 0..{structure.ALPHA - structure.BETA:g}")
+    structure.NEAR_TIE_GAP, structure.NEAR_TIE_EVERY = a.near_tie_gap, a.near_tie_every
     rows = []
     with tempfile.TemporaryDirectory() as tmp:
         for kind in a.kinds.split(","):
@@ -71,7 +84,8 @@ def main() -> int:
                 rows.append(row)
                 shown = ", ".join(f"{f} fired {c['fired']}/{c['requests']} changed {c['changed']}"
                                   for f, c in row["faults"].items())
-                print(f"{kind} gain {gain:g} (context {row['context_logits']} logits): {shown}", flush=True)
+                ties = f"near-tie gap {a.near_tie_gap:g} every {a.near_tie_every}"
+                print(f"{kind} gain {gain:g} {ties} (context {row['context_logits']} logits): {shown}", flush=True)
     if a.json_out:
         a.json_out.write_text(json.dumps({"machine": machine(), "command": shlex.join(sys.argv), "rows": rows},
                                          indent=2) + "\n", encoding="utf-8")
