@@ -10,8 +10,9 @@ the requests where the fault fired and where the answer differs from greedy (wha
 comparison catches). Gain 80 is the double's own (docs/selftest.md).
 
 ``--near-tie-gap`` and ``--near-tie-every`` write the successor models with other near-ties than the
-shipped ones (``ds4ci.tinymodels.structure``: the runner-up that many logits behind the successor, at
-about one word in that many) to measure a design before it ships; the defaults are the shipped values.
+shipped ones (``ds4ci.tinymodels.structure.NearTies``: the runner-up that many logits behind the
+successor, at about one word in that many) to measure a design before it ships; the defaults are the
+shipped values, and ``--near-tie-gap 1 --near-tie-every 16`` writes the first successor models.
 """
 
 from __future__ import annotations
@@ -38,8 +39,9 @@ from ds4ci.tinymodels.bundle import write_tiny_set
 N_TOKENS = 96
 
 
-def measure(kind: str, gain: float, trials: int, folder: Path) -> dict[str, Any]:
-    tiny = write_tiny_set(folder / kind, seed=1, kind=kind)
+def measure(kind: str, gain: float, trials: int, folder: Path,
+            near_ties: structure.NearTies = structure.NEAR_TIES) -> dict[str, Any]:
+    tiny = write_tiny_set(folder / kind, seed=1, kind=kind, near_ties=near_ties)
     tinydouble.CONTEXT_GAIN = gain
     target = tinydouble.TinyTarget(tiny.target, file_sha256(tiny.target))
     draft = tinydouble.TinyDraft(tiny.draft, target)
@@ -58,8 +60,8 @@ def measure(kind: str, gain: float, trials: int, folder: Path) -> dict[str, Any]
                     c["requests"] += 1
                     c["fired"] += state.fired_at is not None
                     c["changed"] += out.ids != greedy.ids
-    return {"kind": kind, "gain": gain, "near_tie_gap": structure.NEAR_TIE_GAP,
-            "near_tie_every": structure.NEAR_TIE_EVERY, "context_logits": round(target.arch.context_logits, 3), "faults": counts}
+    return {"kind": kind, "gain": gain, "near_tie_gap": near_ties.gap,
+            "near_tie_every": near_ties.every, "context_logits": round(target.arch.context_logits, 3), "faults": counts}
 
 
 def main() -> int:
@@ -67,20 +69,21 @@ def main() -> int:
     p.add_argument("--gains", default="80,320,1280", help="comma-separated context gains (default 80,320,1280)")
     p.add_argument("--kinds", default="successor,random", help="tiny-model kinds (default successor,random)")
     p.add_argument("--trials", type=int, default=8, help="seeds per fault, width and prompt (default 8)")
-    p.add_argument("--near-tie-gap", type=float, default=structure.NEAR_TIE_GAP,
-                   help=f"logits between a near-tie's successor and runner-up (shipped: {structure.NEAR_TIE_GAP:g})")
-    p.add_argument("--near-tie-every", type=int, default=structure.NEAR_TIE_EVERY,
-                   help=f"about one word in this many is a near-tie (shipped: {structure.NEAR_TIE_EVERY})")
+    shipped = structure.NEAR_TIES
+    p.add_argument("--near-tie-gap", type=float, default=shipped.gap,
+                   help=f"logits between a near-tie's successor and runner-up (shipped: {shipped.gap:g})")
+    p.add_argument("--near-tie-every", type=int, default=shipped.every,
+                   help=f"about one word in this many is a near-tie (shipped: {shipped.every})")
     p.add_argument("--json-out", type=Path, help="also write the figures here as JSON")
     a = p.parse_args()
     if a.near_tie_every < 1 or not 0.0 <= a.near_tie_gap < structure.ALPHA - structure.BETA:
         p.error(f"--near-tie-every must be at least 1 and --near-tie-gap in 0..{structure.ALPHA - structure.BETA:g}")
-    structure.NEAR_TIE_GAP, structure.NEAR_TIE_EVERY = a.near_tie_gap, a.near_tie_every
+    near_ties = structure.NearTies(a.near_tie_gap, a.near_tie_every)
     rows = []
     with tempfile.TemporaryDirectory() as tmp:
         for kind in a.kinds.split(","):
             for gain in (float(g) for g in a.gains.split(",")):
-                row = measure(kind, gain, a.trials, Path(tmp))
+                row = measure(kind, gain, a.trials, Path(tmp), near_ties)
                 rows.append(row)
                 shown = ", ".join(f"{f} fired {c['fired']}/{c['requests']} changed {c['changed']}"
                                   for f, c in row["faults"].items())

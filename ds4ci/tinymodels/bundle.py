@@ -15,7 +15,7 @@ from ds4ci.judging.tinywords import word
 from ds4ci.tinymodels import structure
 from ds4ci.tinymodels.draft import write_draft
 from ds4ci.tinymodels.shapes import KINDS, SUCCESSOR, DraftShape, Shape
-from ds4ci.tinymodels.structure import Structure
+from ds4ci.tinymodels.structure import NearTies, Structure
 from ds4ci.tinymodels.target import write_target
 from ds4ci.tinymodels.vocab import SPECIALS, build_vocab
 
@@ -91,20 +91,21 @@ def _config(names: dict[str, str], sha: dict[str, str], prompts: list[str], kind
     return "\n".join(lines)
 
 
-def tiny_structure(seed: int, shape: Shape) -> Structure:
+def tiny_structure(seed: int, shape: Shape, near_ties: NearTies = structure.NEAR_TIES) -> Structure:
     """The successor structure that ``write_tiny_set`` builds into the models of ``seed``."""
     vocab = build_vocab(shape.n_vocab)
     endings = [vocab.special("<think>"), vocab.special("</think>")]
     return structure.build(shape.n_vocab, vocab.first_word, [vocab.special(SPECIALS[-1])], endings,
-                           np.random.default_rng([seed, 3]))
+                           np.random.default_rng([seed, 3]), near_ties)
 
 
 def write_tiny_set(folder: Path, seed: int, shape: Shape | None = None, draft: DraftShape | None = None,
-                   kind: str = SUCCESSOR) -> TinySet:
+                   kind: str = SUCCESSOR, near_ties: NearTies = structure.NEAR_TIES) -> TinySet:
     """Write the set into ``folder`` (created; existing files of the set are replaced).
 
     ``kind``: ``successor`` (the structure of ``structure``) or ``random`` (the first models: random
-    weights, kept for comparison).
+    weights, kept for comparison). ``near_ties``: the successor kind's near-ties (``structure.NEAR_TIES``;
+    ``structure.FIRST_NEAR_TIES`` writes the first successor models again).
     """
     if kind not in KINDS:
         raise ValueError(f"kind must be one of {', '.join(KINDS)}, got {kind!r}")
@@ -112,7 +113,7 @@ def write_tiny_set(folder: Path, seed: int, shape: Shape | None = None, draft: D
     draft = draft or DraftShape()
     folder.mkdir(parents=True, exist_ok=True)
     target, draft_path = folder / TARGET_FILE, folder / DRAFT_FILE
-    st = tiny_structure(seed, shape) if kind == SUCCESSOR else None
+    st = tiny_structure(seed, shape, near_ties) if kind == SUCCESSOR else None
     vocab = write_target(target, shape, np.random.default_rng([seed, 0]), st)
     write_draft(draft_path, shape, draft, vocab.special(SPECIALS[-1]), np.random.default_rng([seed, 1]), st)
     rng = np.random.default_rng([seed, 2])

@@ -8,8 +8,11 @@ about ``ALPHA`` for ``succ(t)``, ``BETA`` for ``succ(succ(t))`` and near zero el
 byte and special token a prompt can end with has a successor word too (the chat template's
 endings ``<think>`` and ``</think>`` the cycle's first word), so the first generated token is fixed
 by the prompt's last token. The layers write back into the residual stream only
-through small output projections (``LAYER_OUT_STD``): they run, but cannot outvote the direct path.
-A few words are near-ties (``NEAR_TIE_GAP``) where the layers may pick the skip, still a step
+through small output projections (``LAYER_OUT_STD``): they run, but outvote the direct path only at
+near-ties.
+About one word in six is a near-tie (``NEAR_TIES``): the skip only 0.1 logits behind the
+successor, so the layers, which read the cache, decide it; a cache that a rollback left wrong then
+changes the answer (docs/benchmarks.md, section 9, measured it). Either way it is a step
 forward on the cycle. Any greedy continuation is therefore a forward walk of steps 1 or 2 on a
 cycle of ``n_vocab - first_word`` words: no ID repeats within it.
 
@@ -29,8 +32,17 @@ import numpy as np
 
 ALPHA = 16.0  # logits of the successor
 BETA = 8.0  # logits of the token after the successor (the runner-up)
-NEAR_TIE_GAP = 1.0  # at near-tie words the runner-up is this close to the successor
-NEAR_TIE_EVERY = 16  # about one word in this many is a near-tie
+
+
+@dataclass(frozen=True)
+class NearTies:
+    gap: float  # at near-tie words the runner-up is this many logits behind the successor
+    every: int  # about one word in this many is a near-tie
+
+
+NEAR_TIES = NearTies(0.1, 6)  # what `ds4ci tiny-models` writes (since 2026-12-02)
+# The first successor models (2026-12-01, the first H200 captures): near-ties the layers never decided.
+FIRST_NEAR_TIES = NearTies(1.0, 16)
 MARKOV_LOGITS = 40.0  # the Markov head's bias toward its guess
 # Known words come in runs, each followed by one unknown word; the run lengths come in blocks (a
 # seeded order of RUN_BLOCK each), so every stretch of 96 tokens holds every length several times.
@@ -49,7 +61,8 @@ class Structure:
     cycle: tuple[int, ...]  # the word tokens in cycle order
     succ: dict[int, int]  # every token a continuation can start from -> the word after it
     known: frozenset[int]  # words whose successor the draft's Markov head knows
-    near_ties: frozenset[int]  # words whose runner-up is only NEAR_TIE_GAP behind
+    near_ties: frozenset[int]  # words whose runner-up is only ``near_tie_gap`` behind
+    near_tie_gap: float
 
     def guess(self, token: int) -> int:
         """The draft's Markov guess after ``token``: its successor where known, else the one after."""
@@ -58,7 +71,7 @@ class Structure:
 
 
 def build(n_vocab: int, first_word: int, no_successor: Sequence[int], endings: Sequence[int],
-          rng: np.random.Generator) -> Structure:
+          rng: np.random.Generator, near_ties: NearTies = NEAR_TIES) -> Structure:
     """``no_successor``: tokens no answer follows (the mask); ``endings``: the tokens a chat prompt
     ends with, whose successor is the cycle's first word."""
     words = [int(w) for w in rng.permutation(np.arange(first_word, n_vocab))]
@@ -77,8 +90,8 @@ def build(n_vocab: int, first_word: int, no_successor: Sequence[int], endings: S
             known.update(words[i:i + int(run)])
             i += int(run) + 1
         blocks += 1
-    near = {w for w in words if rng.random() < 1.0 / NEAR_TIE_EVERY}
-    return Structure(first_word, n_vocab, tuple(words), succ, frozenset(known), frozenset(near))
+    near = {w for w in words if rng.random() < 1.0 / near_ties.every}
+    return Structure(first_word, n_vocab, tuple(words), succ, frozenset(known), frozenset(near), near_ties.gap)
 
 
 def _unit_rows(e: np.ndarray) -> np.ndarray:
@@ -99,7 +112,7 @@ def output_rows(st: Structure, embedding: np.ndarray) -> np.ndarray:
         out[nxt] += ALPHA * unit[tok]
         if tok >= st.first_word:
             after = st.succ[nxt]
-            out[after] += (ALPHA - NEAR_TIE_GAP if tok in st.near_ties else BETA) * unit[tok]
+            out[after] += (ALPHA - st.near_tie_gap if tok in st.near_ties else BETA) * unit[tok]
     return out
 
 

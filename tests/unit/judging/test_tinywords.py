@@ -7,23 +7,26 @@ from pathlib import Path
 
 import pytest
 
-from ds4ci.judging.tinywords import KNOWN_TARGETS, known_target
+from ds4ci.judging.tinywords import FIRST_SUCCESSOR, KNOWN_TARGETS, known_target
 
 
 def test_every_known_target_is_what_tiny_models_writes_for_its_seed(tmp_path: Path) -> None:
     pytest.importorskip("gguf")
+    from ds4ci.tinymodels import structure
     from ds4ci.tinymodels.bundle import write_tiny_set
 
     for digest, made_by in KNOWN_TARGETS.items():
-        words = made_by.split()
+        words = made_by.replace(",", " ").split()
         seed = int(words[words.index("--seed") + 1])
         kind = words[words.index("--kind") + 1] if "--kind" in words else "successor"
-        written = write_tiny_set(tmp_path / f"{kind}-{seed}", seed, kind=kind).target
+        ties = structure.FIRST_NEAR_TIES if made_by == FIRST_SUCCESSOR else structure.NEAR_TIES
+        written = write_tiny_set(tmp_path / f"{kind}-{seed}-{ties.every}", seed, kind=kind, near_ties=ties).target
         assert hashlib.sha256(written.read_bytes()).hexdigest() == digest, made_by
 
 
 def test_only_a_known_digest_is_a_tiny_model() -> None:
-    assert known_target("e96a205cf3543f561c03a90a3946b0d3e678d00e70231dbee57bd0fe0335b447") == "ds4ci tiny-models --seed 1"
+    assert known_target("e8e6a16ce6caf5323bae5db38bcd970ae29f7b6ef1ffc2ac2f082bd9870b658d") == "ds4ci tiny-models --seed 1"
+    assert known_target("e96a205cf3543f561c03a90a3946b0d3e678d00e70231dbee57bd0fe0335b447") == FIRST_SUCCESSOR
     assert known_target("340fd97fff73dc755f918f8bd0e89ea37b3430c4fb66b81c903e05fd5a40b360") == (
         "ds4ci tiny-models --kind random --seed 1")
     assert known_target("0" * 64) is None and known_target(None) is None
