@@ -10,6 +10,7 @@ from __future__ import annotations
 import subprocess
 import sys
 from pathlib import Path
+from typing import Any
 
 import pytest
 from gatekit import sim_wrapper
@@ -90,33 +91,83 @@ def test_verify_of_the_real_bundles_agrees_no_verdict(name: str, tmp_path: Path)
     assert "intact and consistent; recomputed verdict error" in done.stdout + done.stderr
 
 
-SUCCESSOR = TESTS / "data" / "real-server" / "h200-fork-successor"
+FIRST_SUCCESSOR = TESTS / "data" / "real-server" / "h200-fork-successor"  # the first successor models (2026-12-01)
+SUCCESSOR = TESTS / "data" / "real-server" / "h200-fork-successor-2"  # near-ties the layers decide (2026-12-02)
 
 
 @pytest.mark.parametrize("build", ["41ee7d0", "66b226b"])
-def test_verify_of_the_real_fork_builds_with_the_successor_models_passes(build: str, tmp_path: Path) -> None:
-    """The fork build (41ee7d0, and its tip 66b226b) on the H200 with the successor tiny models: intact,
-    consistent and passing when verified offline against the config tiny-models wrote (require_coverage on)."""
-    assert _run(["tiny-models", str(tmp_path / "m")], tmp_path).returncode == 0
-    config = tmp_path / "m" / "ds4ci.toml"
-    done = _run(["verify", str(SUCCESSOR / f"{build}.successor.bundle.tar.gz"), "--expect-config", str(config)], tmp_path)
+def test_verify_of_the_real_fork_builds_with_the_first_successor_models_passes(build: str, tmp_path: Path) -> None:
+    """The fork build (41ee7d0, and its tip 66b226b) on the H200 with the first successor tiny models: intact,
+    consistent and passing when verified offline against the config of that set (require_coverage on)."""
+    from ds4ci.tinymodels import structure
+    from ds4ci.tinymodels.bundle import write_tiny_set
+
+    config = write_tiny_set(tmp_path / "m", 1, near_ties=structure.FIRST_NEAR_TIES).config
+    bundle = FIRST_SUCCESSOR / f"{build}.successor.bundle.tar.gz"
+    done = _run(["verify", str(bundle), "--expect-config", str(config)], tmp_path)
     assert done.returncode == 0, done.stdout + done.stderr
     assert "intact and consistent; recomputed verdict pass" in done.stdout + done.stderr
 
 
-def test_the_real_successor_run_exercised_every_slot_and_both_boundaries(tmp_path: Path) -> None:
+def test_verify_of_the_real_fork_build_with_the_shipped_successor_models_passes(tmp_path: Path) -> None:
+    """41ee7d0 on the H200 with what `ds4ci tiny-models` writes today, verified against the config it writes."""
+    assert _run(["tiny-models", str(tmp_path / "m")], tmp_path).returncode == 0
+    config = tmp_path / "m" / "ds4ci.toml"
+    done = _run(["verify", str(SUCCESSOR / "41ee7d0.successor.bundle.tar.gz"), "--expect-config", str(config)], tmp_path)
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert "intact and consistent; recomputed verdict pass" in done.stdout + done.stderr
+
+
+def _results(bundle: Path, tmp_path: Path) -> tuple[Path, dict[str, Any]]:
     import json
     import tarfile
 
-    with tarfile.open(SUCCESSOR / "41ee7d0.successor.bundle.tar.gz") as tar:
+    with tarfile.open(bundle) as tar:
         tar.extractall(tmp_path, filter="data")
     (attempt,) = [p for p in tmp_path.iterdir() if p.is_dir()]
-    doc = json.loads((attempt / "results.json").read_text(encoding="utf-8"))
+    return attempt, json.loads((attempt / "results.json").read_text(encoding="utf-8"))
+
+
+# The widths whose run rejected a batch at the ratio-128 boundary and at the window's edge (the build prints
+# per-step lines for the first steps only): every width with the first models; with the shipped ones their
+# answers moved (the layers took some skips), and at q=2 no printed step rejected at those two.
+@pytest.mark.parametrize(("folder", "far_edges"), [(FIRST_SUCCESSOR, (2, 3, 4)), (SUCCESSOR, (3, 4))],
+                         ids=["first", "shipped"])
+def test_the_real_successor_run_exercised_every_slot_and_both_boundaries(
+        folder: Path, far_edges: tuple[int, ...], tmp_path: Path) -> None:
+    _, doc = _results(folder / "41ee7d0.successor.bundle.tar.gz", tmp_path)
     assert doc["verdict"] == "pass" and doc["settings"]["require_coverage"] is True
     for width in doc["widths"]:
         q, cov = width["q"], width["coverage"]
         assert cov["unmet"] == [] and all(n > 0 for n in cov["accept_histogram"]), (q, cov)
         assert all(n > 0 for n in cov["rejections_per_slot"])
-        assert cov["boundaries"]["ratio128"]["rejected"] > 0 and cov["boundaries"]["window"]["rejected"] > 0
+        assert cov["boundaries"]["ratio4"]["rejected"] > 0, (q, cov)
+        edges = cov["boundaries"]["ratio128"]["rejected"] > 0 and cov["boundaries"]["window"]["rejected"] > 0
+        assert edges == (q in far_edges), (q, cov)
         for cell in width["prompts"]:  # acceptance partial: inside the band the successor models were made for
             assert 0.30 <= cell["matched"] / cell["offered"] <= 0.85, (q, cell["matched"], cell["offered"])
+
+
+def test_on_the_real_build_the_layers_decide_the_shipped_near_ties(tmp_path: Path) -> None:
+    """The real kernels took the skip at some near-tie words and not at others, and the two prompts' answers
+    part: what the cache holds changes the answer, so a rollback that leaves it wrong can show. Every step is
+    still the successor, or the skip at a near-tie word."""
+    import json
+
+    from ds4ci.judging.tinywords import ids_from_text
+    from ds4ci.tinymodels.bundle import tiny_structure
+    from ds4ci.tinymodels.shapes import Shape
+
+    st = tiny_structure(1, Shape())
+    attempt, _ = _results(SUCCESSOR / "41ee7d0.successor.bundle.tar.gz", tmp_path)
+    answers = []
+    for prompt in ("p0", "p1"):
+        body = json.loads((attempt / "requests" / "target-only" / f"{prompt}-r1.response.json").read_text())
+        ids = ids_from_text(body["choices"][0]["message"]["content"])
+        assert ids is not None and len(ids) == 96 and len(set(ids)) == 96
+        skips = [i for i in range(1, len(ids)) if ids[i] != st.succ[ids[i - 1]]]
+        assert all(ids[i - 1] in st.near_ties and ids[i] == st.succ[st.succ[ids[i - 1]]] for i in skips), skips
+        ties = [i for i in range(1, len(ids)) if ids[i - 1] in st.near_ties]
+        assert skips and len(skips) < len(ties), (skips, ties)  # the layers went both ways
+        answers.append(ids)
+    assert answers[0] != answers[1]
