@@ -106,11 +106,9 @@ class Workspace:
 
     def gate(self, *extra_args: str, faults: str | None = None, env: dict[str, str] | None = None,
              timeout: float = 180, **overrides: Any) -> GateRun:
-        """The gate, run from the workspace (no git checkout): it records no revisions unless ``source_dir``
-        names one, so an uncommitted change in the checkout the tests run from never makes it "modified"."""
         proc = subprocess.run(
             [DS4CI, "gate", *self.args(**overrides), *extra_args],
-            env=env or self.env(faults), capture_output=True, text=True, timeout=timeout, check=False, cwd=self.root,
+            env=env or self.env(faults), capture_output=True, text=True, timeout=timeout, check=False,
         )
         results_path = Path(overrides.get("results_out") or self.root / "results.json")
         results = json.loads(results_path.read_text()) if results_path.is_file() else None

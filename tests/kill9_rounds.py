@@ -71,7 +71,7 @@ def main() -> None:
     env = {**ws.env(), "TMPDIR": str(tmp)}
     argv = [DS4CI, "gate", *ws.args(widths="2", results_out=root / "results.json")]
     started = time.monotonic()
-    full = subprocess.run(argv, env=env, capture_output=True, text=True, check=False, timeout=300, cwd=root)
+    full = subprocess.run(argv, env=env, capture_output=True, text=True, check=False, timeout=300)
     span = time.monotonic() - started
     report: dict[str, object] = {"full_run_exit": full.returncode, "full_run_s": round(span, 2), "rounds": rounds}
     if full.returncode != 0:
@@ -79,7 +79,7 @@ def main() -> None:
     kills, leftovers, reaped = [], [], 0
     for index in range(1, rounds):
         at = rng.uniform(0.0, span)
-        proc = subprocess.Popen(argv, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, cwd=root)
+        proc = subprocess.Popen(argv, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
         time.sleep(at)
         ended_first = proc.poll() is not None
         proc.send_signal(signal.SIGKILL)

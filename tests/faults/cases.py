@@ -131,7 +131,7 @@ def run_disk_full(ws: Workspace, case: Case) -> Outcome:
 
     proc = subprocess.run(
         [DS4CI, "gate", *ws.args(widths="2,3", results_out=None)], env=ws.env(), capture_output=True, text=True,
-        timeout=180, check=False, preexec_fn=limit, cwd=ws.root,
+        timeout=180, check=False, preexec_fn=limit,
     )
     return _outcome(ws, proc.returncode, None, proc.stdout + proc.stderr)
 
@@ -139,7 +139,7 @@ def run_disk_full(ws: Workspace, case: Case) -> Outcome:
 def _start_gate_in_background(ws: Workspace, faults: str | None, **options: object) -> subprocess.Popen[str]:
     return subprocess.Popen(
         [DS4CI, "gate", *ws.args(widths="2", **options)], env=ws.env(faults), stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE, text=True, cwd=ws.root,
+        stderr=subprocess.PIPE, text=True,
     )
 
 
