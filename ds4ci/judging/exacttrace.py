@@ -14,6 +14,7 @@ refused with the line that broke the rule. The file is PR data: read through ``c
 from __future__ import annotations
 
 import json
+import os
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Final
@@ -158,7 +159,7 @@ def read(root: Path, rel: str) -> ExactTrace:
 def for_server(root: Path, rel: str, sent: int, collected: object) -> tuple[tuple[TracedRequest, ...], str | None]:
     """One server's traced requests, one per request sent, in the order sent (requests are serialized), or
     none and why; ``collected`` is what the gate recorded of the file (``lifecycle.json`` exact_trace)."""
-    if not (root / rel).exists() and not (root / rel).is_symlink():
+    if not os.path.lexists(root / rel):
         return (), (f"no exact-differential trace was collected from this server ({str(collected or 'not set')[:200]}), "
                     "while another arm's was: every arm must write one")
     trace = read(root, rel)

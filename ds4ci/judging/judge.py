@@ -9,6 +9,7 @@ process). Once every server has stopped, these functions read that evidence back
 from __future__ import annotations
 
 import hashlib
+import os
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -275,7 +276,7 @@ def choose_oracle(attempt: Path, keys: Sequence[str], settings: Settings) -> Ora
     config opts in ([gate] text_parity). Otherwise none."""
     if modeless.prints_trace(attempt, keys):
         return ORACLE_TRACE
-    if any((attempt / exact_trace_path(k)).exists() or (attempt / exact_trace_path(k)).is_symlink() for k in keys):
+    if any(os.path.lexists(attempt / exact_trace_path(k)) for k in keys):  # a link too: it is refused when read
         return ORACLE_EXACT
     if known_target(settings.target_sha256) is not None:
         return ORACLE_WORDS
