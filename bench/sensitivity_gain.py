@@ -9,10 +9,14 @@ stand-in for the layers) scaled by each gain, the reference-exact loop with one 
 the requests where the fault fired and where the answer differs from greedy (what the gate's token
 comparison catches). Gain 80 is the double's own (docs/selftest.md).
 
-``--near-tie-gap`` and ``--near-tie-every`` write the successor models with other near-ties than the
-shipped ones (``ds4ci.tinymodels.structure.NearTies``: the runner-up that many logits behind the
-successor, at about one word in that many) to measure a design before it ships; the defaults are the
-shipped values, and ``--near-tie-gap 1 --near-tie-every 16`` writes the first successor models.
+``--near-tie-gap``, ``--near-tie-every``, ``--near-tie-unknown-every`` and ``--near-ties-in-first-block``
+write the successor models with other near-ties than the shipped ones
+(``ds4ci.tinymodels.structure.NearTies``: the runner-up that many logits behind the successor, at about
+one word the draft knows in ``every``, one it does not know in ``unknown-every``, and whether the first
+block of runs has any) to measure a design before it ships. The defaults are the shipped values;
+``--near-tie-every 6 --near-tie-unknown-every 6 --near-ties-in-first-block`` writes the second
+successor set, and ``--near-tie-gap 1 --near-tie-every 16 --near-tie-unknown-every 16
+--near-ties-in-first-block`` the first.
 """
 
 from __future__ import annotations
@@ -60,8 +64,9 @@ def measure(kind: str, gain: float, trials: int, folder: Path,
                     c["requests"] += 1
                     c["fired"] += state.fired_at is not None
                     c["changed"] += out.ids != greedy.ids
-    return {"kind": kind, "gain": gain, "near_tie_gap": near_ties.gap,
-            "near_tie_every": near_ties.every, "context_logits": round(target.arch.context_logits, 3), "faults": counts}
+    return {"kind": kind, "gain": gain, "near_tie_gap": near_ties.gap, "near_tie_every": near_ties.every,
+            "near_tie_unknown_every": near_ties.unknown_every, "near_ties_in_first_block": near_ties.in_first_block,
+            "context_logits": round(target.arch.context_logits, 3), "faults": counts}
 
 
 def main() -> int:
@@ -73,12 +78,19 @@ def main() -> int:
     p.add_argument("--near-tie-gap", type=float, default=shipped.gap,
                    help=f"logits between a near-tie's successor and runner-up (shipped: {shipped.gap:g})")
     p.add_argument("--near-tie-every", type=int, default=shipped.every,
-                   help=f"about one word in this many is a near-tie (shipped: {shipped.every})")
+                   help=f"about one word the draft knows in this many is a near-tie (shipped: {shipped.every})")
+    p.add_argument("--near-tie-unknown-every", type=int, default=shipped.unknown_every,
+                   help=f"about one word the draft does not know in this many (shipped: {shipped.unknown_every})")
+    p.add_argument("--near-ties-in-first-block", action=argparse.BooleanOptionalAction,
+                   default=shipped.in_first_block,
+                   help=f"near-ties in the first block of runs too (shipped: {shipped.in_first_block})")
     p.add_argument("--json-out", type=Path, help="also write the figures here as JSON")
     a = p.parse_args()
-    if a.near_tie_every < 1 or not 0.0 <= a.near_tie_gap < structure.ALPHA - structure.BETA:
-        p.error(f"--near-tie-every must be at least 1 and --near-tie-gap in 0..{structure.ALPHA - structure.BETA:g}")
-    near_ties = structure.NearTies(a.near_tie_gap, a.near_tie_every)
+    if min(a.near_tie_every, a.near_tie_unknown_every) < 1 or not 0.0 <= a.near_tie_gap < structure.ALPHA - structure.BETA:
+        p.error("--near-tie-every and --near-tie-unknown-every must be at least 1 and --near-tie-gap in "
+                f"0..{structure.ALPHA - structure.BETA:g}")
+    near_ties = structure.NearTies(a.near_tie_gap, a.near_tie_every, a.near_tie_unknown_every,
+                                   a.near_ties_in_first_block)
     rows = []
     with tempfile.TemporaryDirectory() as tmp:
         for kind in a.kinds.split(","):
@@ -87,7 +99,8 @@ def main() -> int:
                 rows.append(row)
                 shown = ", ".join(f"{f} fired {c['fired']}/{c['requests']} changed {c['changed']}"
                                   for f, c in row["faults"].items())
-                ties = f"near-tie gap {a.near_tie_gap:g} every {a.near_tie_every}"
+                ties = (f"near-tie gap {a.near_tie_gap:g} every {a.near_tie_every} (unknown words "
+                        f"{a.near_tie_unknown_every}, first block {'yes' if a.near_ties_in_first_block else 'no'})")
                 print(f"{kind} gain {gain:g} {ties} (context {row['context_logits']} logits): {shown}", flush=True)
     if a.json_out:
         a.json_out.write_text(json.dumps({"machine": machine(), "command": shlex.join(sys.argv), "rows": rows},

@@ -10,9 +10,13 @@ endings ``<think>`` and ``</think>`` the cycle's first word), so the first gener
 by the prompt's last token. The layers write back into the residual stream only
 through small output projections (``LAYER_OUT_STD``): they run, but outvote the direct path only at
 near-ties.
-About one word in six is a near-tie (``NEAR_TIES``): the skip only 0.1 logits behind the
-successor, so the layers, which read the cache, decide it; a cache that a rollback left wrong then
-changes the answer (docs/benchmarks.md, section 9, measured it). Either way it is a step
+Near-ties (``NEAR_TIES``) put the skip only 0.1 logits behind the successor, so the layers, which
+read the cache, decide it; a cache that a rollback left wrong then changes the answer
+(docs/benchmarks.md, section 9, measured it). Every word the draft does not know is one (there the
+draft guesses the skip, so it is right whenever the layers take it), and about one known word in
+three: half the words, with acceptance still in its band. The first block of runs, where every
+answer starts and whose steps a build prints, has none, so those steps show every accept length
+whatever the layers decide. Either way it is a step
 forward on the cycle. Any greedy continuation is therefore a forward walk of steps 1 or 2 on a
 cycle of ``n_vocab - first_word`` words: no ID repeats within it.
 
@@ -37,12 +41,20 @@ BETA = 8.0  # logits of the token after the successor (the runner-up)
 @dataclass(frozen=True)
 class NearTies:
     gap: float  # at near-tie words the runner-up is this many logits behind the successor
-    every: int  # about one word in this many is a near-tie
+    every: int  # about one word the draft's Markov head knows in this many is a near-tie
+    unknown_every: int  # and about one word it does not know in this many
+    in_first_block: bool  # whether the first block of runs (FIRST_RUNS, where every answer starts) has any
+
+    def share(self, known: bool) -> float:
+        return 1.0 / (self.every if known else self.unknown_every)
 
 
-NEAR_TIES = NearTies(0.1, 6)  # what `ds4ci tiny-models` writes (since 2026-12-02)
+NEAR_TIES = NearTies(0.1, 3, 1, False)  # what `ds4ci tiny-models` writes (since 2026-12-02, second set)
+# The successor models of the first 2026-12-02 H200 capture: one word in six a near-tie, known or not; the
+# layers decided them, but a stale compressor row rarely reached one (docs/benchmarks.md, section 9).
+SECOND_NEAR_TIES = NearTies(0.1, 6, 6, True)
 # The first successor models (2026-12-01, the first H200 captures): near-ties the layers never decided.
-FIRST_NEAR_TIES = NearTies(1.0, 16)
+FIRST_NEAR_TIES = NearTies(1.0, 16, 16, True)
 MARKOV_LOGITS = 40.0  # the Markov head's bias toward its guess
 # Known words come in runs, each followed by one unknown word; the run lengths come in blocks (a
 # seeded order of RUN_BLOCK each), so every stretch of 96 tokens holds every length several times.
@@ -90,7 +102,8 @@ def build(n_vocab: int, first_word: int, no_successor: Sequence[int], endings: S
             known.update(words[i:i + int(run)])
             i += int(run) + 1
         blocks += 1
-    near = {w for w in words if rng.random() < 1.0 / near_ties.every}
+    first_block = 0 if near_ties.in_first_block else sum(run + 1 for run in FIRST_RUNS)
+    near = {w for i, w in enumerate(words) if rng.random() < near_ties.share(w in known) and i >= first_block}
     return Structure(first_word, n_vocab, tuple(words), succ, frozenset(known), frozenset(near), near_ties.gap)
 
 

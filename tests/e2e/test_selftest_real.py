@@ -92,7 +92,7 @@ def test_verify_of_the_real_bundles_agrees_no_verdict(name: str, tmp_path: Path)
 
 
 FIRST_SUCCESSOR = TESTS / "data" / "real-server" / "h200-fork-successor"  # the first successor models (2026-12-01)
-SUCCESSOR = TESTS / "data" / "real-server" / "h200-fork-successor-2"  # near-ties the layers decide (2026-12-02)
+SECOND_SUCCESSOR = TESTS / "data" / "real-server" / "h200-fork-successor-2"  # near-ties the layers decide (2026-12-02)
 
 
 @pytest.mark.parametrize("build", ["41ee7d0", "66b226b"])
@@ -109,11 +109,14 @@ def test_verify_of_the_real_fork_builds_with_the_first_successor_models_passes(b
     assert "intact and consistent; recomputed verdict pass" in done.stdout + done.stderr
 
 
-def test_verify_of_the_real_fork_build_with_the_shipped_successor_models_passes(tmp_path: Path) -> None:
-    """41ee7d0 on the H200 with what `ds4ci tiny-models` writes today, verified against the config it writes."""
-    assert _run(["tiny-models", str(tmp_path / "m")], tmp_path).returncode == 0
-    config = tmp_path / "m" / "ds4ci.toml"
-    done = _run(["verify", str(SUCCESSOR / "41ee7d0.successor.bundle.tar.gz"), "--expect-config", str(config)], tmp_path)
+def test_verify_of_the_real_fork_build_with_the_second_successor_models_passes(tmp_path: Path) -> None:
+    """41ee7d0 on the H200 with the second successor set (one word in six a near-tie), verified against its config."""
+    from ds4ci.tinymodels import structure
+    from ds4ci.tinymodels.bundle import write_tiny_set
+
+    config = write_tiny_set(tmp_path / "m", 1, near_ties=structure.SECOND_NEAR_TIES).config
+    done = _run(["verify", str(SECOND_SUCCESSOR / "41ee7d0.successor.bundle.tar.gz"), "--expect-config", str(config)],
+                tmp_path)
     assert done.returncode == 0, done.stdout + done.stderr
     assert "intact and consistent; recomputed verdict pass" in done.stdout + done.stderr
 
@@ -129,10 +132,10 @@ def _results(bundle: Path, tmp_path: Path) -> tuple[Path, dict[str, Any]]:
 
 
 # The widths whose run rejected a batch at the ratio-128 boundary and at the window's edge (the build prints
-# per-step lines for the first steps only): every width with the first models; with the shipped ones their
+# per-step lines for the first steps only): every width with the first models; with the second set their
 # answers moved (the layers took some skips), and at q=2 no printed step rejected at those two.
-@pytest.mark.parametrize(("folder", "far_edges"), [(FIRST_SUCCESSOR, (2, 3, 4)), (SUCCESSOR, (3, 4))],
-                         ids=["first", "shipped"])
+@pytest.mark.parametrize(("folder", "far_edges"), [(FIRST_SUCCESSOR, (2, 3, 4)), (SECOND_SUCCESSOR, (3, 4))],
+                         ids=["first", "second"])
 def test_the_real_successor_run_exercised_every_slot_and_both_boundaries(
         folder: Path, far_edges: tuple[int, ...], tmp_path: Path) -> None:
     _, doc = _results(folder / "41ee7d0.successor.bundle.tar.gz", tmp_path)
@@ -148,18 +151,19 @@ def test_the_real_successor_run_exercised_every_slot_and_both_boundaries(
             assert 0.30 <= cell["matched"] / cell["offered"] <= 0.85, (q, cell["matched"], cell["offered"])
 
 
-def test_on_the_real_build_the_layers_decide_the_shipped_near_ties(tmp_path: Path) -> None:
+def test_on_the_real_build_the_layers_decide_the_second_sets_near_ties(tmp_path: Path) -> None:
     """The real kernels took the skip at some near-tie words and not at others, and the two prompts' answers
     part: what the cache holds changes the answer, so a rollback that leaves it wrong can show. Every step is
     still the successor, or the skip at a near-tie word."""
     import json
 
     from ds4ci.judging.tinywords import ids_from_text
+    from ds4ci.tinymodels import structure
     from ds4ci.tinymodels.bundle import tiny_structure
     from ds4ci.tinymodels.shapes import Shape
 
-    st = tiny_structure(1, Shape())
-    attempt, _ = _results(SUCCESSOR / "41ee7d0.successor.bundle.tar.gz", tmp_path)
+    st = tiny_structure(1, Shape(), structure.SECOND_NEAR_TIES)
+    attempt, _ = _results(SECOND_SUCCESSOR / "41ee7d0.successor.bundle.tar.gz", tmp_path)
     answers = []
     for prompt in ("p0", "p1"):
         body = json.loads((attempt / "requests" / "target-only" / f"{prompt}-r1.response.json").read_text())

@@ -72,7 +72,7 @@ def test_target_head_gives_each_token_its_successor_with_a_wide_margin(target_lo
         else:  # the runner-up is the skip, a step forward too
             assert [order[t, 0], order[t, 1]] == [st.succ[t], st.succ[st.succ[t]]], t
     words = np.arange(FIRST_WORD, SHAPE.n_vocab)
-    assert (top[words] - third[words]).min() > 10.0  # nothing else comes near either step
+    assert (top[words] - third[words]).min() > 8.0  # nothing else comes near either step (the layers: under 1)
     assert not target_logits[:, :FIRST_WORD].any()  # bytes and specials are never generated
 
 
