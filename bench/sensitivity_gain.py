@@ -7,7 +7,9 @@ In process, no gate: the tiny-model double (``ds4ci.refserver.tinydouble``) with
 stand-in for the layers) scaled by each gain, the reference-exact loop with one planted fault
 (``ds4ci.refserver.faults``; seeds 1..--trials, q=2,3,4, both shipped prompts) and without; it counts
 the requests where the fault fired and where the answer differs from greedy (what the gate's token
-comparison catches). Gain 80 is the double's own (docs/selftest.md).
+comparison catches) and, per fault, the trials (fault seeds) with any request changed: what one gate run
+catches. Gain 80 is the double's own (docs/selftest.md). ``--model-seeds`` writes the models of other
+``tiny-models --seed`` values (the shipped config uses 1).
 
 ``--near-tie-gap``, ``--near-tie-every``, ``--near-tie-unknown-every`` and ``--near-ties-in-first-block``
 write the successor models with other near-ties than the shipped ones
@@ -44,12 +46,13 @@ N_TOKENS = 96
 
 
 def measure(kind: str, gain: float, trials: int, folder: Path,
-            near_ties: structure.NearTies = structure.NEAR_TIES) -> dict[str, Any]:
-    tiny = write_tiny_set(folder / kind, seed=1, kind=kind, near_ties=near_ties)
+            near_ties: structure.NearTies = structure.NEAR_TIES, model_seed: int = 1) -> dict[str, Any]:
+    tiny = write_tiny_set(folder / f"{kind}-{model_seed}", seed=model_seed, kind=kind, near_ties=near_ties)
     tinydouble.CONTEXT_GAIN = gain
     target = tinydouble.TinyTarget(tiny.target, file_sha256(tiny.target))
     draft = tinydouble.TinyDraft(tiny.draft, target)
     counts = {f: {"requests": 0, "fired": 0, "changed": 0} for f in FAULTS}
+    caught: dict[str, set[int]] = {f: set() for f in FAULTS}  # fault seeds with a changed answer: a gate catch
     for prompt_file in tiny.prompts:
         prompt = tinydouble.chat_tokens([("user", prompt_file.read_text(encoding="utf-8"))])
         greedy = Output(N_TOKENS, (), tinydouble.tiny_piece)
@@ -64,7 +67,12 @@ def measure(kind: str, gain: float, trials: int, folder: Path,
                     c["requests"] += 1
                     c["fired"] += state.fired_at is not None
                     c["changed"] += out.ids != greedy.ids
-    return {"kind": kind, "gain": gain, "near_tie_gap": near_ties.gap, "near_tie_every": near_ties.every,
+                    if out.ids != greedy.ids:
+                        caught[fault].add(seed)
+    for fault, seeds in caught.items():
+        counts[fault]["trials_caught"] = len(seeds)
+    return {"kind": kind, "model_seed": model_seed, "gain": gain, "near_tie_gap": near_ties.gap,
+            "near_tie_every": near_ties.every,
             "near_tie_unknown_every": near_ties.unknown_every, "near_ties_in_first_block": near_ties.in_first_block,
             "context_logits": round(target.arch.context_logits, 3), "faults": counts}
 
@@ -74,6 +82,7 @@ def main() -> int:
     p.add_argument("--gains", default="80,320,1280", help="comma-separated context gains (default 80,320,1280)")
     p.add_argument("--kinds", default="successor,random", help="tiny-model kinds (default successor,random)")
     p.add_argument("--trials", type=int, default=8, help="seeds per fault, width and prompt (default 8)")
+    p.add_argument("--model-seeds", default="1", help="comma-separated `tiny-models --seed` values (default 1, shipped)")
     shipped = structure.NEAR_TIES
     p.add_argument("--near-tie-gap", type=float, default=shipped.gap,
                    help=f"logits between a near-tie's successor and runner-up (shipped: {shipped.gap:g})")
@@ -93,15 +102,16 @@ def main() -> int:
                                    a.near_ties_in_first_block)
     rows = []
     with tempfile.TemporaryDirectory() as tmp:
-        for kind in a.kinds.split(","):
-            for gain in (float(g) for g in a.gains.split(",")):
-                row = measure(kind, gain, a.trials, Path(tmp), near_ties)
-                rows.append(row)
-                shown = ", ".join(f"{f} fired {c['fired']}/{c['requests']} changed {c['changed']}"
-                                  for f, c in row["faults"].items())
-                ties = (f"near-tie gap {a.near_tie_gap:g} every {a.near_tie_every} (unknown words "
-                        f"{a.near_tie_unknown_every}, first block {'yes' if a.near_ties_in_first_block else 'no'})")
-                print(f"{kind} gain {gain:g} {ties} (context {row['context_logits']} logits): {shown}", flush=True)
+        for model_seed, kind, gain in ((int(m), k, float(g)) for m in a.model_seeds.split(",")
+                                       for k in a.kinds.split(",") for g in a.gains.split(",")):
+            row = measure(kind, gain, a.trials, Path(tmp), near_ties, model_seed)
+            rows.append(row)
+            shown = ", ".join(f"{f} fired {c['fired']}/{c['requests']} changed {c['changed']} "
+                              f"(trials caught {c['trials_caught']}/{a.trials})" for f, c in row["faults"].items())
+            ties = (f"near-tie gap {a.near_tie_gap:g} every {a.near_tie_every} (unknown words "
+                    f"{a.near_tie_unknown_every}, first block {'yes' if a.near_ties_in_first_block else 'no'})")
+            print(f"{kind} seed {model_seed} gain {gain:g} {ties} (context {row['context_logits']} logits): {shown}",
+                  flush=True)
     if a.json_out:
         a.json_out.write_text(json.dumps({"machine": machine(), "command": shlex.join(sys.argv), "rows": rows},
                                          indent=2) + "\n", encoding="utf-8")

@@ -33,7 +33,7 @@ if TYPE_CHECKING:  # the environment is read before PyTorch is imported
 
 FAULTS = ("near-tie", "stale-compressor", "skip-restore")
 NEAR_TIE_SHARE = 0.25  # a near-tie: the runner-up within this share of the argmax's margin over the row's mean (the
-# successor models' near-tie words are at 0.003..0.19 of it, their other words at 0.33 or more)
+# successor models' near-tie words are at 0..0.19 of it, their other words at 0.30 or more)
 FIRST_STEP_SPAN = 24  # the fault's first verify step is drawn from 0 .. FIRST_STEP_SPAN-1
 RATIO4 = 4
 _LOG_LOCK = threading.Lock()

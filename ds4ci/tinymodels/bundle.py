@@ -105,7 +105,7 @@ def write_tiny_set(folder: Path, seed: int, shape: Shape | None = None, draft: D
 
     ``kind``: ``successor`` (the structure of ``structure``) or ``random`` (the first models: random
     weights, kept for comparison). ``near_ties``: the successor kind's near-ties (``structure.NEAR_TIES``;
-    ``structure.FIRST_NEAR_TIES`` writes the first successor models again).
+    ``structure.SECOND_NEAR_TIES`` and ``structure.FIRST_NEAR_TIES`` write the earlier successor sets again).
     """
     if kind not in KINDS:
         raise ValueError(f"kind must be one of {', '.join(KINDS)}, got {kind!r}")

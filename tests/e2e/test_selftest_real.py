@@ -93,6 +93,7 @@ def test_verify_of_the_real_bundles_agrees_no_verdict(name: str, tmp_path: Path)
 
 FIRST_SUCCESSOR = TESTS / "data" / "real-server" / "h200-fork-successor"  # the first successor models (2026-12-01)
 SECOND_SUCCESSOR = TESTS / "data" / "real-server" / "h200-fork-successor-2"  # near-ties the layers decide (2026-12-02)
+SUCCESSOR = TESTS / "data" / "real-server" / "h200-fork-successor-3"  # the shipped set: half the words near-ties
 
 
 @pytest.mark.parametrize("build", ["41ee7d0", "66b226b"])
@@ -121,6 +122,15 @@ def test_verify_of_the_real_fork_build_with_the_second_successor_models_passes(t
     assert "intact and consistent; recomputed verdict pass" in done.stdout + done.stderr
 
 
+def test_verify_of_the_real_fork_build_with_the_shipped_successor_models_passes(tmp_path: Path) -> None:
+    """41ee7d0 on the H200 with what `ds4ci tiny-models` writes today, verified against the config it writes."""
+    assert _run(["tiny-models", str(tmp_path / "m")], tmp_path).returncode == 0
+    config = tmp_path / "m" / "ds4ci.toml"
+    done = _run(["verify", str(SUCCESSOR / "41ee7d0.successor.bundle.tar.gz"), "--expect-config", str(config)], tmp_path)
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert "intact and consistent; recomputed verdict pass" in done.stdout + done.stderr
+
+
 def _results(bundle: Path, tmp_path: Path) -> tuple[Path, dict[str, Any]]:
     import json
     import tarfile
@@ -132,10 +142,11 @@ def _results(bundle: Path, tmp_path: Path) -> tuple[Path, dict[str, Any]]:
 
 
 # The widths whose run rejected a batch at the ratio-128 boundary and at the window's edge (the build prints
-# per-step lines for the first steps only): every width with the first models; with the second set their
-# answers moved (the layers took some skips), and at q=2 no printed step rejected at those two.
-@pytest.mark.parametrize(("folder", "far_edges"), [(FIRST_SUCCESSOR, (2, 3, 4)), (SECOND_SUCCESSOR, (3, 4))],
-                         ids=["first", "second"])
+# per-step lines for the first steps only): every width with the first and the shipped models; with the second
+# set their answers moved (the layers took some skips), and at q=2 no printed step rejected at those two.
+@pytest.mark.parametrize(("folder", "far_edges"),
+                         [(FIRST_SUCCESSOR, (2, 3, 4)), (SECOND_SUCCESSOR, (3, 4)), (SUCCESSOR, (2, 3, 4))],
+                         ids=["first", "second", "shipped"])
 def test_the_real_successor_run_exercised_every_slot_and_both_boundaries(
         folder: Path, far_edges: tuple[int, ...], tmp_path: Path) -> None:
     _, doc = _results(folder / "41ee7d0.successor.bundle.tar.gz", tmp_path)
@@ -151,10 +162,17 @@ def test_the_real_successor_run_exercised_every_slot_and_both_boundaries(
             assert 0.30 <= cell["matched"] / cell["offered"] <= 0.85, (q, cell["matched"], cell["offered"])
 
 
-def test_on_the_real_build_the_layers_decide_the_second_sets_near_ties(tmp_path: Path) -> None:
-    """The real kernels took the skip at some near-tie words and not at others, and the two prompts' answers
-    part: what the cache holds changes the answer, so a rollback that leaves it wrong can show. Every step is
-    still the successor, or the skip at a near-tie word."""
+# (capture, near-ties, near-tie words met and skips taken in each prompt's answer, whether the prompts' answers part)
+_DECIDED = {"second": (SECOND_SUCCESSOR, "SECOND_NEAR_TIES", ((16, 10), (15, 8)), True),
+            "shipped": (SUCCESSOR, "NEAR_TIES", ((47, 24), (47, 24)), False)}
+
+
+@pytest.mark.parametrize("which", sorted(_DECIDED))
+def test_on_the_real_build_the_layers_decide_the_near_ties(which: str, tmp_path: Path) -> None:
+    """The real kernels took the skip at some near-tie words and not at others: what the cache holds changes
+    the answer, so a rollback that leaves it wrong can show (with the second set the two prompts' answers
+    part too; the shipped set has no near-ties where the answers start, and there the layers chose alike for
+    both). Every step is still the successor, or the skip at a near-tie word."""
     import json
 
     from ds4ci.judging.tinywords import ids_from_text
@@ -162,8 +180,9 @@ def test_on_the_real_build_the_layers_decide_the_second_sets_near_ties(tmp_path:
     from ds4ci.tinymodels.bundle import tiny_structure
     from ds4ci.tinymodels.shapes import Shape
 
-    st = tiny_structure(1, Shape(), structure.SECOND_NEAR_TIES)
-    attempt, _ = _results(SECOND_SUCCESSOR / "41ee7d0.successor.bundle.tar.gz", tmp_path)
+    folder, ties_name, expected, part = _DECIDED[which]
+    st = tiny_structure(1, Shape(), getattr(structure, ties_name))
+    attempt, _ = _results(folder / "41ee7d0.successor.bundle.tar.gz", tmp_path)
     answers = []
     for prompt in ("p0", "p1"):
         body = json.loads((attempt / "requests" / "target-only" / f"{prompt}-r1.response.json").read_text())
@@ -174,4 +193,5 @@ def test_on_the_real_build_the_layers_decide_the_second_sets_near_ties(tmp_path:
         ties = [i for i in range(1, len(ids)) if ids[i - 1] in st.near_ties]
         assert skips and len(skips) < len(ties), (skips, ties)  # the layers went both ways
         answers.append(ids)
-    assert answers[0] != answers[1]
+        assert (len(ties), len(skips)) == expected[len(answers) - 1]
+    assert (answers[0] != answers[1]) == part
