@@ -154,6 +154,22 @@ def test_first_eight_steps_exercise_every_minimum_at_every_width(models: Path) -
                 assert coverpolicy.unmet(coverage.width_coverage(q, requests)) == [], (start, bool(skip), q)
 
 
+def test_near_ties_sit_at_every_unknown_word_and_a_third_of_the_known_ones_past_the_first_block() -> None:
+    st = tiny_structure(1, SHAPE)
+    first_block = sum(run + 1 for run in structure.FIRST_RUNS)
+    assert not set(st.cycle[:first_block]) & st.near_ties  # the steps a build prints: the intended walk
+    later = st.cycle[first_block:]
+    unknown = [w for w in later if w not in st.known]
+    known = [w for w in later if w in st.known]
+    assert unknown and set(unknown) <= st.near_ties  # there the draft guesses the skip
+    assert 0.25 < len(set(known) & st.near_ties) / len(known) < 0.42  # about one in three
+    assert st.near_tie_gap == structure.NEAR_TIES.gap == 0.1
+    # the second set (one word in six, known or not, first block included) is still written the same way
+    second = tiny_structure(1, SHAPE, structure.SECOND_NEAR_TIES)
+    assert second.known == st.known and second.cycle == st.cycle
+    assert 0.12 < len(second.near_ties) / len(second.cycle) < 0.22 and set(second.cycle[:first_block]) & second.near_ties
+
+
 def test_kind_is_checked(tmp_path: Path) -> None:
     with pytest.raises(ValueError, match="kind must be one of successor, random"):
         write_tiny_set(tmp_path, 1, kind="other")
