@@ -63,17 +63,18 @@ def measure(kind: str, gain: float, trials: int, folder: Path,
                     state = FaultPlan(fault, seed, None).arm(prompt, 0)
                     out = Output(N_TOKENS, (), tinydouble.tiny_piece)
                     decode_speculative(target, draft, prompt, out, 512, q, True, state)
+                    changed = out.ids != greedy.ids
                     c = counts[fault]
                     c["requests"] += 1
                     c["fired"] += state.fired_at is not None
-                    c["changed"] += out.ids != greedy.ids
-                    if out.ids != greedy.ids:
+                    c["changed"] += changed
+                    if changed:
                         caught[fault].add(seed)
     for fault, seeds in caught.items():
         counts[fault]["trials_caught"] = len(seeds)
     return {"kind": kind, "model_seed": model_seed, "gain": gain, "near_tie_gap": near_ties.gap,
-            "near_tie_every": near_ties.every,
-            "near_tie_unknown_every": near_ties.unknown_every, "near_ties_in_first_block": near_ties.in_first_block,
+            "near_tie_every": near_ties.every, "near_tie_unknown_every": near_ties.unknown_every,
+            "near_ties_in_first_block": near_ties.in_first_block,
             "context_logits": round(target.arch.context_logits, 3), "faults": counts}
 
 

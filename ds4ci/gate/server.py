@@ -268,7 +268,7 @@ class Server:
             self.exact_trace = tracefile.collect(
                 scratch / policy.EXACT_TRACE_NAME, self.log_dir / exacttrace.EVIDENCE_NAME, exacttrace.MAX_TRACE_BYTES)
         except OSError as exc:  # an unreadable file (or a full disk) is no trace, never a traceback
-            self.exact_trace = f"refused: it could not be copied ({exc.strerror or exc})"
+            self.exact_trace = f"{exacttrace.REFUSED}: it could not be copied ({exc.strerror or exc})"
 
     def _wait_ready(self, started: float) -> None:
         assert self.child is not None

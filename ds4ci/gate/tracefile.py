@@ -1,8 +1,8 @@
 """Sealing a file the server wrote in its sandbox scratch folder (the exact-differential trace) as evidence.
 
 Called once nothing of the sandbox runs any more, just before its scratch folder is removed. The file
-is PR data: opened without following a link and without blocking on a FIFO, taken only when it is a
-regular file of at most ``limit`` bytes, and copied into the server's evidence folder; anything else is
+is PR data: opened through the confined reader (no link followed, no blocking on a FIFO), taken only
+when it is a regular file of at most ``limit`` bytes, and copied into the server's evidence folder; anything else is
 refused, and what happened is one line recorded in the server's lifecycle (judging reads it).
 """
 
@@ -10,37 +10,33 @@ from __future__ import annotations
 
 import errno
 import os
-import stat
 from pathlib import Path
 
-COLLECTED = "collected"
+from ds4ci.judging import confined
+from ds4ci.judging.exacttrace import COLLECTED, REFUSED
 
 
 def collect(source: Path, destination: Path, limit: int) -> str:
     """``collected``, ``absent (...)`` or ``refused: ...``: copy ``source`` to ``destination`` when it is safe."""
     try:
-        fd = os.open(source, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC)
-    except FileNotFoundError:
-        return "absent (the server wrote no trace file)"
-    except OSError as exc:
-        if exc.errno == errno.ELOOP:
-            return "refused: a symbolic link, not the server's own file"
-        return f"refused: it cannot be opened ({exc.strerror})"
-    try:
-        info = os.fstat(fd)
-        if not stat.S_ISREG(info.st_mode):
-            return "refused: not a regular file (a FIFO, device or folder)"
-        if info.st_size > limit:
-            return f"refused: {info.st_size} bytes, over the {limit}-byte limit for it"
-        with os.fdopen(os.dup(fd), "rb") as fh:
+        with confined.open_regular(source.parent, source.name) as fh:
+            size = os.fstat(fh.fileno()).st_size
+            if size > limit:
+                return f"{REFUSED}: {size} bytes, over the {limit}-byte limit for it"
             data = fh.read(limit + 1)
-    finally:
-        os.close(fd)
+    except confined.NotRegularError:
+        return f"{REFUSED}: not a regular file (a FIFO, device or folder)"
+    except confined.ConfinedError as exc:
+        if exc.cause is not None and exc.cause.errno == errno.ENOENT:
+            return "absent (the server wrote no trace file)"
+        if exc.cause is not None and exc.cause.errno == errno.ELOOP:
+            return f"{REFUSED}: a symbolic link, not the server's own file"
+        return f"{REFUSED}: it cannot be opened ({exc.cause.strerror if exc.cause is not None else exc})"
     if len(data) > limit:
-        return f"refused: over the {limit}-byte limit for it (it grew while read)"
+        return f"{REFUSED}: over the {limit}-byte limit for it (it grew while read)"
     try:
         with destination.open("xb") as out:  # never overwrites evidence
             out.write(data)
     except FileExistsError:
-        return f"refused: {destination.name} already exists in the evidence (never overwritten)"
+        return f"{REFUSED}: {destination.name} already exists in the evidence (never overwritten)"
     return COLLECTED

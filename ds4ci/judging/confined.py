@@ -24,7 +24,17 @@ _FILE_FLAGS = os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC | os.O_
 
 
 class ConfinedError(Exception):
-    """A bundle path that is unsafe, missing, not a regular file or too large: never read."""
+    """A bundle path that is unsafe, missing, not a regular file or too large: never read.
+
+    ``cause``: the error of the ``open`` that failed, where one did (``ENOENT``: missing; ``ELOOP``: a link)."""
+
+    def __init__(self, message: str, cause: OSError | None = None) -> None:
+        super().__init__(message)
+        self.cause = cause
+
+
+class NotRegularError(ConfinedError):
+    """The path names a FIFO, device, folder or socket: opened without blocking, never read."""
 
 
 def parts_of(rel: object) -> tuple[str, ...]:
@@ -58,11 +68,11 @@ def open_regular(root: Path, rel: object) -> BinaryIO:
     except ConfinedError:
         raise
     except OSError as exc:
-        raise ConfinedError(_why(name, exc)) from exc
+        raise ConfinedError(_why(name, exc), exc) from exc
     try:
         mode = os.fstat(fd).st_mode
         if not stat.S_ISREG(mode):
-            raise ConfinedError(f"{name} is not a regular file ({_kind(mode)}; refused, never read)")
+            raise NotRegularError(f"{name} is not a regular file ({_kind(mode)}; refused, never read)")
         os.set_blocking(fd, True)
         return os.fdopen(fd, "rb")
     except BaseException:

@@ -24,6 +24,10 @@ from ds4ci.judging import confined, strictjson
 SCHEMA: Final = "lucebox.ds4.exact-diff/v1"
 EVIDENCE_NAME: Final = "exact-trace.jsonl"  # where the gate seals a server's trace, beside its logs
 MAX_TRACE_BYTES: Final = 64 * 1024 * 1024  # a trace with per-layer records of a few short requests
+# What the gate records of the file in the server's lifecycle (``exact_trace``): collected, "absent (why)" or
+# "refused: why"; a refusal makes that arm an error (judge.lifecycle_issues).
+COLLECTED: Final = "collected"
+REFUSED: Final = "refused"
 _INNER: Final = frozenset({"step", "layer", "capture", "logits", "snapshot_save", "snapshot_restore", "reset"})
 _INT32 = range(-(2**31), 2**31)
 

@@ -19,19 +19,14 @@ from ds4ci.judging import confined, coverage, coverpolicy, exacttrace, modeless,
 from ds4ci.judging.answer import read_answer
 from ds4ci.judging.attribution import ServerLog, attribute
 from ds4ci.judging.counters import request_steps
+from ds4ci.judging.oracle import ORACLE_EXACT, ORACLE_TEXT, ORACLE_TRACE, ORACLE_WORDS, TOKEN_ORACLES, Observed
 from ds4ci.judging.profile import arm_profile
 from ds4ci.judging.protocol import BANNER_FAMILY, scan_log
 from ds4ci.judging.tinywords import known_target
 from ds4ci.judging.verdict import (
     ERROR,
     FAIL,
-    ORACLE_EXACT,
-    ORACLE_TEXT,
-    ORACLE_TRACE,
-    ORACLE_WORDS,
     PASS,
-    TOKEN_ORACLES,
-    Observed,
     TargetReference,
     ids_digest,
     judge_target_only,
@@ -222,7 +217,7 @@ def lifecycle_issues(key: str, life: Mapping[str, Any]) -> tuple[list[str], list
     warnings: list[str] = []
     if life.get("error"):
         errors.append(str(life["error"]))
-    if str(life.get("exact_trace") or "").startswith("refused"):
+    if str(life.get("exact_trace") or "").startswith(exacttrace.REFUSED):
         errors.append(f"{label}: the exact-differential trace file the server left was {life['exact_trace']}")
     flooded = [s for s in STREAMS if life.get("log_flood", {}).get(s)]
     if flooded:

@@ -54,14 +54,20 @@ def first_of_exactly_one(items: Sequence[T], what: str, where: str, reasons: lis
     return items[0] if items else None
 
 
-def check_trace(obs: Observed, where: str, reference_exact: int, speculation: int) -> RequestCheck:
-    """Clause 2: exactly one trace, n equals the number of IDs, not empty, flags match the arm."""
+def _with_problems(obs: Observed, where: str) -> RequestCheck:
+    """A check that starts with the request's log problems and what its answer lacks."""
     result = RequestCheck()
     result.reasons.extend(f"{where}: {p}" for p in obs.log.problems)
-    if not obs.attributed and not obs.log.traces:  # the server-wide problems say why
-        return result
     if obs.answer is not None:
         result.reasons.extend(f"{where}: {p}" for p in obs.answer.problems)
+    return result
+
+
+def check_trace(obs: Observed, where: str, reference_exact: int, speculation: int) -> RequestCheck:
+    """Clause 2: exactly one trace, n equals the number of IDs, not empty, flags match the arm."""
+    if not obs.attributed and not obs.log.traces:  # the server-wide problems say why
+        return RequestCheck(reasons=[f"{where}: {p}" for p in obs.log.problems])
+    result = _with_problems(obs, where)
     trace = first_of_exactly_one(obs.log.traces, "[ds4-exact-verify-trace]", where, result.reasons)
     if trace is None:
         return result
@@ -82,15 +88,6 @@ def check_trace(obs: Observed, where: str, reference_exact: int, speculation: in
             f"{where}: trace flags reference_exact={trace.reference_exact} speculation={trace.speculation}, "
             f"expected reference_exact={reference_exact} speculation={speculation} for this arm"
         )
-    return result
-
-
-def _with_problems(obs: Observed, where: str) -> RequestCheck:
-    """A check that starts with the request's log problems and what its answer lacks."""
-    result = RequestCheck()
-    result.reasons.extend(f"{where}: {p}" for p in obs.log.problems)
-    if obs.answer is not None:
-        result.reasons.extend(f"{where}: {p}" for p in obs.answer.problems)
     return result
 
 

@@ -14,16 +14,12 @@ from typing import Final
 from ds4ci.judging import counters as counting
 from ds4ci.judging.answer import Answer
 from ds4ci.judging.oracle import (
-    ORACLE_EXACT,
     ORACLE_TEXT,
     ORACLE_TRACE,
-    ORACLE_WORDS,
-    ORACLES,
     TOKEN_ORACLES,
     Observed,
     RequestCheck,
     check_ids,
-    check_trace,
     first_of_exactly_one,
 )
 from ds4ci.judging.protocol import Mismatch, SpecSummary, first_mismatch
@@ -33,9 +29,9 @@ PASS: Final = "pass"  # noqa: S105 - a verdict, not a password
 FAIL: Final = "fail"
 ERROR: Final = "error"
 NOT_RUN: Final = "not_run"
-__all__ = ["ORACLES", "ORACLE_EXACT", "ORACLE_TEXT", "ORACLE_TRACE", "ORACLE_WORDS", "TOKEN_ORACLES", "Observed",
-           "RequestCheck", "check_ids", "check_trace"]  # the oracles, re-exported for the judging path
 _SEVERITY: dict[Verdict, int] = {PASS: 0, NOT_RUN: 1, ERROR: 2, FAIL: 3}
+
+
 def worst(verdicts: Sequence[Verdict]) -> Verdict:
     """A contract violation (fail) outranks "could not judge" (error), which outranks pass."""
     return max(verdicts, key=lambda v: _SEVERITY[v], default=PASS)

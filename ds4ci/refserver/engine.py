@@ -194,17 +194,20 @@ def _load_tiny(target_file: ModelFile, env: RefEnv) -> Loaded:
         target = TinyTarget(target_file.path, target_file.sha256)
     except TinyModelError as exc:
         raise StartupError(str(exc)) from exc
+
+    def loaded(draft: TinyDraft | None = None, draft_file: ModelFile | None = None, error: str | None = None) -> Loaded:
+        return Loaded(target, target_file, draft, draft_file, error, tokens, tiny_piece, tiny=True)
+
     if not env.spec:
-        return Loaded(target, target_file, None, None, None, tokens, tiny_piece, tiny=True)
+        return loaded()
     if env.draft is None:
-        return Loaded(target, target_file, None, None, "DS4_SPEC=1 but no DS4_DRAFT file was given", tokens,
-                      tiny_piece, tiny=True)
+        return loaded(error="DS4_SPEC=1 but no DS4_DRAFT file was given")
     try:
         draft_file = read_model_file(env.draft, "draft")
         draft = TinyDraft(env.draft, target)
     except (ModelFileError, TinyModelError) as exc:
-        return Loaded(target, target_file, None, None, str(exc), tokens, tiny_piece, tiny=True)
-    return Loaded(target, target_file, draft, draft_file, None, tokens, tiny_piece, tiny=True)
+        return loaded(error=str(exc))
+    return loaded(draft, draft_file)
 
 
 class Engine:

@@ -13,6 +13,7 @@ from typing import Any
 
 from ds4ci.judging import profile
 from ds4ci.judging.coverage import compact_line
+from ds4ci.judging.oracle import ORACLE_TEXT
 from ds4ci.judging.tree import tree_line
 from ds4ci.records import FileIdentity, MismatchRecord, Results
 from ds4ci.report import markdown
@@ -186,12 +187,9 @@ def first_line(value: str) -> str:
     return " ".join(lines[0].split()) if lines else ""
 
 
-TEXT_PARITY = "text parity"  # the oracle ([gate] text_parity) that compares answers' text, not token IDs
-
-
 def parity_column(doc: Results) -> str:
-    """The parity column's heading: text parity is never shown as token parity."""
-    return "text parity" if doc["target_only"].get("oracle") == TEXT_PARITY else "token parity"
+    """The parity column's heading: text parity ([gate] text_parity) is never shown as token parity."""
+    return ORACLE_TEXT if doc["target_only"].get("oracle") == ORACLE_TEXT else "token parity"
 
 
 def headline(doc: Results) -> str:
@@ -201,7 +199,7 @@ def headline(doc: Results) -> str:
     if doc["verdict"] == "pass":
         widths = ",".join(str(w["q"]) for w in doc["widths"])
         oracle = doc["target_only"].get("oracle")
-        if oracle == TEXT_PARITY:
+        if oracle == ORACLE_TEXT:
             return (f"text parity (the answers' text, not token IDs) at q={widths}, "
                     f"{doc['settings']['max_tokens']} tokens (oracle: {oracle})")
         return f"token parity at q={widths}, {doc['settings']['max_tokens']} tokens" + (f" (oracle: {oracle})" if oracle else "")

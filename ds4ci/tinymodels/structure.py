@@ -49,7 +49,7 @@ class NearTies:
         return 1.0 / (self.every if known else self.unknown_every)
 
 
-NEAR_TIES = NearTies(0.1, 3, 1, False)  # what `ds4ci tiny-models` writes (since 2026-12-02, second set)
+NEAR_TIES = NearTies(0.1, 3, 1, False)  # what `ds4ci tiny-models` writes (the third set, since 2026-12-02)
 # The successor models of the first 2026-12-02 H200 capture: one word in six a near-tie, known or not; the
 # layers decided them, but a stale compressor row rarely reached one (docs/benchmarks.md, section 9).
 SECOND_NEAR_TIES = NearTies(0.1, 6, 6, True)
@@ -63,6 +63,7 @@ RUN_BLOCK = (0, 0, 1, 2, 3, 4, 5)
 # first word): accept lengths 3, 0, 1, 2 at q=4 (2, 0, 0, 1, 2 at q=3) in the first steps,
 # which are the steps a build's compare lines show.
 FIRST_RUNS = (3, 0, 1, 2, 5, 0, 4)
+FIRST_BLOCK = sum(run + 1 for run in FIRST_RUNS)  # the words of the first block (each run and its unknown word)
 LAYER_OUT_STD = 0.005  # std of the layers' output projections (the random models use 0.05)
 
 
@@ -102,7 +103,8 @@ def build(n_vocab: int, first_word: int, no_successor: Sequence[int], endings: S
             known.update(words[i:i + int(run)])
             i += int(run) + 1
         blocks += 1
-    first_block = 0 if near_ties.in_first_block else sum(run + 1 for run in FIRST_RUNS)
+    first_block = 0 if near_ties.in_first_block else FIRST_BLOCK
+    # one draw per word, whatever the set, so that every set draws the same numbers
     near = {w for i, w in enumerate(words) if rng.random() < near_ties.share(w in known) and i >= first_block}
     return Structure(first_word, n_vocab, tuple(words), succ, frozenset(known), frozenset(near), near_ties.gap)
 

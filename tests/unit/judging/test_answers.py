@@ -12,8 +12,9 @@ from paths import TESTS
 
 from ds4ci.evidence.verify import first_difference
 from ds4ci.judging.answer import read_answer
+from ds4ci.judging.oracle import Observed, check_trace
 from ds4ci.judging.protocol import RequestLog, parse_trace
-from ds4ci.judging.verdict import FAIL, PASS, Observed, check_trace, judge_target_only
+from ds4ci.judging.verdict import FAIL, PASS, judge_target_only
 
 REAL = json.loads((TESTS / "data" / "real-server" / "h200-62880e2.response.json").read_text())
 TRACE = parse_trace(f"reference_exact=0 speculation=0 n=16 ids=[{' '.join(str(i) for i in range(16))}]")

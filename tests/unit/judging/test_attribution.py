@@ -8,8 +8,9 @@ import pytest
 from test_protocol import upstream_lines
 
 from ds4ci.judging.attribution import attribute
+from ds4ci.judging.oracle import Observed
 from ds4ci.judging.protocol import LogScan, scan_log
-from ds4ci.judging.verdict import Observed, check_spec_request, check_target_only_request
+from ds4ci.judging.verdict import check_spec_request, check_target_only_request
 
 BANNER = next(line for d, line in upstream_lines() if d == "BANNER")
 PASS_TRACE = next(line for d, line in upstream_lines() if d == "PASS-TRACE")

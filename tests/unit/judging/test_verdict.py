@@ -12,6 +12,7 @@ import hashlib
 import pytest
 from paths import TESTS
 
+from ds4ci.judging.oracle import Observed, check_trace
 from ds4ci.judging.protocol import RequestLog as Log
 from ds4ci.judging.protocol import SpecSummary, Trace, classify, parse_trace
 from ds4ci.judging.verdict import (
@@ -19,11 +20,9 @@ from ds4ci.judging.verdict import (
     FAIL,
     NOT_RUN,
     PASS,
-    Observed,
     TargetReference,
     check_spec_request,
     check_target_only_request,
-    check_trace,
     ids_digest,
     judge_target_only,
     judge_width_prompt,

@@ -156,7 +156,8 @@ def test_first_eight_steps_exercise_every_minimum_at_every_width(models: Path) -
 
 def test_near_ties_sit_at_every_unknown_word_and_a_third_of_the_known_ones_past_the_first_block() -> None:
     st = tiny_structure(1, SHAPE)
-    first_block = sum(run + 1 for run in structure.FIRST_RUNS)
+    first_block = structure.FIRST_BLOCK
+    assert first_block == len(structure.FIRST_RUNS) + sum(structure.FIRST_RUNS) == 22
     assert not set(st.cycle[:first_block]) & st.near_ties  # the steps a build prints: the intended walk
     later = st.cycle[first_block:]
     unknown = [w for w in later if w not in st.known]
