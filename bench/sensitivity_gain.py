@@ -28,6 +28,7 @@ import json
 import shlex
 import sys
 import tempfile
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -39,7 +40,7 @@ from ds4ci.refserver import tinydouble
 from ds4ci.refserver.decoding import Output, Penalties, decode_plain, decode_speculative
 from ds4ci.refserver.faults import FAULTS, FaultPlan
 from ds4ci.refserver.modelfile import file_sha256
-from ds4ci.tinymodels import structure
+from ds4ci.tinymodels import design, structure
 from ds4ci.tinymodels.bundle import write_tiny_set
 
 N_TOKENS = 96
@@ -47,7 +48,8 @@ N_TOKENS = 96
 
 def measure(kind: str, gain: float, trials: int, folder: Path,
             near_ties: structure.NearTies = structure.NEAR_TIES, model_seed: int = 1) -> dict[str, Any]:
-    tiny = write_tiny_set(folder / f"{kind}-{model_seed}", seed=model_seed, kind=kind, near_ties=near_ties)
+    tiny = write_tiny_set(folder / f"{kind}-{model_seed}", seed=model_seed, kind=kind,
+                          design=replace(design.SHIPPED, near_ties=near_ties))
     tinydouble.CONTEXT_GAIN = gain
     target = tinydouble.TinyTarget(tiny.target, file_sha256(tiny.target))
     draft = tinydouble.TinyDraft(tiny.draft, target)

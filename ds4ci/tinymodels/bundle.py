@@ -13,10 +13,12 @@ import numpy as np
 
 from ds4ci.judging.tinywords import word
 from ds4ci.tinymodels import structure
+from ds4ci.tinymodels.design import SHIPPED, Design
 from ds4ci.tinymodels.draft import write_draft
 from ds4ci.tinymodels.shapes import KINDS, SUCCESSOR, DraftShape, Shape
 from ds4ci.tinymodels.structure import NearTies, Structure
 from ds4ci.tinymodels.target import write_target
+from ds4ci.tinymodels.tensors import WEIGHT_STD
 from ds4ci.tinymodels.vocab import SPECIALS, build_vocab
 
 TARGET_FILE = "ds4-tiny-target.gguf"
@@ -24,14 +26,15 @@ DRAFT_FILE = "ds4-tiny-dspark.gguf"
 CONFIG_FILE = "ds4ci.toml"
 N_PROMPTS = 2
 PROMPT_WORDS = 12  # about 60 bytes: each byte is one prompt token (no merges), so well over 32 tokens
-# The successor models' prompts: exactly 118 and 248 bytes, 122 and 252 prompt tokens with the
-# chat template's four, so the answer's first eight verify steps (the ones the 41ee7d0 build's
-# compare lines show) cross the ratio-128 boundary and the sliding window's wrap (positions 127,
-# 128; then 255, 256) and roll back across a ratio-4 boundary at every width, from either of the
-# template's endings (a numpy simulation of the loop over the intended answers chose the sizes).
-SUCCESSOR_PROMPT_BYTES = (118, 248)
+# The successor models' prompts are sized by their design (``design.Design.prompt_bytes``): 118 and
+# 248 bytes are 122 and 252 prompt tokens with the chat template's four, so the answer's first eight
+# verify steps (the ones the 41ee7d0 build's compare lines show) cross the ratio-128 boundary and the
+# sliding window's wrap (positions 127, 128; then 255, 256) and roll back across a ratio-4 boundary at
+# every width, from either of the template's endings (a numpy simulation of the loop over the
+# intended answers chose the sizes).
 CHAT_TEMPLATE_TOKENS = 4  # BOS, User, Assistant, </think>
 MIN_PROMPT_TOKENS = 32
+RANDOM_MAX_TOKENS = 96
 
 
 @dataclass(frozen=True)
@@ -67,7 +70,7 @@ def _sized_prompt(rng: np.random.Generator, index: int, n_vocab: int, first_word
     return text + "." * (size - 1 - len(text)) + "\n"
 
 
-def _config(names: dict[str, str], sha: dict[str, str], prompts: list[str], kind: str) -> str:
+def _config(names: dict[str, str], sha: dict[str, str], prompts: list[str], kind: str, max_tokens: int) -> str:
     lines = [
         f"# Tiny {kind} DS4 models written by `ds4ci tiny-models` (pinned; regenerate rather than edit).",
         "[gate]",
@@ -79,7 +82,7 @@ def _config(names: dict[str, str], sha: dict[str, str], prompts: list[str], kind
         *[f'    {{ file = "{p}", sha256 = "{sha[p]}" }},' for p in prompts],
         "]",
         "widths = [2, 3, 4]",
-        "max_tokens = 96",
+        f"max_tokens = {max_tokens}",
         "repeats = 2",
         'target_device = "cuda:0"',
         "startup_timeout = 120",
@@ -91,7 +94,7 @@ def _config(names: dict[str, str], sha: dict[str, str], prompts: list[str], kind
     return "\n".join(lines)
 
 
-def tiny_structure(seed: int, shape: Shape, near_ties: NearTies = structure.NEAR_TIES) -> Structure:
+def tiny_structure(seed: int, shape: Shape, near_ties: NearTies = SHIPPED.near_ties) -> Structure:
     """The successor structure that ``write_tiny_set`` builds into the models of ``seed``."""
     vocab = build_vocab(shape.n_vocab)
     endings = [vocab.special("<think>"), vocab.special("</think>")]
@@ -100,28 +103,31 @@ def tiny_structure(seed: int, shape: Shape, near_ties: NearTies = structure.NEAR
 
 
 def write_tiny_set(folder: Path, seed: int, shape: Shape | None = None, draft: DraftShape | None = None,
-                   kind: str = SUCCESSOR, near_ties: NearTies = structure.NEAR_TIES) -> TinySet:
+                   kind: str = SUCCESSOR, design: Design = SHIPPED) -> TinySet:
     """Write the set into ``folder`` (created; existing files of the set are replaced).
 
     ``kind``: ``successor`` (the structure of ``structure``) or ``random`` (the first models: random
-    weights, kept for comparison). ``near_ties``: the successor kind's near-ties (``structure.NEAR_TIES``;
-    ``structure.SECOND_NEAR_TIES`` and ``structure.FIRST_NEAR_TIES`` write the earlier successor sets again).
+    weights, kept for comparison). ``design``: the successor kind's near-ties, layer weight, window,
+    prompts and answer length (``design.SHIPPED``; the earlier designs write the earlier sets again).
+    The random kind keeps its own: the default shape, 96 tokens, prompts of 12 random words.
     """
     if kind not in KINDS:
         raise ValueError(f"kind must be one of {', '.join(KINDS)}, got {kind!r}")
-    shape = shape or Shape()
+    successor = kind == SUCCESSOR
+    shape = shape or (Shape(sliding_window=design.sliding_window) if successor else Shape())
     draft = draft or DraftShape()
     folder.mkdir(parents=True, exist_ok=True)
     target, draft_path = folder / TARGET_FILE, folder / DRAFT_FILE
-    st = tiny_structure(seed, shape, near_ties) if kind == SUCCESSOR else None
-    vocab = write_target(target, shape, np.random.default_rng([seed, 0]), st)
-    write_draft(draft_path, shape, draft, vocab.special(SPECIALS[-1]), np.random.default_rng([seed, 1]), st)
+    st = tiny_structure(seed, shape, design.near_ties) if successor else None
+    out_std = design.layer_out_std if successor else WEIGHT_STD
+    vocab = write_target(target, shape, np.random.default_rng([seed, 0]), st, out_std)
+    write_draft(draft_path, shape, draft, vocab.special(SPECIALS[-1]), np.random.default_rng([seed, 1]), st, out_std)
     rng = np.random.default_rng([seed, 2])
     prompts = []
     for i in range(1, N_PROMPTS + 1):
         path = folder / f"prompt-{i}.txt"
-        if kind == SUCCESSOR:
-            text = _sized_prompt(rng, i, shape.n_vocab, vocab.first_word, SUCCESSOR_PROMPT_BYTES[i - 1])
+        if successor:
+            text = _sized_prompt(rng, i, shape.n_vocab, vocab.first_word, design.prompt_bytes[i - 1])
         else:
             text = _prompt(rng, i, shape.n_vocab, vocab.first_word, PROMPT_WORDS)
         path.write_text(text, encoding="utf-8")
@@ -129,5 +135,6 @@ def write_tiny_set(folder: Path, seed: int, shape: Shape | None = None, draft: D
     sha = {p.name: _sha256(p) for p in (target, draft_path, *prompts)}
     config = folder / CONFIG_FILE
     names = {"target": TARGET_FILE, "draft": DRAFT_FILE}
-    config.write_text(_config(names, sha, [p.name for p in prompts], kind), encoding="utf-8")
+    max_tokens = design.max_tokens if successor else RANDOM_MAX_TOKENS
+    config.write_text(_config(names, sha, [p.name for p in prompts], kind, max_tokens), encoding="utf-8")
     return TinySet(folder, target, draft_path, prompts, config, sha)

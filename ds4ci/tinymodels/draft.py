@@ -18,8 +18,9 @@ from ds4ci.tinymodels.tensors import WEIGHT_STD, TensorSink
 
 
 def write_draft(path: Path, s: Shape, d: DraftShape, mask_token_id: int, rng: np.random.Generator,
-                st: Structure | None = None) -> None:
-    """Random weights, or with ``st`` a Markov head that knows part of the successor structure."""
+                st: Structure | None = None, out_std: float = WEIGHT_STD) -> None:
+    """Random weights, or with ``st`` a Markov head that knows part of the successor structure; ``out_std`` as
+    for the target."""
     if any(not 0 <= i < s.n_layer for i in d.capture_layer_ids):
         raise ValueError(f"capture layers {d.capture_layer_ids} must lie in the target's {s.n_layer} layers")
     ds = replace(s, n_layer=d.n_layer, n_hash_layer=0)
@@ -47,7 +48,6 @@ def write_draft(path: Path, s: Shape, d: DraftShape, mask_token_id: int, rng: np
         w1, w2 = structure.markov_rows(st, d.markov_rank, rng)
         sink.f32_values("dflash.dspark.markov.w1", w1)
         sink.f32_values("dflash.dspark.markov.w2", w2)
-    out_std = WEIGHT_STD if st is None else structure.LAYER_OUT_STD
     for il in range(ds.n_layer):
         layers.block(sink, ds, il, out_std)
     _finish(w)

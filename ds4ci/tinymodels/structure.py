@@ -8,7 +8,7 @@ about ``ALPHA`` for ``succ(t)``, ``BETA`` for ``succ(succ(t))`` and near zero el
 byte and special token a prompt can end with has a successor word too (the chat template's
 endings ``<think>`` and ``</think>`` the cycle's first word), so the first generated token is fixed
 by the prompt's last token. The layers write back into the residual stream only
-through small output projections (``LAYER_OUT_STD``): they run, but outvote the direct path only at
+through small output projections (``design.Design.layer_out_std``): they run, but outvote the direct path only at
 near-ties.
 Near-ties (``NEAR_TIES``) put the skip only 0.1 logits behind the successor, so the layers, which
 read the cache, decide it; a cache that a rollback left wrong then changes the answer
@@ -64,7 +64,6 @@ RUN_BLOCK = (0, 0, 1, 2, 3, 4, 5)
 # which are the steps a build's compare lines show.
 FIRST_RUNS = (3, 0, 1, 2, 5, 0, 4)
 FIRST_BLOCK = sum(run + 1 for run in FIRST_RUNS)  # the words of the first block (each run and its unknown word)
-LAYER_OUT_STD = 0.005  # std of the layers' output projections (the random models use 0.05)
 
 
 @dataclass(frozen=True)

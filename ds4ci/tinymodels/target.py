@@ -29,8 +29,10 @@ def _metadata(w: GGUFWriter, s: Shape, vocab: Vocab, name: str) -> None:
     w.add_bos_token_id(vocab.special(SPECIALS[0]))
 
 
-def write_target(path: Path, s: Shape, rng: np.random.Generator, st: Structure | None = None) -> Vocab:
-    """Random weights, or with ``st`` the successor structure (``structure``) in the embedding and output head."""
+def write_target(path: Path, s: Shape, rng: np.random.Generator, st: Structure | None = None,
+                 out_std: float = WEIGHT_STD) -> Vocab:
+    """Random weights, or with ``st`` the successor structure (``structure``) in the embedding and output head;
+    ``out_std``: std of the layers' output projections (``design.Design.layer_out_std``)."""
     if len(s.compress_ratios) != s.n_layer or set(s.compress_ratios) - {0, 4, 128}:
         raise ValueError(f"compress_ratios must give 0, 4 or 128 for each of {s.n_layer} layers: {s.compress_ratios}")
     vocab = build_vocab(s.n_vocab)
@@ -42,7 +44,6 @@ def write_target(path: Path, s: Shape, rng: np.random.Generator, st: Structure |
         sink.q8("output.weight", [s.n_embd, s.n_vocab], std=1.0, zero_rows=range(vocab.first_word))
     else:
         sink.q8_values("output.weight", structure.output_rows(st, embedding.astype(np.float32)))
-    out_std = WEIGHT_STD if st is None else structure.LAYER_OUT_STD
     layers.output_head(sink, s)
     for il in range(s.n_layer):
         layers.block(sink, s, il, out_std)

@@ -100,10 +100,10 @@ SUCCESSOR = TESTS / "data" / "real-server" / "h200-fork-successor-3"  # the ship
 def test_verify_of_the_real_fork_builds_with_the_first_successor_models_passes(build: str, tmp_path: Path) -> None:
     """The fork build (41ee7d0, and its tip 66b226b) on the H200 with the first successor tiny models: intact,
     consistent and passing when verified offline against the config of that set (require_coverage on)."""
-    from ds4ci.tinymodels import structure
+    from ds4ci.tinymodels import design
     from ds4ci.tinymodels.bundle import write_tiny_set
 
-    config = write_tiny_set(tmp_path / "m", 1, near_ties=structure.FIRST_NEAR_TIES).config
+    config = write_tiny_set(tmp_path / "m", 1, design=design.FIRST).config
     bundle = FIRST_SUCCESSOR / f"{build}.successor.bundle.tar.gz"
     done = _run(["verify", str(bundle), "--expect-config", str(config)], tmp_path)
     assert done.returncode == 0, done.stdout + done.stderr
@@ -112,10 +112,10 @@ def test_verify_of_the_real_fork_builds_with_the_first_successor_models_passes(b
 
 def test_verify_of_the_real_fork_build_with_the_second_successor_models_passes(tmp_path: Path) -> None:
     """41ee7d0 on the H200 with the second successor set (one word in six a near-tie), verified against its config."""
-    from ds4ci.tinymodels import structure
+    from ds4ci.tinymodels import design
     from ds4ci.tinymodels.bundle import write_tiny_set
 
-    config = write_tiny_set(tmp_path / "m", 1, near_ties=structure.SECOND_NEAR_TIES).config
+    config = write_tiny_set(tmp_path / "m", 1, design=design.SECOND).config
     done = _run(["verify", str(SECOND_SUCCESSOR / "41ee7d0.successor.bundle.tar.gz"), "--expect-config", str(config)],
                 tmp_path)
     assert done.returncode == 0, done.stdout + done.stderr

@@ -12,17 +12,16 @@ from ds4ci.judging.tinywords import FIRST_SUCCESSOR, KNOWN_TARGETS, SECOND_SUCCE
 
 def test_every_known_target_is_what_tiny_models_writes_for_its_seed(tmp_path: Path) -> None:
     pytest.importorskip("gguf")
-    from ds4ci.tinymodels import structure
+    from ds4ci.tinymodels import design
     from ds4ci.tinymodels.bundle import write_tiny_set
 
     for digest, made_by in KNOWN_TARGETS.items():
         words = made_by.replace(",", " ").split()
         seed = int(words[words.index("--seed") + 1])
         kind = words[words.index("--kind") + 1] if "--kind" in words else "successor"
-        ties = {FIRST_SUCCESSOR: structure.FIRST_NEAR_TIES,
-                SECOND_SUCCESSOR: structure.SECOND_NEAR_TIES}.get(made_by, structure.NEAR_TIES)
+        made = {FIRST_SUCCESSOR: design.FIRST, SECOND_SUCCESSOR: design.SECOND}.get(made_by, design.SHIPPED)
         folder = tmp_path / f"{kind}-{seed}-{len(list(tmp_path.iterdir()))}"
-        written = write_tiny_set(folder, seed, kind=kind, near_ties=ties).target
+        written = write_tiny_set(folder, seed, kind=kind, design=made).target
         assert hashlib.sha256(written.read_bytes()).hexdigest() == digest, made_by
 
 
