@@ -69,9 +69,10 @@ class PromptResult(TypedDict):
     steps: int | None
     matched: int | None
     offered: int | None
-    rejection_observed: bool
-    full_snap: bool | None
-    banner: bool
+    rejection_observed: bool  # every request's counters (as the server printed them) show matched < offered
+    rejected_drafts: int | None  # offered - matched of the first request, by those counters
+    full_snap_claimed: bool | None  # the server's summary says full_snap=1: its claim, not something the gate saw
+    banner_claimed: bool  # the server printed the reference-exact banner: its claim
     repeats_identical: bool
     counters_identical: bool
     mismatch: MismatchRecord | None
@@ -83,7 +84,7 @@ class BoundaryRecord(TypedDict):
 
     batches: int
     rejected: int
-    rolled_back: int
+    rejected_at_boundary: int
     first_positions: list[int]
     first_rejected_positions: list[int]
 

@@ -26,7 +26,7 @@ app = typer.Typer(
         "DS4 reference-exact speculative-decoding parity gate.\n\n"
         "Runs the inference server as plain greedy (target-only) decoding and with reference-exact "
         "speculative decoding at several draft widths, proves the token IDs are identical and that "
-        "speculation really ran and rolled back, keeps the evidence, and reports to pull requests.\n\n"
+        "speculation really ran, with drafts rejected, keeps the evidence, and reports to pull requests.\n\n"
         "Exit codes: 0 pass, 1 fail (contract violated), 2 usage or configuration error, "
         "3 error (no verdict could be reached); every command's, in docs/exit-codes.md."
     ),

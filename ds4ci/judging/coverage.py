@@ -3,15 +3,16 @@
 A pure function of ``SpecStep`` records (``judging.specsteps``) and each request's prompt token
 count. Per width: the accept-length histogram, the rejections per draft slot, and the verify
 batches that touched a compressor boundary or the sliding window's wrap, with how many of them
-rejected and how many rolled back across the boundary, and the first positions of such batches.
+rejected and how many rejected a draft at or before the boundary, and the first positions of such batches.
 
 A verify step at position ``p`` with width ``q`` feeds the positions ``p .. p+q-1`` (the seed
 token and its ``q-1`` drafts). It touches
 - a ratio-4 boundary when one of them has ``pos % 4 == 3`` (a ratio-4 compressor row completes),
 - the ratio-128 boundary when one has ``pos % 128 == 127``,
 - the window edge when one is a multiple of the sliding window (128), at least 128 (the raw ring wraps).
-It rejected when it accepted fewer than ``q-1`` drafts, and it rolled back across a boundary when
-the boundary position lies at or after its first rejected slot (the row computed there is discarded).
+It rejected when it accepted fewer than ``q-1`` drafts, and it rejected at a boundary when the
+boundary position lies at or after its first rejected slot (the row computed there must be discarded:
+what the gate sees is parity after it, not the discarding).
 
 Positions come from the lines where they are printed (the compare lines); elsewhere each step's
 position is the previous step's plus its accepted drafts plus one, starting at the prompt's token
@@ -50,12 +51,12 @@ class RequestSteps:
 class BoundaryCoverage:
     batches: int  # verify batches touching it
     rejected: int  # of those, batches that rejected a draft
-    rolled_back: int  # of those, batches whose rejection discarded the boundary position
+    rejected_at_boundary: int  # of those, batches whose rejection discarded the boundary position
     first_positions: tuple[int, ...]  # distinct start positions of the first touching batches
     first_rejected_positions: tuple[int, ...]  # distinct start positions of the first that rejected
 
     def to_json(self) -> BoundaryRecord:
-        return {"batches": self.batches, "rejected": self.rejected, "rolled_back": self.rolled_back,
+        return {"batches": self.batches, "rejected": self.rejected, "rejected_at_boundary": self.rejected_at_boundary,
                 "first_positions": list(self.first_positions),
                 "first_rejected_positions": list(self.first_rejected_positions)}
 

@@ -1,8 +1,8 @@
 """The coverage policy (``[gate] require_coverage``): named minimums a width's run must have exercised.
 
 A width that meets every minimum has shown the cases where exactness bugs live: a rejection at
-every draft slot and a fully accepted batch (so partial acceptances were rolled back and replayed),
-a rejected batch that rolled back across a ratio-4 compressor boundary, and batches at the
+every draft slot and a fully accepted batch (so partial acceptances had to be rolled back and
+replayed), a batch whose rejected drafts lay across a ratio-4 compressor boundary, and batches at the
 ratio-128 boundary and the sliding window's wrap. An unmet minimum is a failure of the width, with a
 reason that names what was not exercised; evidence too weak to tell (a summary only, positions not
 fixed) is unmet too, never assumed.
@@ -38,7 +38,7 @@ def unmet(cov: WidthCoverage) -> list[str]:
         reasons.append(f"{head} '{EVERY_ACCEPT_LENGTH}' not met: no verify step accepted {lengths} of "
                        f"{cov.width - 1} drafts (histogram {list(cov.accept_histogram)} over 0..{cov.width - 1})")
     b4 = cov.boundaries[RATIO4]
-    if b4.rolled_back == 0:
+    if b4.rejected_at_boundary == 0:
         reasons.append(f"{head} '{ROLLBACK_RATIO4}' not met: {b4.batches} batch(es) touched a ratio-4 boundary, "
                        f"{b4.rejected} rejected, none discarded the boundary position")
     for kind, name in ((RATIO128, RATIO128_BATCH), (WINDOW, WINDOW_BATCH)):

@@ -321,8 +321,11 @@ def judge_width_prompt(
         "offered": first_counters.offered if first_counters else None,
         "counters": first_counters.source if first_counters else None,
         "rejection_observed": repeats.rejection,
-        "full_snap": (first_summary.full_snap == 1) if first_summary else None,
-        "banner": banner_seen,
+        "rejected_drafts": (first_counters.offered - first_counters.matched
+                            if first_counters and first_counters.matched is not None and first_counters.offered is not None
+                            else None),
+        "full_snap_claimed": (first_summary.full_snap == 1) if first_summary else None,
+        "banner_claimed": banner_seen,
         "repeats_identical": repeats.ids_identical,
         "counters_identical": repeats.counters_identical,
         "mismatch": _mismatch_json(parity.mismatch) if parity.mismatch and tokens else None,

@@ -122,6 +122,7 @@ def environment(template_dir: Path | None = None) -> Any:
             "bytes": views.size_bytes,
             "num": views.fmt_int,
             "yesno": views.yes_no,
+            "claimed": views.claimed,
             "state": state_label,
             "tail": views.tail_lines,
         }

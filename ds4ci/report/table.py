@@ -9,7 +9,7 @@ from ds4ci.records import Results
 from ds4ci.report.views import parity_column, target_only_words
 
 _REASON_LINES = 24  # a reason quoting a log tail is bounded (judging.logtail); show all of it
-HEADERS = ("width", "token parity", "steps", "matched/offered", "rejection observed", "full_snap", "verdict")
+HEADERS = ("width", "token parity", "steps", "matched/offered", "rejected drafts", "full_snap claimed", "verdict")
 
 
 def _cell(value: object) -> str:
@@ -32,8 +32,8 @@ def rows(doc: Results) -> list[tuple[str, ...]]:
             parity = f"{cell['parity_requests']}/{cell['requests']}"
             ratio = "-" if cell["matched"] is None else f"{cell['matched']}/{cell['offered']}"
             out.append((
-                label, parity, _cell(cell["steps"]), ratio, _cell(cell["rejection_observed"]),
-                _cell(cell["full_snap"]), cell["verdict"],
+                label, parity, _cell(cell["steps"]), ratio, _cell(cell["rejected_drafts"]),
+                _cell(cell["full_snap_claimed"]), cell["verdict"],
             ))
     return out
 

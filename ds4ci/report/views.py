@@ -36,6 +36,11 @@ def fmt_int(value: object) -> str:
     return f"{value:,}" if isinstance(value, int) else "—"
 
 
+def claimed(value: object) -> str:
+    """A server's claim in the report's words: it claimed it, it did not, or nothing was read (``None``)."""
+    return "—" if value is None else ("claimed" if value else "not claimed")
+
+
 def yes_no(value: object) -> str:
     if value is True:
         return "yes"
@@ -77,9 +82,9 @@ def _gate_rows(doc: Results) -> list[dict[str, Any]]:
     rows = []
     for width in doc["widths"]:
         prompts = width["prompts"]
-        snaps = [p["full_snap"] for p in prompts]
+        snaps = [p["full_snap_claimed"] for p in prompts]
         unknown = not prompts or any(s is None for s in snaps)
-        full_snap = "—" if unknown else yes_no(all(snaps))  # the terminal's words (report.table)
+        full_snap = claimed(None if unknown else all(snaps))
         matched = _sum_or_none(p["matched"] for p in prompts) if prompts else None
         offered = _sum_or_none(p["offered"] for p in prompts) if prompts else None
         rows.append(
@@ -89,7 +94,7 @@ def _gate_rows(doc: Results) -> list[dict[str, Any]]:
                 "parity": f"{sum(p['parity_requests'] for p in prompts)}/{sum(p['requests'] for p in prompts)}",
                 "steps": fmt_int(_sum_or_none(p["steps"] for p in prompts) if prompts else None),
                 "matched_offered": f"{fmt_int(matched)}/{fmt_int(offered)}",
-                "rejection": yes_no(all(p["rejection_observed"] for p in prompts) if prompts else None),
+                "rejected": fmt_int(_sum_or_none(p["rejected_drafts"] for p in prompts) if prompts else None),
                 "full_snap": full_snap,
                 "tokens": "/".join(
                     [fmt_int(_sum_or_none(p["tokens_target"] for p in prompts) if prompts else None),
@@ -101,6 +106,41 @@ def _gate_rows(doc: Results) -> list[dict[str, Any]]:
             }
         )
     return rows
+
+
+def _at_widths(qs: Sequence[int]) -> str:
+    return "q=" + ",".join(map(str, qs))
+
+
+def rollback_words(doc: Results) -> str:
+    """What the run says about rollback, split into what the server claimed and what the gate tested.
+
+    The server's own lines claim it (the reference-exact banner, ``full_snap=1``); nothing the gate reads
+    shows a restore happening. What the gate tests is token parity of complete answers in which the
+    server's counters report rejected drafts, and, where per-step lines fix them, at which boundaries."""
+    widths = [w for w in doc["widths"] if w["prompts"]]
+    if not widths:
+        return ""
+    said = [w["q"] for w in widths if all(p["banner_claimed"] and p["full_snap_claimed"] for p in w["prompts"])]
+    claim = (f"claimed by the server (its reference-exact banner and full_snap=1) at {_at_widths(said)}"
+             if said else "not claimed by the server at any width")
+    tested = []
+    for w in widths:
+        rejected = _sum_or_none(p["rejected_drafts"] for p in w["prompts"])
+        parity = all(p["parity_requests"] == p["requests"] > 0 for p in w["prompts"])
+        cov = w.get("coverage")
+        b = cov["boundaries"] if cov else None
+        kinds = {"ratio4": b["ratio4"], "ratio128": b["ratio128"], "window": b["window"]} if b else {}
+        at = [f"{BOUNDARY_WORDS[k]} (first at {', '.join(map(str, rec['first_rejected_positions']))})"
+              if rec["first_rejected_positions"] else BOUNDARY_WORDS[k]
+              for k, rec in kinds.items() if rec["rejected_at_boundary"]]
+        where = f", with rejected drafts at the {'; the '.join(at)}" if at else ""
+        held = "identical answers" if parity else "answers that differ"
+        tested.append(f"q={w['q']}: {held} after {fmt_int(rejected)} rejected drafts{where}")
+    return f"{claim}. What the gate tested: {'; '.join(tested)}."
+
+
+BOUNDARY_WORDS = {"ratio4": "ratio-4 boundary", "ratio128": "ratio-128 boundary", "window": "window's wrap"}
 
 
 def _arm_evidence(doc: Results) -> list[str]:
@@ -307,6 +347,7 @@ def runner_context(
         "head": head,
         "predecessor": predecessor if verdict != "pass" else None,
         "gate_rows": _gate_rows(doc),
+        "rollback_line": rollback_words(doc),
         "parity_column": parity_column(doc),
         "arm_evidence": _arm_evidence(doc),
         "failures": _failures(doc),

@@ -32,7 +32,8 @@ def test_simulator_passes_at_three_widths_with_complete_evidence(tmp_path: Path)
     for width in doc["widths"]:
         for cell in width["prompts"]:
             assert cell["parity_requests"] == cell["requests"] == 2
-            assert cell["rejection_observed"] and cell["full_snap"] and cell["banner"]
+            assert cell["rejection_observed"] and cell["full_snap_claimed"] and cell["banner_claimed"]
+            assert cell["rejected_drafts"] == cell["offered"] - cell["matched"] > 0
             assert cell["matched"] < cell["offered"]
     # 1 + W server starts: one target-only server serves every width.
     assert [(s["arm"], s["q"]) for s in doc["timings"]["servers"]] == [

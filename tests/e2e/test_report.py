@@ -65,7 +65,7 @@ def test_comment_content_requirements() -> None:
     head = fail["revisions"]["head"]["sha"]
     assert head in body and f"`{head[:7]}`" in body
     # full_snap in the terminal's words (yes/no), not the log's 1/0.
-    assert "| q=2 | 0/2 | 49 | 46/49 | yes | yes | 96/96 | ❌ fail |" in body
+    assert "| q=2 | 0/2 | 49 | 46/49 | 3 | claimed | 96/96 | ❌ fail |" in body
     assert "token 0" in body and "[128000]" in body and "[128001]" in body
     # The top table says why; diagnostics are named by their place in the run's artifact, not the runner's disk.
     assert "| `gfx1151` | ❌ fail | q=2 prompt 0: token IDs differ from target-only at position 0 | `1a95462` |" in body

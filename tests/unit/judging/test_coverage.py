@@ -84,7 +84,7 @@ def test_boundary_batches_rejections_and_rollbacks() -> None:
     # touching p%4==3: 120-122 no; 123-125 yes (rejected at slot 1; 123 is the seed, kept: no rollback);
     # 124-126 no; 126-128: 127 (all accepted); 129-131: 131 (rejected at slot 1: 130 on discarded, 131 too);
     # 130-132: 131 (131 accepted, 132 rejected: the boundary row is kept)
-    assert (b4.batches, b4.rejected, b4.rolled_back) == (4, 3, 1)
+    assert (b4.batches, b4.rejected, b4.rejected_at_boundary) == (4, 3, 1)
     assert b4.first_positions == (123, 126, 129) and b4.first_rejected_positions == (123, 129, 130)
     b128 = c.boundaries[cov.RATIO128] if c.boundaries else None
     assert b128 is not None and (b128.batches, b128.rejected, b128.first_positions) == (1, 0, (126,))
@@ -98,11 +98,11 @@ def test_a_rejection_that_discards_the_boundary_row_is_a_rollback_across_it() ->
     assert c.boundaries is not None
     for kind in (cov.RATIO4, cov.RATIO128, cov.WINDOW):
         b = c.boundaries[kind]
-        assert (b.batches, b.rejected, b.rolled_back, b.first_rejected_positions) == (1, 1, 1, (125,)), kind
+        assert (b.batches, b.rejected, b.rejected_at_boundary, b.first_rejected_positions) == (1, 1, 1, (125,)), kind
     # accepted 2: 127 kept, 128 rejected: ratio boundaries kept, the window's wrap rolled back
     c = cov.width_coverage(4, [cov.RequestSteps(_steps([2], 4, COMPARE, positions=[125]), None)])
     assert c.boundaries is not None
-    assert [c.boundaries[k].rolled_back for k in cov.BOUNDARIES] == [0, 0, 1]
+    assert [c.boundaries[k].rejected_at_boundary for k in cov.BOUNDARIES] == [0, 0, 1]
 
 
 def test_families_combine_by_loop_step_the_stronger_winning() -> None:
@@ -171,7 +171,7 @@ def test_first_positions_are_capped_and_json_is_plain() -> None:
     c = cov.width_coverage(2, [cov.RequestSteps(_steps([0] * 40, 2), 0)])
     assert c.boundaries is not None
     b4 = c.boundaries[cov.RATIO4]
-    assert b4.batches == 20 and b4.rejected == 20 and b4.rolled_back == 10  # every odd start; 3,7,.. as seed
+    assert b4.batches == 20 and b4.rejected == 20 and b4.rejected_at_boundary == 10  # every odd start; 3,7,.. as seed
     assert b4.first_positions == (2, 3, 6)
     data = c.to_json()
     assert data["boundaries"]["ratio4"]["first_positions"] == [2, 3, 6]

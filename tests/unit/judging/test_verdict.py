@@ -249,7 +249,7 @@ def test_repeats_that_disagree_fail() -> None:
 
 def test_a_missing_banner_fails() -> None:
     got = cell([spec()], banner=False)
-    assert got["verdict"] == FAIL and got["banner"] is False
+    assert got["verdict"] == FAIL and got["banner_claimed"] is False
     assert got["reasons"] == [
         "q=4: the reference-exact activation banner '[ds4-spec] reference-exact verifier:' is missing"
     ]
