@@ -9,8 +9,8 @@ from __future__ import annotations
 
 import re
 import time
-from dataclasses import replace
 from collections.abc import Callable, Mapping
+from dataclasses import replace
 from typing import Any
 
 import requests
@@ -190,7 +190,8 @@ def trusted_origin(client: Client, repo: str, found: tuple[statuses.Status, ...]
                                                    base_branch=pull.base_ref, head=pull.head)
                 why = runs[run]
             if why is not None:
-                status = replace(status, creator=f"{status.creator} (not from the trusted gate: {why})")
+                out.append(replace(status, creator=f"{status.creator} (not from the trusted gate: {why})"))
+                continue
         out.append(status)
     return tuple(out)
 

@@ -132,7 +132,8 @@ def test_a_failing_gate_still_sets_exit_code_bundle_and_results_under_bash_e(tmp
     """Defect: `"$DS4CI" gate ...; code=$?` ended the step at exit 1: outputs empty, the verdict step skipped."""
     work = _work(tmp_path)
     (tmp_path / "results").mkdir()
-    stand_in = _stand_in(tmp_path, f"""echo '{{}}' > "{tmp_path}/results/results.json"; echo x > "{tmp_path}/results/bundle.tar.gz"; exit 1""")
+    results = tmp_path / "results"
+    stand_in = _stand_in(tmp_path, f"""echo '{{}}' > "{results}/results.json"; echo x > "{results}/bundle.tar.gz"; exit 1""")
     proc, outputs = _run(_step(ROOT / "action.yml", "gate"), tmp_path, tmp_path, _gate_env(tmp_path, work, stand_in))
     assert proc.returncode == 0, proc.stdout + proc.stderr
     assert outputs == {"exit-code": "1", "bundle": str(tmp_path / "results" / "bundle.tar.gz"),
