@@ -58,6 +58,10 @@ class Fault:
     path_contains: str = ""  # only requests whose path contains this
 
 
+# add_status's default link: a run of the trusted gate made for the commit (what the publisher posts).
+TRUSTED_RUN = "trusted-run"
+
+
 class FakeGitHub:
     def __init__(self, owner: str = "acme", repo: str = "engine") -> None:
         self.owner = owner
@@ -76,6 +80,7 @@ class FakeGitHub:
         self._reviews: dict[int, list[dict[str, Any]]] = {}
         self._threads: dict[int, list[dict[str, Any]]] = {}
         self._commit_files: dict[str, list[str]] = {}  # sha -> files that commit changed (for compare)
+        self._runs: dict[int, dict[str, Any]] = {}  # workflow run id -> GitHub's record of it
         self.graphql_page_size = 100
         self.graphql_queries: list[dict[str, Any]] = []
         # Called (under the lock: mutate state directly) on every GraphQL query, e.g. to push mid-check.
@@ -125,7 +130,23 @@ class FakeGitHub:
                  mergeable_state: str = "clean") -> None:
         with self.lock:
             self.pulls[number] = {"head": head, "commits": list(commits or [head]), "state": state, "draft": draft,
-                                  "merged": merged, "mergeable": [mergeable], "mergeable_state": mergeable_state}
+                                  "merged": merged, "mergeable": [mergeable], "mergeable_state": mergeable_state,
+                                  "files": []}
+
+    def set_pull_files(self, number: int, files: list[str | tuple[str, str]]) -> None:
+        """What ``GET /pulls/{n}/files`` lists: a path, or (new, old) for a rename."""
+        with self.lock:
+            self.pulls[number]["files"] = list(files)
+
+    def add_run(self, run_id: int, *, path: str = ".github/workflows/gate.yml", event: str = "pull_request_target",
+                head_branch: str = "main", title: str = "", repo: str | None = None) -> str:
+        """A workflow run as GitHub records it; returns its html URL (what a status's target_url names)."""
+        full = repo or f"{self.owner}/{self.repo}"
+        with self.lock:
+            self._runs[run_id] = {"id": run_id, "path": path, "event": event, "head_branch": head_branch,
+                                  "display_title": title, "repository": {"full_name": full},
+                                  "html_url": f"https://github.com/{full}/actions/runs/{run_id}"}
+        return f"https://github.com/{full}/actions/runs/{run_id}"
 
     def set_mergeable(self, number: int, *answers: bool | None) -> None:
         """Successive reads of the PR answer these values; the last one then sticks."""
@@ -177,11 +198,19 @@ class FakeGitHub:
             self._commit_files[sha] = list(files)
 
     def add_status(self, sha: str, context: str, state: str, description: str = "",
-                   creator: str = ACTIONS_LOGIN) -> None:
-        """A status posted by ``creator`` (GitHub records it as the status's ``creator.login``)."""
+                   creator: str = ACTIONS_LOGIN, target_url: str | None = TRUSTED_RUN) -> None:
+        """A status posted by ``creator`` (GitHub records it as the status's ``creator.login``).
+
+        ``target_url`` TRUSTED_RUN (the default, as the trusted gate's publisher posts it): the URL of a new run of
+        the trusted gate.yml (pull_request_target, titled with ``sha``); None: no link; else that link."""
+        if target_url is TRUSTED_RUN:
+            with self.lock:
+                self._next_id += 1
+                run_id = self._next_id
+            target_url = self.add_run(run_id, title=f"ds4ci gate {sha}")
         with self.lock:
             self._new_status(
-                sha, {"state": state, "context": context, "description": description, "target_url": None}, creator
+                sha, {"state": state, "context": context, "description": description, "target_url": target_url}, creator
             )
 
     def inject(self, status: int, count: int = 1, *, headers: dict[str, str] | None = None,
@@ -441,7 +470,26 @@ class FakeGitHub:
                                     "issue_url": f"{self.url}{repo}/issues/{n}", "draft": pr["draft"],
                                     "merged": pr["merged"], "mergeable": mergeable,
                                     "mergeable_state": "unknown" if mergeable is None else pr["mergeable_state"],
-                                    "head": {"sha": pr["head"], "ref": "feature"}, "base": {"sha": "0" * 40, "ref": "main"}})
+                                    "head": {"sha": pr["head"], "ref": "feature"}, "base": {"sha": "0" * 40, "ref": "main"},
+                                    "changed_files": len(pr["files"])})
+            return
+        m = re.fullmatch(re.escape(repo) + r"/pulls/(\d+)/files", path)
+        if m and method == "GET":
+            pr = self.pulls.get(int(m.group(1)))
+            if pr is None:
+                self._send(h, 404, {"message": "Not Found"})
+            else:
+                items = [{"filename": f, "status": "modified"} if isinstance(f, str) else
+                         {"filename": f[0], "previous_filename": f[1], "status": "renamed"} for f in pr["files"]]
+                self._page(h, path, query, items)
+            return
+        m = re.fullmatch(re.escape(repo) + r"/actions/runs/(\d+)", path)
+        if m and method == "GET":
+            run = self._runs.get(int(m.group(1)))
+            if run is None:
+                self._send(h, 404, {"message": "Not Found"})
+            else:
+                self._send(h, 200, {**run, "url": f"{self.url}{repo}/actions/runs/{run['id']}"})
             return
         m = re.fullmatch(re.escape(repo) + r"/compare/([0-9a-f]{40})\.\.\.([0-9a-f]{40})", path)
         if m and method == "GET":

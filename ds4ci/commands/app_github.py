@@ -158,6 +158,14 @@ def dispatch_check(
     github_output: Annotated[
         Path | None, typer.Option(help="Append the plan as step outputs here. Default: $GITHUB_OUTPUT when set.")
     ] = None,
+    refuse_definition_changes: Annotated[
+        bool, typer.Option(help="Refuse (exit 2) a pull request that changes the gate's own files (.github/workflows/, "
+                           ".github/actions/, action.yml, ds4ci.toml) unless the event is workflow_dispatch.")
+    ] = False,
+    trusted_workflow: Annotated[
+        str | None, typer.Option(help="Refuse (exit 2) unless GitHub says this run ($GITHUB_RUN_ID) ran this workflow "
+                                 "file from pull_request_target, or from workflow_dispatch on the PR's base branch.")
+    ] = None,
 ) -> None:
     """Validate a gate run's inputs against its event; verify a pinned PR head; print the run plan.
 
@@ -179,6 +187,8 @@ def dispatch_check(
             token_env=token_env,
             event_name=event_name,
             github_output=github_output,
+            refuse_definition_changes=refuse_definition_changes,
+            trusted_workflow=trusted_workflow,
         )
     )
 
@@ -212,5 +222,6 @@ def merge_check(
         lambda: run_merge_check(
             pr=pr, repo=repo, api_url=api_url, runners=need["runners"], checks=need["checks"],
             approvals=need["approvals"], as_json=json_out, config=config, publisher=need["publisher"],
+            workflow=need["workflow"],
         )
     )

@@ -27,6 +27,21 @@ def _runner_table(config_file: Path | None, runner_table: str | None) -> tuple[r
     return runner_table_of.from_file(config_file) if config_file is not None else None
 
 
+def _check_this_run(repo: str, url: str, token: str, workflow: str, pull: dispatch.PullHead | None, head: str) -> None:
+    """Refuse unless GitHub says this run ($GITHUB_RUN_ID) is a run of the trusted workflow file, for ``head``."""
+    from ds4ci.github import provenance
+
+    text = os.environ.get("GITHUB_RUN_ID", "")
+    if not text.isdigit() or text.startswith("0"):
+        raise UsageError(f"--trusted-workflow: GITHUB_RUN_ID must name this run, found {text!r}")
+    record = provenance.parse_run(dispatch.fetch_run(repo, int(text), api_url=url, token=token), int(text))
+    base = pull.base_ref if pull is not None else os.environ.get("GITHUB_REF_NAME", "")
+    why = provenance.problem(record, repo=repo, workflow=workflow, base_branch=base, head=head)
+    if why is not None:
+        raise dispatch.DefinitionChangeError(f"refusing to gate: this is not a run of the trusted gate: {why}")
+    print(f"trusted definition: run {record.id} runs {workflow} ({record.event})")
+
+
 def run_dispatch_check(
     *,
     config_file: Path | None = None,
@@ -40,6 +55,8 @@ def run_dispatch_check(
     token_env: str,
     event_name: str | None,
     github_output: Path | None,
+    refuse_definition_changes: bool = False,
+    trusted_workflow: str | None = None,
 ) -> int:
     """Print the plan; append it to ``$GITHUB_OUTPUT`` when set. Raises Ds4ciError on refusal."""
     table = _runner_table(config_file, runner_table)
@@ -50,13 +67,25 @@ def run_dispatch_check(
     )
     run = dispatch.plan(event, pr=pr, head_sha=head_sha, widths=widths, runners=runners, runner_table=table)
 
+    repo_name = repo or os.environ.get("GITHUB_REPOSITORY", "")
+    url = api_url or os.environ.get("GITHUB_API_URL") or "https://api.github.com"
+    token = os.environ.get(token_env, "")
+    actual: dispatch.PullHead | None = None
+    if run.verify_head or (trusted_workflow is not None and run.pr is not None):
+        assert run.pr is not None
+        actual = dispatch.fetch_pull_head(repo_name, run.pr, api_url=url, token=token)
     if run.verify_head:
-        assert run.pr is not None  # plan() sets verify_head only for a named PR
-        repo_name = repo or os.environ.get("GITHUB_REPOSITORY", "")
-        url = api_url or os.environ.get("GITHUB_API_URL") or "https://api.github.com"
-        actual = dispatch.fetch_pull_head(repo_name, run.pr, api_url=url, token=os.environ.get(token_env, ""))
+        assert actual is not None  # plan() sets verify_head only for a named PR
         dispatch.check_pinned_head(run, actual)
         print(f"pinned head verified: #{run.pr} is open at {run.head_sha}")
+    if trusted_workflow is not None:
+        _check_this_run(repo_name, url, token, trusted_workflow, actual, run.head_sha)
+    if refuse_definition_changes and run.pr is not None:
+        changed = dispatch.definition_changes(dispatch.fetch_pull_files(repo_name, run.pr, api_url=url, token=token))
+        dispatch.refuse_definition_changes(run, changed, event.name)
+        if changed:
+            print(f"::warning::pull request #{run.pr} changes the gate's own definition ({', '.join(changed)}); "
+                  "gated because a maintainer dispatched it")
 
     values = dispatch.outputs(run)
     for key, value in values.items():

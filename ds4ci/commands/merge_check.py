@@ -31,13 +31,14 @@ def run_merge_check(
     config: Path | None,
     token_env: str = "GITHUB_TOKEN",
     publisher: str | None = None,
+    workflow: str | None = None,
 ) -> int:
     from ds4ci.github import mergefacts
     from ds4ci.github.client import DEFAULT_API_URL, THROTTLE_ENV, Client, connect
 
     if pr < 1:
         raise UsageError(f"--pr: expected a pull request number >= 1, found {pr}")
-    need = mergeconfig.requirements(config, runners, checks, approvals, publisher)
+    need = mergeconfig.requirements(config, runners, checks, approvals, publisher, workflow)
     repo_name = repo or os.environ.get("GITHUB_REPOSITORY", "")
     if not _REPO.match(repo_name):
         raise UsageError(f"--repo: expected OWNER/NAME (or $GITHUB_REPOSITORY), found {repo_name!r}")

@@ -209,6 +209,20 @@ class Client:
             raise PublishError(f"pull request #{number}: GitHub's answer is not a JSON object")
         return data
 
+    def workflow_run(self, run_id: int) -> Any:
+        """GitHub's record of one workflow run of this repository; None when GitHub has no such run (404)."""
+
+        def call() -> Any:
+            try:
+                _, data = self._gh.requester.requestJsonAndCheck("GET", f"{self._base}/actions/runs/{run_id}")
+            except GithubException as exc:
+                if exc.status == 404:
+                    return None
+                raise
+            return data
+
+        return _call(f"read workflow run {run_id}", call)
+
     def _pages(self, url: str, action: str, list_item: str | None = None) -> list[Any]:
         def call() -> list[Any]:
             extra: dict[str, Any] = {"list_item": list_item} if list_item else {}

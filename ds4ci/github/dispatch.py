@@ -65,6 +65,13 @@ class PullHead:
     number: int
     state: str
     head_sha: str
+    base_ref: str = ""  # the branch the PR merges into: a trusted gate run's definition comes from it
+
+
+# What defines the gate itself: a pull request that changes one of these gets no run from pull_request_target
+# (its green would vouch for a definition nobody reviewed); a maintainer reviews it and dispatches the gate.
+GATE_DEFINITION = (".github/workflows/", ".github/actions/", "action.yml", "ds4ci.toml")
+MAX_PR_FILES = 3000  # GitHub lists at most 3000 files of a pull request: more cannot be judged
 
 
 def parse_pr(text: str, where: str = "pr") -> int:
@@ -196,38 +203,99 @@ def plan(
     return RunPlan(None, sha, width_tuple, selected, fork=False, verify_head=False)
 
 
-def fetch_pull_head(repo: str, pr: int, *, api_url: str, token: str, polite: bool = True) -> PullHead:
-    """Ask the GitHub API for the PR's current state and head commit."""
-    from github import Auth, Github, GithubException  # heavy import kept off the CLI start-up path
+def _github(api_url: str, token: str, polite: bool) -> Any:
+    from github import Auth, Github  # heavy import kept off the CLI start-up path
 
-    if not _REPO.match(repo):
-        raise DispatchInputError(f"repo: expected OWNER/NAME, found {repo!r}")
     if not token:
         raise DispatchInputError("no GitHub token: set GITHUB_TOKEN (or the variable named by --token-env)")
     # PyGithub's pauses between requests are kind to the real API; tests on loopback turn them off.
     pause_read, pause_write = (0.25, 1.0) if polite else (0.0, 0.0)
-    client = Github(
-        auth=Auth.Token(token),
-        base_url=api_url.rstrip("/"),
-        retry=None,
-        timeout=30,
-        seconds_between_requests=pause_read,
-        seconds_between_writes=pause_write,
-    )
+    return Github(auth=Auth.Token(token), base_url=api_url.rstrip("/"), retry=None, timeout=30,
+                  seconds_between_requests=pause_read, seconds_between_writes=pause_write)
+
+
+def _ask(what: str, api_url: str, call: Any, where: str = "") -> Any:
+    from github import GithubException
+
     try:
-        pull = client.get_repo(repo, lazy=True).get_pull(pr)
-        state, head = pull.state, pull.head.sha
+        return call()
     except GithubException as exc:
         if exc.status == 404:
-            raise DispatchInputError(f"pull request #{pr} was not found in {repo} (HTTP 404)") from exc
-        raise PublishError(f"fetching pull request #{pr} of {repo} failed: HTTP {exc.status}") from exc
+            raise DispatchInputError(f"{what} was not found{where} (HTTP 404)") from exc
+        raise PublishError(f"fetching {what}{where} failed: HTTP {exc.status}") from exc
+    except Ds4ciError:
+        raise
     except Exception as exc:  # network errors surface as many types; all mean "no answer"
-        raise PublishError(f"fetching pull request #{pr} of {repo} from {api_url} failed: {exc}") from exc
+        raise PublishError(f"fetching {what}{where} from {api_url} failed: {exc}") from exc
+
+
+def fetch_pull_head(repo: str, pr: int, *, api_url: str, token: str, polite: bool = True) -> PullHead:
+    """Ask the GitHub API for the PR's current state, head commit and base branch."""
+    if not _REPO.match(repo):
+        raise DispatchInputError(f"repo: expected OWNER/NAME, found {repo!r}")
+    client = _github(api_url, token, polite)
+    try:
+        def facts() -> tuple[Any, Any, Any]:
+            pull = client.get_repo(repo, lazy=True).get_pull(pr)
+            return pull.state, pull.head.sha, pull.base.ref
+
+        state, head, base = _ask(f"pull request #{pr}", api_url, facts, f" in {repo}")
     finally:
         client.close()
     if not isinstance(head, str) or not _HEX40.match(head):
         raise PublishError(f"the API returned a malformed head SHA for #{pr}: {head!r}")
-    return PullHead(number=pr, state=str(state), head_sha=head)
+    return PullHead(number=pr, state=str(state), head_sha=head, base_ref=base if isinstance(base, str) else "")
+
+
+def fetch_pull_files(repo: str, pr: int, *, api_url: str, token: str, polite: bool = True) -> tuple[str, ...]:
+    """Every path the PR adds, changes, removes or renames (both names of a rename)."""
+    client = _github(api_url, token, polite)
+    what = f"the files of pull request #{pr} of {repo}"
+
+    def listing() -> tuple[int, list[str]]:
+        pull = client.get_repo(repo, lazy=True).get_pull(pr)
+        names: list[str] = []
+        for item in pull.get_files():
+            names += [n for n in (item.filename, item.previous_filename) if isinstance(n, str) and n]
+        return int(pull.changed_files), names
+
+    try:
+        count, names = _ask(what, api_url, listing)
+    finally:
+        client.close()
+    if count >= MAX_PR_FILES:
+        raise PublishError(f"{what}: {count} files, and GitHub lists at most {MAX_PR_FILES}; a change to the gate's "
+                           "own files could hide past the list, so this pull request is not gated automatically")
+    return tuple(names)
+
+
+def definition_changes(files: tuple[str, ...]) -> tuple[str, ...]:
+    """The paths among ``files`` that define the gate (GATE_DEFINITION), sorted, each once."""
+    hits = {f for f in files if any(f == g or (g.endswith("/") and f.startswith(g)) for g in GATE_DEFINITION)}
+    return tuple(sorted(hits))
+
+
+class DefinitionChangeError(UsageError):
+    """The PR changes the gate's own definition: only a maintainer's dispatch may gate it (exit 2)."""
+
+
+def refuse_definition_changes(run: RunPlan, changed: tuple[str, ...], event: str) -> None:
+    if changed and event != "workflow_dispatch":
+        raise DefinitionChangeError(
+            f"pull request #{run.pr} changes the gate's own definition ({', '.join(changed)}); it is not gated "
+            "automatically, since a green status would vouch for files nobody reviewed. A maintainer reviews the "
+            f"change and dispatches the gate (workflow_dispatch, pr {run.pr}, head-sha {run.head_sha}) on the base branch"
+        )
+
+
+def fetch_run(repo: str, run_id: int, *, api_url: str, token: str, polite: bool = True) -> Any:
+    """GitHub's record of one workflow run (``GET /repos/{repo}/actions/runs/{id}``), as JSON."""
+    client = _github(api_url, token, polite)
+    try:
+        return _ask(f"workflow run {run_id} of {repo}", api_url,
+                    lambda: client.get_repo(repo, lazy=True).get_workflow_run(run_id).raw_data)
+    finally:
+        client.close()
 
 
 def check_pinned_head(run: RunPlan, actual: PullHead) -> None:

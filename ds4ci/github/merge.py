@@ -16,6 +16,7 @@ from typing import Any
 
 from ds4ci.github import statuses as found_statuses
 from ds4ci.github.checkruns import app_of, own_run
+from ds4ci.github.provenance import DEFAULT_WORKFLOW
 from ds4ci.github.statuses import Status
 from ds4ci.options import table as options
 from ds4ci.report import markdown
@@ -48,6 +49,7 @@ class Requirements:
     approvals: int = DEFAULT_APPROVALS
     publisher: str = DEFAULT_PUBLISHER  # the only account whose ds4ci/<runner> statuses count
     sources: tuple[CheckSource, ...] = ()  # per-check sources; a check not listed: CheckSource(name)
+    workflow: str = DEFAULT_WORKFLOW  # a gate status counts only when it links a run of this file (provenance)
 
     def source(self, check: str) -> CheckSource:
         return next((s for s in self.sources if s.name == check), CheckSource(check))
@@ -63,6 +65,7 @@ class PullFacts:
     mergeable: bool | None  # None: GitHub has not computed it yet
     mergeable_state: str | None
     mergeable_reads: int = 1  # how many times the PR was read while mergeable was None
+    base_ref: str = ""  # the branch it merges into: a dispatched gate must have run there
 
 
 @dataclass(frozen=True)

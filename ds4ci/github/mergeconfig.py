@@ -81,7 +81,7 @@ def _cli_checks(given: Sequence[str]) -> tuple[tuple[str, ...], tuple[CheckSourc
 
 def requirements(
     config: Path | None, runners: Sequence[str] | None, checks: Sequence[str] | None, approvals: int | None,
-    publisher: str | None = None,
+    publisher: str | None = None, workflow: str | None = None,
 ) -> Requirements:
     """CLI values win over ``[merge]`` (a list given on the command line replaces the file's)."""
     table = load_merge_table(config) if config is not None else {}
@@ -104,4 +104,8 @@ def requirements(
     assert who.check is not None
     login = who.check(publisher, "--publisher") if publisher is not None else who.check(
         table.get("publisher", DEFAULT_PUBLISHER), "merge.publisher")
-    return Requirements(run, chk, need, login, sources)
+    flow = options.get("merge", "workflow")
+    assert flow.check is not None
+    path = flow.check(workflow, "--trusted-workflow") if workflow is not None else flow.check(
+        table.get("workflow", flow.default), "merge.workflow")
+    return Requirements(run, chk, need, login, sources, path)

@@ -10,12 +10,13 @@ from __future__ import annotations
 import re
 import time
 from collections.abc import Callable, Mapping
+from dataclasses import replace
 from typing import Any
 
 import requests
 
 from ds4ci.errors import PublishError
-from ds4ci.github import merge, publish, statuses
+from ds4ci.github import merge, provenance, publish, statuses
 from ds4ci.github.client import Client
 from ds4ci.github.shapes import bad as _bad
 from ds4ci.github.shapes import check_runs
@@ -115,6 +116,8 @@ def pull_facts(number: int, data: Any, reads: int = 1) -> merge.PullFacts:
         mergeable=_get(data, "mergeable", bool, what, nullable=True),
         mergeable_state=_get(data, "mergeable_state", str, what, nullable=True),
         mergeable_reads=reads,
+        base_ref=str(_get(_get(data, "base", dict, what, nullable=True) or {}, "ref", str, f"{what} base",
+                          nullable=True) or ""),
     )
 
 
@@ -163,6 +166,37 @@ def review_threads(gql: GraphQL, repo: str, number: int) -> tuple[merge.ReviewTh
 # ----- gathering -------------------------------------------------------------------------------
 
 
+def trusted_origin(client: Client, repo: str, found: tuple[statuses.Status, ...], need: merge.Requirements,
+                   pull: merge.PullFacts) -> tuple[statuses.Status, ...]:
+    """The statuses, with every publisher's ds4ci/<runner> success that no run of the trusted gate made set aside.
+
+    A job a pull request controls (a workflow it adds, or the gate dispatched on its own branch) posts as the
+    same account as the trusted gate, so the account proves nothing: the status must link (target_url) a run
+    that GitHub says ran ``need.workflow`` from the base branch for this head (ds4ci.github.provenance). One
+    that does not is re-labelled, so it is listed as ignored with the reason and never counted.
+    """
+    gates = {merge.GATE_CONTEXT.format(runner=r) for r in need.runners}
+    runs: dict[int, str | None] = {}
+    out = []
+    for status in found:
+        if status.context in gates and status.creator == need.publisher and status.state == "success":
+            run = provenance.run_id(status.target_url, repo)
+            if run is None:
+                why: str | None = f"its link {status.target_url[:120]!r} names no workflow run of {repo}"
+            else:
+                if run not in runs:
+                    record = provenance.parse_run(client.workflow_run(run), run)
+                    runs[run] = provenance.problem(record, repo=repo, workflow=need.workflow,
+                                                   base_branch=pull.base_ref, head=pull.head)
+                why = runs[run]
+            if why is not None:
+                out.append(replace(status, creator=f"{status.creator} (not from the trusted gate: {why})"))
+                continue
+        out.append(status)
+    return tuple(out)
+
+
+
 def read_pull(client: Client, number: int, *, reads: int, delay_s: float,
               sleep: Callable[[float], None] = time.sleep) -> merge.PullFacts:
     """The PR, re-read while GitHub has not computed ``mergeable`` yet (at most ``reads`` times)."""
@@ -192,6 +226,7 @@ def gather(
     runs = check_runs(client.check_runs(head), head)
     found_reviews = reviews(client.reviews(number), number)
     threads = review_threads(gql, repo, number)
+    found_statuses = trusted_origin(client, repo, found_statuses, need, pull)
     ours = statuses.from_creator(found_statuses, need.publisher)
     green_on = {}
     for runner in need.runners:

@@ -24,6 +24,7 @@ class Status:
     state: str  # error | failure | pending | success
     description: str = ""
     creator: str = DEFAULT_PUBLISHER
+    target_url: str = ""  # the run it links to: a gate status counts only from a run of the trusted gate
 
 
 def _field(item: Any, key: str, what: str, *, nullable: bool = False) -> str:
@@ -43,7 +44,8 @@ def parse(items: Sequence[Any], sha: str) -> tuple[Status, ...]:
         creator = item.get("creator") if isinstance(item, dict) else None
         login = _field(creator, "login", f"{what} (creator)") if creator is not None else "ghost"  # deleted account
         out.append(Status(_field(item, "context", what), _field(item, "state", what),
-                          _field(item, "description", what, nullable=True), login))
+                          _field(item, "description", what, nullable=True), login,
+                          _field(item, "target_url", what, nullable=True)))
     return tuple(out)
 
 

@@ -287,6 +287,10 @@ OPTIONS: tuple[Option, ...] = (
     Option("merge", "publisher", "The account whose ds4ci/<runner> statuses count (the one `ds4ci publish` posts "
            "as); statuses from anyone else are listed as ignored.", check=v.text, default=DEFAULT_PUBLISHER,
            flag="--publisher", command="merge-check", metavar="LOGIN"),
+    Option("merge", "workflow", "The trusted gate's workflow file: a ds4ci/<runner> success counts only when it links "
+           "(target_url) a run that GitHub says ran this file from pull_request_target, or from workflow_dispatch on "
+           "the base branch, for the head; any other is listed as ignored (docs/security.md).", check=v.text,
+           default=".github/workflows/gate.yml", flag="--trusted-workflow", command="merge-check", metavar="PATH"),
     Option("merge.checks", "name", "The check run's name or the commit status context (required).", check=v.text),
     Option("merge.checks", "app", "The GitHub App (app.slug) whose check runs of this name count.", check=v.text,
            default=DEFAULT_CHECK_APP),

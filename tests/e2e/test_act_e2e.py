@@ -30,6 +30,7 @@ ACT = shutil.which("act", path=str(Path(sys.executable).parent)) or shutil.which
 CHECKOUT = "actions/checkout@11bd71901bbe5b1630ceea73d27597364c9af683"
 UPLOAD = "actions/upload-artifact@ea165f8d65b6e75b540449e92b4886f43607fa02"
 DOWNLOAD = "actions/download-artifact@d3f86a106a0bac45b974a628896c90dbdf5c8093"
+ACT_RUN_ID = 4242
 PROJECT_FILES = ("pyproject.toml", "README.md", "action.yml", "ds4ci", "templates", ".github")
 
 pytestmark = [
@@ -265,6 +266,8 @@ def _act(tmp: Path, repo: Path, fake: FakeGitHub, wheelhouse: Path, models: Path
     event = tmp / "event.json"  # what GitHub's workflow_dispatch payload says about the repository
     event.write_text(json.dumps({"inputs": inputs, "repository": {"default_branch": "main",
                                                                   "full_name": "acme/engine"}}))
+    # GitHub's record of this run: the trusted gate.yml, dispatched on the base branch, titled with the head.
+    fake.add_run(ACT_RUN_ID, event="workflow_dispatch", head_branch="main", title=f"ds4ci gate {inputs.get('head-sha')}")
     cmd = [
         str(ACT), "workflow_dispatch", "-W", ".github/workflows/gate.yml", "-e", str(event),
         "-P", "ubuntu-latest=-self-hosted", "-P", "self-hosted=-self-hosted",
@@ -274,7 +277,7 @@ def _act(tmp: Path, repo: Path, fake: FakeGitHub, wheelhouse: Path, models: Path
         # local state that GitHub-hosted or self-hosted runners do not share.
         "--concurrent-jobs", "1",
         "-s", f"GITHUB_TOKEN={token}",
-        "--env", f"GITHUB_API_URL={fake.url}",
+        "--env", f"GITHUB_API_URL={fake.url}", "--env", f"GITHUB_RUN_ID={ACT_RUN_ID}",
         "--env", "PIP_NO_INDEX=1", "--env", f"PIP_FIND_LINKS={wheelhouse}",
         *(["--var", f"DS4_MODEL_DIR={models}"] if models is not None else []),
     ]

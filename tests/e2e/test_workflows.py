@@ -165,12 +165,51 @@ def test_every_checkout_drops_credentials() -> None:
             assert step.get("with", {}).get("persist-credentials") is False, f"{f}:{job}"
 
 
-def test_gate_matrix_queues_per_gpu_and_never_cancels() -> None:
+def test_gate_queues_per_pull_request_and_runner_and_never_cancels_another_pull_request() -> None:
+    """Defect: one group per GPU across PRs; GitHub keeps one pending job per group, so PR B's push cancelled
+    PR A's queued gate. Now the group is one PR's on one runner: only that PR's own older queued run is replaced."""
     job = _load(ROOT / ".github" / "workflows" / "gate.yml")["jobs"]["gate"]
-    assert job["concurrency"] == {"group": "ds4ci-gpu-${{ matrix.gpu }}", "cancel-in-progress": False}
+    assert job["concurrency"] == {
+        "group": "ds4ci-gate-${{ matrix.runner }}-${{ needs.plan.outputs.pr || needs.plan.outputs.head-sha }}",
+        "cancel-in-progress": False}
     assert job["runs-on"] == "${{ matrix.labels }}"
     assert job["strategy"]["fail-fast"] is False
     assert job["env"]["DS4_MODEL_DIR"] == "${{ vars.DS4_MODEL_DIR }}"
+
+
+def test_the_gate_runs_the_base_branch_s_definition_and_forks_wait_for_a_maintainer() -> None:
+    """Defect: `on: pull_request` ran the PR's own gate.yml, which the PR could edit to read the runner key."""
+    doc = _load(ROOT / ".github" / "workflows" / "gate.yml")
+    assert set(doc["on"]) == {"pull_request_target", "workflow_dispatch"}
+    assert doc["on"]["pull_request_target"] == {"types": ["opened", "synchronize", "reopened"]}
+    assert doc["run-name"] == "ds4ci gate ${{ inputs.head-sha || github.event.pull_request.head.sha }}"
+    jobs = doc["jobs"]
+    approve = jobs["approve"]
+    assert approve["if"] == "needs.plan.outputs.fork == 'true'" and approve["environment"] == "ds4ci-fork-review"
+    assert approve["permissions"] == {"actions": "read"}
+    assert "/approvals" in approve["steps"][0]["run"] and "exit 1" in approve["steps"][0]["run"]
+    gate = jobs["gate"]
+    assert gate["needs"] == ["plan", "approve"]
+    assert "needs.plan.outputs.fork == 'false' || needs.approve.result == 'success'" in gate["if"]
+    assert jobs["publish"]["if"] == "always() && needs.plan.result == 'success'"  # forks get real statuses
+    (plan,) = [s for s in jobs["plan"]["steps"] if s.get("id") == "plan"]
+    assert "--refuse-definition-changes" in plan["run"] and "--trusted-workflow .github/workflows/gate.yml" in plan["run"]
+    # The head is data: checked out without credentials, never the working directory of a trusted step.
+    for job in jobs.values():
+        for step in job.get("steps", []):
+            assert step.get("working-directory") is None
+    (subject,) = [s for s in gate["steps"] if s.get("with", {}).get("path") == "subject"]
+    assert subject["with"]["persist-credentials"] is False
+
+
+def test_every_python_a_trusted_step_starts_is_isolated() -> None:
+    """Defect: `python -c` in the PR checkout imported a committed json.py outside the sandbox."""
+    for f, job, step in _steps():
+        if f not in ("gate.yml", "report.yml", "action.yml"):  # the workflows init ships, and the action
+            continue
+        for line in step.get("run", "").splitlines():
+            if re.search(r"(python3?\"?|DS4CI_PY\"?) (-m|-c)", line):
+                assert re.search(r"(python3?\"?|DS4CI_PY\"?) -I ", line), f"{f}:{job}: {line.strip()}"
 
 
 def test_the_matrix_is_computed_from_the_trusted_config_in_the_plan_job() -> None:

@@ -1,0 +1,133 @@
+"""A pull request cannot pick the gate's definition, and a status it could set never counts.
+
+The attacks of issue "Trust III", each against the real CLI over real HTTP (the stateful fake GitHub API):
+a PR that edits gate.yml, adds a workflow (with the runner's labels) or edits ds4ci.toml is refused by the
+trusted plan unless a maintainer dispatched it; a run of another definition is refused; and merge-check
+counts a ds4ci/<runner> success only when it links a run of the trusted gate.yml for the head.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+from fakegithub import WRITE_TOKEN, FakeGitHub
+
+DS4CI = str(Path(sys.executable).parent / "ds4ci")
+HEAD = "a" * 40
+TABLE = json.dumps([{"name": "gfx1151", "labels": ["self-hosted", "gfx1151"], "gpu": "gfx1151", "role": "gate"}])
+
+
+@pytest.fixture
+def fake() -> Iterator[FakeGitHub]:
+    server = FakeGitHub().start()
+    server.add_pull(7, HEAD)
+    yield server
+    server.stop()
+
+
+def _plan(fake: FakeGitHub, tmp: Path, event: str, *extra: str, run_id: int = 500) -> subprocess.CompletedProcess[str]:
+    payload = tmp / "event.json"
+    payload.write_text(json.dumps({"pull_request": {"number": 7, "head": {"sha": HEAD, "repo": {"full_name": "acme/engine"}},
+                                                    "base": {"repo": {"full_name": "acme/engine"}}}}))
+    env = {k: v for k, v in os.environ.items() if not k.startswith("GITHUB_")}
+    env.update({"GITHUB_EVENT_NAME": event, "GITHUB_EVENT_PATH": str(payload), "GITHUB_REPOSITORY": "acme/engine",
+                "GITHUB_API_URL": fake.url, "GITHUB_TOKEN": WRITE_TOKEN, "GITHUB_RUN_ID": str(run_id),
+                "DS4CI_GITHUB_THROTTLE": "0"})
+    args = ["--runner-table", TABLE, "--refuse-definition-changes", "--trusted-workflow", ".github/workflows/gate.yml"]
+    if event == "workflow_dispatch":
+        args += ["--pr", "7", "--head-sha", HEAD]
+    return subprocess.run([DS4CI, "dispatch-check", *args, *extra], capture_output=True, text=True, env=env,
+                          timeout=60, cwd=tmp)
+
+
+@pytest.mark.parametrize("files", [[".github/workflows/gate.yml"], [".github/workflows/mine.yml"], ["action.yml"],
+                                   ["ds4ci.toml"], [("src/x.c", ".github/workflows/report.yml")]],
+                         ids=["edits gate.yml", "adds a workflow", "edits action.yml", "edits ds4ci.toml",
+                              "renames report.yml away"])
+def test_a_pr_that_changes_the_gate_s_own_files_is_not_gated_automatically(
+        fake: FakeGitHub, tmp_path: Path, files: list[str | tuple[str, str]]) -> None:
+    fake.set_pull_files(7, ["src/engine.c", *files])
+    fake.add_run(500, event="pull_request_target", title=f"ds4ci gate {HEAD}")
+    proc = _plan(fake, tmp_path, "pull_request_target")
+    assert proc.returncode == 2, proc.stdout + proc.stderr
+    assert "changes the gate's own definition" in proc.stderr and "dispatches the gate" in proc.stderr
+    assert "matrix=" not in proc.stdout  # no plan: no gate job, no status
+
+
+def test_a_maintainer_s_dispatch_gates_such_a_pr_and_says_so(fake: FakeGitHub, tmp_path: Path) -> None:
+    fake.set_pull_files(7, [".github/workflows/gate.yml"])
+    fake.add_run(501, event="workflow_dispatch", head_branch="main", title=f"ds4ci gate {HEAD}")
+    proc = _plan(fake, tmp_path, "workflow_dispatch", run_id=501)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert "gated because a maintainer dispatched it" in proc.stdout and "matrix=" in proc.stdout
+
+
+def test_a_pr_that_changes_only_its_own_code_is_gated(fake: FakeGitHub, tmp_path: Path) -> None:
+    fake.set_pull_files(7, ["server/src/spec.cpp", "docs/.github/workflows/not-a-workflow.md"])
+    fake.add_run(500, event="pull_request_target", title=f"ds4ci gate {HEAD}")
+    proc = _plan(fake, tmp_path, "pull_request_target")
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert "trusted definition: run 500 runs .github/workflows/gate.yml (pull_request_target)" in proc.stdout
+
+
+@pytest.mark.parametrize(("run", "reason"), [
+    ({"event": "pull_request"}, "only pull_request_target and workflow_dispatch run"),
+    ({"path": ".github/workflows/copy.yml"}, "not the trusted .github/workflows/gate.yml"),
+    ({"event": "workflow_dispatch", "head_branch": "feature"}, "was dispatched on feature"),
+], ids=["the PR's own copy (pull_request)", "another workflow file", "dispatched on the PR's branch"])
+def test_a_run_of_any_other_definition_is_refused(fake: FakeGitHub, tmp_path: Path, run: dict[str, str],
+                                                  reason: str) -> None:
+    fake.add_run(502, title=f"ds4ci gate {HEAD}", **{"event": "pull_request_target", **run})
+    event = "workflow_dispatch" if run.get("event") == "workflow_dispatch" else "pull_request_target"
+    proc = _plan(fake, tmp_path, event, run_id=502)
+    assert proc.returncode == 2, proc.stdout + proc.stderr
+    assert "not a run of the trusted gate" in proc.stderr and reason in proc.stderr
+
+
+# ----- merge-check: a status a PR-controlled job could set never counts ------------------------------
+
+
+def _merge_check(fake: FakeGitHub) -> subprocess.CompletedProcess[str]:
+    env = {k: v for k, v in os.environ.items() if not k.startswith("GITHUB_")}
+    env.update({"GITHUB_API_URL": fake.url, "GITHUB_TOKEN": WRITE_TOKEN, "GITHUB_REPOSITORY": "acme/engine",
+                "DS4CI_GITHUB_THROTTLE": "0"})
+    return subprocess.run([DS4CI, "merge-check", "--pr", "7", "--runner", "gfx1151", "--approvals", "0"],
+                          capture_output=True, text=True, env=env, timeout=60)
+
+
+def test_a_status_from_the_trusted_gate_counts(fake: FakeGitHub) -> None:
+    fake.add_status(HEAD, "ds4ci/gfx1151", "success", "pass")  # linked to a run of the trusted gate for HEAD
+    proc = _merge_check(fake)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+
+
+@pytest.mark.parametrize(("run", "reason"), [
+    ({"path": ".github/workflows/evil.yml", "event": "pull_request"}, "ran .github/workflows/evil.yml"),
+    ({"event": "pull_request"}, "was started by pull_request"),
+    ({"event": "workflow_dispatch", "head_branch": "feature"}, "was dispatched on feature"),
+    ({"title": "ds4ci gate " + "b" * 40}, "a gate of another commit"),
+    ({"repo": "mallory/engine"}, "names no workflow run of acme/engine"),
+], ids=["a workflow the PR added", "the PR's own gate.yml", "the gate dispatched on the PR's branch",
+        "a trusted run of another commit", "a run of another repository"])
+def test_a_success_posted_as_the_publisher_by_a_pr_controlled_run_is_ignored(
+        fake: FakeGitHub, run: dict[str, str], reason: str) -> None:
+    """Defect: merge-check counted any ds4ci/<runner> success by github-actions[bot], which every workflow a PR adds
+    (or edits, under `on: pull_request`) posts as."""
+    url = fake.add_run(600, **{"title": f"ds4ci gate {HEAD}", **run})
+    fake.add_status(HEAD, "ds4ci/gfx1151", "success", "pass", target_url=url)
+    proc = _merge_check(fake)
+    assert proc.returncode == 1, proc.stdout + proc.stderr
+    (line,) = [x for x in proc.stdout.splitlines() if "gate ds4ci/gfx1151" in x]
+    assert "not set on the current head" in line and "not from the trusted gate" in line and reason in line
+
+
+def test_a_success_with_no_link_is_ignored(fake: FakeGitHub) -> None:
+    fake.add_status(HEAD, "ds4ci/gfx1151", "success", "pass", target_url=None)
+    proc = _merge_check(fake)
+    assert proc.returncode == 1 and "names no workflow run of acme/engine" in proc.stdout, proc.stdout + proc.stderr

@@ -1,0 +1,231 @@
+"""The trusted steps of action.yml and gate.yml, run as GitHub runs them: `bash --noprofile --norc -eo pipefail`.
+
+Each step's `run:` script is taken from the file and executed with its `env:` (expressions replaced by the
+values a job would give), a $GITHUB_OUTPUT and $GITHUB_ENV file, and the step's working directory. Where
+ds4ci's own CLI would need a GPU runner, a small stand-in program plays it (it only prints and exits as
+ds4ci does); the isolation cases run the real Python and the real ds4ci package.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import pytest
+from paths import ROOT
+from ruamel.yaml import YAML
+
+BASH = ["bash", "--noprofile", "--norc", "-eo", "pipefail"]  # GitHub's `shell: bash`
+
+
+def _step(path: Path, step_id: str, job: str | None = None) -> dict[str, Any]:
+    doc = YAML(typ="safe").load(path.read_text())
+    steps = doc["runs"]["steps"] if job is None else doc["jobs"][job]["steps"]
+    (step,) = [s for s in steps if s.get("id") == step_id]
+    return dict(step)
+
+
+def _run(step: dict[str, Any], tmp: Path, cwd: Path, env: dict[str, str],
+         shell: list[str] = BASH) -> tuple[subprocess.CompletedProcess[str], dict[str, str]]:
+    script = tmp / f"step-{step['id']}.sh"
+    script.write_text(step["run"])
+    out = tmp / f"output-{step['id']}"
+    out.write_text("")
+    (tmp / "github-env").touch()
+    base = {k: v for k, v in os.environ.items() if not k.startswith(("GITHUB_", "RUNNER_", "DS4CI"))}
+    full = {**base, "GITHUB_OUTPUT": str(out), "GITHUB_ENV": str(tmp / "github-env"), "RUNNER_TEMP": str(tmp), **env}
+    proc = subprocess.run([*shell, str(script)], cwd=cwd, env=full, capture_output=True, text=True, timeout=120)
+    outputs = dict(line.split("=", 1) for line in out.read_text().splitlines() if "=" in line)
+    return proc, outputs
+
+
+def _stand_in(tmp: Path, body: str) -> Path:
+    """A program in ds4ci's place: ``body`` is a bash script; it also records its arguments."""
+    path = tmp / "ds4ci-stand-in"
+    path.write_text(f'#!/bin/bash\nprintf "%s\\n" "$@" > "{tmp}/argv"\n{body}\n')
+    path.chmod(0o755)
+    return path
+
+
+def _work(tmp: Path) -> Path:
+    """$DS4CI_WORK as the install step makes it, with venv/bin/python running this test suite's Python."""
+    work = tmp / "work"
+    (work / "venv" / "bin").mkdir(parents=True)
+    py = work / "venv" / "bin" / "python"
+    py.write_text(f'#!/bin/sh\nexec "{sys.executable}" "$@"\n')
+    py.chmod(0o755)
+    return work
+
+
+def _hostile_checkout(tmp: Path) -> tuple[Path, Path]:
+    """A pull request's checkout that commits json.py and a ds4ci/ package; both would leave a marker if imported."""
+    checkout = tmp / "subject"
+    marker = tmp / "imported-pr-code"
+    (checkout / "ds4ci" / "evidence").mkdir(parents=True)
+    code = f"open({str(marker)!r}, 'a').write(__name__ + '\\n')\n"
+    (checkout / "json.py").write_text(code + "def load(f): return {'busy': {'busy': True}}\n")
+    (checkout / "ds4ci" / "__init__.py").write_text(code)
+    (checkout / "ds4ci" / "evidence" / "__init__.py").write_text("")
+    (checkout / "ds4ci" / "evidence" / "results.py").write_text(code + "def load(p): return {'verdict': 'pass'}\n")
+    return checkout, marker
+
+
+BUSY = json.dumps({"ready": False, "busy": {"busy": True, "summary": "pid 42 holds the GPU"}})
+
+
+def _preflight_env(tmp: Path, work: Path, stand_in: Path) -> dict[str, str]:
+    return {"DS4CI": str(stand_in), "DS4CI_PY": str(work / "venv" / "bin" / "python"), "DS4CI_CONFIG": "ds4ci.toml",
+            "DS4CI_RUNNER": "gfx1151", "DS4CI_WORK": str(work), "DS4CI_RESULTS_OUT": str(tmp / "results" / "results.json")}
+
+
+def test_a_busy_runner_leaves_its_record_and_prints_the_report_under_bash_e(tmp_path: Path) -> None:
+    """Defect: `"$DS4CI" preflight ... > report; code=$?` ended the step under `bash -e`: no report printed,
+    no busy.json, so the publisher posted error instead of pending."""
+    work = _work(tmp_path)
+    checkout = tmp_path / "subject"
+    checkout.mkdir()
+    stand_in = _stand_in(tmp_path, f"echo '{BUSY}'; exit 3")
+    proc, _ = _run(_step(ROOT / "action.yml", "preflight"), tmp_path, checkout, _preflight_env(tmp_path, work, stand_in))
+    assert proc.returncode == 3, proc.stdout + proc.stderr
+    assert "pid 42 holds the GPU" in proc.stdout  # the report is printed
+    assert json.loads((tmp_path / "results" / "busy.json").read_text())["busy"]["busy"] is True
+    assert "::warning::runner gfx1151 is busy" in proc.stdout
+
+
+def test_a_failed_preflight_that_is_not_busy_prints_its_report_and_leaves_no_busy_record(tmp_path: Path) -> None:
+    work = _work(tmp_path)
+    checkout = tmp_path / "subject"
+    checkout.mkdir()
+    stand_in = _stand_in(tmp_path, """echo '{"ready": false, "busy": {"busy": false}, "problems": ["no bwrap"]}'; exit 3""")
+    proc, _ = _run(_step(ROOT / "action.yml", "preflight"), tmp_path, checkout, _preflight_env(tmp_path, work, stand_in))
+    assert proc.returncode == 3 and "no bwrap" in proc.stdout
+    assert not (tmp_path / "results" / "busy.json").exists()
+
+
+@pytest.mark.parametrize("shell", [BASH, ["bash", "--noprofile", "--norc"]], ids=["bash -e", "bash"])
+def test_preflight_never_imports_a_json_py_the_pull_request_committed(tmp_path: Path, shell: list[str]) -> None:
+    """Defect (critical): the step's `python -c 'import json ...'` ran in the PR checkout and imported its json.py
+    outside the sandbox (it read the runner key). The failing preflight below is what triggered it. Under `bash -e`
+    the old step ended before reaching it (the exit-code defect above hid it); without -e it was reached."""
+    work = _work(tmp_path)
+    checkout, marker = _hostile_checkout(tmp_path)
+    stand_in = _stand_in(tmp_path, """echo '{"ready": false, "busy": {"busy": false}}'; exit 3""")
+    proc, _ = _run(_step(ROOT / "action.yml", "preflight"), tmp_path, checkout, _preflight_env(tmp_path, work, stand_in),
+                   shell)
+    assert proc.returncode == 3, proc.stdout + proc.stderr
+    assert not marker.exists(), marker.read_text()
+    assert not (tmp_path / "results" / "busy.json").exists()  # the PR's json.py said busy; it was not asked
+
+
+def _gate_env(tmp: Path, work: Path, stand_in: Path, **extra: str) -> dict[str, str]:
+    return {"DS4CI": str(stand_in), "DS4CI_WORK": str(work), "DS4CI_EVIDENCE_DIR": str(tmp / "evidence"),
+            "DS4CI_CONFIG": ".ds4ci-trusted.toml", "DS4CI_RUNNER": "gfx1151", "DS4CI_WIDTHS": "",
+            "DS4CI_RESULTS_OUT": str(tmp / "results" / "results.json"), "DS4CI_SOURCE_DIR": ".",
+            "DS4CI_BASE_REF": "", "DS4CI_UPSTREAM_REF": "", "DS4CI_NOTE": "", "DS4CI_SERVICE_SOCKET": "", **extra}
+
+
+def test_a_failing_gate_still_sets_exit_code_bundle_and_results_under_bash_e(tmp_path: Path) -> None:
+    """Defect: `"$DS4CI" gate ...; code=$?` ended the step at exit 1: outputs empty, the verdict step skipped."""
+    work = _work(tmp_path)
+    (tmp_path / "results").mkdir()
+    results = tmp_path / "results"
+    stand_in = _stand_in(tmp_path, f"""echo '{{}}' > "{results}/results.json"; echo x > "{results}/bundle.tar.gz"; exit 1""")
+    proc, outputs = _run(_step(ROOT / "action.yml", "gate"), tmp_path, tmp_path, _gate_env(tmp_path, work, stand_in))
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert outputs == {"exit-code": "1", "bundle": str(tmp_path / "results" / "bundle.tar.gz"),
+                       "results": str(tmp_path / "results" / "results.json")}
+
+
+def test_with_a_service_socket_the_gate_is_asked_of_the_service_by_commit(tmp_path: Path) -> None:
+    work = _work(tmp_path)
+    repo = tmp_path / "subject"
+    repo.mkdir()
+    git = ["git", "-C", str(repo), "-c", "user.name=t", "-c", "user.email=t@example.invalid"]
+    subprocess.run([*git, "init", "-q"], check=True)
+    subprocess.run([*git, "commit", "-q", "--allow-empty", "-m", "base"], check=True)
+    base = subprocess.run([*git, "rev-parse", "HEAD"], check=True, capture_output=True, text=True).stdout.strip()
+    subprocess.run([*git, "commit", "-q", "--allow-empty", "-m", "head"], check=True)
+    head = subprocess.run([*git, "rev-parse", "HEAD"], check=True, capture_output=True, text=True).stdout.strip()
+    stand_in = _stand_in(tmp_path, "exit 0")
+    env = _gate_env(tmp_path, work, stand_in, DS4CI_SERVICE_SOCKET="/run/ds4ci/gfx1151.sock", DS4CI_BASE_REF=base)
+    proc, outputs = _run(_step(ROOT / "action.yml", "gate"), tmp_path, repo, env)
+    assert proc.returncode == 0 and outputs["exit-code"] == "0", proc.stdout + proc.stderr
+    argv = (tmp_path / "argv").read_text().splitlines()
+    assert argv[:4] == ["service", "request", "--socket", "/run/ds4ci/gfx1151.sock"]
+    given = dict(zip(argv[2::2], argv[3::2], strict=True))
+    assert given["--head"] == head and given["--base"] == base and given["--runner"] == "gfx1151"
+    assert given["--checkout"] == str(repo.resolve()) and given["--bundle-out"].endswith("bundle.tar.gz")
+    assert "gate" not in argv
+
+
+def _verdict_env(work: Path, results: Path | str, code: str) -> dict[str, str]:
+    return {"DS4CI_EXIT_CODE": code, "DS4CI_RESULTS": str(results), "DS4CI_WORK": str(work),
+            "DS4CI_PY": str(work / "venv" / "bin" / "python")}
+
+
+def test_the_verdict_never_imports_a_ds4ci_package_the_build_wrote_in_the_workspace(tmp_path: Path) -> None:
+    """Defect (high): in the "Using the action directly" layout the workspace is the PR checkout, and the Verdict
+    step's `python -c 'from ds4ci...'` imported a ds4ci/ package written there, which said pass."""
+    work = _work(tmp_path)
+    workspace, marker = _hostile_checkout(tmp_path)
+    results = tmp_path / "results.json"
+    results.write_text('{"verdict": "pass"}')  # not a valid results.json: the real ds4ci refuses it
+    proc, outputs = _run(_step(ROOT / "action.yml", "verdict"), tmp_path, workspace, _verdict_env(work, results, "0"))
+    assert not marker.exists(), marker.read_text()
+    assert outputs["verdict"] == "error" and proc.returncode == 1, proc.stdout + proc.stderr
+
+
+def test_the_verdict_of_a_gate_that_never_ran_is_error(tmp_path: Path) -> None:
+    work = _work(tmp_path)
+    proc, outputs = _run(_step(ROOT / "action.yml", "verdict"), tmp_path, tmp_path, _verdict_env(work, "", ""))
+    assert proc.returncode == 1 and outputs["verdict"] == "error"
+    assert "the gate did not run" in proc.stdout
+
+
+GATE_YML = ROOT / ".github" / "workflows" / "gate.yml"
+
+
+def _settings_workspace(tmp: Path) -> tuple[Path, Path]:
+    workspace = tmp / "workspace"
+    (workspace / "trusted").mkdir(parents=True)
+    (workspace / "trusted" / "ds4ci.toml").write_text("[gate]\nwidths = [2, 3, 4]\n")
+    (workspace / "subject").mkdir()
+    (workspace / "subject" / "ds4ci.toml").write_text("[gate]\nwidths = [5]\n")
+    victim = tmp / "runner-key.pem"
+    victim.write_text("PRIVATE KEY\n")
+    return workspace, victim
+
+
+def test_the_trusted_settings_are_written_beside_the_pr_s_config(tmp_path: Path) -> None:
+    workspace, _ = _settings_workspace(tmp_path)
+    proc, outputs = _run(_step(GATE_YML, "settings", "gate"), tmp_path, workspace, {"DS4CI_CONFIG": "ds4ci.toml"})
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert outputs["config"] == "./.ds4ci-trusted.toml" and "this pull request changes ds4ci.toml" in outputs["note"]
+    assert (workspace / "subject" / ".ds4ci-trusted.toml").read_text() == "[gate]\nwidths = [2, 3, 4]\n"
+
+
+@pytest.mark.parametrize("link", ["file", "dangling", "folder"])
+def test_the_trusted_settings_are_never_written_through_a_link_the_pr_committed(tmp_path: Path, link: str) -> None:
+    """Defect (medium): `cp trusted/... subject/.ds4ci-trusted.toml` wrote through a committed symlink and overwrote
+    the runner key. A link at the file's name, a dangling one, or a linked folder: nothing is written, exit 2."""
+    workspace, victim = _settings_workspace(tmp_path)
+    config = "ds4ci.toml"
+    if link == "file":
+        (workspace / "subject" / ".ds4ci-trusted.toml").symlink_to(victim)
+    elif link == "dangling":
+        (workspace / "subject" / ".ds4ci-trusted.toml").symlink_to(tmp_path / "new-file")
+    else:
+        (workspace / "subject" / "ci").symlink_to(tmp_path, target_is_directory=True)
+        (tmp_path / "ds4ci.toml").write_text("[gate]\n")
+        (workspace / "trusted" / "ci").mkdir()
+        (workspace / "trusted" / "ci" / "ds4ci.toml").write_text("[gate]\n")
+        config = "ci/ds4ci.toml"
+    proc, outputs = _run(_step(GATE_YML, "settings", "gate"), tmp_path, workspace, {"DS4CI_CONFIG": config})
+    assert proc.returncode == 2, proc.stdout + proc.stderr
+    assert "::error::" in proc.stdout and "config" not in outputs
+    assert victim.read_text() == "PRIVATE KEY\n"
+    assert not (tmp_path / "new-file").exists() and not (tmp_path / ".ds4ci-trusted.toml").exists()
