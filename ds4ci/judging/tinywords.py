@@ -35,8 +35,10 @@ def ids_from_text(text: str) -> list[int] | None:
 # A set an earlier ds4ci wrote stays known, so that its recorded runs still verify.
 FIRST_SUCCESSOR = "ds4ci tiny-models --seed 1, as written before 2026-12-02 (near-ties 1.0 logits apart)"
 SECOND_SUCCESSOR = "ds4ci tiny-models --seed 1, as written on 2026-12-02 before its second set (one word in six a near-tie)"
+THIRD_SUCCESSOR = "ds4ci tiny-models --seed 1, as written on 2026-12-02 and until 2026-12-03 (window 128, quiet layers)"
 KNOWN_TARGETS: dict[str, str] = {
-    "9d3c5ff3b0a787e559c1f200816e932833a488b64950d4ce67689f4b7238cf16": "ds4ci tiny-models --seed 1",
+    "77541f4324a8f9d2f1e28110e8dbdf3bfe83f8d3e3d9f065c277b56b53c7dda2": "ds4ci tiny-models --seed 1",
+    "9d3c5ff3b0a787e559c1f200816e932833a488b64950d4ce67689f4b7238cf16": THIRD_SUCCESSOR,
     "e8e6a16ce6caf5323bae5db38bcd970ae29f7b6ef1ffc2ac2f082bd9870b658d": SECOND_SUCCESSOR,
     "e96a205cf3543f561c03a90a3946b0d3e678d00e70231dbee57bd0fe0335b447": FIRST_SUCCESSOR,
     "340fd97fff73dc755f918f8bd0e89ea37b3430c4fb66b81c903e05fd5a40b360": "ds4ci tiny-models --kind random --seed 1",

@@ -30,4 +30,8 @@ class Design:
 THIRD = Design(NEAR_TIES, 0.005, 128, (118, 248), 96)
 SECOND = Design(SECOND_NEAR_TIES, 0.005, 128, (118, 248), 96)
 FIRST = Design(FIRST_NEAR_TIES, 0.005, 128, (118, 248), 96)
-SHIPPED = THIRD
+# 2026-12-03: a 16-row window and layers three times as loud. Of the candidates measured on the H200
+# (bench/tiny_designs.py), the only one whose answers a real build without rollback changed at every
+# width, with the unchanged build passing inside the acceptance band (docs/benchmarks.md).
+FOURTH = Design(NEAR_TIES, 0.015, 16, (118, 248), 96)
+SHIPPED = FOURTH
