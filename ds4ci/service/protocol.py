@@ -88,11 +88,16 @@ def parse_request(doc: Any) -> GateRequest:
             or any(c in checkout for c in "\0\n\r")):
         raise RequestRefused(f"checkout: expected an absolute path of a git repository, found {checkout!r:.200}")
     widths = doc.get("widths")
-    return GateRequest(
-        checkout=checkout, head=_sha(doc, "head"), base=_sha(doc, "base"),
-        runner=runner_name(doc.get("runner"), "runner"),
-        widths=None if widths is None else parse_widths(widths, "widths"),
-    )
+    try:
+        return GateRequest(
+            checkout=checkout, head=_sha(doc, "head"), base=_sha(doc, "base"),
+            runner=runner_name(doc.get("runner"), "runner"),
+            widths=None if widths is None else parse_widths(widths, "widths"),
+        )
+    except RequestRefused:
+        raise
+    except UsageError as exc:
+        raise RequestRefused(str(exc)) from exc
 
 
 def send_frame(sock: socket.socket, payload: bytes) -> None:

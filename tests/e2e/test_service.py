@@ -110,6 +110,11 @@ class Service:
             time.sleep(0.1)
         raise AssertionError(f"{needle!r} x{count} never appeared in the service log:\n{self.log_text()}")
 
+    def stop(self) -> int:
+        """SIGTERM, as systemd stops it; the exit code."""
+        self.proc.terminate()
+        return self.proc.wait(timeout=60)
+
     def records(self) -> list[dict[str, object]]:
         folder = self.state / "requests"
         return [json.loads(p.read_text()) for p in sorted(folder.iterdir())] if folder.is_dir() else []
@@ -148,7 +153,8 @@ def service(tmp: Path, ws: Workspace, *extra: str) -> Iterator[Service]:
         svc.wait_log("listening on")
         yield svc
     finally:
-        proc.terminate()
+        if proc.poll() is None:
+            proc.terminate()
         try:
             proc.wait(timeout=60)
         except subprocess.TimeoutExpired:
@@ -175,7 +181,7 @@ def verify(bundle: Path, svc: Service) -> subprocess.CompletedProcess[str]:
     return subprocess.run([DS4CI, "verify", str(bundle), "--key", line], capture_output=True, text=True, check=False)
 
 
-def test_two_requests_for_one_runner_run_in_turn_both_complete_and_a_full_queue_answers_busy(tmp_path: Path) -> None:
+def test_two_requests_for_one_runner_run_in_turn_and_a_full_queue_answers_busy(tmp_path: Path) -> None:
     repo = make_repo(tmp_path)
     first = branch(repo, "first", {"hold": "wait for release\n", "a.txt": "a\n"})
     second = branch(repo, "second", {"hold": "wait for release\n", "b.txt": "b\n", "fault": "DS4SIM_FAULTS=leak-fused-verify "})
@@ -276,7 +282,7 @@ def test_malformed_oversized_and_sign_requests_are_refused_and_the_service_keeps
         assert sign["status"] == "refused" and "never signs" in str(sign["message"]), sign
         old = _raw(svc, json.dumps({**good, "protocol": "ds4ci-gate/0"}).encode())
         assert old["status"] == "refused" and "ds4ci-gate/1" in str(old["message"]), old
-        extra = _raw(svc, json.dumps({**good, "config": "/tmp/evil.toml"}).encode())  # noqa: S108
+        extra = _raw(svc, json.dumps({**good, "config": "/tmp/evil.toml"}).encode())
         assert extra["status"] == "refused" and "unknown keys" in str(extra["message"]), extra
         assert not svc.records()  # nothing ran
         proc = request(svc, repo, head, tmp_path / "out")
@@ -329,6 +335,8 @@ def test_the_key_is_not_readable_by_another_user_and_the_socket_is_0660(tmp_path
             read = subprocess.run(["setpriv", f"--reuid={nobody.pw_uid}", f"--regid={nobody.pw_gid}",
                                    "--clear-groups", "cat", str(svc.key)], capture_output=True, text=True, check=False)
             assert read.returncode != 0 and "Permission denied" in read.stderr, read.stderr
+        assert svc.stop() == 0 and "stopped" in svc.log_text()
+        assert not svc.socket.exists()  # the socket it bound is removed
 
 
 @pytest.mark.skipif(os.geteuid() != 0, reason="giving files to the service user needs root")
