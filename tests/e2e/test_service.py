@@ -20,6 +20,7 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import pytest
 from gatekit import DS4CI, Workspace, sha256
@@ -115,7 +116,7 @@ class Service:
         self.proc.terminate()
         return self.proc.wait(timeout=60)
 
-    def records(self) -> list[dict[str, object]]:
+    def records(self) -> list[dict[str, Any]]:
         folder = self.state / "requests"
         return [json.loads(p.read_text()) for p in sorted(folder.iterdir())] if folder.is_dir() else []
 
@@ -206,9 +207,9 @@ def test_two_requests_for_one_runner_run_in_turn_and_a_full_queue_answers_busy(t
     assert b.returncode == 1, b_out + b_err  # the second head's server leaks its approximate verifier: fail, not lost
     assert "PASS" in a_out or "pass" in a_out, a_out
     ran = [r for r in records if r.get("gate_argv")]
-    assert [r["request"]["head"] for r in ran] == [first, second]  # type: ignore[index]
-    assert ran[0]["finished"] <= ran[1]["started"]  # type: ignore[operator] - one after the other, never both at once
-    assert all(r["peer"]["pid"] > 0 and r["peer"]["uid"] == os.getuid() for r in ran)  # type: ignore[index]
+    assert [r["request"]["head"] for r in ran] == [first, second]
+    assert ran[0]["finished"] <= ran[1]["started"]  # one after the other, never both at once
+    assert all(r["peer"]["pid"] > 0 and r["peer"]["uid"] == os.getuid() for r in ran)
     for out, head, verdict in ((tmp_path / "a", first, "pass"), (tmp_path / "b", second, "fail")):
         doc = json.loads((out / "results.json").read_text())
         assert doc["verdict"] == verdict and doc["revisions"]["head"]["sha"] == head
@@ -252,7 +253,7 @@ def test_the_base_config_is_used_and_the_bundle_is_signed_by_the_service_key(tmp
     assert doc["settings"]["max_tokens"] == 64 and [w["q"] for w in doc["widths"]] == [2], doc["settings"]
     assert any("changes ds4ci.toml" in w for w in doc.get("warnings", [])), doc.get("warnings")
     assert doc["containment"] == "sandbox"  # required by the service: PR code never runs as the key's user unboxed
-    assert record["exit_code"] == 0 and record["outputs"]["bundle"] == sha256(tmp_path / "out" / "bundle.tar.gz")  # type: ignore[index]
+    assert record["exit_code"] == 0 and record["outputs"]["bundle"] == sha256(tmp_path / "out" / "bundle.tar.gz")
     assert verify(tmp_path / "out" / "bundle.tar.gz", svc).returncode == 0
 
 

@@ -10,7 +10,7 @@ from ds4ci.service.queue import Busy, RunnerQueue, Ticket
 
 
 def test_requests_run_one_at_a_time_in_order_and_a_full_queue_is_busy() -> None:
-    gate, order, running = threading.Event(), [], []
+    gate, order, running = threading.Event(), list[int](), list[int]()
 
     def work(ticket: Ticket) -> int:
         running.append(ticket.number)
