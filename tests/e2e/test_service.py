@@ -373,3 +373,19 @@ def test_install_dry_run_writes_nothing(tmp_path: Path) -> None:
     assert proc.returncode == 0, proc.stderr
     assert "would write" in proc.stdout and "ExecStart=" in proc.stdout
     assert not (tmp_path / "r").exists()
+
+
+def test_with_a_trusted_repository_a_base_off_its_branch_is_refused(tmp_path: Path) -> None:
+    repo = make_repo(tmp_path)
+    git(repo.path, "branch", "-f", "main", repo.base)
+    upstream = tmp_path / "upstream.git"
+    subprocess.run([*GIT, "clone", "-q", "--bare", str(repo.path), str(upstream)], check=True)
+    head = branch(repo, "plain", {"a.txt": "a\n"})
+    own_base = branch(repo, "own-base", {"ds4ci.toml": base_config(repo.ws, max_tokens=16)})  # a base of its own
+    with service(tmp_path, repo.ws, "--trusted-repo", str(upstream), "--trusted-branch", "main") as svc:
+        forged = request(svc, Repo(repo.path, own_base, repo.ws), head, tmp_path / "forged")
+        assert forged.returncode == 2 and "is not a commit of the trusted branch main" in forged.stderr, forged.stderr
+        assert not (tmp_path / "forged" / "results.json").exists()
+        real = request(svc, repo, head, tmp_path / "real")
+        assert real.returncode == 0, real.stdout + real.stderr
+    assert json.loads((tmp_path / "real" / "results.json").read_text())["settings"]["max_tokens"] == 64
