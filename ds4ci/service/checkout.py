@@ -5,7 +5,7 @@ repository into a repository the service just made (``git upload-pack`` reads th
 repository as data and honours none of its hooks or programs), checks the head out there, and
 reads the config file from the *base* commit's tree, never the head's. With a trusted repository
 configured, the base must also be a commit of its trusted branch, so a caller cannot name a commit
-of its own as the base. Git runs with no system or global config and hooks turned off.
+of its own as the base. Git runs with no system config, a global config of the service's own and hooks turned off.
 """
 
 from __future__ import annotations
@@ -42,16 +42,22 @@ class Prepared:
 
 
 def git_env(home: Path, safe: str) -> dict[str, str]:
-    """git with no system or global config, no prompts, hooks and fsmonitor off; ``safe``: the caller's repository
-    (owned by another user), which git otherwise refuses to read."""
-    settings = {"safe.directory": safe, "protocol.file.allow": "always", "core.hooksPath": "/dev/null",
-                "core.fsmonitor": "false", "advice.detachedHead": "false", "init.defaultBranch": "ds4ci"}
-    env = {"PATH": os.environ.get("PATH", "/usr/bin:/bin"), "HOME": str(home), "LC_ALL": "C",
-           "GIT_CONFIG_NOSYSTEM": "1", "GIT_CONFIG_GLOBAL": os.devnull, "GIT_TERMINAL_PROMPT": "0",
-           "GIT_CONFIG_COUNT": str(len(settings))}
-    for i, (key, value) in enumerate(settings.items()):
-        env[f"GIT_CONFIG_KEY_{i}"], env[f"GIT_CONFIG_VALUE_{i}"] = key, value
-    return env
+    """git with no system config, a global config of the service's own (``home/gitconfig``), no prompts, hooks and
+    fsmonitor off; ``safe``: the caller's repository (owned by another user), which git otherwise refuses to read.
+
+    The settings sit in a config file, not in ``GIT_CONFIG_COUNT``: git clears the command-line config for the
+    ``upload-pack`` it starts on a local repository, and that is the process that checks the owner."""
+    def quoted(value: str) -> str:
+        return '"' + value.replace("\\", "\\\\").replace('"', '\\"') + '"'
+
+    folder = safe.rstrip("/")
+    lines = ["[safe]", f"\tdirectory = {quoted(folder)}", f"\tdirectory = {quoted(folder + '/.git')}",
+             "[protocol \"file\"]", "\tallow = always", "[core]", "\thooksPath = /dev/null", "\tfsmonitor = false",
+             "[advice]", "\tdetachedHead = false", "[init]", "\tdefaultBranch = ds4ci"]
+    config = home / "gitconfig"
+    config.write_text("\n".join(lines) + "\n", encoding="utf-8")
+    return {"PATH": os.environ.get("PATH", "/usr/bin:/bin"), "HOME": str(home), "LC_ALL": "C",
+            "GIT_CONFIG_NOSYSTEM": "1", "GIT_CONFIG_GLOBAL": str(config), "GIT_TERMINAL_PROMPT": "0"}
 
 
 def _git(repo: Path, env: dict[str, str], *args: str, refuse: str | None = None) -> bytes:

@@ -115,6 +115,10 @@ def _done(conn: socket.socket, answer: dict[str, Any], outs: dict[str, tuple[Pat
             stream.flush()
             stream.buffer.write(buffer.getvalue())
             stream.buffer.flush()
+    missing = [flag for name, flag in (("results", "--results-out"), ("bundle", "--bundle-out")) if name not in names]
+    if code in (0, 1) and missing:  # a verdict stands only with its files
+        raise NoVerdictError(f"the gate exited {code} but the service sent nothing for {', '.join(missing)}; "
+                             "no verdict")
     if code == EXIT_USAGE:
         _say("the gate refused its configuration (exit 2): the base commit's config, see the gate's message above")
     return int(code) if isinstance(code, int) else EXIT_ERROR

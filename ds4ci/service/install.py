@@ -150,7 +150,7 @@ def _key(plan: Plan, owner: tuple[int, int] | None, done: list[str]) -> str:
     if plan.dry_run:
         what = f"move {plan.key_from} to" if plan.key_from else ("keep" if key.exists() else "create")
         done.append(f"would {what} {key} (mode 0600, owner {plan.user})")
-        return keys.public_line(keys.load_private(key).public_key()) if key.exists() else "(made at install)"
+        return keys.public_line(keys.load_private(key).public_key()) if key.exists() else ""
     folder.mkdir(parents=True, exist_ok=True, mode=0o700)
     folder.chmod(0o700)
     if plan.key_from is not None:
@@ -224,8 +224,11 @@ def install(plan: Plan) -> int:
     line = _key(plan, owner, done)
     for entry in done:
         print(entry)
-    print("add to the trusted ds4ci.toml, under each of these runners' [runners.<name>] tables:")
-    print(f'public_key = "{line}"')
+    if line:
+        print("add to the trusted ds4ci.toml, under each of these runners' [runners.<name>] tables:")
+        print(f'public_key = "{line}"')
+    else:
+        print("the install makes the key and prints its public_key line for the trusted ds4ci.toml")
     if plan.root is None:
         print(f"then: systemctl daemon-reload && systemd-tmpfiles --create && systemctl enable --now {UNIT}.socket")
         print(f"and let the runner's user connect: usermod -aG {plan.group} RUNNER_USER (then restart the runner)")
