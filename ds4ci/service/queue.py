@@ -62,9 +62,13 @@ class RunnerQueue:
             return next((i for i, t in enumerate(self._waiting, 1) if t is ticket), None)
 
     def close(self) -> None:
-        """Take no more requests; those waiting still run in turn."""
+        """Take no more requests; those waiting are answered that nothing ran (the running one ends in its time)."""
         with self._cond:
             self._closed = True
+            while self._waiting:
+                ticket = self._waiting.popleft()
+                ticket.failure = "the service stopped before its turn; nothing ran"
+                ticket.done.set()
             self._cond.notify_all()
 
     def join(self, timeout: float | None = None) -> None:

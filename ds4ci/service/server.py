@@ -154,6 +154,11 @@ class Service:
         for queue in self.queues.values():
             queue.close()
 
+    def join(self, timeout_s: float) -> None:
+        deadline = time.monotonic() + timeout_s
+        for queue in self.queues.values():
+            queue.join(max(0.0, deadline - time.monotonic()))
+
 
 def _answer(status: str, **fields: Any) -> dict[str, Any]:
     return {"protocol": PROTOCOL, "status": status, **{k: v for k, v in fields.items() if v is not None}}
@@ -266,10 +271,11 @@ def serve(settings: job.Settings, runners: Sequence[str], socket_path: Path | No
             conn.settimeout(None)
             service.accept(conn)
     finally:
-        service.close()
         listener.close()
         if owned is not None:
             owned.unlink(missing_ok=True)
+        service.close()
         job.stop_running()
+        service.join(job.STOP_GRACE_S)  # each gate stopped keeps its evidence and its request record
         log("stopped")
     return 0

@@ -2,7 +2,8 @@
 a temp dir, ``ds4ci service request`` as the job's client, real git repositories, the simulator built by the head's
 own (sandboxed) build script, bubblewrap.
 
-The head's build waits for a ``release`` file in its own checkout when the head holds ``hold``: the test creates it
+The head's build waits for a ``release`` file in its own checkout when the head holds ``hold`` (and says so with a
+``building`` file there): the test creates it
 (in the service's private checkout) once it has seen what it needs, so queue order is observed, never timed.
 """
 
@@ -34,6 +35,7 @@ RUNNER = "svc-runner"
 GIT = ["git", "-c", "user.email=t@example.com", "-c", "user.name=t"]
 BUILD = """#!/bin/sh
 if [ -e hold ]; then
+  touch building
   n=0
   while [ ! -e release ]; do sleep 0.2; n=$((n+1)); [ $n -gt 1500 ] && exit 9; done
 fi
@@ -122,7 +124,7 @@ class Service:
 
     def held_checkouts(self) -> list[Path]:
         work = self.state / "work"
-        return [p / "src" for p in work.iterdir() if (p / "src" / "hold").exists()] if work.is_dir() else []
+        return [p / "src" for p in work.iterdir() if (p / "src" / "building").exists()] if work.is_dir() else []
 
     def release_next(self) -> None:
         for _ in range(3000):
@@ -391,3 +393,23 @@ def test_with_a_trusted_repository_a_base_off_its_branch_is_refused(tmp_path: Pa
         real = request(svc, repo, head, tmp_path / "real")
         assert real.returncode == 0, real.stdout + real.stderr
     assert json.loads((tmp_path / "real" / "results.json").read_text())["settings"]["max_tokens"] == 64
+
+
+def test_stopping_the_service_stops_its_running_gate_which_keeps_its_evidence(tmp_path: Path) -> None:
+    repo = make_repo(tmp_path)
+    head = branch(repo, "held", {"hold": "wait for release\n"})
+    with service(tmp_path, repo.ws) as svc:
+        client = subprocess.Popen(request_args(svc, repo, head, tmp_path / "out"), stdout=subprocess.PIPE,
+                                  stderr=subprocess.PIPE, text=True, env=repo.ws.env())
+        while not svc.held_checkouts():  # the build runs and waits
+            assert client.poll() is None, client.communicate()
+            time.sleep(0.1)
+        assert svc.stop() == 0, svc.log_text()
+        out, err = client.communicate(timeout=120)
+    assert client.returncode == 3, out + err  # no verdict, never a pass
+    if (tmp_path / "out" / "results.json").exists():  # the answer of the stopped gate made it out
+        assert json.loads((tmp_path / "out" / "results.json").read_text())["verdict"] == "error"
+    kept = list((svc.state / "evidence" / "failed").glob("*"))
+    assert len(kept) == 1, svc.log_text()  # the interrupted attempt's evidence stays, promoted as failed
+    (record,) = svc.records()
+    assert record["exit_code"] == 3 and record["request"]["head"] == head

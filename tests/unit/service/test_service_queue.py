@@ -57,3 +57,17 @@ def test_a_caller_that_hung_up_is_skipped_and_a_failure_does_not_stop_the_queue(
     queue.close()
     with pytest.raises(Busy, match="stopping"):
         queue.submit(Ticket(5, None))
+
+
+def test_closing_answers_the_waiting_and_lets_the_running_one_end() -> None:
+    hold = threading.Event()
+    queue = RunnerQueue("box", 5, lambda ticket: hold.wait(30))
+    running, waiting = Ticket(1, None), Ticket(2, None)
+    queue.submit(running)
+    assert running.started.wait(30)
+    queue.submit(waiting)
+    queue.close()
+    assert waiting.done.is_set() and "stopped before its turn" in str(waiting.failure)
+    hold.set()
+    queue.join(30)
+    assert running.done.is_set() and running.outcome is True
