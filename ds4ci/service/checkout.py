@@ -93,7 +93,7 @@ def prepare(request: GateRequest, work: Path, config_name: str, trusted: Trusted
     source.mkdir(mode=0o700)
     env = git_env(work, request.checkout)
     _git(source, env, "init", "-q")
-    origin = "file://" + request.checkout
+    origin = request.checkout  # a local path: git's local transport (upload-pack), no URL decoding
     wanted = [request.head] if trusted is not None else [request.head, request.base]
     _git(source, env, "fetch", "-q", "--no-tags", "--no-recurse-submodules", origin, *wanted,
          refuse=f"cannot fetch {', '.join(wanted)} from {request.checkout}")

@@ -18,6 +18,7 @@ import os
 import re
 import socket
 import struct
+import time
 from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
@@ -108,10 +109,19 @@ def send_json(sock: socket.socket, doc: Mapping[str, Any]) -> None:
     send_frame(sock, json.dumps(doc, sort_keys=True).encode("utf-8"))
 
 
-def _recv_exact(sock: socket.socket, size: int, what: str) -> bytes:
+def _recv_exact(sock: socket.socket, size: int, what: str, deadline: float | None = None) -> bytes:
+    """``size`` bytes; with ``deadline`` (time.monotonic()) all of them by then, however slowly they trickle in."""
     parts, left = [], size
     while left:
-        got = sock.recv(min(left, CHUNK))
+        if deadline is not None:
+            remaining = deadline - time.monotonic()
+            if remaining <= 0:
+                raise FrameError(f"{what}: {size - left} of {size} bytes came before the deadline")
+            sock.settimeout(remaining)
+        try:
+            got = sock.recv(min(left, CHUNK))
+        except TimeoutError as exc:
+            raise FrameError(f"{what}: {size - left} of {size} bytes came before the deadline") from exc
         if not got:
             raise FrameError(f"{what}: the connection closed after {size - left} of {size} bytes")
         parts.append(got)
@@ -119,17 +129,18 @@ def _recv_exact(sock: socket.socket, size: int, what: str) -> bytes:
     return b"".join(parts)
 
 
-def recv_frame(sock: socket.socket, cap: int, what: str = "frame") -> bytes:
-    """One frame of at most ``cap`` bytes; FrameError on a longer one (nothing of it is read) or a short read."""
-    (size,) = HEADER.unpack(_recv_exact(sock, HEADER.size, what))
+def recv_frame(sock: socket.socket, cap: int, what: str = "frame", deadline: float | None = None) -> bytes:
+    """One frame of at most ``cap`` bytes; FrameError on a longer one (nothing of it is read), a short read or,
+    with ``deadline``, one not whole by then."""
+    (size,) = HEADER.unpack(_recv_exact(sock, HEADER.size, what, deadline))
     if size > cap:
         raise FrameError(f"{what}: a frame of {size} bytes, over the {cap}-byte cap")
-    return _recv_exact(sock, size, what)
+    return _recv_exact(sock, size, what, deadline)
 
 
-def recv_json(sock: socket.socket, cap: int, what: str = "frame") -> dict[str, Any]:
+def recv_json(sock: socket.socket, cap: int, what: str = "frame", deadline: float | None = None) -> dict[str, Any]:
     try:
-        doc = loads(recv_frame(sock, cap, what), what)
+        doc = loads(recv_frame(sock, cap, what, deadline), what)
     except StrictJsonError as exc:
         raise FrameError(str(exc)) from exc
     if not isinstance(doc, dict):

@@ -32,6 +32,7 @@ from ds4ci.service.protocol import (
     MAX_REQUEST,
     PROTOCOL,
     FrameError,
+    GateRequest,
     RequestRefused,
     parse_request,
     recv_json,
@@ -40,7 +41,7 @@ from ds4ci.service.protocol import (
 )
 from ds4ci.service.queue import Busy, RunnerQueue, Ticket
 
-REQUEST_DEADLINE_S: Final = 10.0  # to send the one request frame
+REQUEST_DEADLINE_S: Final = 10.0  # to send the whole request frame, however slowly
 SEND_TIMEOUT_S: Final = 300.0
 _SYSTEMD_FD: Final = 3
 _PEERCRED = struct.Struct("3i")
@@ -106,9 +107,8 @@ class Service:
     def _converse(self, conn: socket.socket, number: int) -> None:
         peer = peer_of(conn)
         who = f"pid {peer.pid} uid {peer.uid} gid {peer.gid}"
-        conn.settimeout(REQUEST_DEADLINE_S)
         try:
-            request = parse_request(recv_json(conn, MAX_REQUEST, "request"))
+            request = _read_request(conn)
             queue = self.queues.get(request.runner)
             if queue is None:
                 raise RequestRefused(f"runner: this service gates {', '.join(sorted(self.queues))}; found "
@@ -123,7 +123,6 @@ class Service:
             log(f"request {number} from {who}: busy: {exc}")
             send_json(conn, _answer("busy", message=str(exc), peer=asdict(peer)))
             return
-        conn.settimeout(SEND_TIMEOUT_S)
         log(f"request {number} from {who}: runner {request.runner} head {request.head} base {request.base}: "
             f"queued at {position}")
         send_json(conn, _answer("queued", position=position, peer=asdict(peer), request=number))
@@ -158,6 +157,14 @@ class Service:
         deadline = time.monotonic() + timeout_s
         for queue in self.queues.values():
             queue.join(max(0.0, deadline - time.monotonic()))
+
+
+def _read_request(conn: socket.socket) -> GateRequest:
+    """The one request frame, whole within REQUEST_DEADLINE_S; answers are then sent under SEND_TIMEOUT_S."""
+    try:
+        return parse_request(recv_json(conn, MAX_REQUEST, "request", time.monotonic() + REQUEST_DEADLINE_S))
+    finally:
+        conn.settimeout(SEND_TIMEOUT_S)
 
 
 def _answer(status: str, **fields: Any) -> dict[str, Any]:

@@ -75,6 +75,16 @@ def test_a_short_frame_and_bad_json_end_the_conversation() -> None:
                 protocol.recv_json(b, 100)
 
 
+def test_a_frame_that_trickles_past_its_deadline_is_refused() -> None:
+    import time
+
+    a, b = _pair()
+    with a, b:
+        a.sendall(struct.pack(">I", 10) + b"ab")  # the rest never comes
+        with pytest.raises(FrameError, match="2 of 10 bytes came before the deadline"):
+            protocol.recv_frame(b, 100, deadline=time.monotonic() + 0.3)
+
+
 def test_a_file_travels_whole_and_is_checked_against_its_trailer(tmp_path: Path) -> None:
     data = bytes(range(256)) * 9000  # more than one data frame
     path = tmp_path / "bundle"
