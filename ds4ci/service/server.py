@@ -175,7 +175,11 @@ def systemd_socket() -> socket.socket | None:
     """The listening socket systemd passed (LISTEN_PID is this process, LISTEN_FDS >= 1), else None."""
     if os.environ.get("LISTEN_PID") != str(os.getpid()) or int(os.environ.get("LISTEN_FDS", "0") or 0) < 1:
         return None
-    sock = socket.socket(fileno=_SYSTEMD_FD)
+    try:
+        sock = socket.socket(fileno=_SYSTEMD_FD)
+    except OSError as exc:
+        raise UsageError(f"LISTEN_FDS says systemd passed a socket on fd {_SYSTEMD_FD}, but it is not one: "
+                         f"{exc.strerror or exc}") from exc
     if sock.family != socket.AF_UNIX:
         raise UsageError("the socket systemd passed is not a Unix socket; expected ListenStream=/run/ds4ci/gate.sock")
     return sock

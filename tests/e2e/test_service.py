@@ -413,3 +413,30 @@ def test_stopping_the_service_stops_its_running_gate_which_keeps_its_evidence(tm
     assert len(kept) == 1, svc.log_text()  # the interrupted attempt's evidence stays, promoted as failed
     (record,) = svc.records()
     assert record["exit_code"] == 3 and record["request"]["head"] == head
+
+
+def test_the_socket_systemd_passes_is_the_one_served(tmp_path: Path) -> None:
+    """Socket activation as systemd does it: the listening socket on fd 3, LISTEN_PID the service's own pid."""
+    key, path = tmp_path / "key.pem", tmp_path / "activated.sock"
+    make_key(key)
+    listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    listener.bind(str(path))
+    listener.listen(8)
+    fd = listener.fileno()
+    argv = ["sh", "-c", 'LISTEN_PID=$$ LISTEN_FDS=1 exec "$0" "$@"', DS4CI, "service", "run", "--state-dir",
+            str(tmp_path / "state"), "--signing-key", str(key), "--runner", RUNNER]
+    with (tmp_path / "log").open("wb") as log:
+        proc = subprocess.Popen(argv, stdout=log, stderr=subprocess.STDOUT, pass_fds=(fd, 3),
+                                preexec_fn=lambda: os.dup2(fd, 3))  # fd 3, as systemd passes it
+    listener.close()
+    try:
+        svc = Service(path, tmp_path / "state", tmp_path / "log", key, proc)
+        svc.wait_log("listening on the socket systemd passed")
+        answer = _raw(svc, json.dumps({"protocol": "ds4ci-gate/1", "verb": "sign"}).encode())
+        assert answer["status"] == "refused" and "never signs" in str(answer["message"])
+        assert svc.stop() == 0
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+    assert path.exists()  # systemd's socket: the service leaves it where it is
