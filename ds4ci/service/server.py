@@ -125,8 +125,12 @@ class Service:
             return
         log(f"request {number} from {who}: runner {request.runner} head {request.head} base {request.base}: "
             f"queued at {position}")
-        send_json(conn, _answer("queued", position=position, peer=asdict(peer), request=number))
-        self._await(conn, ticket)
+        try:
+            send_json(conn, _answer("queued", position=position, peer=asdict(peer), request=number))
+            self._await(conn, ticket)
+        except BaseException:
+            ticket.gone.set()  # nobody will receive it: skipped if it has not started yet
+            raise
 
     def _await(self, conn: socket.socket, ticket: Ticket) -> None:
         said_running = False
