@@ -6,7 +6,7 @@ base commit, runs ``ds4ci gate`` itself (the build and the servers in the sandbo
 key only it can read and streams the bundle and results back. There is no verb that signs bytes.
 
 - ``protocol``: length-prefixed JSON frames, each read capped; the request's validation;
-- ``rqueue``: one first-come queue per runner (GPU), bounded, never cancelling a waiting request;
+- ``queue``: one first-come queue per runner (GPU), bounded, never cancelling a waiting request;
 - ``checkout``: the private checkout of the head and the base commit's config;
 - ``job``: one gate run as a child process, its outputs collected, its request recorded;
 - ``server``: the socket, peer credentials, one thread per connection;
