@@ -16,6 +16,7 @@ from ds4ci import __version__
 from ds4ci.commands import app_gate, app_github, app_setup
 from ds4ci.commands.finish import exit_with
 from ds4ci.commands.flags import table_flags
+from ds4ci.commands.service import service_app
 from ds4ci.errors import EXIT_ERROR
 from ds4ci.options import table
 
@@ -300,6 +301,7 @@ def revisions(
 
 app.command("dispatch-check")(app_github.dispatch_check)
 app.command("merge-check")(app_github.merge_check)
+app.add_typer(service_app, name="service")
 
 
 def _point_to_exit_codes(typers: list[typer.Typer]) -> None:
