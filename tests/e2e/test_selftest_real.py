@@ -93,7 +93,7 @@ def test_verify_of_the_real_bundles_agrees_no_verdict(name: str, tmp_path: Path)
 
 FIRST_SUCCESSOR = TESTS / "data" / "real-server" / "h200-fork-successor"  # the first successor models (2026-12-01)
 SECOND_SUCCESSOR = TESTS / "data" / "real-server" / "h200-fork-successor-2"  # near-ties the layers decide (2026-12-02)
-SUCCESSOR = TESTS / "data" / "real-server" / "h200-fork-successor-3"  # the shipped set: half the words near-ties
+SUCCESSOR = TESTS / "data" / "real-server" / "h200-fork-successor-3"  # the third set: half the words near-ties
 
 
 @pytest.mark.parametrize("build", ["41ee7d0", "66b226b"])
@@ -122,10 +122,12 @@ def test_verify_of_the_real_fork_build_with_the_second_successor_models_passes(t
     assert "intact and consistent; recomputed verdict pass" in done.stdout + done.stderr
 
 
-def test_verify_of_the_real_fork_build_with_the_shipped_successor_models_passes(tmp_path: Path) -> None:
-    """41ee7d0 on the H200 with what `ds4ci tiny-models` writes today, verified against the config it writes."""
-    assert _run(["tiny-models", str(tmp_path / "m")], tmp_path).returncode == 0
-    config = tmp_path / "m" / "ds4ci.toml"
+def test_verify_of_the_real_fork_build_with_the_third_successor_models_passes(tmp_path: Path) -> None:
+    """41ee7d0 on the H200 with what `ds4ci tiny-models` wrote until 2026-12-03, verified against that set's config."""
+    from ds4ci.tinymodels import design
+    from ds4ci.tinymodels.bundle import write_tiny_set
+
+    config = write_tiny_set(tmp_path / "m", 1, design=design.THIRD).config
     done = _run(["verify", str(SUCCESSOR / "41ee7d0.successor.bundle.tar.gz"), "--expect-config", str(config)], tmp_path)
     assert done.returncode == 0, done.stdout + done.stderr
     assert "intact and consistent; recomputed verdict pass" in done.stdout + done.stderr
@@ -142,11 +144,11 @@ def _results(bundle: Path, tmp_path: Path) -> tuple[Path, dict[str, Any]]:
 
 
 # The widths whose run rejected a batch at the ratio-128 boundary and at the window's edge (the build prints
-# per-step lines for the first steps only): every width with the first and the shipped models; with the second
+# per-step lines for the first steps only): every width with the first and the third models; with the second
 # set their answers moved (the layers took some skips), and at q=2 no printed step rejected at those two.
 @pytest.mark.parametrize(("folder", "far_edges"),
                          [(FIRST_SUCCESSOR, (2, 3, 4)), (SECOND_SUCCESSOR, (3, 4)), (SUCCESSOR, (2, 3, 4))],
-                         ids=["first", "second", "shipped"])
+                         ids=["first", "second", "third"])
 def test_the_real_successor_run_exercised_every_slot_and_both_boundaries(
         folder: Path, far_edges: tuple[int, ...], tmp_path: Path) -> None:
     _, doc = _results(folder / "41ee7d0.successor.bundle.tar.gz", tmp_path)
@@ -164,14 +166,14 @@ def test_the_real_successor_run_exercised_every_slot_and_both_boundaries(
 
 # (capture, near-ties, near-tie words met and skips taken in each prompt's answer, whether the prompts' answers part)
 _DECIDED = {"second": (SECOND_SUCCESSOR, "SECOND_NEAR_TIES", ((16, 10), (15, 8)), True),
-            "shipped": (SUCCESSOR, "NEAR_TIES", ((47, 24), (47, 24)), False)}
+            "third": (SUCCESSOR, "NEAR_TIES", ((47, 24), (47, 24)), False)}
 
 
 @pytest.mark.parametrize("which", sorted(_DECIDED))
 def test_on_the_real_build_the_layers_decide_the_near_ties(which: str, tmp_path: Path) -> None:
     """The real kernels took the skip at some near-tie words and not at others: what the cache holds changes
     the answer, so a rollback that leaves it wrong can show (with the second set the two prompts' answers
-    part too; the shipped set has no near-ties where the answers start, and there the layers chose alike for
+    part too; the third set has no near-ties where the answers start, and there the layers chose alike for
     both). Every step is still the successor, or the skip at a near-tie word."""
     import json
 

@@ -13,8 +13,7 @@ gguf = pytest.importorskip("gguf")
 
 from ds4ci.judging import coverage, coverpolicy  # noqa: E402
 from ds4ci.judging.specsteps import COMPARE, TIMING, SpecStep  # noqa: E402
-from ds4ci.tinymodels import design
-from ds4ci.tinymodels import structure  # noqa: E402
+from ds4ci.tinymodels import design, structure  # noqa: E402
 from ds4ci.tinymodels.bundle import DRAFT_FILE, TARGET_FILE, tiny_structure, write_tiny_set  # noqa: E402
 from ds4ci.tinymodels.shapes import Shape  # noqa: E402
 from ds4ci.tinymodels.vocab import SPECIALS  # noqa: E402
