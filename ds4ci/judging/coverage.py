@@ -9,7 +9,8 @@ A verify step at position ``p`` with width ``q`` feeds the positions ``p .. p+q-
 token and its ``q-1`` drafts). It touches
 - a ratio-4 boundary when one of them has ``pos % 4 == 3`` (a ratio-4 compressor row completes),
 - the ratio-128 boundary when one has ``pos % 128 == 127``,
-- the window edge when one is a multiple of the sliding window (128), at least 128 (the raw ring wraps).
+- the window edge when one is a multiple of 128, at least 128: where the DS4 model's 128-row raw ring wraps
+  (the tiny models' 16-row window wraps there too, and also in between; those wraps are not counted).
 It rejected when it accepted fewer than ``q-1`` drafts, and it rejected at a boundary when the
 boundary position lies at or after its first rejected slot (the row computed there must be discarded:
 what the gate sees is parity after it, not the discarding).
