@@ -28,7 +28,7 @@ from typing import Any
 
 from ds4ci import supervisor
 from ds4ci.errors import NoVerdictError
-from ds4ci.gate import tracefile
+from ds4ci.gate import http11, tracefile
 from ds4ci.judging import exacttrace, strictjson
 from ds4ci.judging.logtail import excerpt, exit_description, explain
 from ds4ci.log import Logger, as_logger, file_growth
@@ -41,7 +41,7 @@ BODY_KEEP_BYTES = 64 * 1024  # an error answer's body kept in the evidence
 _BODY_QUOTE_CHARS = 300  # and quoted in the reason
 PROPS_ERROR_BODY = "props.error-body"  # a /props answer that is not 200 with a JSON object, as received
 _STOP_HEARTBEAT_S = 5.0  # a stopping server is heard from at least this often (freeing a big model takes a while)
-# What a loopback exchange can fail with: refused/reset/timed out (OSError), a broken answer.
+# What a loopback exchange can fail with: refused/reset/timed out (OSError), a broken answer (http11.BrokenAnswer).
 _HTTP_ERRORS = (OSError, http.client.HTTPException)
 
 
@@ -156,45 +156,35 @@ class _DeadlineSocket(socket.socket):
         return super().recv(bufsize, flags)
 
 
-class _DeadlineConnection(http.client.HTTPConnection):
-    """An HTTP/1.1 connection to loopback whose request and answer together must end by ``deadline``."""
-
-    def __init__(self, port: int, deadline: float) -> None:
-        super().__init__(HOST, port)
-        self.deadline = deadline
-
-    def connect(self) -> None:
-        sock = _DeadlineSocket(socket.AF_INET, socket.SOCK_STREAM)
-        sock.deadline = self.deadline
-        try:
-            sock._left()
-            sock.connect((HOST, self.port))
-        except BaseException:
-            sock.close()
-            raise
-        self.sock = sock
+def _connect(port: int, deadline: float) -> _DeadlineSocket:
+    sock = _DeadlineSocket(socket.AF_INET, socket.SOCK_STREAM)
+    sock.deadline = deadline
+    try:
+        sock._left()
+        sock.connect((HOST, port))
+    except BaseException:
+        sock.close()
+        raise
+    return sock
 
 
 def exchange(port: int, method: str, path: str, timeout_s: float, body: dict[str, Any] | None = None) -> Answer:
     """One HTTP/1.1 request to the server on loopback over a fresh connection (never through a proxy).
 
     ``timeout_s`` is a deadline for the whole exchange (connect, request, every byte of the answer).
-    Raises OSError (TimeoutError past the deadline) or HTTPException.
+    The answer is read by ``http11`` (ds4ci's caps, never the server's framing). Raises OSError
+    (TimeoutError past the deadline) or HTTPException (``http11.BrokenAnswer``: a framing ds4ci refuses).
     """
     data = None if body is None else json.dumps(body, allow_nan=False).encode("utf-8")
-    connection = _DeadlineConnection(port, time.monotonic() + timeout_s)
+    with _connect(port, time.monotonic() + timeout_s) as sock:
+        sock.sendall(http11.request_bytes(method, path, f"{HOST}:{port}", data))
+        answer = http11.read_answer(sock, BODY_KEEP_BYTES)
+    if answer.over_cap is not None:
+        return Answer(answer.status, None, answer.body, answer.over_cap)
     try:
-        connection.request(method, path, body=data, headers={"Content-Type": "application/json"} if data else {})
-        answer = connection.getresponse()
-        raw = answer.read(BODY_KEEP_BYTES + 1)
-    finally:
-        connection.close()
-    if len(raw) > BODY_KEEP_BYTES:
-        return Answer(answer.status, None, raw[:BODY_KEEP_BYTES], f"the body is longer than {BODY_KEEP_BYTES} bytes")
-    try:
-        return Answer(answer.status, strictjson.loads(raw, "the body"), raw)
+        return Answer(answer.status, strictjson.loads(answer.body, "the body"), answer.body)
     except strictjson.StrictJsonError as exc:  # not UTF-8, not JSON, NaN, too deep, a duplicated key
-        return Answer(answer.status, None, raw, str(exc)[:300])
+        return Answer(answer.status, None, answer.body, str(exc)[:300])
 
 
 class Server:

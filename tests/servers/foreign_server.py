@@ -25,6 +25,7 @@ FOREIGN_BEHAVIOUR:
   nan-answer             every completion answer holds NaN and Infinity
   deep-answer            every completion answer is an array nested 30000 levels deep
   drip-answer            every completion answer is sent one byte every FOREIGN_DRIP_S (default 0.5) s
+  endless-props          GET /props answers chunked with a chunk size of -1, then bytes without end
 """
 
 import argparse
@@ -126,6 +127,14 @@ def main() -> int:
                 self.reply(200, {"status": "ok"})
             elif self.path == "/props" and behaviour == "nan-props":
                 self.reply(200, {"server": {"name": "foreign", "version": "9.9"}, "speed": float("nan")})
+            elif self.path == "/props" and behaviour == "endless-props":
+                self.wfile.write(b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n-1\r\n")
+                try:
+                    while not stopping:  # until ds4ci closes the connection
+                        self.wfile.write(b"x" * 65536)
+                except OSError:
+                    pass
+                self.close_connection = True
             elif self.path == "/props" and behaviour == "deep-props":
                 self.reply_bytes(200, b"[" * 30_000 + b"]" * 30_000)
             elif self.path == "/props":
