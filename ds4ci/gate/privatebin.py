@@ -26,6 +26,7 @@ from pathlib import Path
 
 from ds4ci.errors import NoVerdictError
 from ds4ci.records import Identities
+from ds4ci.runner import filelimit
 from ds4ci.runner.identity import hash_file
 
 _CHUNK = 8 * 1024 * 1024
@@ -44,7 +45,7 @@ class PrivateBinary:
 
     def verified(self) -> str:
         """Hash the copy again (right before a start); its SHA-256, or NoVerdictError when it changed."""
-        found = hash_file(self.path)
+        found = hash_file(self.path, filelimit.SERVER_BIN, "server_bin")
         if found != self.sha256:
             raise NoVerdictError(
                 f"the private copy {self.path} of server_bin changed after it was hashed (expected sha256 "
@@ -88,10 +89,16 @@ def _copy_hashing(source: Path, target: Path) -> str:
     try:
         if not stat.S_ISREG(os.fstat(src).st_mode):
             raise NoVerdictError(f"server_bin {source} is no longer a regular file; refusing to start it")
+        limit = filelimit.SERVER_BIN
+        limit.check("server_bin", source, src)  # a sparse file is never copied densely
+        deadline = limit.deadline()
         dst = os.open(target, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC, 0o700)
         digest = hashlib.sha256()
+        copied = 0
         try:
             while chunk := os.read(src, _CHUNK):
+                limit.past(deadline, "server_bin", source, copied)
+                copied += len(chunk)
                 digest.update(chunk)
                 view = memoryview(chunk)
                 while view:

@@ -85,6 +85,7 @@ class _Run:
 
     # -- steps ------------------------------------------------------------------------------
     def verify_identities(self) -> None:
+        from ds4ci.runner import filelimit
         from ds4ci.runner.identity import identify
 
         cfg = self.cfg
@@ -98,7 +99,8 @@ class _Run:
                 "hash_cache_path, e.g. a root-owned one filled with `ds4ci hash-cache add`)"
             )
         with self.progress.group("input identities"):
-            found = identify(files, cache_path=cfg.hash_cache_path, use_cache=cfg.hash_cache, progress=self.progress)
+            found = identify(files, cache_path=cfg.hash_cache_path, use_cache=cfg.hash_cache, progress=self.progress,
+                             limits={"server_bin": filelimit.SERVER_BIN})
         self.doc["timings"]["hashing_s"] = round(time.monotonic() - t0, 3)
         by_role = {f.role: f for f in found}
         self.doc["identities"] = {

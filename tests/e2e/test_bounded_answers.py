@@ -79,7 +79,7 @@ def test_a_chunk_size_of_minus_one_is_refused_not_read_to_the_end(minus_one: tup
 def test_an_endless_body_stops_at_the_cap_and_says_so(
     request: pytest.FixtureRequest, name: str, said: str, byte: bytes
 ) -> None:
-    port, sent = request.getfixturevalue(name)
+    port, _ = request.getfixturevalue(name)
     answer = exchange(port, "GET", "/props", 30.0)
     assert answer.body is None and answer.malformed is not None and answer.malformed.startswith(said), answer.malformed
     assert answer.raw == byte * BODY_KEEP_BYTES  # what came, up to the cap, kept as evidence
