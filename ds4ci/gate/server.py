@@ -17,6 +17,7 @@ Guarantees the gate relies on:
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import http.client
 import json
 import socket
@@ -156,8 +157,12 @@ class _DeadlineSocket(socket.socket):
         return super().recv(bufsize, flags)
 
 
-def _connect(port: int, deadline: float) -> _DeadlineSocket:
-    sock = _DeadlineSocket(socket.AF_INET, socket.SOCK_STREAM)
+NewSocket = Callable[[], socket.socket]
+
+
+def _connect(port: int, deadline: float, new_socket: NewSocket | None) -> _DeadlineSocket:
+    made = new_socket() if new_socket is not None else None  # inside the server's own network namespace
+    sock = _DeadlineSocket(socket.AF_INET, socket.SOCK_STREAM) if made is None else _DeadlineSocket(fileno=made.detach())
     sock.deadline = deadline
     try:
         sock._left()
@@ -168,15 +173,21 @@ def _connect(port: int, deadline: float) -> _DeadlineSocket:
     return sock
 
 
-def exchange(port: int, method: str, path: str, timeout_s: float, body: dict[str, Any] | None = None) -> Answer:
+def exchange(
+    port: int, method: str, path: str, timeout_s: float, body: dict[str, Any] | None = None,
+    new_socket: NewSocket | None = None,
+) -> Answer:
     """One HTTP/1.1 request to the server on loopback over a fresh connection (never through a proxy).
+
+    ``new_socket`` makes the connection's socket inside the server's own network namespace (the
+    sandbox's ``own_network``), whose loopback the server listens on; None: the host's loopback.
 
     ``timeout_s`` is a deadline for the whole exchange (connect, request, every byte of the answer).
     The answer is read by ``http11`` (ds4ci's caps, never the server's framing). Raises OSError
     (TimeoutError past the deadline) or HTTPException (``http11.BrokenAnswer``: a framing ds4ci refuses).
     """
     data = None if body is None else json.dumps(body, allow_nan=False).encode("utf-8")
-    with _connect(port, time.monotonic() + timeout_s) as sock:
+    with _connect(port, time.monotonic() + timeout_s, new_socket) as sock:
         sock.sendall(http11.request_bytes(method, path, f"{HOST}:{port}", data))
         answer = http11.read_answer(sock, BODY_KEEP_BYTES)
     if answer.over_cap is not None:
@@ -235,7 +246,7 @@ class Server:
             self.child = supervisor.default().spawn(
                 command, env=self.env, stdout=self.stdout_path, stderr=self.stderr_path,
                 start_timeout=self.settings.startup_timeout_s, file_size_limit=self.settings.log_cap_bytes,
-                view=self.settings.view,
+                view=dataclasses.replace(self.settings.view, own_network=True),  # no host service in its reach
             )
         except (OSError, supervisor.SupervisorError) as exc:
             detail = exc.strerror if isinstance(exc, OSError) and exc.strerror else exc
@@ -243,7 +254,8 @@ class Server:
         if policy.EXACT_TRACE_POLICY.items() <= self.env.items() and hasattr(self.child, "before_cleanup"):
             self.child.before_cleanup = self._collect_exact_trace
         self.progress(
-            f"{self.label}: server pid {self.child.pid} starting on {HOST}:{port} (containment: {self.child.containment})"
+            f"{self.label}: server pid {self.child.pid} starting on {HOST}:{port} (containment: {self.child.containment}"
+            f"{', its own network namespace' if self.child.new_socket is not None else ''})"
         )
         with self._heartbeat("loading"):
             self._wait_ready(started)
@@ -274,7 +286,7 @@ class Server:
                     "(--startup-timeout)"
                 ))
             try:
-                answer = exchange(self.port, "GET", "/health", 2.0)
+                answer = self._exchange("GET", "/health", 2.0)
             except _HTTP_ERRORS:
                 time.sleep(_HEALTH_POLL_S)
                 continue
@@ -283,8 +295,18 @@ class Server:
                 return
             time.sleep(_HEALTH_POLL_S)
 
+    def _exchange(self, method: str, path: str, timeout_s: float, body: dict[str, Any] | None = None) -> Answer:
+        """``exchange`` with the server, inside its own network namespace when it has one."""
+        assert self.child is not None
+        try:
+            return exchange(self.port, method, path, timeout_s, body, self.child.new_socket)
+        except supervisor.SupervisorError as exc:  # the namespace could not be entered: never a retry
+            raise NoVerdictError(f"{self.label}: {exc}") from exc
+
     def _check_listener_is_ours(self) -> None:
         assert self.child is not None
+        if self.child.new_socket is not None:
+            return  # its own network namespace holds only the server's processes: no stranger can listen there
         listeners = supervisor.tcp_listeners(self.port)
         strangers = sorted(pid for pid in listeners.pids if not self.child.owns(pid))
         if strangers or listeners.unidentified or not listeners.pids:
@@ -298,7 +320,7 @@ class Server:
 
     def _get_props(self) -> dict[str, Any]:
         try:
-            answer = exchange(self.port, "GET", "/props", self.settings.request_timeout_s)
+            answer = self._exchange("GET", "/props", self.settings.request_timeout_s)
         except _HTTP_ERRORS as exc:
             raise NoVerdictError(f"{self.label}: GET /props failed: {exc.__class__.__name__}: {exc}") from exc
         body = answer.body
@@ -356,7 +378,7 @@ class Server:
         self.in_flight = True
         try:
             with self._heartbeat("waiting for the answer"):
-                answer = exchange(self.port, "POST", "/v1/chat/completions", self.settings.request_timeout_s, body)
+                answer = self._exchange("POST", "/v1/chat/completions", self.settings.request_timeout_s, body)
         except TimeoutError as exc:
             raise NoVerdictError(self.explain(
                 f"{self.label}: no answer within {self.settings.request_timeout_s:g} s (--request-timeout)"

@@ -26,7 +26,11 @@ when it is writable and lies inside ds4ci's own install; and when it is named in
 view's PR folders (the checkout) but resolves out of them (a link the PR made). Hidden folders inside
 a shown one are covered by an empty tmpfs, ds4ci's install is bound read-only again.
 
-The network is shared: the server listens on the loopback address ds4ci talks to.
+The network: a process whose view asks for it (``View.own_network``: the server) gets a network namespace
+of its own (``--unshare-net``: a loopback interface and nothing else), so it reaches no host service,
+neither over loopback TCP nor through an abstract Unix socket (those are scoped by network namespace);
+ds4ci reaches it through sockets made inside that namespace (``netns.py``). The build and the checks
+share the runner's network (a build may fetch what it needs).
 """
 
 from __future__ import annotations
@@ -134,6 +138,7 @@ class View:
     rw: tuple[Path, ...] = ()
     extra: tuple[Path, ...] = field(default=())  # read-only, but only where they exist (optional files)
     trees: tuple[Path, ...] = ()  # the PR's folders (checkout, build folder): what is named inside them stays inside
+    own_network: bool = False  # a network namespace of its own (the server): no host service in reach
 
 
 class BindRefused(SupervisorError):
@@ -216,7 +221,9 @@ def refusal() -> str | None:
     if path is None:
         return f"bubblewrap (bwrap) is not installed on this runner; {INSTALL_HINT}"
     # --as-pid-1: no init of bwrap's own, which would outlive the outer process and end as our zombie
-    probe = [path, *_namespaces(), "--as-pid-1", *_system_binds(), "--proc", "/proc", "--dev", "/dev", "--", "/bin/true"]
+    # --unshare-net: the server's own network namespace (a kernel that refuses one refuses the sandbox)
+    probe = [path, *_namespaces(), "--unshare-net", "--as-pid-1", *_system_binds(), "--proc", "/proc", "--dev", "/dev",
+             "--", "/bin/true"]
     try:
         done = subprocess.run(probe, capture_output=True, timeout=30, check=False)
     except (OSError, subprocess.TimeoutExpired) as exc:
@@ -290,7 +297,7 @@ def argv(
     path = bwrap_path()
     if path is None:
         raise SandboxUnavailable(f"bubblewrap (bwrap) is not installed on this runner; {INSTALL_HINT}")
-    args = [path, *_namespaces(unprivileged), *_system_binds()]
+    args = [path, *_namespaces(unprivileged), *(["--unshare-net"] if view.own_network else []), *_system_binds()]
     for name in _expand((*ETC_FILES, *TOOLCHAINS)):
         args += ["--ro-bind", name, name]
     args += ["--proc", "/proc", "--dev", "/dev", "--ro-bind", "/sys", "/sys"]

@@ -10,8 +10,10 @@ PID namespace, reaps orphans) ── the command (pid 2) ── ...
   inits when ds4ci is gone without relying on that chain, and removes their scratch folders;
 - the init often outlives the outer bwrap and is re-parented to ds4ci (a subreaper): the sweep
   reaps it through its pidfd;
-- bwrap's JSON status (``--json-status-fd``) says the init's host pid (the keeper) and, at the end,
-  the command's exit status (128+N for signal N, reported as -N like ``Popen.returncode``);
+- bwrap's JSON status (``--json-status-fd``) says the init's host pid (the keeper), its network
+  namespace (for a command with a network of its own, reached through ``netns.Connector``: its
+  ``new_socket``) and, at the end, the command's exit status (128+N for signal N, reported as -N like
+  ``Popen.returncode``);
 - signals go to every process of the namespace (a namespace's init ignores signals it has no
   handler for, so they are sent to its descendants one by one).
 """
@@ -34,7 +36,7 @@ from typing import Final
 
 import psutil
 
-from ds4ci.supervisor import procs, sandbox, watchdog
+from ds4ci.supervisor import netns, procs, sandbox, watchdog
 from ds4ci.supervisor.child import _SPAWNER, Child, Output, _open_output, _pidfd, await_or_sweep
 from ds4ci.supervisor.procs import KilledProcess
 from ds4ci.supervisor.watchdog import remove_scratch
@@ -48,8 +50,12 @@ _decoder = json.JSONDecoder()
 class SandboxChild(Child):
     """A command running under bwrap (see the module docstring); the API is ``Child``'s."""
 
-    def __init__(self, proc: subprocess.Popen[bytes], status_fd: int, argv: Sequence[str], scratch: Path) -> None:
+    def __init__(
+        self, proc: subprocess.Popen[bytes], status_fd: int, argv: Sequence[str], scratch: Path, own_network: bool = False,
+    ) -> None:
         super().__init__(proc, status_fd, "", argv)
+        self.own_network = own_network
+        self.connector: netns.Connector | None = None
         self.containment = SANDBOX
         self.scratch = scratch
         self.before_cleanup: Callable[[Path], None] | None = None  # called with the scratch folder before its removal
@@ -72,6 +78,10 @@ class SandboxChild(Child):
         pid, code = doc.get("child-pid"), doc.get("exit-code")
         if isinstance(pid, int) and not self.keeper_pid:
             self.keeper_pid = pid
+            inode = doc.get("net-namespace")
+            if self.own_network and isinstance(inode, int):
+                self.connector = netns.Connector(pid, inode)
+                self.new_socket = self.connector.socket
             self._pidfd = _pidfd(pid, self._proc.pid)
             if self._pidfd is not None:
                 watchdog.watch(self._pidfd, self.scratch)  # killed, and its scratch removed, once ds4ci is gone
@@ -144,6 +154,8 @@ class SandboxChild(Child):
         super().kill()
 
     def _cleanup(self) -> None:
+        if self.connector is not None:
+            self.connector.close()
         if self.before_cleanup is not None:  # nothing of the sandbox runs any more: what it left can be read
             self.before_cleanup(self.scratch)
         remove_scratch(self.scratch)
@@ -213,6 +225,6 @@ def spawn(
     finally:
         os.close(write_fd)
     os.set_blocking(read_fd, False)
-    child = SandboxChild(proc, read_fd, argv, scratch)
+    child = SandboxChild(proc, read_fd, argv, scratch, view.own_network)
     await_or_sweep(child, child.await_command, start_timeout)
     return child
