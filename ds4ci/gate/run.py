@@ -277,6 +277,7 @@ class _Run:
                     "log_flood": {
                         stream: _size(server_dir / f"{stream}.log") >= self.cfg.log_cap_bytes for stream in judge.STREAMS
                     },
+                    "scratch": server.scratch(),
                 })
             life.update(exact_trace=server.exact_trace, overrides_after=settings.present_overrides(self.cfg))
             if server_dir.is_dir():

@@ -246,7 +246,8 @@ class Server:
             self.child = supervisor.default().spawn(
                 command, env=self.env, stdout=self.stdout_path, stderr=self.stderr_path,
                 start_timeout=self.settings.startup_timeout_s, file_size_limit=self.settings.log_cap_bytes,
-                view=dataclasses.replace(self.settings.view, own_network=True),  # no host service in its reach
+                # no host service in its reach; its /tmp a tmpfs no bigger than one log may grow
+                view=dataclasses.replace(self.settings.view, own_network=True, scratch_bytes=self.settings.log_cap_bytes),
             )
         except (OSError, supervisor.SupervisorError) as exc:
             detail = exc.strerror if isinstance(exc, OSError) and exc.strerror else exc
@@ -263,6 +264,12 @@ class Server:
         self.progress(f"{self.label}: ready in {self.ready_s:.2f} s")
         self.props = self._get_props()
         (self.log_dir / "props.json").write_text(json.dumps(self.props, indent=2, allow_nan=False) + "\n", encoding="utf-8")
+
+    def scratch(self) -> dict[str, Any]:
+        """Its /tmp: a tmpfs with a quota (``quota_bytes``; ``full``: was it full when the server ended), or the
+        scratch folder without one (``quota_bytes`` None: no bwrap, or one without ``--size``)."""
+        quota = self.child.scratch_quota if self.child is not None else None
+        return {"quota_bytes": quota, "full": self.child.scratch_full if self.child is not None and quota else None}
 
     def _collect_exact_trace(self, scratch: Path) -> None:
         """Seal the trace the server left in its scratch folder (its ``/tmp``) beside its logs."""

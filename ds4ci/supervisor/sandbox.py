@@ -8,7 +8,9 @@ PR-built binary) runs as ``bwrap ... -- COMMAND`` with an allowlist view of the 
   (``/opt/rocm*``; ``/usr/local/cuda`` sits under ``/usr``), ``/sys``, the paths the caller names
   (server binary, model files, the checkout) and ``[sandbox] ro_paths``;
 - writable: a fresh scratch folder per process, mounted as ``/tmp`` and named by ``HOME`` and
-  ``TMPDIR``; the paths the caller names (the build's own folder) and ``[sandbox] rw_paths``;
+  ``TMPDIR`` (for a view with ``scratch_bytes``, the server's: a tmpfs of that size instead, private to
+  the sandbox, so a server cannot write more than that there; bubblewrap >= 0.7 for ``--size``);
+  the paths the caller names (the build's own folder) and ``[sandbox] rw_paths``;
 - devices: a fresh ``/dev`` with the standard nodes, plus :data:`DEFAULT_DEVICES` (GPU nodes,
   where present) and ``[sandbox] devices``;
 - a fresh ``/proc`` of a new PID namespace (IPC and UTS are new too), ``--die-with-parent``,
@@ -139,6 +141,7 @@ class View:
     extra: tuple[Path, ...] = field(default=())  # read-only, but only where they exist (optional files)
     trees: tuple[Path, ...] = ()  # the PR's folders (checkout, build folder): what is named inside them stays inside
     own_network: bool = False  # a network namespace of its own (the server): no host service in reach
+    scratch_bytes: int | None = None  # /tmp a tmpfs of this size (the server's quota); None: the scratch folder
 
 
 class BindRefused(SupervisorError):
@@ -234,6 +237,24 @@ def refusal() -> str | None:
     return None
 
 
+@functools.lru_cache(maxsize=1)
+def sizes_tmpfs() -> bool:
+    """Does this bwrap take ``--size`` (a size for the next ``--tmpfs``: bubblewrap 0.7 and later)?"""
+    path = bwrap_path()
+    if path is None:
+        return False
+    try:
+        done = subprocess.run([path, "--help"], capture_output=True, timeout=30, check=False)
+    except (OSError, subprocess.TimeoutExpired):
+        return False
+    return b"--size" in done.stdout + done.stderr
+
+
+def scratch_quota(view: View) -> int | None:
+    """The size of the tmpfs ``/tmp`` a process of ``view`` gets; None: its scratch folder, without a quota."""
+    return view.scratch_bytes if view.scratch_bytes is not None and sizes_tmpfs() else None
+
+
 def _namespaces(unprivileged: bool | None = None) -> list[str]:
     unprivileged = os.geteuid() != 0 if unprivileged is None else unprivileged
     user = ["--unshare-user"] if unprivileged else []
@@ -272,7 +293,10 @@ def _aliases(binds: Sequence[tuple[str, Path, Path]], shown: Sequence[Path]) -> 
 
 def _user_binds(policy: Policy, view: View, scratch: Path) -> list[str]:
     binds = checked_binds(policy, view)
-    args = ["--bind", str(scratch), INSIDE_TMP]
+    args = ["--bind", str(scratch), INSIDE_TMP]  # named even under a tmpfs: the watchdog finds the bwrap by it
+    quota = scratch_quota(view)
+    if quota is not None:
+        args += ["--size", str(quota), "--tmpfs", INSIDE_TMP]
     for option, path, _ in binds:
         args += [option, str(path), str(path)]
     shown = [path for _, path, _ in binds]

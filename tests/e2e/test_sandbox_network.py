@@ -115,6 +115,11 @@ from ds4ci import supervisor
 from ds4ci.supervisor import sandbox
 probes = sys.argv[1]
 serve = probes + '''
+try:
+    open("/tmp/fill", "wb").write(b"f" * (2 << 20))
+    print("FILL: ESCAPED", file=sys.stderr, flush=True)
+except OSError:
+    print("FILL: held", file=sys.stderr, flush=True)
 listener = socket.socket(); listener.bind(("127.0.0.1", 38517)); listener.listen(1)
 print("LISTENING", file=sys.stderr, flush=True)
 conn, _ = listener.accept(); conn.sendall(b"hello from the namespace"); conn.close()
@@ -123,7 +128,7 @@ from pathlib import Path
 out = Path(sys.argv[2])
 sup = supervisor.Supervisor(sweep_stale=False)
 child = sup.spawn([sys.executable, "-c", serve], stderr=out,
-                  view=supervisor.View(ro=sandbox.python_runtime(), own_network=True))
+                  view=supervisor.View(ro=sandbox.python_runtime(), own_network=True, scratch_bytes=1 << 20))
 deadline = time.monotonic() + 30
 while "LISTENING" not in (out.read_text() if out.exists() else "") and child.poll() is None and time.monotonic() < deadline:
     time.sleep(0.05)
@@ -134,7 +139,7 @@ with child.new_socket() as sock:
     got = sock.recv(100)
 child.wait(10)
 child.sweep()
-print(json.dumps({"containment": child.containment, "got": got.decode()}))
+print(json.dumps({"containment": child.containment, "got": got.decode(), "full": child.scratch_full}))
 """
 
 
@@ -162,7 +167,9 @@ def _nobodys_python() -> tuple[list[str], dict[str, str]]:
     pytest.skip("no interpreter that `nobody` can run ds4ci with")
 
 
-def test_unprivileged_the_namespace_holds_and_only_ds4ci_reaches_the_server(host_services: HostServices) -> None:
+def test_unprivileged_the_namespace_and_the_scratch_quota_hold_and_only_ds4ci_reaches_the_server(
+    host_services: HostServices,
+) -> None:
     if os.geteuid() != 0:
         pytest.skip("needs root to switch to nobody")
     python, env = _nobodys_python()
@@ -179,7 +186,9 @@ def test_unprivileged_the_namespace_holds_and_only_ds4ci_reaches_the_server(host
             pytest.skip(f"the kernel refuses unprivileged user namespaces here: {proc.stderr.strip()[-300:]}")
         assert proc.returncode == 0, proc.stderr[-2000:] + (out.read_text() if out.exists() else "(no server log)")
         seen = json.loads(proc.stdout.splitlines()[-1])
-        assert seen == {"containment": "sandbox", "got": "hello from the namespace"}, seen
+        quota = sandbox.sizes_tmpfs()  # bubblewrap 0.7 and later
+        assert seen == {"containment": "sandbox", "got": "hello from the namespace", "full": True if quota else None}
+        assert not quota or "FILL: held" in out.read_text()  # its /tmp quota holds unprivileged too
         assert _probes(out.read_text()) == {"host-tcp": "held", "host-abstract": "held"}, out.read_text()
         assert host_services.connected == before
     finally:

@@ -26,6 +26,7 @@ FOREIGN_BEHAVIOUR:
   deep-answer            every completion answer is an array nested 30000 levels deep
   drip-answer            every completion answer is sent one byte every FOREIGN_DRIP_S (default 0.5) s
   endless-props          GET /props answers chunked with a chunk size of -1, then bytes without end
+  fill-tmp               before it serves, writes files of 1 MiB into /tmp until a write fails or 168 MiB are written
 """
 
 import argparse
@@ -202,6 +203,15 @@ def main() -> int:
                 for text, to_stdout in lines:
                     log(text, to_stdout)
 
+    if behaviour == "fill-tmp":
+        written = 0
+        try:
+            for i in range(168):
+                with open(f"/tmp/fill-{i}", "wb") as fh:
+                    fh.write(b"f" * (1 << 20))
+                written += 1
+        except OSError as exc:
+            log(f"fill-tmp: stopped after {written} MiB: {exc}")
     server = HTTPServer((args.host, args.port), Handler)
     server.timeout = 0.2
     signal.signal(signal.SIGTERM, on_signal)
