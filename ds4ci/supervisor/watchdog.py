@@ -52,22 +52,19 @@ _state: dict[str, object] = {}  # "socket", "proc" once started; "failed" if it 
 def new_scratch() -> Path:
     """A fresh scratch folder in the temporary folder, told to the watchdog before it exists (so a ds4ci killed
     right after making it still has it removed)."""
-    while True:
-        path = Path(tempfile.gettempdir()) / f"ds4ci-scratch-{secrets.token_hex(12)}"
-        _send(_SCRATCH + os.fsencode(path), [])
-        try:
-            path.mkdir(mode=0o700)
-        except FileExistsError:  # 96 random bits: never, in practice
-            continue
-        return path
+    return _told_folder(_SCRATCH, "ds4ci-scratch-")
 
 
 def new_private_folder(prefix: str) -> Path:
     """A fresh folder (mode 0700) in the temporary folder, named ``prefix`` and random hex, told to the watchdog
     before it exists: removed once ds4ci is gone, however it ends (a SIGKILL included)."""
+    return _told_folder(_FOLDER, prefix)
+
+
+def _told_folder(kind: bytes, prefix: str) -> Path:
     while True:
         path = Path(tempfile.gettempdir()) / f"{prefix}{secrets.token_hex(12)}"
-        _send(_FOLDER + os.fsencode(path), [])
+        _send(kind + os.fsencode(path), [])
         try:
             path.mkdir(mode=0o700)
         except FileExistsError:  # 96 random bits: never, in practice
