@@ -99,8 +99,7 @@ def _copy_hashing(source: Path, target: Path) -> str:
         if not stat.S_ISREG(os.fstat(src).st_mode):
             raise NoVerdictError(f"server_bin {source} is no longer a regular file; refusing to start it")
         limit = filelimit.SERVER_BIN
-        limit.check("server_bin", source, src)  # a sparse file is never copied densely
-        deadline = limit.deadline()
+        deadline = limit.checked("server_bin", source, src)  # a sparse file is never copied densely
         dst = os.open(target, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC, 0o700)
         digest = hashlib.sha256()
         copied = 0

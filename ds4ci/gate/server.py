@@ -161,8 +161,8 @@ NewSocket = Callable[[], socket.socket]
 
 
 def _connect(port: int, deadline: float, new_socket: NewSocket | None) -> _DeadlineSocket:
-    made = new_socket() if new_socket is not None else None  # inside the server's own network namespace
-    sock = _DeadlineSocket(socket.AF_INET, socket.SOCK_STREAM) if made is None else _DeadlineSocket(fileno=made.detach())
+    made = new_socket().detach() if new_socket is not None else None  # inside the server's own network namespace
+    sock = _DeadlineSocket(socket.AF_INET, socket.SOCK_STREAM, fileno=made)
     sock.deadline = deadline
     try:
         sock._left()
@@ -179,12 +179,10 @@ def exchange(
 ) -> Answer:
     """One HTTP/1.1 request to the server on loopback over a fresh connection (never through a proxy).
 
-    ``new_socket`` makes the connection's socket inside the server's own network namespace (the
-    sandbox's ``own_network``), whose loopback the server listens on; None: the host's loopback.
-
-    ``timeout_s`` is a deadline for the whole exchange (connect, request, every byte of the answer).
-    The answer is read by ``http11`` (ds4ci's caps, never the server's framing). Raises OSError
-    (TimeoutError past the deadline) or HTTPException (``http11.BrokenAnswer``: a framing ds4ci refuses).
+    ``timeout_s`` is a deadline for the whole exchange (connect, request, every byte of the answer), read
+    by ``http11`` (ds4ci's caps, never the server's framing). ``new_socket`` makes the socket inside the
+    server's own network namespace (None: the host's loopback). Raises OSError (TimeoutError past the
+    deadline) or HTTPException (``http11.BrokenAnswer``: a framing ds4ci refuses).
     """
     data = None if body is None else json.dumps(body, allow_nan=False).encode("utf-8")
     with _connect(port, time.monotonic() + timeout_s, new_socket) as sock:
@@ -266,8 +264,7 @@ class Server:
         (self.log_dir / "props.json").write_text(json.dumps(self.props, indent=2, allow_nan=False) + "\n", encoding="utf-8")
 
     def scratch(self) -> dict[str, Any]:
-        """Its /tmp: a tmpfs with a quota (``quota_bytes``; ``full``: was it full when the server ended), or the
-        scratch folder without one (``quota_bytes`` None: no bwrap, or one without ``--size``)."""
+        """Its /tmp's ``quota_bytes`` (None: no tmpfs of that size) and ``full``: was it full when the server ended."""
         quota = self.child.scratch_quota if self.child is not None else None
         return {"quota_bytes": quota, "full": self.child.scratch_full if self.child is not None and quota else None}
 
@@ -303,8 +300,7 @@ class Server:
             time.sleep(_HEALTH_POLL_S)
 
     def _exchange(self, method: str, path: str, timeout_s: float, body: dict[str, Any] | None = None) -> Answer:
-        """``exchange`` with the server, inside its own network namespace when it has one."""
-        assert self.child is not None
+        assert self.child is not None  # reached inside its own network namespace when it has one
         try:
             return exchange(self.port, method, path, timeout_s, body, self.child.new_socket)
         except supervisor.SupervisorError as exc:  # the namespace could not be entered: never a retry

@@ -50,6 +50,11 @@ class FileLimit:
     def deadline(self) -> float:
         return time.monotonic() + self.deadline_s
 
+    def checked(self, role: str, path: Path, fd: int) -> float:
+        """``check``, then the deadline for reading it from now."""
+        self.check(role, path, fd)
+        return self.deadline()
+
     def past(self, deadline: float, role: str, path: Path, done: int) -> None:
         """NoVerdictError once ``deadline`` has passed (``done``: the bytes read so far)."""
         if time.monotonic() > deadline:

@@ -159,9 +159,7 @@ def _read_digest(
         before = os.fstat(fd)
         if not stat.S_ISREG(before.st_mode):
             raise UsageError(f"{role} file {path}: expected a regular file, found another file type")
-        if limit is not None:
-            limit.check(role, path, fd)
-        deadline = limit.deadline() if limit is not None else None
+        deadline = limit.checked(role, path, fd) if limit is not None else None
         if hasattr(os, "posix_fadvise"):
             os.posix_fadvise(fd, 0, 0, os.POSIX_FADV_SEQUENTIAL)  # read-ahead hint for huge files
         digest = hashlib.sha256()
