@@ -5,8 +5,8 @@ Guarantees the gate relies on:
   the kernel allows, else under a subreaper with a sweep by a per-run tracking variable; stopping
   sends SIGTERM, then SIGKILL after ``stop_timeout``, and everything it started (double-forked
   ``setsid`` daemons included) is killed and reaped, also when ds4ci itself is SIGKILLed;
-- readiness is only believed when every process listening on the port is the server or one of
-  its descendants, so a stranger that grabbed the port can never answer for our server;
+- under the sandbox it has a network namespace and a /tmp quota (log_cap) of its own, reached only by
+  ds4ci; elsewhere readiness is only believed when every listener on the port is the server or its own;
 - stdout and stderr each go to one file, written once and never copied; a request records only
   the byte range each stream grew by while it was in flight (for diagnostics: attribution of
   log lines to requests happens by order once the server has stopped, see ``attribution``);
