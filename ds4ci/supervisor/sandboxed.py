@@ -85,7 +85,10 @@ class SandboxChild(Child):
         pid, code = doc.get("child-pid"), doc.get("exit-code")
         if isinstance(pid, int) and not self.keeper_pid:
             self.keeper_pid = pid
-            inode = doc.get("net-namespace")
+            inode = doc.get("net-namespace")  # an older bwrap does not say: the init's, read now (it is the init's pid)
+            if self.own_network and not isinstance(inode, int):
+                with contextlib.suppress(OSError):
+                    inode = os.stat(f"/proc/{pid}/ns/net").st_ino  # noqa: PTH116 - a pseudo-file of /proc
             if self.own_network and isinstance(inode, int):
                 self.connector = netns.Connector(pid, inode)
                 self.new_socket = self.connector.socket
