@@ -74,7 +74,7 @@ def _relative(scan: _Scan, member: tarfile.TarInfo) -> str:
         raise BundleError(f"member {member.name[:200]!r} has an unsafe path")
     if not (member.isfile() or member.isdir()) or member.issparse():
         raise BundleError(f"member {member.name[:200]!r} is not a regular file or directory "
-                          "(links, devices and sparse members are refused)")
+                          "(links are refused, devices and sparse members too)")
     if scan.top is None:
         scan.top = name.parts[0]
     elif name.parts[0] != scan.top:
