@@ -34,6 +34,7 @@ from pathlib import Path
 from typing import Literal, TextIO, cast
 
 from ds4ci.errors import UsageError
+from ds4ci.textsafe import neutralise
 
 Mode = Literal["plain", "actions", "terminal"]
 MODES: tuple[Mode, ...] = ("plain", "actions", "terminal")
@@ -59,8 +60,9 @@ def heartbeat_interval(env: Mapping[str, str]) -> float:
 
 
 def escape_data(text: str) -> str:
-    """Escape a workflow-command message (the part after the second ``::``)."""
-    return text.replace("%", "%25").replace("\r", "%0D").replace("\n", "%0A")
+    """Escape a workflow-command message (the part after the second ``::``): ``%``, CR and LF as the runner
+    requires, then every other line separator and control (:func:`~ds4ci.textsafe.neutralise`)."""
+    return neutralise(text.replace("%", "%25").replace("\r", "%0D").replace("\n", "%0A"))
 
 
 def escape_property(text: str) -> str:
@@ -175,9 +177,7 @@ class Logger:
     def info(self, message: str) -> None:
         if self.quiet:
             return
-        if self.mode == "actions":  # a line that starts with "::" would be run as a workflow command
-            message = "\n".join(": :" + ln.lstrip()[2:] if ln.lstrip().startswith("::") else ln for ln in message.split("\n"))
-        self._write(message)
+        self._write(neutralise(message))  # in every mode: stderr may reach a job's log however it is written
 
     def warning(self, message: str, file: str | None = None, line: int | None = None, title: str | None = None) -> None:
         self._annotate("warning", message, file, line, title)
@@ -209,7 +209,7 @@ class Logger:
             self._command(kind, message, file, line, title)
             return
         where = f" ({file}{'' if line is None else f':{line}'})" if file is not None else ""
-        self._write(self._paint(kind, f"{kind}: {f'{title}: ' if title else ''}{message}{where}"))
+        self._write(self._paint(kind, neutralise(f"{kind}: {f'{title}: ' if title else ''}{message}{where}")))
 
     @contextlib.contextmanager
     def group(self, title: str) -> Iterator[None]:
@@ -223,7 +223,7 @@ class Logger:
             if self.mode == "actions" and depth == 0:
                 self._write(f"::group::{escape_data(title)}", stamped=False)
             elif not self.quiet:
-                self._write(self._paint("heading", f"{'  ' * depth if self.mode != 'actions' else ''}== {title}"))
+                self._write(self._paint("heading", neutralise(f"{'  ' * depth if self.mode != 'actions' else ''}== {title}")))
             yield
         finally:
             with self._lock:

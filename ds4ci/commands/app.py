@@ -78,6 +78,11 @@ def verify(
                      "bundle must carry an attestation.json it signed. Repeatable. Keys named in --expect-config "
                      "([runners.<name>] public_key) are checked too."),
     ] = None,
+    max_extract_mib: Annotated[
+        int,
+        typer.Option(help="Extraction budget for a .tar.gz bundle: its files together, in MiB. The archive's own "
+                     "manifest never raises it; a bundle over it does not verify (exit 3)."),
+    ] = 512,
 ) -> None:
     """Re-derive each bundle's verdict from its raw evidence; trust nothing in results.json.
 
@@ -95,7 +100,8 @@ def verify(
     """
     from ds4ci.commands.verify import run_verify
 
-    exit_with(lambda: run_verify(bundles, as_json=json_out, expect_config=expect_config, keys=key or []))
+    exit_with(lambda: run_verify(bundles, as_json=json_out, expect_config=expect_config, keys=key or [],
+                                 max_extract_mib=max_extract_mib))
 
 
 hash_cache_app = typer.Typer(

@@ -7,6 +7,7 @@ from collections.abc import Callable
 from typing import NoReturn
 
 from ds4ci.errors import EXIT_ERROR, Ds4ciError
+from ds4ci.textsafe import lines, neutralise
 
 
 def run_command(command: Callable[[], int]) -> int:
@@ -14,13 +15,13 @@ def run_command(command: Callable[[], int]) -> int:
     try:
         return command()
     except Ds4ciError as exc:
-        print(f"ds4ci: error: {exc}", file=sys.stderr, flush=True)
+        print(neutralise(f"ds4ci: error: {exc}"), file=sys.stderr, flush=True)  # reasons quote server text
         return exc.exit_code
     except KeyboardInterrupt:
         print("ds4ci: interrupted", file=sys.stderr, flush=True)
         return EXIT_ERROR
     except Exception as exc:  # a bug in ds4ci: one line and exit 3 (no verdict), never a traceback or exit 1
-        first = str(exc).splitlines()[0] if str(exc) else ""
+        first = lines(str(exc))[0]
         print(f"ds4ci: internal error (a bug in ds4ci, please report it): {type(exc).__name__}: {first}",
               file=sys.stderr, flush=True)
         return EXIT_ERROR

@@ -11,6 +11,7 @@ from ds4ci.errors import EXIT_ERROR, EXIT_PASS, UsageError
 from ds4ci.options import config as config_mod
 from ds4ci.runner import busy
 from ds4ci.runner.preflight import preflight, render_table
+from ds4ci.textsafe import neutralise
 
 
 def _progress(message: str) -> None:
@@ -32,7 +33,7 @@ def run_preflight(
     if as_json:
         sys.stdout.write(json.dumps(report.to_json(), indent=2, sort_keys=True, allow_nan=False) + "\n")
     else:
-        sys.stdout.write(render_table(report))
+        sys.stdout.write(neutralise(render_table(report)))  # a PR-built binary's probes are quoted
     sys.stdout.flush()
     for problem in report.problems:
         _progress(f"not ready: {problem}")

@@ -16,6 +16,7 @@ import tempfile
 from pathlib import Path
 from typing import Any
 
+from ds4ci import textsafe
 from ds4ci.commands.selftest import GATE_TIMEOUT_S, run_ds4ci
 from ds4ci.errors import NoVerdictError, UsageError
 from ds4ci.judging.profile import describe_arm
@@ -57,7 +58,7 @@ def run_real_selftest(server_bin: Path, workdir: Path | None, runner: str | None
         raise NoVerdictError(f"ds4ci gate (exit {done.returncode}) printed no JSON summary: {exc}") from exc
     print(f"gate verdict: {summary.get('verdict')} (exit {done.returncode}); evidence: {attempt}")
     for reason in summary.get("reasons", []):
-        print(f"  reason: {reason.splitlines()[0] if reason else reason}")
+        print(f"  reason: {textsafe.lines(str(reason))[0]}")
     print("servers:")
     print("\n".join(_timings(attempt)))
     print("arms, as the gate judged them:")

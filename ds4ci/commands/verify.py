@@ -11,25 +11,29 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from ds4ci.errors import UsageError
-from ds4ci.evidence import attestation, verify
+from ds4ci.evidence import attestation, bundle, verify
 from ds4ci.options.values import public_key_line
+from ds4ci.textsafe import neutralise
 
 
 def run_verify(
-    bundles: Sequence[Path], *, as_json: bool, expect_config: Path | None, keys: Sequence[str] = ()
+    bundles: Sequence[Path], *, as_json: bool, expect_config: Path | None, keys: Sequence[str] = (),
+    max_extract_mib: int = bundle.EXTRACT_BUDGET_BYTES >> 20,
 ) -> int:
     if not bundles:
         raise UsageError("give at least one evidence bundle (a promoted attempt directory or a .tar.gz)")
+    if max_extract_mib < 1:
+        raise UsageError(f"--max-extract-mib must be at least 1; got {max_extract_mib}")
     expected = verify.expectations(expect_config) if expect_config is not None else None
     trusted = attestation.trusted_keys(expect_config) if expect_config is not None else {}
     if keys:
         trusted[attestation.ANY_RUNNER] = tuple(public_key_line(k, "--key") for k in keys)
-    found = [verify.verify_path(path, expected, trusted) for path in bundles]
+    found = [verify.verify_path(path, expected, trusted, max_extract_mib << 20) for path in bundles]
     if as_json:
         print(verify.dumps(found))
     else:
         for item in found:
-            print(item.summary())
+            print(neutralise(item.summary()))  # a bundle's text is the attacker's
         if expected is None:
             print("note: no --expect-config: settings and pins were checked for consistency, not against a trusted config")
     codes = {item.exit_code for item in found}

@@ -6,10 +6,12 @@ member must be a regular file or a directory with a plain relative name inside t
 (links, devices, absolute paths, ``..`` and repeated names are refused); the first file must be the
 manifest, read size-limited; every later file must be one the manifest lists (or ``results.json`` or
 the signed ``attestation.json``, each with a size limit of its own), no larger than the manifest
-says, and the total no more than the manifest's sum; the member count has a fixed limit. Only then
-does the second pass extract the checked members into a fresh temporary directory. The first failure
-stops the scan, so a small archive cannot make ds4ci decompress or write much more than its manifest
-declares.
+says. The manifest is the attacker's, so it never sets the budget: the files together may hold at most
+the extraction budget ds4ci sets (:data:`EXTRACT_BUDGET_BYTES` unless the caller gives another, ``ds4ci
+verify --max-extract-mib``), and the archive at most :data:`MAX_MEMBERS` members. Only then does the
+second pass extract the checked members into a fresh temporary directory. The first failure stops the
+scan, before the member that would pass the budget is decompressed, so a small archive cannot make
+ds4ci decompress or write more than its budget, whatever its manifest declares.
 """
 
 from __future__ import annotations
@@ -29,7 +31,7 @@ from ds4ci.evidence.store import ATTESTATION, MANIFEST, MAX_ATTESTATION_BYTES, R
 from ds4ci.judging import strictjson
 
 MAX_MEMBERS = 100_000
-MAX_TOTAL_BYTES = 16 << 30  # server logs are capped at 512 MiB a stream by default
+EXTRACT_BUDGET_BYTES = 512 << 20  # the files of one bundle together, extracted (the default log cap is one stream's)
 MAX_MANIFEST_BYTES = 8 << 20
 GZIP_MAGIC = b"\x1f\x8b"
 
@@ -61,7 +63,7 @@ class _Scan:
     members: list[tarfile.TarInfo] = field(default_factory=list)
     files: dict[str, int] = field(default_factory=dict)  # relative path -> size in its header
     allowed: dict[str, int] | None = None  # from the manifest, once read
-    budget: int = MAX_TOTAL_BYTES
+    budget: int = EXTRACT_BUDGET_BYTES
     total: int = 0
 
 
@@ -70,8 +72,9 @@ def _relative(scan: _Scan, member: tarfile.TarInfo) -> str:
     name = PurePosixPath(member.name)
     if name.is_absolute() or not name.parts or any(p in ("", ".", "..") for p in name.parts) or "\\" in member.name:
         raise BundleError(f"member {member.name[:200]!r} has an unsafe path")
-    if not (member.isfile() or member.isdir()):
-        raise BundleError(f"member {member.name[:200]!r} is not a regular file or directory (links are refused, devices too)")
+    if not (member.isfile() or member.isdir()) or member.issparse():
+        raise BundleError(f"member {member.name[:200]!r} is not a regular file or directory "
+                          "(links are refused, devices and sparse members too)")
     if scan.top is None:
         scan.top = name.parts[0]
     elif name.parts[0] != scan.top:
@@ -88,7 +91,11 @@ def _bound(scan: _Scan, rel: str, size: int) -> None:
             raise BundleError(f"member {rel[:200]!r} is {size} bytes in the archive, more than the {scan.allowed[rel]} "
                               "its manifest lists (refused before extraction)")
     if scan.total > scan.budget:
-        raise BundleError(f"the archive holds {scan.total} bytes, more than the {scan.budget} its manifest accounts for")
+        raise BundleError(
+            f"the archive's files pass ds4ci's extraction budget of {scan.budget} bytes at member {rel[:200]!r} "
+            f"({size} bytes, {scan.total} in all so far; the manifest's sizes never raise the budget): refused before "
+            "extraction; verify the bundle directory instead, or raise the budget with --max-extract-mib"
+        )
 
 
 def _limits(tar: tarfile.TarFile, member: tarfile.TarInfo) -> dict[str, int]:
@@ -113,9 +120,9 @@ def _limits(tar: tarfile.TarFile, member: tarfile.TarInfo) -> dict[str, int]:
     return allowed
 
 
-def _scan_headers(tar: tarfile.TarFile) -> _Scan:
+def _scan_headers(tar: tarfile.TarFile, budget: int) -> _Scan:
     """Pass one: every header checked, nothing written."""
-    scan = _Scan()
+    scan = _Scan(budget=budget)
     while (member := tar.next()) is not None:
         if len(scan.members) >= MAX_MEMBERS:
             raise BundleError(f"more than {MAX_MEMBERS} members: more than an evidence bundle holds")
@@ -135,7 +142,6 @@ def _scan_headers(tar: tarfile.TarFile) -> _Scan:
                     "or archive it again with gate --bundle-out"
                 )
             scan.allowed = _limits(tar, member)
-            scan.budget = min(MAX_TOTAL_BYTES, sum(scan.allowed.values()))
         _bound(scan, rel, member.size)
     if scan.top is None or scan.allowed is None:
         raise BundleError("the archive holds no manifest.json below one top directory: not an evidence bundle")
@@ -155,14 +161,14 @@ def _not_an_archive(path: Path) -> str | None:
             "or the .tar.gz from gate --bundle-out")
 
 
-def _extract(path: Path, scratch: Path) -> str:
+def _extract(path: Path, scratch: Path, budget: int) -> str:
     """Check the archive's headers, then extract it into ``scratch``; the top directory's name."""
     try:
         reason = _not_an_archive(path)
         if reason is not None:
             raise BundleError(reason)
         with tarfile.open(path, "r:gz") as tar:
-            scan = _scan_headers(tar)
+            scan = _scan_headers(tar, budget)
             for member in scan.members:
                 member.mode = 0o700 if member.isdir() else 0o600
             if hasattr(tarfile, "data_filter"):  # Python >= 3.10.12 / 3.11.4: a second line of defence
@@ -176,8 +182,9 @@ def _extract(path: Path, scratch: Path) -> str:
 
 
 @contextlib.contextmanager
-def opened(path: Path) -> Iterator[Path]:
-    """The bundle's attempt directory: the directory itself, or an archive's safe extraction."""
+def opened(path: Path, budget: int = EXTRACT_BUDGET_BYTES) -> Iterator[Path]:
+    """The bundle's attempt directory: the directory itself, or an archive's safe extraction (at most
+    ``budget`` bytes of files, whatever its manifest says)."""
     if path.is_dir():
         yield path
         return
@@ -185,7 +192,7 @@ def opened(path: Path) -> Iterator[Path]:
         raise UsageError(f"bundle {path} does not exist (expected an evidence directory or a .tar.gz of one)")
     scratch = Path(tempfile.mkdtemp(prefix="ds4ci-bundle-"))
     try:
-        top = _extract(path, scratch)
+        top = _extract(path, scratch, budget)
         yield scratch / top
     finally:
         shutil.rmtree(scratch, ignore_errors=True)

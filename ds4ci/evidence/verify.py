@@ -387,11 +387,13 @@ def expectations(config_file: Path) -> dict[str, Any]:
 
 
 def verify_path(
-    path: Path, expected: dict[str, Any] | None, trusted: dict[str, tuple[str, ...]] | None = None
+    path: Path, expected: dict[str, Any] | None, trusted: dict[str, tuple[str, ...]] | None = None,
+    budget: int = bundle.EXTRACT_BUDGET_BYTES,
 ) -> Verification:
-    """Verify one bundle; with ``trusted`` runner keys (``attestation.trusted_keys``) its signature too."""
+    """Verify one bundle; with ``trusted`` runner keys (``attestation.trusted_keys``) its signature too.
+    An archive is extracted within ``budget`` bytes (ds4ci's, never its manifest's)."""
     try:
-        with bundle.opened(path) as root:
+        with bundle.opened(path, budget) as root:
             found = verify_dir(root, label=str(path))
             runner = found.recorded["runner"]["name"] if found.recorded is not None else None
             found.problems += attestation.bundle_problems(root, runner, trusted or {})

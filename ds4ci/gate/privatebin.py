@@ -11,6 +11,10 @@ the SHA-256 checked right before it started; ``command.json`` names the copy as 
 
 The copy has the original's file name in a folder of its own, so a server that finds files relative
 to its own path (an ``$ORIGIN`` run path, ``/proc/self/exe``) finds them through absolute paths only.
+
+The folder (``ds4ci-server-bin-<pid>-<random>``) is told to the sandbox watchdog before it is made, so
+it is removed when ds4ci ends, a SIGKILL included; and each copy first sweeps the folders of this user
+whose ds4ci (the pid in the name) is gone, in case a watchdog was killed too.
 """
 
 from __future__ import annotations
@@ -18,6 +22,7 @@ from __future__ import annotations
 import contextlib
 import hashlib
 import os
+import re
 import shutil
 import stat
 import tempfile
@@ -26,9 +31,13 @@ from pathlib import Path
 
 from ds4ci.errors import NoVerdictError
 from ds4ci.records import Identities
+from ds4ci.runner import filelimit
 from ds4ci.runner.identity import hash_file
+from ds4ci.supervisor import watchdog
 
 _CHUNK = 8 * 1024 * 1024
+_PREFIX = "ds4ci-server-bin-"
+_NAME = re.compile(rf"{_PREFIX}([0-9]+)-[0-9a-f]+")
 
 
 @dataclass(frozen=True)
@@ -44,7 +53,7 @@ class PrivateBinary:
 
     def verified(self) -> str:
         """Hash the copy again (right before a start); its SHA-256, or NoVerdictError when it changed."""
-        found = hash_file(self.path)
+        found = hash_file(self.path, filelimit.SERVER_BIN, "server_bin")
         if found != self.sha256:
             raise NoVerdictError(
                 f"the private copy {self.path} of server_bin changed after it was hashed (expected sha256 "
@@ -64,7 +73,8 @@ def copy(source: Path, identities: Identities | None) -> PrivateBinary:
     if hashed is None:
         raise NoVerdictError("server_bin was not hashed: no server can start")
     expected_sha256 = hashed["sha256"]
-    folder = Path(tempfile.mkdtemp(prefix="ds4ci-server-bin-"))
+    sweep_orphans()
+    folder = watchdog.new_private_folder(f"{_PREFIX}{os.getpid()}-")
     target = folder / source.name
     try:
         digest = _copy_hashing(source, target)
@@ -88,10 +98,15 @@ def _copy_hashing(source: Path, target: Path) -> str:
     try:
         if not stat.S_ISREG(os.fstat(src).st_mode):
             raise NoVerdictError(f"server_bin {source} is no longer a regular file; refusing to start it")
+        limit = filelimit.SERVER_BIN
+        deadline = limit.checked("server_bin", source, src)  # a sparse file is never copied densely
         dst = os.open(target, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC, 0o700)
         digest = hashlib.sha256()
+        copied = 0
         try:
             while chunk := os.read(src, _CHUNK):
+                limit.past(deadline, "server_bin", source, copied)
+                copied += len(chunk)
                 digest.update(chunk)
                 view = memoryview(chunk)
                 while view:
@@ -102,6 +117,31 @@ def _copy_hashing(source: Path, target: Path) -> str:
     finally:
         os.close(src)
     return digest.hexdigest()
+
+
+def sweep_orphans() -> list[Path]:
+    """Remove every private folder of this user whose ds4ci process is gone; the folders removed."""
+    swept: list[Path] = []
+    with contextlib.suppress(OSError):
+        for entry in os.scandir(tempfile.gettempdir()):
+            found = _NAME.fullmatch(entry.name)
+            if found is None or not entry.is_dir(follow_symlinks=False):
+                continue
+            if entry.stat(follow_symlinks=False).st_uid != os.geteuid() or _alive(int(found.group(1))):
+                continue
+            watchdog.remove_scratch(Path(entry.path))
+            swept.append(Path(entry.path))
+    return swept
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except OSError:  # EPERM: alive, someone else's
+        return True
+    return True
 
 
 def remove(folder: Path) -> None:

@@ -85,7 +85,7 @@ class _Run:
 
     # -- steps ------------------------------------------------------------------------------
     def verify_identities(self) -> None:
-        from ds4ci.runner.identity import identify
+        from ds4ci.runner import filelimit, identity
 
         cfg = self.cfg
         files = [cfg.server_bin, cfg.target, cfg.draft, *cfg.prompts] if cfg.role == "gate" else []
@@ -98,7 +98,8 @@ class _Run:
                 "hash_cache_path, e.g. a root-owned one filled with `ds4ci hash-cache add`)"
             )
         with self.progress.group("input identities"):
-            found = identify(files, cache_path=cfg.hash_cache_path, use_cache=cfg.hash_cache, progress=self.progress)
+            found = identity.identify(files, cache_path=cfg.hash_cache_path, use_cache=cfg.hash_cache, progress=self.progress,
+                                      limits={"server_bin": filelimit.SERVER_BIN})
         self.doc["timings"]["hashing_s"] = round(time.monotonic() - t0, 3)
         by_role = {f.role: f for f in found}
         self.doc["identities"] = {
@@ -271,7 +272,7 @@ class _Run:
                         "needed_kill": server.needed_kill, "in_flight": server.in_flight,
                         "timeout_s": self.cfg.stop_timeout_s, "exit_code": server.exit_code, "stop_s": _rounded(server.stop_s),
                     },
-                    "log_cap_bytes": self.cfg.log_cap_bytes,
+                    "log_cap_bytes": self.cfg.log_cap_bytes, "scratch": server.scratch(),
                     "log_flood": {
                         stream: _size(server_dir / f"{stream}.log") >= self.cfg.log_cap_bytes for stream in judge.STREAMS
                     },

@@ -5,8 +5,8 @@ Guarantees the gate relies on:
   the kernel allows, else under a subreaper with a sweep by a per-run tracking variable; stopping
   sends SIGTERM, then SIGKILL after ``stop_timeout``, and everything it started (double-forked
   ``setsid`` daemons included) is killed and reaped, also when ds4ci itself is SIGKILLed;
-- readiness is only believed when every process listening on the port is the server or one of
-  its descendants, so a stranger that grabbed the port can never answer for our server;
+- under the sandbox it has a network namespace and a /tmp quota (log_cap) of its own, reached only by
+  ds4ci; elsewhere readiness is only believed when every listener on the port is the server or its own;
 - stdout and stderr each go to one file, written once and never copied; a request records only
   the byte range each stream grew by while it was in flight (for diagnostics: attribution of
   log lines to requests happens by order once the server has stopped, see ``attribution``);
@@ -17,6 +17,7 @@ Guarantees the gate relies on:
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import http.client
 import json
 import socket
@@ -28,7 +29,7 @@ from typing import Any
 
 from ds4ci import supervisor
 from ds4ci.errors import NoVerdictError
-from ds4ci.gate import tracefile
+from ds4ci.gate import http11, tracefile
 from ds4ci.judging import exacttrace, strictjson
 from ds4ci.judging.logtail import excerpt, exit_description, explain
 from ds4ci.log import Logger, as_logger, file_growth
@@ -41,7 +42,7 @@ BODY_KEEP_BYTES = 64 * 1024  # an error answer's body kept in the evidence
 _BODY_QUOTE_CHARS = 300  # and quoted in the reason
 PROPS_ERROR_BODY = "props.error-body"  # a /props answer that is not 200 with a JSON object, as received
 _STOP_HEARTBEAT_S = 5.0  # a stopping server is heard from at least this often (freeing a big model takes a while)
-# What a loopback exchange can fail with: refused/reset/timed out (OSError), a broken answer.
+# What a loopback exchange can fail with: refused/reset/timed out (OSError), a broken answer (http11.BrokenAnswer).
 _HTTP_ERRORS = (OSError, http.client.HTTPException)
 
 
@@ -156,45 +157,43 @@ class _DeadlineSocket(socket.socket):
         return super().recv(bufsize, flags)
 
 
-class _DeadlineConnection(http.client.HTTPConnection):
-    """An HTTP/1.1 connection to loopback whose request and answer together must end by ``deadline``."""
-
-    def __init__(self, port: int, deadline: float) -> None:
-        super().__init__(HOST, port)
-        self.deadline = deadline
-
-    def connect(self) -> None:
-        sock = _DeadlineSocket(socket.AF_INET, socket.SOCK_STREAM)
-        sock.deadline = self.deadline
-        try:
-            sock._left()
-            sock.connect((HOST, self.port))
-        except BaseException:
-            sock.close()
-            raise
-        self.sock = sock
+NewSocket = Callable[[], socket.socket]
 
 
-def exchange(port: int, method: str, path: str, timeout_s: float, body: dict[str, Any] | None = None) -> Answer:
+def _connect(port: int, deadline: float, new_socket: NewSocket | None) -> _DeadlineSocket:
+    made = new_socket().detach() if new_socket is not None else None  # inside the server's own network namespace
+    sock = _DeadlineSocket(socket.AF_INET, socket.SOCK_STREAM, fileno=made)
+    sock.deadline = deadline
+    try:
+        sock._left()
+        sock.connect((HOST, port))
+    except BaseException:
+        sock.close()
+        raise
+    return sock
+
+
+def exchange(
+    port: int, method: str, path: str, timeout_s: float, body: dict[str, Any] | None = None,
+    new_socket: NewSocket | None = None,
+) -> Answer:
     """One HTTP/1.1 request to the server on loopback over a fresh connection (never through a proxy).
 
-    ``timeout_s`` is a deadline for the whole exchange (connect, request, every byte of the answer).
-    Raises OSError (TimeoutError past the deadline) or HTTPException.
+    ``timeout_s`` is a deadline for the whole exchange (connect, request, every byte of the answer), read
+    by ``http11`` (ds4ci's caps, never the server's framing). ``new_socket`` makes the socket inside the
+    server's own network namespace (None: the host's loopback). Raises OSError (TimeoutError past the
+    deadline) or HTTPException (``http11.BrokenAnswer``: a framing ds4ci refuses).
     """
     data = None if body is None else json.dumps(body, allow_nan=False).encode("utf-8")
-    connection = _DeadlineConnection(port, time.monotonic() + timeout_s)
+    with _connect(port, time.monotonic() + timeout_s, new_socket) as sock:
+        sock.sendall(http11.request_bytes(method, path, f"{HOST}:{port}", data))
+        answer = http11.read_answer(sock, BODY_KEEP_BYTES)
+    if answer.over_cap is not None:
+        return Answer(answer.status, None, answer.body, answer.over_cap)
     try:
-        connection.request(method, path, body=data, headers={"Content-Type": "application/json"} if data else {})
-        answer = connection.getresponse()
-        raw = answer.read(BODY_KEEP_BYTES + 1)
-    finally:
-        connection.close()
-    if len(raw) > BODY_KEEP_BYTES:
-        return Answer(answer.status, None, raw[:BODY_KEEP_BYTES], f"the body is longer than {BODY_KEEP_BYTES} bytes")
-    try:
-        return Answer(answer.status, strictjson.loads(raw, "the body"), raw)
+        return Answer(answer.status, strictjson.loads(answer.body, "the body"), answer.body)
     except strictjson.StrictJsonError as exc:  # not UTF-8, not JSON, NaN, too deep, a duplicated key
-        return Answer(answer.status, None, raw, str(exc)[:300])
+        return Answer(answer.status, None, answer.body, str(exc)[:300])
 
 
 class Server:
@@ -245,7 +244,8 @@ class Server:
             self.child = supervisor.default().spawn(
                 command, env=self.env, stdout=self.stdout_path, stderr=self.stderr_path,
                 start_timeout=self.settings.startup_timeout_s, file_size_limit=self.settings.log_cap_bytes,
-                view=self.settings.view,
+                # no host service in its reach; its /tmp a tmpfs no bigger than one log may grow
+                view=dataclasses.replace(self.settings.view, own_network=True, scratch_bytes=self.settings.log_cap_bytes),
             )
         except (OSError, supervisor.SupervisorError) as exc:
             detail = exc.strerror if isinstance(exc, OSError) and exc.strerror else exc
@@ -253,7 +253,8 @@ class Server:
         if policy.EXACT_TRACE_POLICY.items() <= self.env.items() and hasattr(self.child, "before_cleanup"):
             self.child.before_cleanup = self._collect_exact_trace
         self.progress(
-            f"{self.label}: server pid {self.child.pid} starting on {HOST}:{port} (containment: {self.child.containment})"
+            f"{self.label}: server pid {self.child.pid} starting on {HOST}:{port} (containment: {self.child.containment}"
+            f"{', its own network namespace' if self.child.new_socket is not None else ''})"
         )
         with self._heartbeat("loading"):
             self._wait_ready(started)
@@ -261,6 +262,11 @@ class Server:
         self.progress(f"{self.label}: ready in {self.ready_s:.2f} s")
         self.props = self._get_props()
         (self.log_dir / "props.json").write_text(json.dumps(self.props, indent=2, allow_nan=False) + "\n", encoding="utf-8")
+
+    def scratch(self) -> dict[str, Any]:
+        """Its /tmp's ``quota_bytes`` (None: no tmpfs of that size) and ``full``: was it full when the server ended."""
+        quota = self.child.scratch_quota if self.child is not None else None
+        return {"quota_bytes": quota, "full": self.child.scratch_full if self.child is not None and quota else None}
 
     def _collect_exact_trace(self, scratch: Path) -> None:
         """Seal the trace the server left in its scratch folder (its ``/tmp``) beside its logs."""
@@ -284,7 +290,7 @@ class Server:
                     "(--startup-timeout)"
                 ))
             try:
-                answer = exchange(self.port, "GET", "/health", 2.0)
+                answer = self._exchange("GET", "/health", 2.0)
             except _HTTP_ERRORS:
                 time.sleep(_HEALTH_POLL_S)
                 continue
@@ -293,8 +299,17 @@ class Server:
                 return
             time.sleep(_HEALTH_POLL_S)
 
+    def _exchange(self, method: str, path: str, timeout_s: float, body: dict[str, Any] | None = None) -> Answer:
+        assert self.child is not None  # reached inside its own network namespace when it has one
+        try:
+            return exchange(self.port, method, path, timeout_s, body, self.child.new_socket)
+        except supervisor.SupervisorError as exc:  # the namespace could not be entered: never a retry
+            raise NoVerdictError(f"{self.label}: {exc}") from exc
+
     def _check_listener_is_ours(self) -> None:
         assert self.child is not None
+        if self.child.new_socket is not None:
+            return  # its own network namespace holds only the server's processes: no stranger can listen there
         listeners = supervisor.tcp_listeners(self.port)
         strangers = sorted(pid for pid in listeners.pids if not self.child.owns(pid))
         if strangers or listeners.unidentified or not listeners.pids:
@@ -308,7 +323,7 @@ class Server:
 
     def _get_props(self) -> dict[str, Any]:
         try:
-            answer = exchange(self.port, "GET", "/props", self.settings.request_timeout_s)
+            answer = self._exchange("GET", "/props", self.settings.request_timeout_s)
         except _HTTP_ERRORS as exc:
             raise NoVerdictError(f"{self.label}: GET /props failed: {exc.__class__.__name__}: {exc}") from exc
         body = answer.body
@@ -366,7 +381,7 @@ class Server:
         self.in_flight = True
         try:
             with self._heartbeat("waiting for the answer"):
-                answer = exchange(self.port, "POST", "/v1/chat/completions", self.settings.request_timeout_s, body)
+                answer = self._exchange("POST", "/v1/chat/completions", self.settings.request_timeout_s, body)
         except TimeoutError as exc:
             raise NoVerdictError(self.explain(
                 f"{self.label}: no answer within {self.settings.request_timeout_s:g} s (--request-timeout)"

@@ -20,6 +20,7 @@ from ds4ci.github.provenance import DEFAULT_WORKFLOW
 from ds4ci.github.statuses import Status
 from ds4ci.options import table as options
 from ds4ci.report import markdown
+from ds4ci.textsafe import neutralise
 
 RUNNER_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,62}$")
 GATE_CONTEXT = "ds4ci/{runner}"
@@ -320,7 +321,7 @@ def render_text(report: MergeReport) -> str:
         return f"#{report.pr} at {report.head}: ready to merge ({len(report.conditions)} conditions hold)\n"
     lines = [f"#{report.pr} at {report.head}: not ready ({len(report.unmet)} of {len(report.conditions)} conditions unmet)"]
     lines += [f"  - {c.name}: {c.detail}" for c in report.unmet]
-    return "\n".join(lines) + "\n"
+    return neutralise("\n".join(lines)) + "\n"  # details quote GitHub statuses: anyone's text
 
 
 def checklist_markdown(report: MergeReport) -> list[str]:

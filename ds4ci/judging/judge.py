@@ -223,6 +223,10 @@ def lifecycle_issues(key: str, life: Mapping[str, Any]) -> tuple[list[str], list
     if flooded:
         cap = life.get("log_cap_bytes")
         errors.append(f"{label}: log flood: {', '.join(flooded)} reached the cap of {cap} bytes (log_cap_mib)")
+    scratch = life.get("scratch") or {}
+    if isinstance(scratch, dict) and scratch.get("full") is True:
+        errors.append(f"{label}: scratch flood: the server filled its /tmp, a tmpfs of {scratch.get('quota_bytes')} "
+                      "bytes (its quota is log_cap_mib); what it wrote past that was refused")
     appeared = life.get("overrides_after") or []
     if appeared:
         errors.append(

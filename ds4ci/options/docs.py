@@ -27,8 +27,9 @@ _INTRO = {
     "preflight": "Settings of `ds4ci preflight`.",
     "sandbox": "The bubblewrap sandbox every process of PR code runs in (server, build, checks): an allowlist view "
                "of the file system, a fresh /proc and /dev (standard nodes plus the GPU's), new PID, IPC and UTS "
-               "namespaces, no capabilities, an environment without credentials; the network is shared (the "
-               "server listens on loopback for ds4ci). docs/security.md says what it hides and why.",
+               "namespaces, no capabilities, an environment without credentials; the server in a network namespace "
+               "of its own (no host service in its reach; only ds4ci reaches it), the build and the checks on the "
+               "runner's network. docs/security.md says what it hides and why.",
     table.CLI: "Flags of `ds4ci gate` that no file sets.",
 }
 

@@ -201,8 +201,9 @@ OPTIONS: tuple[Option, ...] = (
     _gate("env_prefixes", f"Environment variable prefixes passed to the server ({', '.join(ENV_PREFIXES)}).",
           check=v.env_prefixes, default=ENV_PREFIXES, toml_type="array of strings", flag=None,
           recorded="env_prefixes", attr="env_prefixes"),
-    _gate("log_cap_mib", "Cap in MiB on each server log stream and on each check's and the build's log; "
-          "reaching it is an error (log flood), and a check or build log says where it was cut.",
+    _gate("log_cap_mib", "Cap in MiB on each server log stream, on each check's and the build's log, and on the "
+          "server's /tmp (a tmpfs of that size under bubblewrap 0.7 or later); reaching it is an error (log flood, "
+          "scratch flood), and a check or build log says where it was cut.",
           check=v.integer(1), default=512, toml_type="integer", cli_type=int, recorded="log_cap_mib",
           attr="log_cap_mib", reproduce=True),
     _gate("source_dir", "Git checkout of the server source; its revisions are recorded in results.json.",

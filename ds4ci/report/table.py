@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from ds4ci import textsafe
 from ds4ci.gate.settings import scope_note
 from ds4ci.judging.coverage import compact_line
 from ds4ci.judging.tree import tree_line
@@ -57,7 +58,7 @@ def render(doc: Results) -> str:
     if tree is not None:
         parts.append(f"  - {tree}")
     for reason in doc["reasons"][:20]:
-        lines = reason.splitlines() or [""]
+        lines = textsafe.lines(reason.rstrip("\n"))
         parts.append(f"  - {lines[0]}")
         parts.extend(f"      {extra}" for extra in lines[1:_REASON_LINES])
         if len(lines) > _REASON_LINES:
@@ -65,6 +66,6 @@ def render(doc: Results) -> str:
     if len(doc["reasons"]) > 20:
         parts.append(f"  ... {len(doc['reasons']) - 20} more reason(s) in results.json")
     for warning in doc.get("warnings", [])[:20]:
-        parts.append(f"  warning: {warning.splitlines()[0] if warning else ''}")
+        parts.append(f"  warning: {textsafe.lines(warning)[0]}")
     parts.append(f"evidence: {doc['evidence']['dir']}")
-    return "\n".join(parts)
+    return textsafe.neutralise("\n".join(parts))  # cells and reasons hold server and pull-request text

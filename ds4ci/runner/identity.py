@@ -23,7 +23,7 @@ import os
 import stat
 import threading
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor, as_completed
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -34,6 +34,7 @@ from ds4ci.errors import NoVerdictError, UsageError
 from ds4ci.fileio import write_text_atomic
 from ds4ci.log import ByteProgress, Logger, as_logger
 from ds4ci.options.config import PinnedFile
+from ds4ci.runner.filelimit import FileLimit
 
 BUFFER_SIZE = 8 * 1024 * 1024
 CACHE_FORMAT = "ds4ci/hash-cache/v1"
@@ -145,9 +146,10 @@ class _Cancelled(Exception):
 
 def _read_digest(
     role: str, path: Path, real: str, buffer: bytearray, cancel: threading.Event | None = None,
-    on_bytes: Callable[[int], None] | None = None,
+    on_bytes: Callable[[int], None] | None = None, limit: FileLimit | None = None,
 ) -> tuple[str, StatKey, os.stat_result]:
-    """Hash the file at ``real`` and prove it did not change while it was read (``on_bytes`` sees each chunk)."""
+    """Hash the file at ``real`` and prove it did not change while it was read (``on_bytes`` sees each chunk).
+    With a ``limit`` (a file a build wrote): its size and holes checked first, the read held to its deadline."""
     try:
         # O_NONBLOCK: if the path was swapped for a FIFO since we checked, open must not hang.
         fd = os.open(real, os.O_RDONLY | getattr(os, "O_NONBLOCK", 0) | getattr(os, "O_CLOEXEC", 0))
@@ -157,6 +159,7 @@ def _read_digest(
         before = os.fstat(fd)
         if not stat.S_ISREG(before.st_mode):
             raise UsageError(f"{role} file {path}: expected a regular file, found another file type")
+        deadline = limit.checked(role, path, fd) if limit is not None else None
         if hasattr(os, "posix_fadvise"):
             os.posix_fadvise(fd, 0, 0, os.POSIX_FADV_SEQUENTIAL)  # read-ahead hint for huge files
         digest = hashlib.sha256()
@@ -169,6 +172,8 @@ def _read_digest(
                     break
                 if cancel is not None and cancel.is_set():
                     raise _Cancelled
+                if limit is not None and deadline is not None:
+                    limit.past(deadline, role, path, total)
                 digest.update(view[:n])
                 total += n
                 if on_bytes is not None:
@@ -200,13 +205,14 @@ def _read_digest(
     return digest.hexdigest(), key, before
 
 
-def hash_file(path: Path) -> str:
-    """SHA-256 (hex) of one regular file, streamed; raises UsageError/NoVerdictError like identify."""
-    real, st = _stat_regular("input", path)
+def hash_file(path: Path, limit: FileLimit | None = None, role: str = "input") -> str:
+    """SHA-256 (hex) of one regular file, streamed; raises UsageError/NoVerdictError like identify
+    (``limit``: a file a build wrote, see ``filelimit``)."""
+    real, st = _stat_regular(role, path)
     # A buffer the size of the file (up to 8 MiB): sealing hashes dozens of small evidence files, and
     # zeroing 8 MiB for each of them cost more than reading them.
     buffer = bytearray(min(BUFFER_SIZE, max(st.st_size + 1, 64 * 1024)))
-    sha, _, _ = _read_digest("input", path, real, buffer)
+    sha, _, _ = _read_digest(role, path, real, buffer, limit=limit)
     return sha
 
 
@@ -305,6 +311,7 @@ class _Hasher:
     use_cache: bool
     say: Logger
     progress_min_bytes: int
+    limits: Mapping[str, FileLimit] = field(default_factory=dict)  # by role: the files a build wrote
     stop: threading.Event = field(default_factory=threading.Event)
     local: threading.local = field(default_factory=threading.local)
 
@@ -324,7 +331,8 @@ class _Hasher:
         t0 = time.perf_counter()
         big = st.st_size >= self.progress_min_bytes
         bar = ByteProgress(f"hashing {item.role}", st.st_size, self.say) if big else None
-        sha, key, before = _read_digest(item.role, item.path, real, buffer, self.stop, bar.advance if bar else None)
+        sha, key, before = _read_digest(
+            item.role, item.path, real, buffer, self.stop, bar.advance if bar else None, self.limits.get(item.role))
         if bar is not None:
             bar.done()
         seconds = time.perf_counter() - t0
@@ -379,10 +387,13 @@ def identify(
     progress: Progress | Logger | None = None,
     workers: int | None = None,
     progress_min_bytes: int = HASH_PROGRESS_MIN_BYTES,
+    limits: Mapping[str, FileLimit] | None = None,
 ) -> list[FileIdentity]:
     """Hash every file (in parallel), then verify every pin; return identities in input order.
 
     A file of at least ``progress_min_bytes`` reports its progress and throughput while it is read.
+    A role in ``limits`` (a file a build wrote: ``server_bin``) is held to its size, hole and deadline
+    limits (``filelimit``) when it is read.
 
     Raises UsageError for a missing/unreadable/non-regular file (before anything is read),
     NoVerdictError if a file changes while hashed or if any pin does not match (all mismatches
@@ -399,7 +410,7 @@ def identify(
     unique: dict[str, PinnedFile] = {}
     for item, real in zip(files, reals, strict=True):
         unique.setdefault(real, item)
-    digests = _Hasher(unique, entries, use_cache, say, progress_min_bytes).run(workers)
+    digests = _Hasher(unique, entries, use_cache, say, progress_min_bytes, dict(limits or {})).run(workers)
     fresh = {d.key.realpath: {**d.key.fields(), "sha256": d.sha256} for d in digests.values() if d.cacheable}
     # use_cache=False still refreshes the cache: a forced re-read is the most trustworthy entry.
     if fresh and cache_file is not None:

@@ -7,6 +7,7 @@ import os
 import resource
 import select
 import signal
+import socket
 import subprocess
 import sys
 import threading
@@ -89,6 +90,11 @@ class Child:
         self.returncode: int | None = None
         self.killed: list[KilledProcess] = []
         self.swept = False
+        # A fresh TCP socket inside the command's own network namespace (the sandbox's ``own_network``), which is
+        # how ds4ci reaches it; None: the command shares ds4ci's network, reached by a plain socket.
+        self.new_socket: Callable[[], socket.socket] | None = None
+        self.scratch_quota: int | None = None  # the size of the sandbox's tmpfs /tmp (None: no quota)
+        self.scratch_full: bool | None = None  # with a quota: was that tmpfs full once the command ended
 
     # -- the report pipe -------------------------------------------------------------------
     def _handle(self, line: str) -> None:

@@ -8,7 +8,9 @@ PR-built binary) runs as ``bwrap ... -- COMMAND`` with an allowlist view of the 
   (``/opt/rocm*``; ``/usr/local/cuda`` sits under ``/usr``), ``/sys``, the paths the caller names
   (server binary, model files, the checkout) and ``[sandbox] ro_paths``;
 - writable: a fresh scratch folder per process, mounted as ``/tmp`` and named by ``HOME`` and
-  ``TMPDIR``; the paths the caller names (the build's own folder) and ``[sandbox] rw_paths``;
+  ``TMPDIR`` (for a view with ``scratch_bytes``, the server's: a tmpfs of that size instead, private to
+  the sandbox, so a server cannot write more than that there; bubblewrap >= 0.7 for ``--size``);
+  the paths the caller names (the build's own folder) and ``[sandbox] rw_paths``;
 - devices: a fresh ``/dev`` with the standard nodes, plus :data:`DEFAULT_DEVICES` (GPU nodes,
   where present) and ``[sandbox] devices``;
 - a fresh ``/proc`` of a new PID namespace (IPC and UTS are new too), ``--die-with-parent``,
@@ -26,7 +28,11 @@ when it is writable and lies inside ds4ci's own install; and when it is named in
 view's PR folders (the checkout) but resolves out of them (a link the PR made). Hidden folders inside
 a shown one are covered by an empty tmpfs, ds4ci's install is bound read-only again.
 
-The network is shared: the server listens on the loopback address ds4ci talks to.
+The network: a process whose view asks for it (``View.own_network``: the server) gets a network namespace
+of its own (``--unshare-net``: a loopback interface and nothing else), so it reaches no host service,
+neither over loopback TCP nor through an abstract Unix socket (those are scoped by network namespace);
+ds4ci reaches it through sockets made inside that namespace (``netns.py``). The build and the checks
+share the runner's network (a build may fetch what it needs).
 """
 
 from __future__ import annotations
@@ -134,6 +140,8 @@ class View:
     rw: tuple[Path, ...] = ()
     extra: tuple[Path, ...] = field(default=())  # read-only, but only where they exist (optional files)
     trees: tuple[Path, ...] = ()  # the PR's folders (checkout, build folder): what is named inside them stays inside
+    own_network: bool = False  # a network namespace of its own (the server): no host service in reach
+    scratch_bytes: int | None = None  # /tmp a tmpfs of this size (the server's quota); None: the scratch folder
 
 
 class BindRefused(SupervisorError):
@@ -216,7 +224,9 @@ def refusal() -> str | None:
     if path is None:
         return f"bubblewrap (bwrap) is not installed on this runner; {INSTALL_HINT}"
     # --as-pid-1: no init of bwrap's own, which would outlive the outer process and end as our zombie
-    probe = [path, *_namespaces(), "--as-pid-1", *_system_binds(), "--proc", "/proc", "--dev", "/dev", "--", "/bin/true"]
+    # --unshare-net: the server's own network namespace (a kernel that refuses one refuses the sandbox)
+    probe = [path, *_namespaces(), "--unshare-net", "--as-pid-1", *_system_binds(), "--proc", "/proc", "--dev", "/dev",
+             "--", "/bin/true"]
     try:
         done = subprocess.run(probe, capture_output=True, timeout=30, check=False)
     except (OSError, subprocess.TimeoutExpired) as exc:
@@ -225,6 +235,24 @@ def refusal() -> str | None:
         said = done.stderr.decode("utf-8", errors="replace").strip().splitlines()
         return f"the kernel refused bwrap's namespaces ({said[-1] if said else f'exit {done.returncode}'}); {KERNEL_HINT}"
     return None
+
+
+@functools.lru_cache(maxsize=1)
+def sizes_tmpfs() -> bool:
+    """Does this bwrap take ``--size`` (a size for the next ``--tmpfs``: bubblewrap 0.7 and later)?"""
+    path = bwrap_path()
+    if path is None:
+        return False
+    try:
+        done = subprocess.run([path, "--help"], capture_output=True, timeout=30, check=False)
+    except (OSError, subprocess.TimeoutExpired):
+        return False
+    return b"--size" in done.stdout + done.stderr
+
+
+def scratch_quota(view: View) -> int | None:
+    """The size of the tmpfs ``/tmp`` a process of ``view`` gets; None: its scratch folder, without a quota."""
+    return view.scratch_bytes if view.scratch_bytes is not None and sizes_tmpfs() else None
 
 
 def _namespaces(unprivileged: bool | None = None) -> list[str]:
@@ -265,7 +293,10 @@ def _aliases(binds: Sequence[tuple[str, Path, Path]], shown: Sequence[Path]) -> 
 
 def _user_binds(policy: Policy, view: View, scratch: Path) -> list[str]:
     binds = checked_binds(policy, view)
-    args = ["--bind", str(scratch), INSIDE_TMP]
+    args = ["--bind", str(scratch), INSIDE_TMP]  # named even under a tmpfs: the watchdog finds the bwrap by it
+    quota = scratch_quota(view)
+    if quota is not None:
+        args += ["--size", str(quota), "--tmpfs", INSIDE_TMP]
     for option, path, _ in binds:
         args += [option, str(path), str(path)]
     shown = [path for _, path, _ in binds]
@@ -290,7 +321,7 @@ def argv(
     path = bwrap_path()
     if path is None:
         raise SandboxUnavailable(f"bubblewrap (bwrap) is not installed on this runner; {INSTALL_HINT}")
-    args = [path, *_namespaces(unprivileged), *_system_binds()]
+    args = [path, *_namespaces(unprivileged), *(["--unshare-net"] if view.own_network else []), *_system_binds()]
     for name in _expand((*ETC_FILES, *TOOLCHAINS)):
         args += ["--ro-bind", name, name]
     args += ["--proc", "/proc", "--dev", "/dev", "--ro-bind", "/sys", "/sys"]

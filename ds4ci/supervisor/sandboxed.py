@@ -10,8 +10,14 @@ PID namespace, reaps orphans) ── the command (pid 2) ── ...
   inits when ds4ci is gone without relying on that chain, and removes their scratch folders;
 - the init often outlives the outer bwrap and is re-parented to ds4ci (a subreaper): the sweep
   reaps it through its pidfd;
-- bwrap's JSON status (``--json-status-fd``) says the init's host pid (the keeper) and, at the end,
-  the command's exit status (128+N for signal N, reported as -N like ``Popen.returncode``);
+- bwrap's JSON status (``--json-status-fd``) says the init's host pid (the keeper), its network
+  namespace (for a command with a network of its own, reached through ``netns.Connector``: its
+  ``new_socket``) and, at the end, the command's exit status (128+N for signal N, reported as -N like
+  ``Popen.returncode``);
+- a command with a scratch quota (``View.scratch_bytes``) has a tmpfs of that size as ``/tmp``, private
+  to its mount namespace: ds4ci opens it (through ``/proc/<init>/root/tmp``) once the command runs, and
+  that descriptor keeps it readable after the sandbox is gone, for ``before_cleanup`` and for
+  ``scratch_full`` (was it full when the command ended);
 - signals go to every process of the namespace (a namespace's init ignores signals it has no
   handler for, so they are sent to its descendants one by one).
 """
@@ -34,7 +40,7 @@ from typing import Final
 
 import psutil
 
-from ds4ci.supervisor import procs, sandbox, watchdog
+from ds4ci.supervisor import netns, procs, sandbox, watchdog
 from ds4ci.supervisor.child import _SPAWNER, Child, Output, _open_output, _pidfd, await_or_sweep
 from ds4ci.supervisor.procs import KilledProcess
 from ds4ci.supervisor.watchdog import remove_scratch
@@ -48,8 +54,15 @@ _decoder = json.JSONDecoder()
 class SandboxChild(Child):
     """A command running under bwrap (see the module docstring); the API is ``Child``'s."""
 
-    def __init__(self, proc: subprocess.Popen[bytes], status_fd: int, argv: Sequence[str], scratch: Path) -> None:
+    def __init__(
+        self, proc: subprocess.Popen[bytes], status_fd: int, argv: Sequence[str], scratch: Path, own_network: bool = False,
+        scratch_quota: int | None = None,
+    ) -> None:
         super().__init__(proc, status_fd, "", argv)
+        self.scratch_quota = scratch_quota  # None: the scratch folder is its /tmp
+        self._tmp_fd: int | None = None
+        self.own_network = own_network
+        self.connector: netns.Connector | None = None
         self.containment = SANDBOX
         self.scratch = scratch
         self.before_cleanup: Callable[[Path], None] | None = None  # called with the scratch folder before its removal
@@ -72,6 +85,13 @@ class SandboxChild(Child):
         pid, code = doc.get("child-pid"), doc.get("exit-code")
         if isinstance(pid, int) and not self.keeper_pid:
             self.keeper_pid = pid
+            inode = doc.get("net-namespace")  # an older bwrap does not say: the init's, read now (it is the init's pid)
+            if self.own_network and not isinstance(inode, int):
+                with contextlib.suppress(OSError):
+                    inode = os.stat(f"/proc/{pid}/ns/net").st_ino  # noqa: PTH116 - a pseudo-file of /proc
+            if self.own_network and isinstance(inode, int):
+                self.connector = netns.Connector(pid, inode)
+                self.new_socket = self.connector.socket
             self._pidfd = _pidfd(pid, self._proc.pid)
             if self._pidfd is not None:
                 watchdog.watch(self._pidfd, self.scratch)  # killed, and its scratch removed, once ds4ci is gone
@@ -96,7 +116,16 @@ class SandboxChild(Child):
             time.sleep(0.002)
         self.pid = self.pid or self.keeper_pid or self._proc.pid
         self.started = True
+        if self.scratch_quota is not None:
+            self._open_tmp()
         return True
+
+    def _open_tmp(self) -> None:
+        """Hold the sandbox's own /tmp (its tmpfs) open; its init set the mounts up before it forked the command."""
+        for pid in (self.keeper_pid, self.pid):
+            with contextlib.suppress(OSError):
+                self._tmp_fd = os.open(f"/proc/{pid}/root{sandbox.INSIDE_TMP}", os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
+                return
 
     def poll(self) -> int | None:
         """As ``Child.poll``; when bwrap ended without a status (it could not set the sandbox up), its exit code.
@@ -144,8 +173,17 @@ class SandboxChild(Child):
         super().kill()
 
     def _cleanup(self) -> None:
+        if self.connector is not None:
+            self.connector.close()
+        tmp = self._tmp_fd
+        if tmp is not None:
+            with contextlib.suppress(OSError):
+                self.scratch_full = os.fstatvfs(tmp).f_bavail == 0
         if self.before_cleanup is not None:  # nothing of the sandbox runs any more: what it left can be read
-            self.before_cleanup(self.scratch)
+            self.before_cleanup(Path(f"/proc/self/fd/{tmp}") if tmp is not None else self.scratch)
+        if tmp is not None:
+            os.close(tmp)  # the tmpfs goes with its last descriptor
+            self._tmp_fd = None
         remove_scratch(self.scratch)
 
 
@@ -213,6 +251,6 @@ def spawn(
     finally:
         os.close(write_fd)
     os.set_blocking(read_fd, False)
-    child = SandboxChild(proc, read_fd, argv, scratch)
+    child = SandboxChild(proc, read_fd, argv, scratch, view.own_network, sandbox.scratch_quota(view))
     await_or_sweep(child, child.await_command, start_timeout)
     return child

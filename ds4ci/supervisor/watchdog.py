@@ -12,7 +12,8 @@ process still runs (killing a PID namespace's init kills the whole namespace; ki
 bwrap kills the init, ``--die-with-parent``) and exits. A pidfd whose init
 exited is closed as soon as it polls readable. Once the inits it killed have exited (their
 namespaces are empty then), it removes the scratch folder of every sandbox it was told of that
-is still there. On a normal exit ds4ci closes its end itself and
+is still there, and every private folder of ds4ci's own it was told of (``new_private_folder``: the
+copy of the server binary). On a normal exit ds4ci closes its end itself and
 reaps the watchdog (``atexit``), so no zombie of it is left to PID 1.
 
 The watchdog runs ``python -I -S`` on this file alone: no ds4ci import, nothing PR code could have
@@ -43,6 +44,7 @@ _UNWATCHED_WAIT_S = 1.0  # for a sandbox whose init was never told (ds4ci died w
 # A message: a scratch folder, after a letter that says what comes with it: nothing yet, its outer bwrap's pidfd,
 # its init's pidfd.
 _SCRATCH, _OUTER, _INIT = b"s", b"o", b"i"
+_FOLDER = b"f"  # a private folder of ds4ci's (no sandbox comes with it): removed once ds4ci is gone
 _lock = threading.Lock()
 _state: dict[str, object] = {}  # "socket", "proc" once started; "failed" if it could not start
 
@@ -50,9 +52,19 @@ _state: dict[str, object] = {}  # "socket", "proc" once started; "failed" if it 
 def new_scratch() -> Path:
     """A fresh scratch folder in the temporary folder, told to the watchdog before it exists (so a ds4ci killed
     right after making it still has it removed)."""
+    return _told_folder(_SCRATCH, "ds4ci-scratch-")
+
+
+def new_private_folder(prefix: str) -> Path:
+    """A fresh folder (mode 0700) in the temporary folder, named ``prefix`` and random hex, told to the watchdog
+    before it exists: removed once ds4ci is gone, however it ends (a SIGKILL included)."""
+    return _told_folder(_FOLDER, prefix)
+
+
+def _told_folder(kind: bytes, prefix: str) -> Path:
     while True:
-        path = Path(tempfile.gettempdir()) / f"ds4ci-scratch-{secrets.token_hex(12)}"
-        _send(_SCRATCH + os.fsencode(path), [])
+        path = Path(tempfile.gettempdir()) / f"{prefix}{secrets.token_hex(12)}"
+        _send(kind + os.fsencode(path), [])
         try:
             path.mkdir(mode=0o700)
         except FileExistsError:  # 96 random bits: never, in practice
@@ -193,6 +205,7 @@ def _serve(fd: int) -> None:
     poller.register(sock.fileno(), select.POLLIN)
     inits: set[int] = set()
     scratches: dict[Path, bool] = {}  # each scratch folder: was its init's pidfd told
+    folders: set[Path] = set()  # ds4ci's private folders
     while True:
         for ready, _ in poller.poll():
             if ready != sock.fileno():  # that init exited
@@ -206,8 +219,13 @@ def _serve(fd: int) -> None:
                 message, fds = b"", []
             if not message and not fds:  # end of file: ds4ci is gone
                 _end(inits, scratches)
+                for folder in folders:
+                    remove_scratch(folder)
                 return
             path = Path(os.fsdecode(message[1:]))
+            if message[:1] == _FOLDER:
+                folders.add(path)
+                continue
             scratches[path] = scratches.get(path, False) or message[:1] == _INIT
             for pidfd in fds:
                 inits.add(pidfd)

@@ -5,6 +5,7 @@ Real bundles from real gate runs against the simulator; every check goes through
 
 from __future__ import annotations
 
+import gzip
 import io
 import json
 import os
@@ -200,3 +201,33 @@ def test_a_corrupt_deflate_stream_is_a_message(tmp_path: Path) -> None:
     broken.write_bytes(b"\x1f\x8b\x08\x00\x00\x00\x00\x00\x00\xff" + body + b"\x07" + bytes(64))
     proc = verify(broken)
     assert proc.returncode == 3 and "is not a readable .tar.gz" in proc.stdout, proc.stdout + proc.stderr
+
+
+def test_the_extraction_budget_is_ds4cis_never_the_manifests(tmp_path: Path) -> None:
+    """The attack: a manifest that lists a 1 GiB log makes a few MB of .tar.gz write 1 GiB. The budget refuses the
+    member from its header, before one byte of it is decompressed (here the archive ends right after that header)."""
+    plain = io.BytesIO()
+    with tarfile.open(fileobj=plain, mode="w") as tar:
+        manifest = _manifest(big__log=1 << 30)
+        info = tarfile.TarInfo("attempt/manifest.json")
+        info.size = len(manifest)
+        tar.addfile(info, io.BytesIO(manifest))
+        big = tarfile.TarInfo("attempt/big/log")
+        big.size = 1 << 30
+        tar.addfile(big)  # the header only
+    archive = tmp_path / "declared.tar.gz"
+    archive.write_bytes(gzip.compress(plain.getvalue()))
+    proc = verify(archive)
+    assert proc.returncode == 3, proc.stdout + proc.stderr
+    assert (f"the archive's files pass ds4ci's extraction budget of {512 << 20} bytes at member 'big/log' "
+            f"({1 << 30} bytes, ") in proc.stdout, proc.stdout
+
+
+def test_max_extract_mib_sets_the_budget_and_the_message_names_it(tmp_path: Path) -> None:
+    data = bytes(2 << 20)
+    honest = _archive(tmp_path / "honest.tar.gz", {"manifest.json": _manifest(big__log=len(data)), "big/log": data})
+    before = set(Path(os.environ.get("TMPDIR", "/tmp")).glob("ds4ci-bundle-*"))
+    proc = verify("--max-extract-mib", "1", honest)
+    assert proc.returncode == 3 and f"ds4ci's extraction budget of {1 << 20} bytes at member 'big/log'" in proc.stdout
+    assert set(Path(os.environ.get("TMPDIR", "/tmp")).glob("ds4ci-bundle-*")) == before
+    assert verify("--max-extract-mib", "0", honest).returncode == 2

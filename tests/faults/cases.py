@@ -22,6 +22,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from gatekit import DS4CI, FOREIGN_SERVER, Workspace, evidence_listing, processes_mentioning
 
+from ds4ci.supervisor import sandbox
+
 
 @dataclass(frozen=True)
 class Outcome:
@@ -68,7 +70,9 @@ def run_port_stranger(ws: Workspace, case: Case) -> Outcome:
     """A process outside ds4ci's tree takes the port our server was given, and answers for it.
 
     The 'server' ds4ci starts only passes its port to a stranger that the test started itself
-    (through a FIFO), then idles: the listener on the port is no descendant of the server.
+    (through a FIFO), then idles: the listener on the port is no descendant of the server. Under the
+    sandbox the server has a network namespace of its own, so the stranger on the host's loopback is
+    out of reach: ``case.options`` names the containment (``DS4CI_CONTAINMENT``).
     """
     fifo = ws.root / "ports.fifo"
     os.mkfifo(fifo)
@@ -89,8 +93,9 @@ def run_port_stranger(ws: Workspace, case: Case) -> Outcome:
     )
     wrapper.chmod(0o755)
     ws.server = wrapper
+    env = ws.env(DS4CI_CONTAINMENT=str(case.options.get("containment", "auto")))
     try:
-        result = ws.gate(widths="2")
+        result = ws.gate(widths="2", startup_timeout=5, env=env)
     finally:
         with contextlib.suppress(ProcessLookupError):
             os.killpg(stranger.pid, signal.SIGKILL)
@@ -200,7 +205,12 @@ CASES: list[Case] = [
          "ignore-sigterm", {"stop_timeout": 1}),
     Case("server forks a helper that keeps the port", "lifecycle", 0, "pass",
          "were still running after it stopped and were killed", "fork-helper", {"stop_timeout": 1}),
-    Case("port taken by a stranger", "lifecycle", 3, "error", "refusing to talk to a stranger", run=run_port_stranger),
+    Case("port taken by a stranger", "lifecycle", 3, "error", "refusing to talk to a stranger",
+         options={"containment": "pid-namespace"}, run=run_port_stranger),
+    # under the sandbox the host's loopback is not the server's: the stranger answers nobody
+    *([Case("a stranger on the host's port is out of reach", "lifecycle", 3, "error",
+            "did not answer /health within 5 s", options={"containment": "sandbox"}, run=run_port_stranger)]
+      if sandbox.refusal() is None else []),
     # clause 2: one well-formed trace per request, n = len(ids), not empty, flags match the arm
     Case("no trace line", "2", 1, "fail", "holds 0 [ds4-exact-verify-trace] line(s) for 2 request(s)", "no-trace"),
     Case("duplicate trace", "2", 1, "fail", "holds 4 [ds4-exact-verify-trace] line(s) for 2 request(s)", "duplicate-trace"),

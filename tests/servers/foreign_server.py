@@ -25,6 +25,8 @@ FOREIGN_BEHAVIOUR:
   nan-answer             every completion answer holds NaN and Infinity
   deep-answer            every completion answer is an array nested 30000 levels deep
   drip-answer            every completion answer is sent one byte every FOREIGN_DRIP_S (default 0.5) s
+  endless-props          GET /props answers chunked with a chunk size of -1, then bytes without end
+  fill-tmp               before it serves, writes files of 1 MiB into /tmp until a write fails or 168 MiB are written
 """
 
 import argparse
@@ -126,6 +128,14 @@ def main() -> int:
                 self.reply(200, {"status": "ok"})
             elif self.path == "/props" and behaviour == "nan-props":
                 self.reply(200, {"server": {"name": "foreign", "version": "9.9"}, "speed": float("nan")})
+            elif self.path == "/props" and behaviour == "endless-props":
+                self.wfile.write(b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n-1\r\n")
+                try:
+                    while not stopping:  # until ds4ci closes the connection
+                        self.wfile.write(b"x" * 65536)
+                except OSError:
+                    pass
+                self.close_connection = True
             elif self.path == "/props" and behaviour == "deep-props":
                 self.reply_bytes(200, b"[" * 30_000 + b"]" * 30_000)
             elif self.path == "/props":
@@ -193,6 +203,15 @@ def main() -> int:
                 for text, to_stdout in lines:
                     log(text, to_stdout)
 
+    if behaviour == "fill-tmp":
+        written = 0
+        try:
+            for i in range(168):
+                with open(f"/tmp/fill-{i}", "wb") as fh:
+                    fh.write(b"f" * (1 << 20))
+                written += 1
+        except OSError as exc:
+            log(f"fill-tmp: stopped after {written} MiB: {exc}")
     server = HTTPServer((args.host, args.port), Handler)
     server.timeout = 0.2
     signal.signal(signal.SIGTERM, on_signal)

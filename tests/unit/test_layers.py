@@ -15,7 +15,7 @@ import ds4ci
 PACKAGE = Path(ds4ci.__file__).resolve().parent
 
 STAGES = [
-    {"ds4ci", "ds4ci.errors", "ds4ci.fileio", "ds4ci.log", "ds4ci.records"},
+    {"ds4ci", "ds4ci.errors", "ds4ci.fileio", "ds4ci.log", "ds4ci.records", "ds4ci.textsafe"},
     {"ds4ci.options"},
     {"ds4ci.supervisor"},
     {"ds4ci.runner"},
