@@ -19,6 +19,7 @@ import contextlib
 import dataclasses
 import os
 import sys
+import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -30,7 +31,7 @@ from ds4ci import __version__, supervisor
 from ds4ci.errors import EXIT_ERROR, Ds4ciError, NoVerdictError
 from ds4ci.evidence import derive, results, store
 from ds4ci.fileio import write_text_atomic
-from ds4ci.gate import settings, views
+from ds4ci.gate import parallel, settings, views
 from ds4ci.gate.document import containment, initial_results, inputs, read_verified_prompt
 from ds4ci.gate.interrupt import GateInterrupted, signals_raise
 from ds4ci.gate.preload import preload
@@ -68,6 +69,11 @@ def _now() -> str:
     return datetime.now(timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
 
 
+def _now_ms() -> str:
+    """UTC to the millisecond: when an arm started and ended (arms side by side overlap within a second)."""
+    return datetime.now(timezone.utc).isoformat(timespec="milliseconds").replace("+00:00", "Z")
+
+
 class _Run:
     """Mutable state of one gate run; everything it learns is written to a sealed file, from which
     results.json is derived (``doc`` only carries facts until they are written)."""
@@ -82,6 +88,10 @@ class _Run:
         self.prompts: list[str] = []
         self.seals = store.Seals()
         self.binary: PrivateBinary | None = None  # the private copy of server_bin that servers start
+        self.side_by_side = False  # arms run at once (gate.parallel): each seals its own folders alone
+        self.interrupts = parallel.Interrupts()
+        self.live: list[Server] = []  # servers of arms running side by side, stopped by an interrupt
+        self.lock = threading.Lock()  # seals, live and timings, shared by the arms' threads
 
     # -- steps ------------------------------------------------------------------------------
     def verify_identities(self) -> None:
@@ -161,7 +171,7 @@ class _Run:
         self.binary = privatebin.copy(self.cfg.server_bin.path, self.doc["identities"])
         self.progress(f"server_bin: servers start a private read-only copy (sha256 {self.binary.sha256[:16]}…)")
 
-    def _settings(self, binary: PrivateBinary) -> ServerSettings:
+    def _settings(self, binary: PrivateBinary, device: str) -> ServerSettings:
         from ds4ci.gate.server import ServerSettings
 
         cfg = self.cfg
@@ -169,7 +179,7 @@ class _Run:
         return ServerSettings(
             binary=binary.path,
             target=cfg.target.path,
-            target_device=cfg.target_device,
+            target_device=device,
             max_ctx=cfg.max_ctx,
             chunk=cfg.chunk,
             args=cfg.server_args_all(),
@@ -208,6 +218,7 @@ class _Run:
 
         for repeat in range(self.cfg.repeats):
             for index, prompt in enumerate(self.prompts):
+                self.interrupts.check()  # side by side: an interrupt stops the arm before its next request
                 request, response = judge.exchange_paths(key, index, repeat)
                 error_body = response.removesuffix(".json") + ".error-body"
                 entry: dict[str, Any] = {
@@ -234,27 +245,37 @@ class _Run:
                     f"{exchange.elapsed_s:.2f} s ({'?' if tokens is None else tokens} completion tokens)"
                 )
 
-    def _run_server(self, q: int | None, env: policy.ArmEnvironment) -> None:
-        """Start one server, send every request, stop it, and record its lifecycle (never judges)."""
+    def _run_server(self, q: int | None, env: policy.ArmEnvironment, device: str) -> None:
+        """Start one server on ``device``, send every request, stop it, and record its lifecycle (never judges)."""
         key, label = judge.server_key(q), judge.server_label(q)
         server_dir = self.attempt.path / judge.SERVERS / key
         assert self.binary is not None  # run_arms copies it first
         # Hashed right before the start; a changed copy stops the run (no later server may start either).
         binary = {"path": str(self.binary.path), "sha256": self.binary.verified()}
-        life: dict[str, Any] = {"key": key, "q": q, "requests": [], "error": None, "binary": binary}
+        life: dict[str, Any] = {
+            "key": key, "q": q, "requests": [], "error": None, "binary": binary, "device": device, "started_at": _now_ms(),
+        }
         t0 = time.monotonic()
         from ds4ci.gate.server import Server
 
-        server = Server(self._settings(self.binary), env.env, server_dir, self.progress, label)
+        server = Server(self._settings(self.binary, device), env.env, server_dir, self.progress, label)
+        # Side by side, the arms share one log group (GitHub's groups do not nest); every line names its arm.
+        group = contextlib.nullcontext() if self.side_by_side else self.progress.group(f"{label} server")
         try:
-            with self.progress.group(f"{label} server"):
+            with group:
                 try:
+                    self.interrupts.check()
+                    with self.lock:
+                        self.live.append(server)
+                    self.progress(f"{label}: on {device}")
                     server.start()
                     self._serve(server, key, life["requests"])
                 finally:
                     server.stop()
         except NoVerdictError as exc:
-            life["error"] = fit_reason(str(exc))
+            stopped = self.interrupts.reason if self.interrupts.event.is_set() else None  # side by side: an interrupt
+            life["error"] = fit_reason(str(exc) if stopped is None or isinstance(exc, GateInterrupted)
+                                       else f"{stopped} ({label} was stopped: {str(exc).splitlines()[0]})")
             if isinstance(exc, GateInterrupted):
                 raise
             self.progress(f"{label}: no verdict: {str(exc).splitlines()[0]}")
@@ -262,7 +283,9 @@ class _Run:
             life["error"] = f"{label}: stopped by {type(exc).__name__}: {str(exc)[:500]}"
             raise
         finally:
-            self._server_timing(env.arm, q, server, t0)
+            life["finished_at"] = _now_ms()
+            with self.lock:
+                self._server_timing(env.arm, q, server, t0)
             if server.child is not None:
                 life.update({
                     "pid": server.child.pid, "port": server.port, "ready_s": _rounded(server.ready_s),
@@ -279,8 +302,9 @@ class _Run:
             life.update(exact_trace=server.exact_trace, overrides_after=settings.present_overrides(self.cfg))
             if server_dir.is_dir():
                 store.write_json(server_dir / judge.LIFECYCLE, life)
-            self.seals.close(self.attempt.path, f"the {label} server stopped",
-                             [f"{judge.SERVERS}/{key}", f"{judge.REQUESTS}/{key}"])
+            with self.lock:
+                self.seals.close(self.attempt.path, f"the {label} server stopped",
+                                 [f"{judge.SERVERS}/{key}", f"{judge.REQUESTS}/{key}"], only=self.side_by_side)
 
     def _server_timing(self, arm: Arm, q: int | None, server: Server | None, t0: float) -> None:
         self.doc["timings"]["servers"].append({
@@ -297,20 +321,51 @@ class _Run:
             self.record_fingerprint(taken)
             taken = None
         results.preload()
+        cfg, arms = self.cfg, 1 + len(self.cfg.widths)
+        slots = parallel.slots(cfg.arm_devices(), cfg.parallel)
         try:
+            target = self.doc["identities"]["target"]
+            target_sha256 = target["sha256"] if target is not None else None
+            parallel.check_sharing(cfg.arm_devices(), cfg.parallel, arms, target_sha256)  # before any server starts
             self.copy_binary()
             target_env, spec_envs = self.arm_environments()
-            sealed = settings.judge_settings(self.cfg, [p["sha256"] for p in self.doc["identities"]["prompts"]])
-            self._run_server(None, target_env)
+            if parallel.concurrent(cfg.arm_devices(), cfg.parallel, arms) > 1:
+                self._run_side_by_side(target_env, spec_envs, slots)
+                return
+            sealed = settings.judge_settings(cfg, [p["sha256"] for p in self.doc["identities"]["prompts"]])
+            self._run_server(None, target_env, slots[0])
         finally:
             if taken is not None:  # a fingerprint error stands first, as when the probes ran first
                 self.record_fingerprint(taken)
         # Judged here only to know whether the widths can run: results.json is derived after sealing.
-        target = judge.judge_target(self.attempt.path, sealed)
-        if target.errors:  # without a target-only reference no width can be judged
+        if judge.judge_target(self.attempt.path, sealed).errors:  # without a target-only reference no width can be judged
             return
-        for q in self.cfg.widths:
-            self._run_server(q, spec_envs[q])
+        for q in cfg.widths:
+            self._run_server(q, spec_envs[q], slots[0])
+
+    def _run_side_by_side(self, target_env: policy.ArmEnvironment, spec_envs: dict[int, policy.ArmEnvironment],
+                          slots: list[str]) -> None:
+        """Every arm at once, each on its slot's device (``gate.parallel``): all run to their own end."""
+        self.side_by_side = True
+        envs: list[tuple[int | None, policy.ArmEnvironment]] = [(None, target_env), *spec_envs.items()]
+        at_once = parallel.concurrent(slots, 1, len(envs))
+        with self.progress.group(f"{len(envs)} arms, {at_once} at a time on {', '.join(dict.fromkeys(slots))}"):
+            try:
+                parallel.run_all(envs, slots, lambda arm, device: self._run_server(arm[0], arm[1], device),
+                                 self._stop_live, self.interrupts)
+            finally:
+                order = [None, *spec_envs]
+                self.doc["timings"]["servers"].sort(key=lambda t: order.index(t["q"]))
+
+    def _stop_live(self) -> None:
+        """After an interrupt: SIGTERM to every running server of an arm (each arm's own stop() then reaps it)."""
+        import signal
+
+        with self.lock:
+            live = list(self.live)
+        for server in live:
+            if server.child is not None and server.child.poll() is None:
+                server.child.send_signal(signal.SIGTERM)
 
     # -- verdict and evidence ---------------------------------------------------------------
     def seal_run_facts(self) -> None:
