@@ -92,6 +92,9 @@ class _Run:
         self.interrupts = parallel.Interrupts()
         self.live: list[Server] = []  # servers of arms running side by side, stopped by an interrupt
         self.lock = threading.Lock()  # seals, live and timings, shared by the arms' threads
+        self.stop_began = 0.0  # when an interrupt began stopping the arms side by side (monotonic)
+        self.signalled: set[int] = set()  # servers sent SIGTERM after the interrupt
+        self.killed: set[int] = set()  # and SIGKILL, stop_timeout later
 
     # -- steps ------------------------------------------------------------------------------
     def verify_identities(self) -> None:
@@ -358,14 +361,25 @@ class _Run:
                 self.doc["timings"]["servers"].sort(key=lambda t: order.index(t["q"]))
 
     def _stop_live(self) -> None:
-        """After an interrupt: SIGTERM to every running server of an arm (each arm's own stop() then reaps it)."""
+        """After an interrupt: SIGTERM to every running arm's server, SIGKILL stop_timeout later to those still up.
+
+        A server may not stop for SIGTERM while a request is in flight, and its arm's thread waits for that
+        answer: the kill ends the wait. Each arm's own stop() then reaps, sweeps and records what happened."""
         import signal
 
+        now = time.monotonic()
+        self.stop_began = self.stop_began or now
         with self.lock:
-            live = list(self.live)
+            live = [s for s in self.live if s.child is not None and s.exit_code is None]
         for server in live:
-            if server.child is not None and server.child.poll() is None:
+            assert server.child is not None
+            if id(server) not in self.signalled:
+                self.signalled.add(id(server))
                 server.child.send_signal(signal.SIGTERM)
+            elif now - self.stop_began > self.cfg.stop_timeout_s and id(server) not in self.killed:
+                self.killed.add(id(server))
+                self.progress(f"{server.label}: still running {self.cfg.stop_timeout_s:g} s after the interrupt; SIGKILL")
+                server.child.kill()
 
     # -- verdict and evidence ---------------------------------------------------------------
     def seal_run_facts(self) -> None:
