@@ -179,3 +179,34 @@ def test_nothing_outlives_the_gate_with_four_servers_running(ws: Workspace, sig:
         life = json.loads((final / "servers" / key / "lifecycle.json").read_text())
         assert "interrupted by SIGTERM" in life["error"], life["error"]
         assert life["stop"]["exit_code"] is not None
+
+
+def _most_at_once(arms: list[dict[str, Any]]) -> int:
+    """The most arms whose [started_at, finished_at] spans overlap at one instant."""
+    edges = sorted([(a["started_at"], 1) for a in arms] + [(a["finished_at"], -1) for a in arms], key=lambda e: (e[0], e[1]))
+    most = now = 0
+    for _, step in edges:
+        now += step
+        most = max(most, now)
+    return most
+
+
+@pytest.mark.parametrize("arms_per_device", [2, 4])
+def test_tiny_model_arms_side_by_side_on_one_device(tmp_path: Path, arms_per_device: int) -> None:
+    pytest.importorskip("gguf")
+    models = tmp_path / "models"
+    written = subprocess.run([DS4CI, "tiny-models", str(models), "--kind", "random"], capture_output=True, text=True,
+                             check=False, timeout=300)
+    assert written.returncode == 0, written.stderr
+    ws = Workspace.create(tmp_path)
+    argv = [DS4CI, "gate", "--config", str(models / "ds4ci.toml"), "--server-bin", str(ws.server),
+            "--parallel", str(arms_per_device), "--runner", "tiny", "--evidence-dir", str(tmp_path / "evidence"),
+            "--results-out", str(tmp_path / "results.json")]
+    proc = subprocess.run(argv, env=ws.env(), cwd=tmp_path, capture_output=True, text=True, check=False, timeout=600)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    doc = json.loads((tmp_path / "results.json").read_text())
+    assert doc["settings"]["parallel"] == arms_per_device and doc["settings"]["devices"] == ["cuda:0"]
+    assert [a["device"] for a in doc["arms"]] == ["cuda:0"] * 4
+    assert 1 < _most_at_once(doc["arms"]) <= arms_per_device
+    verified = _verify(doc)
+    assert verified.returncode == 0, verified.stdout + verified.stderr
