@@ -19,14 +19,20 @@ Guarantees:
 
 from __future__ import annotations
 
+import signal
 import threading
+import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
-from typing import TypeVar
+from typing import TYPE_CHECKING, TypeVar
 
 from ds4ci.errors import NoVerdictError
 from ds4ci.gate.interrupt import GateInterrupted
 from ds4ci.judging.tinywords import known_target
+from ds4ci.log import Logger
+
+if TYPE_CHECKING:  # http.client and psutil are imported when the first server starts
+    from ds4ci.gate.server import Server
 
 T = TypeVar("T")
 _JOIN_S = 0.1  # how often the main thread wakes while it waits (signals are handled in it, between waits)
@@ -68,6 +74,43 @@ class Interrupts:
         """Raise GateInterrupted in an arm's thread once ds4ci was interrupted (before a start or a request)."""
         if self.event.is_set():
             raise GateInterrupted(self.reason or "ds4ci was interrupted; no verdict")
+
+
+class LiveServers:
+    """The servers of arms side by side, for an interrupt to stop: SIGTERM first, SIGKILL ``stop_timeout_s`` later.
+
+    A server may not stop for SIGTERM while a request is in flight, and its arm's thread waits for that
+    answer: the kill ends the wait. Each arm's own ``Server.stop()`` then reaps, sweeps and records what
+    happened. A server is only signalled through its own supervisor handle: never another arm's."""
+
+    def __init__(self, stop_timeout_s: float, progress: Logger) -> None:
+        self.stop_timeout_s = stop_timeout_s
+        self.progress = progress
+        self._servers: list[Server] = []
+        self._lock = threading.Lock()
+        self._began = 0.0  # when the interrupt began stopping them (monotonic)
+        self._termed: set[int] = set()
+        self._killed: set[int] = set()
+
+    def add(self, server: Server) -> None:
+        with self._lock:
+            self._servers.append(server)
+
+    def stop(self) -> None:
+        """Called after the interrupt and again each time the main thread wakes: servers started meanwhile too."""
+        now = time.monotonic()
+        self._began = self._began or now
+        with self._lock:
+            live = [s for s in self._servers if s.child is not None and s.exit_code is None]
+        for server in live:
+            assert server.child is not None
+            if id(server) not in self._termed:
+                self._termed.add(id(server))
+                server.child.send_signal(signal.SIGTERM)
+            elif now - self._began > self.stop_timeout_s and id(server) not in self._killed:
+                self._killed.add(id(server))
+                self.progress(f"{server.label}: still running {self.stop_timeout_s:g} s after the interrupt; SIGKILL")
+                server.child.kill()
 
 
 def run_all(
@@ -118,3 +161,13 @@ def run_all(
         raise stopped
     for index in sorted(failures):  # run_one records a NoVerdictError itself: what is left is the run's to report
         raise failures[index]
+
+
+def side_by_side(
+    arms: Sequence[T], slots: Sequence[str], run_one: Callable[[T, str], None], live: LiveServers,
+    interrupts: Interrupts,
+) -> None:
+    """``run_all`` in one log group (GitHub's groups do not nest; every line names its arm)."""
+    at_once = min(len(slots), len(arms))
+    with live.progress.group(f"{len(arms)} arms, {at_once} at a time on {', '.join(dict.fromkeys(slots))}"):
+        run_all(arms, slots, run_one, live.stop, interrupts)

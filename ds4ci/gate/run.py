@@ -6,7 +6,8 @@ Order, failing closed at every step:
    checks, each sealed as it ends (``store.Seals``); every pin verified; stale override files refused;
 3. the server binary copied privately (``privatebin``): what starts is the bytes that were hashed;
 4. one target-only server answers every prompt ``repeats`` times, interleaved (A, B, ..., A, B);
-5. one reference-exact server per width does the same;
+5. one reference-exact server per width does the same (4 and 5 side by side with ``gate.devices`` or
+   ``gate.parallel``: ``parallel``, every arm to its own end, each sealing its own folders alone);
 6. after each server has stopped: override files checked again, its evidence sealed (the
    target-only server's raw evidence is judged once, to know whether the widths can run);
 7. ``run.json`` (what no other file shows), the manifest (refused if a sealed file changed), ``results.json``
@@ -23,7 +24,6 @@ import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
-from datetime import datetime, timezone
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -34,6 +34,7 @@ from ds4ci.fileio import write_text_atomic
 from ds4ci.gate import parallel, settings, views
 from ds4ci.gate.document import containment, initial_results, inputs, read_verified_prompt
 from ds4ci.gate.interrupt import GateInterrupted, signals_raise
+from ds4ci.gate.lifecycle import now, now_ms, process_record, timing
 from ds4ci.gate.preload import preload
 from ds4ci.judging import judge, verdict
 from ds4ci.judging.answer import read_answer
@@ -41,7 +42,7 @@ from ds4ci.judging.logtail import fit_reason
 from ds4ci.log import Logger, as_logger
 from ds4ci.options import policy
 from ds4ci.options.config import GateConfig
-from ds4ci.records import Arm, Results
+from ds4ci.records import Results
 
 if TYPE_CHECKING:  # imported when first used: http.client, ssl and psutil come after the first line
     from ds4ci.gate.privatebin import PrivateBinary
@@ -65,15 +66,6 @@ class GateOutcome:
             write_text_atomic(path, self.results_text)
 
 
-def _now() -> str:
-    return datetime.now(timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
-
-
-def _now_ms() -> str:
-    """UTC to the millisecond: when an arm started and ended (arms side by side overlap within a second)."""
-    return datetime.now(timezone.utc).isoformat(timespec="milliseconds").replace("+00:00", "Z")
-
-
 class _Run:
     """Mutable state of one gate run; everything it learns is written to a sealed file, from which
     results.json is derived (``doc`` only carries facts until they are written)."""
@@ -83,18 +75,15 @@ class _Run:
         self.attempt = attempt
         self.progress = progress
         self.started = time.monotonic()
-        self.started_at = _now()
+        self.started_at = now()
         self.doc: Results = initial_results(cfg, self.started_at)
         self.prompts: list[str] = []
         self.seals = store.Seals()
         self.binary: PrivateBinary | None = None  # the private copy of server_bin that servers start
         self.side_by_side = False  # arms run at once (gate.parallel): each seals its own folders alone
         self.interrupts = parallel.Interrupts()
-        self.live: list[Server] = []  # servers of arms running side by side, stopped by an interrupt
-        self.lock = threading.Lock()  # seals, live and timings, shared by the arms' threads
-        self.stop_began = 0.0  # when an interrupt began stopping the arms side by side (monotonic)
-        self.signalled: set[int] = set()  # servers sent SIGTERM after the interrupt
-        self.killed: set[int] = set()  # and SIGKILL, stop_timeout later
+        self.live = parallel.LiveServers(cfg.stop_timeout_s, progress)  # side by side: stopped by an interrupt
+        self.lock = threading.Lock()  # seals and timings, shared by the arms' threads
 
     # -- steps ------------------------------------------------------------------------------
     def verify_identities(self) -> None:
@@ -256,7 +245,7 @@ class _Run:
         # Hashed right before the start; a changed copy stops the run (no later server may start either).
         binary = {"path": str(self.binary.path), "sha256": self.binary.verified()}
         life: dict[str, Any] = {
-            "key": key, "q": q, "requests": [], "error": None, "binary": binary, "device": device, "started_at": _now_ms(),
+            "key": key, "q": q, "requests": [], "error": None, "binary": binary, "device": device, "started_at": now_ms(),
         }
         t0 = time.monotonic()
         from ds4ci.gate.server import Server
@@ -268,8 +257,7 @@ class _Run:
             with group:
                 try:
                     self.interrupts.check()
-                    with self.lock:
-                        self.live.append(server)
+                    self.live.add(server)
                     self.progress(f"{label}: on {device}")
                     server.start()
                     self._serve(server, key, life["requests"])
@@ -286,35 +274,17 @@ class _Run:
             life["error"] = f"{label}: stopped by {type(exc).__name__}: {str(exc)[:500]}"
             raise
         finally:
-            life["finished_at"] = _now_ms()
+            life["finished_at"] = now_ms()
             with self.lock:
-                self._server_timing(env.arm, q, server, t0)
+                self.doc["timings"]["servers"].append(timing(env.arm, q, server, t0))
             if server.child is not None:
-                life.update({
-                    "pid": server.child.pid, "port": server.port, "ready_s": _rounded(server.ready_s),
-                    "containment": server.child.containment, "swept": server.swept,
-                    "stop": {
-                        "needed_kill": server.needed_kill, "in_flight": server.in_flight,
-                        "timeout_s": self.cfg.stop_timeout_s, "exit_code": server.exit_code, "stop_s": _rounded(server.stop_s),
-                    },
-                    "log_cap_bytes": self.cfg.log_cap_bytes,
-                    "log_flood": {
-                        stream: _size(server_dir / f"{stream}.log") >= self.cfg.log_cap_bytes for stream in judge.STREAMS
-                    },
-                })
+                life.update(process_record(server, self.cfg.stop_timeout_s, self.cfg.log_cap_bytes))
             life.update(exact_trace=server.exact_trace, overrides_after=settings.present_overrides(self.cfg))
             if server_dir.is_dir():
                 store.write_json(server_dir / judge.LIFECYCLE, life)
             with self.lock:
                 self.seals.close(self.attempt.path, f"the {label} server stopped",
                                  [f"{judge.SERVERS}/{key}", f"{judge.REQUESTS}/{key}"], only=self.side_by_side)
-
-    def _server_timing(self, arm: Arm, q: int | None, server: Server | None, t0: float) -> None:
-        self.doc["timings"]["servers"].append({
-            "arm": arm, "q": q,
-            "ready_s": _rounded(server.ready_s) if server else None,
-            "run_s": round(time.monotonic() - t0, 3),
-        })
 
     def run_arms(self) -> None:
         from ds4ci.runner.fingerprint import Background
@@ -332,8 +302,14 @@ class _Run:
             parallel.check_sharing(cfg.arm_devices(), cfg.parallel, arms, target_sha256)  # before any server starts
             self.copy_binary()
             target_env, spec_envs = self.arm_environments()
-            if parallel.concurrent(cfg.arm_devices(), cfg.parallel, arms) > 1:
-                self._run_side_by_side(target_env, spec_envs, slots)
+            if parallel.concurrent(cfg.arm_devices(), cfg.parallel, arms) > 1:  # every arm to its own end
+                self.side_by_side = True
+                envs: list[tuple[int | None, policy.ArmEnvironment]] = [(None, target_env), *spec_envs.items()]
+                try:
+                    parallel.side_by_side(envs, slots, lambda arm, device: self._run_server(arm[0], arm[1], device),
+                                          self.live, self.interrupts)
+                finally:  # in arm order, as in a sequential run
+                    self.doc["timings"]["servers"].sort(key=lambda t: [None, *spec_envs].index(t["q"]))
                 return
             sealed = settings.judge_settings(cfg, [p["sha256"] for p in self.doc["identities"]["prompts"]])
             self._run_server(None, target_env, slots[0])
@@ -346,41 +322,6 @@ class _Run:
         for q in cfg.widths:
             self._run_server(q, spec_envs[q], slots[0])
 
-    def _run_side_by_side(self, target_env: policy.ArmEnvironment, spec_envs: dict[int, policy.ArmEnvironment],
-                          slots: list[str]) -> None:
-        """Every arm at once, each on its slot's device (``gate.parallel``): all run to their own end."""
-        self.side_by_side = True
-        envs: list[tuple[int | None, policy.ArmEnvironment]] = [(None, target_env), *spec_envs.items()]
-        at_once = parallel.concurrent(slots, 1, len(envs))
-        with self.progress.group(f"{len(envs)} arms, {at_once} at a time on {', '.join(dict.fromkeys(slots))}"):
-            try:
-                parallel.run_all(envs, slots, lambda arm, device: self._run_server(arm[0], arm[1], device),
-                                 self._stop_live, self.interrupts)
-            finally:
-                order = [None, *spec_envs]
-                self.doc["timings"]["servers"].sort(key=lambda t: order.index(t["q"]))
-
-    def _stop_live(self) -> None:
-        """After an interrupt: SIGTERM to every running arm's server, SIGKILL stop_timeout later to those still up.
-
-        A server may not stop for SIGTERM while a request is in flight, and its arm's thread waits for that
-        answer: the kill ends the wait. Each arm's own stop() then reaps, sweeps and records what happened."""
-        import signal
-
-        now = time.monotonic()
-        self.stop_began = self.stop_began or now
-        with self.lock:
-            live = [s for s in self.live if s.child is not None and s.exit_code is None]
-        for server in live:
-            assert server.child is not None
-            if id(server) not in self.signalled:
-                self.signalled.add(id(server))
-                server.child.send_signal(signal.SIGTERM)
-            elif now - self.stop_began > self.cfg.stop_timeout_s and id(server) not in self.killed:
-                self.killed.add(id(server))
-                self.progress(f"{server.label}: still running {self.cfg.stop_timeout_s:g} s after the interrupt; SIGKILL")
-                server.child.kill()
-
     # -- verdict and evidence ---------------------------------------------------------------
     def seal_run_facts(self) -> None:
         """Write what no other sealed file shows (run.json), and every carrier the derivation reads."""
@@ -391,7 +332,7 @@ class _Run:
                 store.write_json(path / rel, value)
         doc["timings"]["total_s"] = round(time.monotonic() - self.started, 3)
         store.write_json(path / derive.RUN, {
-            "errors": list(doc["reasons"])[: derive.MAX_REASONS], "finished_at": _now(), "timings": doc["timings"],
+            "errors": list(doc["reasons"])[: derive.MAX_REASONS], "finished_at": now(), "timings": doc["timings"],
             "containment": containment(), "evidence_dir": str(self.attempt.root), "attempt_id": self.attempt.attempt_id,
         })
 
@@ -419,7 +360,7 @@ class _Run:
         doc = self.doc
         doc["errors"] = [*doc["reasons"], reason][: derive.MAX_REASONS]
         doc["verdict"], doc["exit_code"], doc["reasons"] = verdict.ERROR, EXIT_ERROR, list(doc["errors"])
-        doc["finished_at"] = _now()
+        doc["finished_at"] = now()
         doc["containment"] = containment()
         doc["evidence"].update({"dir": str(self.attempt.path), "manifest_sha256": None, "diagnostics": None})
         return doc
@@ -431,17 +372,6 @@ def _detail(exc: Exception) -> str:
     if isinstance(exc, (NoVerdictError, derive.DeriveError)):
         return str(exc)
     return f"internal error (a bug in ds4ci, please report it): {type(exc).__name__}: {exc}".splitlines()[0][:1000]
-
-
-def _rounded(value: float | None) -> float | None:
-    return round(value, 3) if value is not None else None
-
-
-def _size(path: Path) -> int:
-    try:
-        return path.stat().st_size
-    except OSError:
-        return 0
 
 
 def run_gate(cfg: GateConfig, progress: Progress | Logger | None = None) -> GateOutcome:
