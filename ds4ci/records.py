@@ -318,9 +318,9 @@ class ArmPlacement(TypedDict):
 
     key: str
     q: int | None
-    device: str | None  # None: evidence of a ds4ci that did not record it
-    started_at: str | None
-    finished_at: str | None
+    device: str
+    started_at: str
+    finished_at: str
 
 
 class Results(TypedDict):

@@ -192,7 +192,9 @@ def derive(root: Path) -> Results:
         if doc["runner"]["role"] == "gate":
             target, doc["widths"], found = _judge_servers(root, doc, errors)
             keys = [(judge.TARGET_KEY, None), *((judge.server_key(q), q) for q in doc["settings"]["widths"])]
-            doc["arms"] = arm_placements(root, keys)
+            placed = arm_placements(root, keys)
+            if placed is not None:  # evidence of an earlier ds4ci records none: its results have no arms
+                doc["arms"] = placed
             doc["target_only"] = target
             warnings += found
             if target["verdict"] == NOT_RUN and not errors and built:
