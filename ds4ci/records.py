@@ -203,6 +203,8 @@ class RecordedSettings(TypedDict):
     configured_widths: NotRequired[list[int]]
     scope: NotRequired[Scope]
     allow_dirty_tree: NotRequired[bool]
+    devices: NotRequired[list[str]]
+    parallel: NotRequired[int]
 
 
 class PolicyRecord(TypedDict):
@@ -312,6 +314,16 @@ class BuildRecord(TypedDict):
     log_tail: str
 
 
+class ArmPlacement(TypedDict):
+    """Where and when one arm's server ran (its lifecycle.json), for a sequential and a parallel run alike."""
+
+    key: str
+    q: int | None
+    device: str
+    started_at: str
+    finished_at: str
+
+
 class Results(TypedDict):
     """One runner's ``results.json``."""
 
@@ -340,3 +352,4 @@ class Results(TypedDict):
     errors: NotRequired[list[str]]
     containment: NotRequired[Containment | None]
     build: NotRequired[BuildRecord | None]
+    arms: NotRequired[list[ArmPlacement]]

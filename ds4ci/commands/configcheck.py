@@ -79,6 +79,8 @@ def run_config_check(config_file: Path | None, runner: str | None) -> int:
                 continue
             what = "extra checks only" if cfg.role != "gate" else (
                 f"widths {','.join(map(str, cfg.widths))}, {len(cfg.prompts)} prompt(s), target_device {cfg.target_device}"
+                + (f", arms on {','.join(cfg.arm_devices())}" if cfg.devices else "")
+                + (f", {cfg.parallel} arms per device" if cfg.parallel > 1 else "")
             )
             checked.append(f"  {cfg.runner}: {cfg.role}: {what}" + (f", gpu {' or '.join(cfg.gpu)}" if cfg.gpu else ""))
     problems += [f"runner{'s' if len(names) > 1 else ''} {', '.join(names)}: {problem}"

@@ -10,7 +10,8 @@ anything its sealed files do not. Each field comes from one sealed file (``docs/
   that held, where the evidence directory lives and the attempt's id;
 - ``identities.json``, ``revisions.json``, ``preflight.json``, ``env/policy.json``,
   ``env/provenance.json``: copied as they are (a file that is absent was absent when sealed);
-- ``servers/<key>/`` and ``requests/<key>/``: every verdict, through ``judging.judge``;
+- ``servers/<key>/`` and ``requests/<key>/``: every verdict, through ``judging.judge``; where and when each
+  arm ran (``arms``), through ``judging.placement``;
 - ``checks/checks.json`` and ``build/build.json`` with the logs and reports they name: the
   checks and the build, through ``judging.steps``;
 - ``revisions.json`` with ``settings.allow_dirty_tree``: a modified source tree makes a pass an error
@@ -27,6 +28,7 @@ from ds4ci.errors import EXIT_ERROR, EXIT_FAIL, EXIT_PASS, ResultsError
 from ds4ci.evidence import results
 from ds4ci.evidence.store import FAILED, MANIFEST, RUNS
 from ds4ci.judging import confined, judge, steps
+from ds4ci.judging.placement import arm_placements
 from ds4ci.judging.tree import judge_tree
 from ds4ci.judging.verdict import ERROR, FAIL, NOT_RUN, PASS
 from ds4ci.records import BuildRecord, CheckResult, ExitCode, Results, TargetOnlyResult, Verdict, WidthResult
@@ -159,8 +161,13 @@ def _judge_servers(root: Path, doc: Results, errors: list[str]) -> tuple[TargetO
     target = judge.judge_target(root, settings, oracle)
     warnings = list(target.warnings)
     widths: list[WidthResult] = []
-    if target.errors:  # without a target-only reference no width was run
+    if target.errors:  # without a target-only reference no width is judged
         errors += target.errors
+        for q in settings.widths:  # arms that ran side by side: each failure is named, none hidden by target-only's
+            if (root / judge.SERVERS / judge.server_key(q)).is_dir():
+                failed, found = judge.lifecycle_issues(judge.server_key(q), judge.load_lifecycle(root, judge.server_key(q)))
+                errors += failed
+                warnings += found
         return target.doc, widths, warnings
     for q in settings.widths:
         if (root / judge.SERVERS / judge.server_key(q)).is_dir():
@@ -184,6 +191,10 @@ def derive(root: Path) -> Results:
     try:
         if doc["runner"]["role"] == "gate":
             target, doc["widths"], found = _judge_servers(root, doc, errors)
+            keys = [(judge.TARGET_KEY, None), *((judge.server_key(q), q) for q in doc["settings"]["widths"])]
+            placed = arm_placements(root, keys)
+            if placed is not None:  # evidence of an earlier ds4ci records none: its results have no arms
+                doc["arms"] = placed
             doc["target_only"] = target
             warnings += found
             if target["verdict"] == NOT_RUN and not errors and built:

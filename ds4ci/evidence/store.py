@@ -160,9 +160,14 @@ class Seals:
     files: dict[str, tuple[int, str, str]] = field(default_factory=dict)  # path -> (size, sha256, when)
     closed: dict[str, str] = field(default_factory=dict)  # folder -> when
 
-    def close(self, attempt_dir: Path, when: str, folders: Sequence[str] = ()) -> None:
-        """Seal every file not sealed yet (``when``: what had just ended), and close ``folders``."""
+    def close(self, attempt_dir: Path, when: str, folders: Sequence[str] = (), only: bool = False) -> None:
+        """Seal every file not sealed yet (``when``: what had just ended), and close ``folders``.
+
+        ``only``: seal the files under ``folders`` alone (arms running side by side: another arm's files still grow).
+        """
         for rel, path in _evidence_files(attempt_dir).items():
+            if only and not any(rel.startswith(folder + "/") for folder in folders):
+                continue
             if rel not in self.files:
                 self.files[rel] = (path.stat().st_size, _hash_file(path), when)
         for folder in folders:

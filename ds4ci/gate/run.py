@@ -6,7 +6,8 @@ Order, failing closed at every step:
    checks, each sealed as it ends (``store.Seals``); every pin verified; stale override files refused;
 3. the server binary copied privately (``privatebin``): what starts is the bytes that were hashed;
 4. one target-only server answers every prompt ``repeats`` times, interleaved (A, B, ..., A, B);
-5. one reference-exact server per width does the same;
+5. one reference-exact server per width does the same (4 and 5 side by side with ``gate.devices`` or
+   ``gate.parallel``: ``parallel``, every arm to its own end, each sealing its own folders alone);
 6. after each server has stopped: override files checked again, its evidence sealed (the
    target-only server's raw evidence is judged once, to know whether the widths can run);
 7. ``run.json`` (what no other file shows), the manifest (refused if a sealed file changed), ``results.json``
@@ -19,10 +20,10 @@ import contextlib
 import dataclasses
 import os
 import sys
+import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
-from datetime import datetime, timezone
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -30,9 +31,10 @@ from ds4ci import __version__, supervisor
 from ds4ci.errors import EXIT_ERROR, Ds4ciError, NoVerdictError
 from ds4ci.evidence import derive, results, store
 from ds4ci.fileio import write_text_atomic
-from ds4ci.gate import settings, views
+from ds4ci.gate import parallel, settings, views
 from ds4ci.gate.document import containment, initial_results, inputs, read_verified_prompt
 from ds4ci.gate.interrupt import GateInterrupted, signals_raise
+from ds4ci.gate.lifecycle import now, now_ms, process_record, timing
 from ds4ci.gate.preload import preload
 from ds4ci.judging import judge, verdict
 from ds4ci.judging.answer import read_answer
@@ -40,7 +42,7 @@ from ds4ci.judging.logtail import fit_reason
 from ds4ci.log import Logger, as_logger
 from ds4ci.options import policy
 from ds4ci.options.config import GateConfig
-from ds4ci.records import Arm, Results
+from ds4ci.records import Results
 
 if TYPE_CHECKING:  # imported when first used: http.client, ssl and psutil come after the first line
     from ds4ci.gate.privatebin import PrivateBinary
@@ -64,10 +66,6 @@ class GateOutcome:
             write_text_atomic(path, self.results_text)
 
 
-def _now() -> str:
-    return datetime.now(timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
-
-
 class _Run:
     """Mutable state of one gate run; everything it learns is written to a sealed file, from which
     results.json is derived (``doc`` only carries facts until they are written)."""
@@ -77,11 +75,15 @@ class _Run:
         self.attempt = attempt
         self.progress = progress
         self.started = time.monotonic()
-        self.started_at = _now()
+        self.started_at = now()
         self.doc: Results = initial_results(cfg, self.started_at)
         self.prompts: list[str] = []
         self.seals = store.Seals()
         self.binary: PrivateBinary | None = None  # the private copy of server_bin that servers start
+        self.side_by_side = False  # arms run at once (gate.parallel): each seals its own folders alone
+        self.interrupts = parallel.Interrupts()
+        self.live = parallel.LiveServers(cfg.stop_timeout_s, progress)  # side by side: stopped by an interrupt
+        self.lock = threading.Lock()  # seals and timings, shared by the arms' threads
 
     # -- steps ------------------------------------------------------------------------------
     def verify_identities(self) -> None:
@@ -162,7 +164,7 @@ class _Run:
         self.binary = privatebin.copy(self.cfg.server_bin.path, self.doc["identities"])
         self.progress(f"server_bin: servers start a private read-only copy (sha256 {self.binary.sha256[:16]}…)")
 
-    def _settings(self, binary: PrivateBinary) -> ServerSettings:
+    def _settings(self, binary: PrivateBinary, device: str) -> ServerSettings:
         from ds4ci.gate.server import ServerSettings
 
         cfg = self.cfg
@@ -170,7 +172,7 @@ class _Run:
         return ServerSettings(
             binary=binary.path,
             target=cfg.target.path,
-            target_device=cfg.target_device,
+            target_device=device,
             max_ctx=cfg.max_ctx,
             chunk=cfg.chunk,
             args=cfg.server_args_all(),
@@ -209,6 +211,7 @@ class _Run:
 
         for repeat in range(self.cfg.repeats):
             for index, prompt in enumerate(self.prompts):
+                self.interrupts.check()  # side by side: an interrupt stops the arm before its next request
                 request, response = judge.exchange_paths(key, index, repeat)
                 error_body = response.removesuffix(".json") + ".error-body"
                 entry: dict[str, Any] = {
@@ -235,27 +238,36 @@ class _Run:
                     f"{exchange.elapsed_s:.2f} s ({'?' if tokens is None else tokens} completion tokens)"
                 )
 
-    def _run_server(self, q: int | None, env: policy.ArmEnvironment) -> None:
-        """Start one server, send every request, stop it, and record its lifecycle (never judges)."""
+    def _run_server(self, q: int | None, env: policy.ArmEnvironment, device: str) -> None:
+        """Start one server on ``device``, send every request, stop it, and record its lifecycle (never judges)."""
         key, label = judge.server_key(q), judge.server_label(q)
         server_dir = self.attempt.path / judge.SERVERS / key
         assert self.binary is not None  # run_arms copies it first
         # Hashed right before the start; a changed copy stops the run (no later server may start either).
         binary = {"path": str(self.binary.path), "sha256": self.binary.verified()}
-        life: dict[str, Any] = {"key": key, "q": q, "requests": [], "error": None, "binary": binary}
+        life: dict[str, Any] = {
+            "key": key, "q": q, "requests": [], "error": None, "binary": binary, "device": device, "started_at": now_ms(),
+        }
         t0 = time.monotonic()
         from ds4ci.gate.server import Server
 
-        server = Server(self._settings(self.binary), env.env, server_dir, self.progress, label)
+        server = Server(self._settings(self.binary, device), env.env, server_dir, self.progress, label)
+        # Side by side, the arms share one log group (GitHub's groups do not nest); every line names its arm.
+        group = contextlib.nullcontext() if self.side_by_side else self.progress.group(f"{label} server")
         try:
-            with self.progress.group(f"{label} server"):
+            with group:
                 try:
+                    self.interrupts.check()
+                    self.live.add(server)
+                    self.progress(f"{label}: on {device}")
                     server.start()
                     self._serve(server, key, life["requests"])
                 finally:
                     server.stop()
         except NoVerdictError as exc:
-            life["error"] = fit_reason(str(exc))
+            stopped = self.interrupts.reason if self.interrupts.event.is_set() else None  # side by side: an interrupt
+            life["error"] = fit_reason(str(exc) if stopped is None or isinstance(exc, GateInterrupted)
+                                       else f"{stopped} ({label} was stopped: {str(exc).splitlines()[0]})")
             if isinstance(exc, GateInterrupted):
                 raise
             self.progress(f"{label}: no verdict: {str(exc).splitlines()[0]}")
@@ -263,32 +275,17 @@ class _Run:
             life["error"] = f"{label}: stopped by {type(exc).__name__}: {str(exc)[:500]}"
             raise
         finally:
-            self._server_timing(env.arm, q, server, t0)
+            life["finished_at"] = now_ms()
+            with self.lock:
+                self.doc["timings"]["servers"].append(timing(env.arm, q, server, t0))
             if server.child is not None:
-                life.update({
-                    "pid": server.child.pid, "port": server.port, "ready_s": _rounded(server.ready_s),
-                    "containment": server.child.containment, "swept": server.swept,
-                    "stop": {
-                        "needed_kill": server.needed_kill, "in_flight": server.in_flight,
-                        "timeout_s": self.cfg.stop_timeout_s, "exit_code": server.exit_code, "stop_s": _rounded(server.stop_s),
-                    },
-                    "log_cap_bytes": self.cfg.log_cap_bytes, "scratch": server.scratch(),
-                    "log_flood": {
-                        stream: _size(server_dir / f"{stream}.log") >= self.cfg.log_cap_bytes for stream in judge.STREAMS
-                    },
-                })
+                life.update(process_record(server, self.cfg.stop_timeout_s, self.cfg.log_cap_bytes))
             life.update(exact_trace=server.exact_trace, overrides_after=settings.present_overrides(self.cfg))
             if server_dir.is_dir():
                 store.write_json(server_dir / judge.LIFECYCLE, life)
-            self.seals.close(self.attempt.path, f"the {label} server stopped",
-                             [f"{judge.SERVERS}/{key}", f"{judge.REQUESTS}/{key}"])
-
-    def _server_timing(self, arm: Arm, q: int | None, server: Server | None, t0: float) -> None:
-        self.doc["timings"]["servers"].append({
-            "arm": arm, "q": q,
-            "ready_s": _rounded(server.ready_s) if server else None,
-            "run_s": round(time.monotonic() - t0, 3),
-        })
+            with self.lock:
+                self.seals.close(self.attempt.path, f"the {label} server stopped",
+                                 [f"{judge.SERVERS}/{key}", f"{judge.REQUESTS}/{key}"], only=self.side_by_side)
 
     def run_arms(self) -> None:
         from ds4ci.runner.fingerprint import Background
@@ -298,20 +295,33 @@ class _Run:
             self.record_fingerprint(taken)
             taken = None
         results.preload()
+        cfg, arms = self.cfg, 1 + len(self.cfg.widths)
+        slots = parallel.slots(cfg.arm_devices(), cfg.parallel)
         try:
+            target = self.doc["identities"]["target"]
+            target_sha256 = target["sha256"] if target is not None else None
+            parallel.check_sharing(cfg.arm_devices(), cfg.parallel, arms, target_sha256)  # before any server starts
             self.copy_binary()
             target_env, spec_envs = self.arm_environments()
-            sealed = settings.judge_settings(self.cfg, [p["sha256"] for p in self.doc["identities"]["prompts"]])
-            self._run_server(None, target_env)
+            if parallel.concurrent(cfg.arm_devices(), cfg.parallel, arms) > 1:  # every arm to its own end
+                self.side_by_side = True
+                envs: list[tuple[int | None, policy.ArmEnvironment]] = [(None, target_env), *spec_envs.items()]
+                try:
+                    parallel.side_by_side(envs, slots, lambda arm, device: self._run_server(arm[0], arm[1], device),
+                                          self.live, self.interrupts)
+                finally:  # in arm order, as in a sequential run
+                    self.doc["timings"]["servers"].sort(key=lambda t: [None, *spec_envs].index(t["q"]))
+                return
+            sealed = settings.judge_settings(cfg, [p["sha256"] for p in self.doc["identities"]["prompts"]])
+            self._run_server(None, target_env, slots[0])
         finally:
             if taken is not None:  # a fingerprint error stands first, as when the probes ran first
                 self.record_fingerprint(taken)
         # Judged here only to know whether the widths can run: results.json is derived after sealing.
-        target = judge.judge_target(self.attempt.path, sealed)
-        if target.errors:  # without a target-only reference no width can be judged
+        if judge.judge_target(self.attempt.path, sealed).errors:  # without a target-only reference no width can be judged
             return
-        for q in self.cfg.widths:
-            self._run_server(q, spec_envs[q])
+        for q in cfg.widths:
+            self._run_server(q, spec_envs[q], slots[0])
 
     # -- verdict and evidence ---------------------------------------------------------------
     def seal_run_facts(self) -> None:
@@ -323,7 +333,7 @@ class _Run:
                 store.write_json(path / rel, value)
         doc["timings"]["total_s"] = round(time.monotonic() - self.started, 3)
         store.write_json(path / derive.RUN, {
-            "errors": list(doc["reasons"])[: derive.MAX_REASONS], "finished_at": _now(), "timings": doc["timings"],
+            "errors": list(doc["reasons"])[: derive.MAX_REASONS], "finished_at": now(), "timings": doc["timings"],
             "containment": containment(), "evidence_dir": str(self.attempt.root), "attempt_id": self.attempt.attempt_id,
         })
 
@@ -351,7 +361,7 @@ class _Run:
         doc = self.doc
         doc["errors"] = [*doc["reasons"], reason][: derive.MAX_REASONS]
         doc["verdict"], doc["exit_code"], doc["reasons"] = verdict.ERROR, EXIT_ERROR, list(doc["errors"])
-        doc["finished_at"] = _now()
+        doc["finished_at"] = now()
         doc["containment"] = containment()
         doc["evidence"].update({"dir": str(self.attempt.path), "manifest_sha256": None, "diagnostics": None})
         return doc
@@ -363,17 +373,6 @@ def _detail(exc: Exception) -> str:
     if isinstance(exc, (NoVerdictError, derive.DeriveError)):
         return str(exc)
     return f"internal error (a bug in ds4ci, please report it): {type(exc).__name__}: {exc}".splitlines()[0][:1000]
-
-
-def _rounded(value: float | None) -> float | None:
-    return round(value, 3) if value is not None else None
-
-
-def _size(path: Path) -> int:
-    try:
-        return path.stat().st_size
-    except OSError:
-        return 0
 
 
 def run_gate(cfg: GateConfig, progress: Progress | Logger | None = None) -> GateOutcome:

@@ -21,6 +21,7 @@ import dataclasses
 import http.client
 import json
 import socket
+import threading
 import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
@@ -75,12 +76,27 @@ class Exchange:
     stdout_range: tuple[int, int]
 
 
+_claimed: set[int] = set()  # ports handed to a server of this process: arms side by side never share one
+_claimed_lock = threading.Lock()
+
+
 def pick_free_port() -> int:
     """A port free on the loopback interface right now (checked again just before start)."""
     with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
         sock.bind((HOST, 0))
         port: int = sock.getsockname()[1]
         return port
+
+
+def claim_free_port(tries: int = 20) -> int:
+    """A free loopback port no other server of this process was given; NoVerdictError after ``tries``."""
+    for _ in range(tries):
+        port = pick_free_port()
+        with _claimed_lock:
+            if port not in _claimed and port_is_free(port):
+                _claimed.add(port)
+                return port
+    raise NoVerdictError(f"could not find a free loopback port after {tries} tries")
 
 
 def port_is_free(port: int) -> bool:
@@ -228,13 +244,7 @@ class Server:
     # -- lifecycle -------------------------------------------------------------------------
     def start(self) -> None:
         self.log_dir.mkdir(parents=True, exist_ok=False)
-        for _ in range(20):
-            port = pick_free_port()
-            if port_is_free(port):
-                break
-        else:
-            raise NoVerdictError("could not find a free loopback port after 20 tries")
-        self.port = port
+        self.port = port = claim_free_port()
         command = server_command(self.settings, port)
         (self.log_dir / "command.json").write_text(
             json.dumps({"argv": command, "port": port}, indent=2) + "\n", encoding="utf-8"

@@ -104,6 +104,8 @@ class GateConfig:
     sandbox: SandboxSettings = SandboxSettings()
     signing_key: Path | None = None
     allow_dirty_tree: bool = False
+    devices: tuple[str, ...] = ()  # [gate] devices as configured; () means target_device alone
+    parallel: int = 1  # [gate] parallel: arms side by side on each device
 
     @property
     def scope(self) -> str:
@@ -118,6 +120,10 @@ class GateConfig:
     def prebuilt_server_bin(self) -> Path | None:
         """The server binary as given (--server-bin); None when ``[build]`` produces it."""
         return self.server_bin.path if self.build is None else None
+
+    def arm_devices(self) -> tuple[str, ...]:
+        """The devices the arms run on, each passed to its server as --target-device (the one place a device is set)."""
+        return self.devices or (self.target_device,)
 
     def server_args_all(self) -> tuple[str, ...]:
         """Every argument after the ones ds4ci owns: the device defaults (or their replacement), then extras."""
@@ -309,12 +315,31 @@ def _server(src: _Sources) -> dict[str, Any]:
     # untrusted pull requests) the cache is used only from a path configured on purpose.
     hash_cache = src.value("hash_cache")
     return {
-        "target_device": target_device,
+        "target_device": target_device, **_placement(src, target_device),
         "device_args": device_args if device_args is not None else default_device_args(target_device),
         "stale_override_files": tuple(Path(expand_vars(s, "gate.stale_override_files")) for s in stale),
         "hash_cache_path": hash_cache_path,
         "hash_cache": hash_cache if hash_cache is not None else not (under_actions() and hash_cache_path is None),
     }
+
+
+def _placement(src: _Sources, target_device: str) -> dict[str, Any]:
+    """[gate] devices and parallel, checked against target_device and the number of configured arms."""
+    devices: tuple[str, ...] = src.value("devices") or ()
+    parallel: int = src.value("parallel")
+    configured = parse_widths(src.tables["gate"].get("widths", DEFAULT_WIDTHS), "gate.widths")
+    arms = 1 + len(configured)  # target-only and one reference-exact arm per configured width
+    kind = target_device.split(":", maxsplit=1)[0]
+    if devices and devices[0].split(":", maxsplit=1)[0] != kind:
+        raise UsageError(f"devices: {', '.join(devices)} are not of target_device's kind ({target_device}); the "
+                         f"server arguments follow target_device, so set it to one of them (e.g. {devices[0]})")
+    if len(devices) > arms:
+        raise UsageError(f"devices: {len(devices)} listed, but the gate has only {arms} arms (target-only and "
+                         f"{len(configured)} width(s)); list at most {arms}")
+    if parallel > arms:
+        raise UsageError(f"parallel = {parallel}, but the gate has only {arms} arms (target-only and "
+                         f"{len(configured)} width(s)); at most {arms} can run side by side")
+    return {"devices": devices, "parallel": parallel}
 
 
 # Settings with a checker and a default, taken from the table as they are: GateConfig field -> key.

@@ -165,6 +165,16 @@ OPTIONS: tuple[Option, ...] = (
           check=v.boolean, default=False, toml_type="boolean", flag=None, recorded="text_parity", attr="text_parity"),
     _gate("target_device", "Server --target-device, e.g. hip:0 or cuda:0.", check=v.device, default="hip:0",
           recorded="target_device", attr="target_device", reproduce=True),
+    _gate("devices", "Devices to spread the arms over (target-only and one per width), one arm per device at a "
+          "time unless parallel says more; each arm's server gets its device as --target-device (counted within "
+          "CUDA_VISIBLE_DEVICES or HIP_VISIBLE_DEVICES where the runner sets one). Same kind as target_device, "
+          "each listed once, no more than the arms (comma-separated as a flag).", check=v.parse_devices,
+          default_doc="target_device alone", toml_type="array of strings", recorded="devices", attr="devices",
+          record_attr="arm_devices", reproduce=True),
+    _gate("parallel", "Arms running side by side on each device (>= 1, at most the number of arms). Above 1 only "
+          "with ds4ci's tiny models (`ds4ci tiny-models`, known by the target's SHA-256): a real model takes a "
+          "whole GPU, so one real-model arm per device.", check=v.integer(1), default=1, toml_type="integer",
+          cli_type=int, recorded="parallel", attr="parallel", reproduce=True),
     _gate("max_ctx", "Server --max-ctx.", check=v.integer(1), default=4096, toml_type="integer", cli_type=int,
           recorded="max_ctx", attr="max_ctx", reproduce=True),
     _gate("chunk", "Server --chunk.", check=v.integer(1), default=512, toml_type="integer", cli_type=int,
@@ -274,7 +284,7 @@ OPTIONS: tuple[Option, ...] = (
            check=v.paths, default=(), toml_type="array of paths", runner_table=True),
     Option("sandbox", "devices", "Extra device nodes (globs) beyond the standard ones and the GPU's "
            "(/dev/kfd, /dev/dri, /dev/nvidia*, /dev/nvidia-caps).", check=v.paths, default=(),
-           toml_type="array of paths", runner_table=True),
+           toml_type="array of paths", runner_table=True, dest="sandbox_devices"),
     Option("merge", "runners", "Gate runners whose ds4ci/<runner> status must be success on the head.",
            toml_type="array of strings", flag="--runner", command="merge-check", repeat=True, metavar="NAME"),
     Option("merge", "checks", "Check runs or commit status contexts that must succeed on the head: a name (a "

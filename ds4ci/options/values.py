@@ -191,6 +191,23 @@ def device(value: Any, where: str) -> str:
     return value
 
 
+def parse_devices(value: Any, where: str = "devices") -> tuple[str, ...]:
+    """``["cuda:0", "cuda:1"]`` (in the file) or ``cuda:0,cuda:1`` (a flag): distinct devices of one kind."""
+    items = [part.strip() for part in value.split(",")] if isinstance(value, str) else value
+    if not isinstance(items, list | tuple) or not items:
+        raise UsageError(f"{where}: expected a non-empty list of devices like [\"cuda:0\", \"cuda:1\"], found {value!r}")
+    devices = tuple(device(item, where) for item in items)
+    twice = sorted({d for d in devices if devices.count(d) > 1})
+    if twice:
+        raise UsageError(f"{where}: {', '.join(twice)} listed twice in {list(devices)}; each device is listed once "
+                         "(several arms on one device: gate.parallel)")
+    kinds = sorted({d.split(":", maxsplit=1)[0] for d in devices})
+    if len(kinds) > 1:
+        raise UsageError(f"{where}: devices of one kind expected (the server arguments follow the kind), found "
+                         f"{', '.join(kinds)} in {list(devices)}")
+    return devices
+
+
 def git_ref(value: Any, where: str) -> str:
     if not isinstance(value, str) or not value or value.startswith("-"):
         raise UsageError(f"{where}: expected a git ref, found {value!r}")

@@ -140,6 +140,13 @@ def test_config_check_is_offline_and_strict(tmp_path: Path) -> None:
         (tmp_path / "ds4ci.toml").write_text(broken)
         bad = ds4ci("config", "check", "--config", "ds4ci.toml", cwd=tmp_path, env=env)
         assert bad.returncode == 2 and said in bad.stderr, (said, bad.stderr)
+    # Where the arms run is said per runner.
+    placed = good.replace('[runners.sm86]', '[runners.h200]\ntarget_device = "cuda:0"\ndevices = ["cuda:0", "cuda:1"]\n'
+                          'parallel = 2\n[runners.sm86]')
+    (tmp_path / "ds4ci.toml").write_text(placed)
+    proc = ds4ci("config", "check", "--config", "ds4ci.toml", cwd=tmp_path, env=env)
+    assert proc.returncode == 0, proc.stderr
+    assert "h200: gate: widths 2,3,4, 1 prompt(s), target_device cuda:0, arms on cuda:0,cuda:1, 2 arms per device" in proc.stdout
     # The shipped example is valid as it stands (its pins are placeholders of the right form).
     example = ds4ci("config", "check", "--config", str(ROOT / "examples" / "ds4ci.toml"), cwd=tmp_path, env=env)
     assert example.returncode == 0 and "gfx1151: gate" in example.stdout, example.stderr

@@ -121,3 +121,38 @@ def test_scope_is_full_only_when_every_configured_width_runs(tmp_path: Path) -> 
     for outside in ("2,3,4", "4"):  # not configured widths: refused, neither full nor a focused rerun
         with pytest.raises(UsageError, match="not among the configured widths"):
             config.load(path, {"runner": "r1", "widths": outside})
+
+
+def test_devices_and_parallel_from_the_file_and_a_runner_table(tmp_path: Path) -> None:
+    write_models(tmp_path)
+    extra = ('target_device = "cuda:0"\ndevices = ["cuda:0", "cuda:1", "cuda:2"]\n'
+             '[runners.many]\nrole = "gate"\n[runners.one]\ndevices = ["cuda:0"]\nparallel = 3\n')
+    path = toml(tmp_path, extra)
+    many = config.load(path, {"runner": "many"})
+    assert many.devices == many.arm_devices() == ("cuda:0", "cuda:1", "cuda:2") and many.parallel == 1
+    one = config.load(path, {"runner": "one"})
+    assert one.arm_devices() == ("cuda:0",) and one.parallel == 3
+    flags = config.load(path, {"runner": "many", "devices": "cuda:1,cuda:0", "parallel": 2})
+    assert flags.arm_devices() == ("cuda:1", "cuda:0") and flags.parallel == 2
+    plain = config.load(toml(tmp_path, 'target_device = "hip:1"\n'), {"runner": "r"})
+    assert plain.devices == () and plain.arm_devices() == ("hip:1",) and plain.parallel == 1
+
+
+@pytest.mark.parametrize(("extra", "message"), [
+    ('target_device = "cuda:0"\ndevices = ["cuda:0", "cuda:0"]\n', r"cuda:0 listed twice"),
+    ('target_device = "cuda:0"\ndevices = []\n', r"expected a non-empty list of devices"),
+    ('target_device = "cuda:0"\ndevices = "cuda:0"\n', r"gate.devices"),
+    ('target_device = "cuda:0"\ndevices = ["cuda:0", 1]\n', r"gate.devices"),
+    ('target_device = "cuda:0"\ndevices = ["cuda:0", "gpu"]\n', r"expected a device like hip:0 or cuda:0, found 'gpu'"),
+    ('target_device = "cuda:0"\ndevices = ["cuda:0", "hip:0"]\n', r"devices of one kind"),
+    ('devices = ["cuda:0", "cuda:1"]\n', r"not of target_device's kind \(hip:0\)"),
+    ('target_device = "cuda:0"\ndevices = ["cuda:0", "cuda:1", "cuda:2", "cuda:3"]\n',
+     r"4 listed, but the gate has only 3 arms"),
+    ("parallel = 0\n", r"gate.parallel"),
+    ("parallel = 4\n", r"parallel = 4, but the gate has only 3 arms \(target-only and 2 width\(s\)\)"),
+    ('parallel = "2"\n', r"gate.parallel"),
+])
+def test_devices_and_parallel_fail_closed(tmp_path: Path, extra: str, message: str) -> None:
+    write_models(tmp_path)
+    with pytest.raises(UsageError, match=message):
+        config.load(toml(tmp_path, extra), {"runner": "r"})
