@@ -14,16 +14,17 @@ with one row of ``dim`` numbers per token standing in for a layer's key/value ro
   compressed row ``pos // 4`` and then ``cur`` is copied into ``prev``. Not idempotent: a replay over
   a block boundary without the state restored pools a ``prev`` that holds the block itself.
 - **ratio-128 compressor**: a 128-row position ring (``pos % 128``) pooled at ``pos % 128 == 127``
-  into compressed row ``pos // 128``: idempotent on replay.
+  into compressed row ``pos // 128``: idempotent on a replay that rewrites every row the rejected
+  tokens wrote before the pool reads them (not so a rejected token past the boundary, whose row
+  is one the next pool of the block reads).
 - **visible compressed rows** (``n_comp``, one per ratio): every forward sets
   ``n_comp = max(n_comp, next_pos // ratio)``; a query at ``p`` sees
   ``min(max(n_comp, (p + 1) // ratio), cap)`` rows. Without ``n_comp`` restored, a compressed row
   that rejected tokens completed stays visible before its block is reached again.
 
 A snapshot copies all of it and the position; ``restore`` puts it back, less the parts a planted
-mutant names (``refserver.faults``). ``truncate`` is the engine's cheap rollback (no snapshot
-restore: the raw rows past the commit and a ``prev`` half flushed at or past it are put back, the
-counts recomputed), which the approximate verifier uses.
+mutant names (``refserver.faults``). ``truncate`` keeps a verify's rows below a commit, as the
+engine's cheap rollback does, for the approximate verifier.
 """
 
 from __future__ import annotations
@@ -66,6 +67,7 @@ class EngineCache:
         self.n_comp4 = 0
         self.n_comp128 = 0
         self.sticky: set[int] = set()  # ratio-4 blocks whose row is never recomputed (the stale-compressor fault)
+        self._written: dict[int, np.ndarray] = {}  # the latest row written at each recent position (for truncate)
 
     def write(self, row: np.ndarray) -> int:
         """One token's writes at ``length`` (ring row, compressor steps); returns its position."""
@@ -73,6 +75,8 @@ class EngineCache:
         if p >= self.capacity:
             raise ValueError(f"position {p} is past the cache capacity {self.capacity}")
         self.raw[p % self.n_swa] = row
+        self._written[p] = row
+        self._written.pop(p - 2 * self.n_swa - RATIO128, None)
         self.state4[RATIO4 + p % RATIO4] = row
         if p % RATIO4 == RATIO4 - 1:
             if p // RATIO4 not in self.sticky:
@@ -127,23 +131,18 @@ class EngineCache:
         self.length = snap.position
 
     def truncate(self, snap: EngineSnapshot, commit: int) -> None:
-        """The engine's cheap rollback to ``commit`` after a verify from ``snap``'s position."""
+        """Keep what a verify from ``snap``'s position wrote below ``commit``, and nothing past it: the result the
+        engine's cheap rollback reaches (raw rows past the commit and a ``prev`` half flushed at or past it put
+        back, the counts set from the commit), reached here by restoring ``snap`` and writing the committed
+        rows again (the same numbers: a row is written whole)."""
         start, end = snap.position, self.length
         if not start <= commit <= end:
             raise ValueError(f"cannot truncate a verify of positions {start}..{end - 1} to {commit}")
-        if any(p % RATIO4 == RATIO4 - 1 for p in range(commit, end)):  # a flush at or past the commit
-            legit = [p for p in range(start, commit) if p % RATIO4 == RATIO4 - 1]
-            if not legit:
-                self.state4[:RATIO4] = snap.state4[:RATIO4]
-            elif end - (legit[-1] - RATIO4 + 1) <= self.n_swa:  # the last committed flush's block, from the ring
-                block = range(legit[-1] - RATIO4 + 1, legit[-1] + 1)
-                self.state4[:RATIO4] = self.raw[[p % self.n_swa for p in block]]
-            else:
-                raise ValueError(f"a verify of {end - start} tokens over a {self.n_swa}-row ring cannot be truncated")
-        for p in range(max(commit, end - self.n_swa), end):
-            self.raw[p % self.n_swa] = snap.raw[p % self.n_swa]
-        self.n_comp4, self.n_comp128 = commit // RATIO4, commit // RATIO128
-        self.length = commit
+        rows = [self._written[p] for p in range(start, commit)]
+        self.restore(snap)
+        for row in rows:
+            self.write(row)
+            self.advance()
 
     def seek(self, position: int) -> None:
         """Where the next forward writes, nothing else changed (the engine passes each forward its position)."""
