@@ -44,8 +44,8 @@ from ds4ci.refserver.model import DTYPES, Decoder, derive_tensors, generate_tens
 from ds4ci.refserver.modelfile import ModelFile, ModelFileError, is_gguf, read_model_file
 
 BANNER = (
-    "[ds4-spec] reference-exact verifier: batched target verification of the drafts, rollback of the KV cache "
-    "to the step's start, single-token target replay as the truth"
+    "[ds4-spec] reference-exact verifier: single-token target verification of the drafts after a cache snapshot, "
+    "restore and single-token replay of the accepted tokens after a rejection"
 )
 APPROXIMATE_NOTE = "[ds4-spec] fused verifier (approximate): the batched verification's tokens are kept"
 
