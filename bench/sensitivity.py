@@ -37,7 +37,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from _common import machine
 
 from ds4ci.commands.selftest import mismatch_positions
-from ds4ci.refserver.faults import FAULTS
+from ds4ci.refserver.faults import FAULTS, SEEDED
 from ds4ci.refserver.workload import write_workload
 from ds4ci.supervisor import sandbox
 
@@ -159,7 +159,8 @@ def main() -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0], formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--trials", type=int, default=8, help="seeds per family and fault (default 8)")
     p.add_argument("--families", default=",".join(FAMILIES), help=f"comma-separated, of {', '.join(FAMILIES)}")
-    p.add_argument("--faults", default=",".join(FAULTS), help=f"comma-separated, of {', '.join(FAULTS)}")
+    p.add_argument("--faults", default=",".join(SEEDED),
+                   help=f"comma-separated, of {', '.join(FAULTS)} (default: the seeded ones, {', '.join(SEEDED)})")
     p.add_argument("--json-out", type=Path, help="also write the figures here as JSON")
     p.add_argument("--workdir", type=Path, help="keep the trials' folders here (default: a new temporary folder)")
     a = p.parse_args()

@@ -38,7 +38,7 @@ from _common import machine
 
 from ds4ci.refserver import tinydouble
 from ds4ci.refserver.decoding import Output, Penalties, decode_plain, decode_speculative
-from ds4ci.refserver.faults import FAULTS, FaultPlan
+from ds4ci.refserver.faults import SEEDED, FaultPlan
 from ds4ci.refserver.modelfile import file_sha256
 from ds4ci.tinymodels import design, structure
 from ds4ci.tinymodels.bundle import write_tiny_set
@@ -53,13 +53,13 @@ def measure(kind: str, gain: float, trials: int, folder: Path,
     tinydouble.CONTEXT_GAIN = gain
     target = tinydouble.TinyTarget(tiny.target, file_sha256(tiny.target))
     draft = tinydouble.TinyDraft(tiny.draft, target)
-    counts = {f: {"requests": 0, "fired": 0, "changed": 0} for f in FAULTS}
-    caught: dict[str, set[int]] = {f: set() for f in FAULTS}  # fault seeds with a changed answer: a gate catch
+    counts = {f: {"requests": 0, "fired": 0, "changed": 0} for f in SEEDED}
+    caught: dict[str, set[int]] = {f: set() for f in SEEDED}  # fault seeds with a changed answer: a gate catch
     for prompt_file in tiny.prompts:
         prompt = tinydouble.chat_tokens([("user", prompt_file.read_text(encoding="utf-8"))])
         greedy = Output(N_TOKENS, (), tinydouble.tiny_piece)
         decode_plain(target, prompt, greedy, 512, Penalties())
-        for fault in FAULTS:
+        for fault in SEEDED:
             for q in (2, 3, 4):
                 for seed in range(1, trials + 1):
                     state = FaultPlan(fault, seed, None).arm(prompt, 0)

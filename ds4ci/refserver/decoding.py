@@ -5,16 +5,17 @@ only in how tokens after the first are produced:
 
 - target-only: one target forward per token, argmax of its logits;
 - speculative step (both speculative modes): the draft proposes up to q-1 tokens one at a time;
-  the target verifies ``[last, d1 .. dk]`` in ONE batched forward and the accepted prefix is the
-  longest run of drafts equal to the batch's own argmax;
-- reference-exact: the target's cache is then restored to the step's start and the accepted
-  tokens are replayed one forward per token; the replay's own argmax is the truth (a draft the
-  replay disagrees with is rejected there, and the replay's token is emitted instead), and the
-  token after the last accepted draft comes from the replay too. Every emitted token is thus the
-  argmax of a single-token forward over a cache built by single-token forwards: greedy's tokens;
-- approximate (fused verification): the batched verification's tokens are kept, and so are the
-  cache entries it wrote. In low precision a batched forward does not round like single-token
-  forwards, so this can drift from greedy.
+  the target verifies ``[last, d1 .. dk]`` and the accepted prefix is the longest run of drafts
+  equal to the verify's own argmax; the token after it (the bonus) is the verify's too;
+- reference-exact, as the DS4 engine's reference-exact loop does it: the verify runs one
+  single-token forward per token, after a snapshot of the target's cache; where a draft was
+  rejected, the snapshot is restored and the seed and the accepted drafts are replayed one forward
+  per token, so the cache holds exactly the committed tokens (the replay's argmax is not used).
+  Every emitted token is thus the argmax of a single-token forward over a cache built by
+  single-token forwards: greedy's tokens;
+- approximate (fused verification): the verify is ONE batched forward, its tokens are kept, and so
+  are the cache entries it wrote below the commit. In low precision a batched forward does not
+  round like single-token forwards, so this can drift from greedy.
 
 Counters of a speculative request: ``steps`` (verifications), ``offered`` (drafts offered to the
 target) and ``matched`` (drafts emitted as accepted).
@@ -31,7 +32,7 @@ from typing import Any, Protocol
 import torch
 
 from ds4ci.refserver.env import MAX_Q
-from ds4ci.refserver.faults import FaultState, is_near_tie, stale_boundary
+from ds4ci.refserver.faults import ENGINE_MUTANTS, RESTORE_SKIPS, FaultState, is_near_tie, stale_boundary
 from ds4ci.refserver.model import argmax
 
 
@@ -72,7 +73,7 @@ class StepDetail:
 
     position: int
     drafts: tuple[int, ...]
-    targets: tuple[int, ...]  # the target's token at slots 0..len(drafts): the replay's where it ran
+    targets: tuple[int, ...]  # the verify's argmax at slots 0..len(drafts)
     accepted: int  # drafts emitted as accepted
     emitted: tuple[int, ...]  # the tokens this step pushed (fewer than accepted + 1 only when the answer ended)
 
@@ -86,11 +87,16 @@ class Counters:
 
 
 class Cache(Protocol):
+    """A target's cache (``model.KVCache`` or the tiny models' ``enginecache.EngineCache``); ``length`` is
+    where the next forward writes."""
+
     length: int
 
-    def snapshot(self) -> int: ...
+    def snapshot(self) -> Any: ...
 
-    def crop(self, length: int) -> None: ...
+    def restore(self, snapshot: Any) -> None: ...
+
+    def truncate(self, snapshot: Any, commit: int) -> None: ...
 
     def keep_row(self, position: int) -> None: ...
 
@@ -199,31 +205,79 @@ def _push_all(out: Output, tokens: Sequence[int]) -> tuple[int, ...]:
     return tuple(pushed)
 
 
-def _replay(target: Model, cache: Any, fed: Sequence[int], targets: list[int], flipped: int | None, start: int,
-            fault: FaultState | None, step: int) -> list[int]:
-    """Reference-exact: restore the cache to the step's start and replay ``fed`` (the seed and the batch's
-    accepted drafts) one token at a time; the replay's argmax is the truth. Returns the emitted tokens and
-    writes the replay's truths into ``targets``. The planted faults act here (``refserver.faults``)."""
-    width = len(targets) - 1
-    boundary = stale_boundary(start, width, len(fed) - 1)
+def _verify(target: Model, cache: Any, tokens: Sequence[int], sequential: bool) -> torch.Tensor:
+    """The verify forward: one token at a time (the engine's reference-exact verify) or one batch."""
+    if not sequential:
+        return target.forward(tokens, cache, all_logits=True)
+    return torch.cat([target.forward([token], cache) for token in tokens])
+
+
+def _accept(batch: torch.Tensor, verified: list[int], drafts: Sequence[int], fault: FaultState | None,
+            step: int) -> int:
+    """The accepted drafts: the longest run equal to the verify's own argmax (the faults act here)."""
+    accepted = 0
+    while accepted < len(drafts):
+        if drafts[accepted] != verified[accepted]:
+            if fault and fault.ready("near-tie", step) and is_near_tie(batch[accepted], drafts[accepted]):
+                fault.fire(step, slot=accepted + 1, token=drafts[accepted], argmax=verified[accepted])
+            else:
+                if fault and fault.acts("accept-off-by-one", step):
+                    accepted += 1  # the rejected draft counted too
+                break
+        accepted += 1
+    return accepted
+
+
+def _bonus(verified: list[int], accepted: int, fault: FaultState | None, step: int) -> int:
+    width = len(verified) - 1
+    if accepted < width and fault and fault.acts("bonus-wrong-slot", step):
+        return verified[accepted + 1]  # the target's token after the rejected draft
+    return verified[accepted]
+
+
+def _rollback(target: Model, cache: Any, snapshot: Any, fed: Sequence[int], accepted: int, start: int,
+              sequential: bool, fault: FaultState | None, step: int) -> None:
+    """Reference-exact, after the verify of ``fed`` (the seed and the drafts) from ``start``: where a draft was
+    rejected, restore the snapshot and replay the seed and the accepted drafts from ``start``, so that the cache
+    holds exactly the committed tokens; the replay's own argmax is not used (the verify's is the truth). The
+    planted faults act here (``refserver.faults``)."""
+    width = len(fed) - 1
+    commit = start + accepted + 1
+    if accepted >= width:
+        return  # every draft accepted: the cache holds the committed tokens already
+    if accepted == width - 1 and fault and fault.acts("last-slot-not-rolled-back", step):
+        cache.seek(commit)  # only the last draft was rejected: left in the cache
+        return
+    boundary = stale_boundary(start, width, accepted)
     if fault and boundary is not None and fault.ready("stale-compressor", step):
         fault.fire(step, position=boundary)
         cache.keep_row(boundary)
     if fault and fault.ready("skip-restore", step):
         fault.fire(step, position=start)
+        _verify(target, cache, fed[:accepted + 1], sequential)  # appended after what the verify wrote
+        return
+    if fault and fault.acts("no-rollback", step):
+        cache.seek(commit)
+        return
+    if fault and fault.plan.name in RESTORE_SKIPS and fault.acts(fault.plan.name, step):
+        cache.restore(snapshot, RESTORE_SKIPS[fault.plan.name])
     else:
-        cache.crop(start)
-    emitted: list[int] = []
-    truth = argmax(target.forward([fed[0]], cache))[-1]
-    for slot, token in enumerate(fed[1:]):
-        targets[slot] = truth
-        if truth != token and slot != flipped:
-            break  # the replay is the truth: this draft is rejected after all
-        emitted.append(token)
-        truth = argmax(target.forward([token], cache))[-1]
-    targets[len(emitted)] = truth
-    emitted.append(truth)
-    return emitted
+        if fault:
+            fault.acts("hc-state-not-restored", step)  # the double's restore holds no such state to leave out
+        cache.restore(snapshot)
+    if fault and fault.acts("restore-without-replay", step):
+        cache.seek(commit)
+        return
+    replay, at = fed[:accepted + 1], start
+    if fault and fault.acts("replay-off-by-one", step):
+        replay = fed[1:accepted + 2]  # the accepted drafts and the rejected one, without the seed
+    if fault and fault.acts("replay-wrong-position", step):
+        at = start + 1
+    if cache.length != at:
+        cache.seek(at)
+    _verify(target, cache, replay, sequential)
+    if cache.length != commit:
+        cache.seek(commit)
 
 
 def decode_speculative(
@@ -235,9 +289,12 @@ def decode_speculative(
     Counted like the DS4 loop: every step, the last included, offers q-1 drafts and counts its accepted
     ones in full, even where the answer's end cuts its tokens.
 
-    ``fault`` (reference-exact only): the planted fault of ``refserver.faults``, fired at most once."""
+    ``fault`` (reference-exact only): the planted fault of ``refserver.faults``; a seeded one fires at most
+    once, an engine mutant acts at every step (it needs the tiny models' double: an engine-shaped cache)."""
     capacity = capacity_for(len(prompt), out.max_tokens)
     cache = target.new_cache(capacity)
+    if fault and fault.plan.name in ENGINE_MUTANTS and not hasattr(cache, "seek"):
+        raise ValueError(f"the engine mutant {fault.plan.name} needs the tiny models' double (an engine-shaped cache)")
     drafter = _Drafter(draft, capacity)
     first = argmax(_prefill(target, cache, prompt, chunk))[-1]
     context = [*prompt, first]  # the target's cache holds context[:-1]; context[-1] is pending
@@ -246,31 +303,36 @@ def decode_speculative(
     if not out.push(first):
         return Counters(steps, matched, offered)
     width = q - 1
+    kept = None  # the stale-snapshot mutant's first snapshot
     while not out.done:  # every step offers q-1 drafts; the last one's tokens are cut at the answer's end
         drafts = drafter.propose(context, width, chunk)
-        start = cache.snapshot()
-        batch = target.forward([context[-1], *drafts], cache, all_logits=True)
+        if fault:
+            fault.acts("draft-context-frozen", steps)  # the double's draft reads no features to freeze
+        start = cache.length
+        sequential = exact and not (fault and fault.acts("batched-verify", steps))
+        after = bool(fault and fault.acts("snapshot-after-verify", steps))
+        snapshot = None if after else cache.snapshot()
+        if fault and fault.acts("stale-snapshot", steps):
+            kept = snapshot if kept is None else kept
+            snapshot = kept
+        fed = [context[-1], *drafts]
+        batch = _verify(target, cache, fed, sequential)
+        if after:
+            snapshot = cache.snapshot()
         verified = argmax(batch)
-        accepted = 0
-        flipped = None
-        while accepted < width:
-            if drafts[accepted] != verified[accepted]:
-                if not (fault and fault.ready("near-tie", steps) and is_near_tie(batch[accepted], drafts[accepted])):
-                    break
-                fault.fire(steps, slot=accepted + 1, token=drafts[accepted], argmax=verified[accepted])
-                flipped = accepted
-            accepted += 1
-        targets = list(verified)
+        accepted = _accept(batch, verified, drafts, fault, steps)
         if exact:
-            emitted = _replay(target, cache, [context[-1], *drafts[:accepted]], targets, flipped, start, fault, steps)
+            bonus = _bonus(verified, accepted, fault, steps)
+            _rollback(target, cache, snapshot, fed, accepted, start, sequential, fault, steps)
         else:
-            cache.crop(start + accepted + 1)  # keep what the batch wrote for last, d1 .. d_accepted
-            emitted = [*drafts[:accepted], verified[accepted]]
+            bonus = verified[accepted]
+            cache.truncate(snapshot, start + accepted + 1)  # keep what the batch wrote for last, d1 .. d_accepted
+        emitted = [*fed[1:accepted + 1], bonus]
         position = len(context) - 1
         steps += 1
         offered += width
         matched += len(emitted) - 1
         pushed = _push_all(out, emitted)
         context.extend(pushed)
-        details.append(StepDetail(position, tuple(drafts), tuple(targets), len(emitted) - 1, pushed))
+        details.append(StepDetail(position, tuple(drafts), tuple(verified), len(emitted) - 1, pushed))
     return Counters(steps, matched, offered, tuple(details))

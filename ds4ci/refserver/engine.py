@@ -39,12 +39,13 @@ from ds4ci.refserver.api import ChatRequest, Completion, piece, tokenize
 from ds4ci.refserver.args import Args
 from ds4ci.refserver.decoding import Counters, Model, Output, StepDetail, decode_plain, decode_speculative
 from ds4ci.refserver.env import RefEnv
+from ds4ci.refserver.faults import ENGINE_MUTANTS
 from ds4ci.refserver.model import DTYPES, Decoder, derive_tensors, generate_tensors
 from ds4ci.refserver.modelfile import ModelFile, ModelFileError, is_gguf, read_model_file
 
 BANNER = (
-    "[ds4-spec] reference-exact verifier: batched target verification of the drafts, rollback of the KV cache "
-    "to the step's start, single-token target replay as the truth"
+    "[ds4-spec] reference-exact verifier: single-token target verification of the drafts after a cache snapshot, "
+    "restore and single-token replay of the accepted tokens after a rejection"
 )
 APPROXIMATE_NOTE = "[ds4-spec] fused verifier (approximate): the batched verification's tokens are kept"
 
@@ -150,6 +151,9 @@ def load(args: Args, env: RefEnv) -> Loaded:
     assert target_file.arch is not None
     if _gguf(args.target):
         return _load_tiny(target_file, env)
+    if env.fault is not None and env.fault.name in ENGINE_MUTANTS:
+        raise StartupError(f"DS4REF_FAULT={env.fault.name} is an engine mutant: it needs a `ds4ci tiny-models` target "
+                           "(the tiny models' double has the engine's cache), found a model of this server's own")
     base = generate_tensors(target_file.arch, target_file.sha256)
     target = Decoder(target_file.arch, base, dtype, device)
     tokens = _byte_tokens(target_file.arch.vocab)

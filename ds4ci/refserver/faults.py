@@ -1,8 +1,10 @@
-"""Planted verifier faults for the sensitivity benchmark: small, seeded, and silent.
+"""Planted verifier faults: small seeded ones for the sensitivity benchmark, and the engine's mutants.
 
 ``DS4REF_FAULT`` names one fault; it acts only in speculative reference-exact requests, and the
 banner, trace and summary still claim reference-exact verification (so only the gate's own
-checks can catch it). Each fault fires at most once per request, at the first chance from a
+checks can catch it).
+
+The seeded faults (``SEEDED``) fire at most once per request, at the first chance from a
 seeded verify step on (``DS4REF_FAULT_SEED`` and the prompt's tokens choose the step, so the
 repeats of one prompt fault identically):
 
@@ -14,8 +16,17 @@ repeats of one prompt fault identically):
 - ``skip-restore``: the cache is not restored to the step's start before the replay, so the
   replay appends after what the rejected batch wrote.
 
-``DS4REF_FAULT_LOG`` (a path) gets one JSON line per fault that fired, for the benchmark to tell
-"fired and missed" from "never fired"; nothing about it reaches the server's own output.
+The engine mutants (``ENGINE_MUTANTS``) carry the names of the real-engine catalogue
+(``bench/mutants/lucebox-ds4-reference-exact.toml``, one planted fault per source substitution in
+the lucebox engine's reference-exact loop and its snapshot restore) and act as that substitution
+does, at every step from the first (the seed is not used): the reference-exact loop in
+``refserver.decoding`` says what each one changes there, and ``EQUIVALENT`` why three of them change
+nothing in this server either. They need the tiny models' double, whose cache has the engine's shape
+(``refserver.enginecache``).
+
+``DS4REF_FAULT_LOG`` (a path) gets one JSON line per fault that fired (an engine mutant: the first
+step where its changed code ran), for the benchmark to tell "fired and missed" from "never
+fired"; nothing about it reaches the server's own output.
 """
 
 from __future__ import annotations
@@ -31,7 +42,29 @@ from typing import TYPE_CHECKING
 if TYPE_CHECKING:  # the environment is read before PyTorch is imported
     import torch
 
-FAULTS = ("near-tie", "stale-compressor", "skip-restore")
+SEEDED = ("near-tie", "stale-compressor", "skip-restore")
+# In the catalogue's order; tests/unit/refserver/test_engine_mutants.py holds them equal to its names.
+ENGINE_MUTANTS = (
+    "no-rollback", "restore-without-replay", "replay-off-by-one", "replay-wrong-position", "accept-off-by-one",
+    "bonus-wrong-slot", "snapshot-after-verify", "stale-snapshot", "batched-verify", "compressor-not-restored",
+    "n-comp-not-restored", "raw-ring-not-restored", "last-slot-not-rolled-back", "hc-state-not-restored",
+    "comp-rows-not-restored", "draft-context-frozen",
+)
+EQUIVALENT = {  # accepted, and why each changes no answer here
+    "hc-state-not-restored": "the double keeps no hyper-connection state (nor does any forward of the engine read "
+                             "the cache's), so the restore is the same",
+    "comp-rows-not-restored": "compressed rows are addressed by position / ratio; with the counts restored, a row past "
+                              "the commit stays invisible until the forward that completes its block writes it again",
+    "draft-context-frozen": "the double's draft reads no features (its Markov head and own logits depend on the last "
+                            "token alone), and every emitted token is the target's own argmax",
+}
+RESTORE_SKIPS = {  # the parts of the snapshot (refserver.enginecache.PARTS) a mutant's restore leaves out
+    "compressor-not-restored": frozenset({"compressor"}),
+    "n-comp-not-restored": frozenset({"n_comp"}),
+    "raw-ring-not-restored": frozenset({"raw"}),
+    "comp-rows-not-restored": frozenset({"comp_rows"}),
+}
+FAULTS = SEEDED + ENGINE_MUTANTS
 NEAR_TIE_SHARE = 0.25  # a near-tie: the runner-up within this share of the argmax's margin over the row's mean (the
 # successor models' near-tie words are at 0..0.19 of it, their other words at 0.30 or more)
 FIRST_STEP_SPAN = 24  # the fault's first verify step is drawn from 0 .. FIRST_STEP_SPAN-1
@@ -63,7 +96,16 @@ class FaultState:
     details: dict[str, int] = field(default_factory=dict)
 
     def ready(self, name: str, step: int) -> bool:
+        """A seeded fault: armed at this step and not fired yet."""
         return self.plan.name == name and self.fired_at is None and step >= self.first_step
+
+    def acts(self, name: str, step: int) -> bool:
+        """An engine mutant: whether it is the planted one (it acts at every step; the first is logged)."""
+        if self.plan.name != name:
+            return False
+        if self.fired_at is None:
+            self.fire(step)
+        return True
 
     def fire(self, step: int, **details: int) -> None:
         self.fired_at = step

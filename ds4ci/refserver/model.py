@@ -120,6 +120,15 @@ class AppendOnly:
             raise ValueError(f"cannot crop a cache of length {self.length} to {length}")
         self.length = length
 
+    def restore(self, snapshot: int) -> None:
+        self.crop(snapshot)
+
+    def truncate(self, snapshot: int, commit: int) -> None:
+        """Keep what a verify from ``snapshot`` wrote below ``commit``."""
+        if commit < snapshot:
+            raise ValueError(f"cannot truncate a verify from {snapshot} to {commit}")
+        self.crop(commit)
+
 
 class KVCache(AppendOnly):
     def __init__(self, arch: Arch, capacity: int, dtype: torch.dtype, device: torch.device) -> None:

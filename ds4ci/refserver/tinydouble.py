@@ -11,16 +11,20 @@ stands in for the rest with a small, documented term:
 - reproduced from the draft file, the **DSpark Markov head**: ``bias_j(prev) = w2[j] . w1[prev]``,
   added to the draft's own logits, argmax, chained for the q-1 drafts;
 - stood in for, the **layers** (target) and the draft's own logits. The target adds a
-  cache-dependent context term: every position writes a row (a fixed random vector of its token),
-  every ratio-4 block's last position (``p % 4 == 3``) writes a "compressor row" (the mean of the
-  block's four rows), and the logits at ``p`` get ``CONTEXT_GAIN x std(blk.0.attn_output_b)``
-  times a random projection of the recency-weighted rows before ``p`` and compressor rows so far
-  (about 0.4 logits for the successor kind, 4 for the random kind: the layers' output projections
-  are 0.005 and 0.05 wide). So what the cache holds, whether it is restored and whether a
-  compressor row is recomputed matter, as in the real server, but only where the direct path is
-  close (the successor kind's near-ties). The draft's own logits are the output head over the
-  final norm of ``dflash.fc`` applied to the token's embedding twice (standing in for the two
-  captured layers' features, which the layers barely change).
+  cache-dependent context term read from an engine-shaped cache (``enginecache``: the raw ring of
+  the file's ``attention.sliding_window`` rows, the ratio-4 and ratio-128 compressors and their
+  visible-row counts, as the DS4 engine keeps them): every position writes a row (a fixed random
+  vector of its token) into the ring and the compressors, and the logits at ``p`` get
+  ``CONTEXT_GAIN x std(blk.0.attn_output_b)`` times a random projection of what a query at ``p``
+  reads there: the ring rows, weighted by ``DECAY`` per position behind ``p`` that each stands for
+  (``p``'s own row left out: it is a function of the token, which the direct path already is), and
+  the visible compressed rows of each ratio, ``DECAY`` per row from the newest (1.2 logits for the
+  shipped successor set, whose layers write at 0.015; 0.4 for the earlier sets at 0.005; 4 for the
+  random kind at 0.05). So what the cache holds, and whether a rollback restores it, matter as in
+  the real engine, but only where the direct path is close (the successor kind's near-ties). The
+  draft's own logits are the output head over the final norm of ``dflash.fc`` applied to the
+  token's embedding twice (standing in for the two captured layers' features, which the layers
+  barely change).
 
 All arithmetic is float64 numpy, so a batched forward equals single-token forwards exactly: this
 double has no rounding of its own for an approximate verifier to expose; it exercises the loop.
@@ -36,16 +40,17 @@ import numpy as np
 import torch
 
 from ds4ci.judging.tinywords import word
+from ds4ci.refserver.enginecache import EngineCache
 from ds4ci.refserver.model import AppendOnly
 from ds4ci.tinymodels.vocab import N_BYTES, SPECIALS
 
 TARGET_ARCH = "deepseek4"
+SLIDING_WINDOW = f"{TARGET_ARCH}.attention.sliding_window"
 CONTEXT_DIM = 64
 CONTEXT_GAIN = 80.0  # logits of the context term per unit of the layers' output-projection std
-DECAY = 0.7  # recency weight of a row (per position) and of a compressor row (per block)
-RECENT_ROWS = 32  # rows before p that count (0.7**32 < 1e-4)
-RECENT_BLOCKS = 8  # compressor rows that count
-RATIO = 4
+DECAY = 0.7  # recency weight of a ring row (per position) and of a compressed row (per row)
+RECENT_ROWS = 32  # ring rows behind p that count (0.7**32 < 1e-4), within the window
+RECENT_BLOCKS = 8  # compressed rows of each ratio that count
 
 
 class TinyModelError(ValueError):
@@ -64,7 +69,7 @@ def _tensors(path: Path, names: Sequence[str]) -> tuple[dict[str, np.ndarray], d
     if missing:
         raise TinyModelError(f"{path}: missing tensor(s) {', '.join(missing)}; expected a `ds4ci tiny-models` file")
     out = {n: np.asarray(gguf.quants.dequantize(found[n].data, found[n].tensor_type), dtype=np.float64) for n in names}
-    fields = {k: f.contents() for k, f in reader.fields.items() if k.startswith("general.")}
+    fields = {k: f.contents() for k, f in reader.fields.items() if k.startswith("general.") or k == SLIDING_WINDOW}
     return out, fields
 
 
@@ -79,28 +84,12 @@ class TinyArch:
     n_embd: int
     name: str
     context_logits: float
+    n_swa: int
 
     def describe(self) -> str:
         return (f"tiny-model double of {self.name}: vocab={self.vocab} n_embd={self.n_embd} direct path from the file, "
-                f"context term {self.context_logits:.2f} logits standing in for the layers")
-
-
-class TinyCache(AppendOnly):
-    """Rows per position and compressor rows per ratio-4 block; a snapshot is the length."""
-
-    def __init__(self, capacity: int) -> None:
-        super().__init__(capacity)
-        self.rows = np.zeros((capacity, CONTEXT_DIM))
-        self.compressed: dict[int, np.ndarray] = {}
-        self.sticky: set[int] = set()  # blocks whose compressor row is never recomputed (the stale-compressor fault)
-
-    def crop(self, length: int) -> None:
-        super().crop(length)
-        for block in [b for b in self.compressed if RATIO * b + RATIO - 1 >= length and b not in self.sticky]:
-            del self.compressed[block]
-
-    def keep_row(self, position: int) -> None:
-        self.sticky.add(position // RATIO)
+                f"context term {self.context_logits:.2f} logits standing in for the layers, read from an engine-shaped "
+                f"cache (raw ring of {self.n_swa} rows, ratio-4 and ratio-128 compressors)")
 
 
 class TinyTarget:
@@ -111,51 +100,54 @@ class TinyTarget:
         name = str(fields.get("general.name", ""))
         if not name.startswith("ds4ci-tiny-"):
             raise TinyModelError(f"{path}: general.name {name!r} is not a `ds4ci tiny-models` target")
+        window = fields.get(SLIDING_WINDOW)
+        if not isinstance(window, int) or window < 1:
+            raise TinyModelError(f"{path}: {SLIDING_WINDOW} is {window!r}; expected a positive integer")
+        self.n_swa = window
         self.direct: np.ndarray = _rms(emb) @ out.T  # [prev, next]
         self.embedding = emb
         self.head = out
         scale = CONTEXT_GAIN * float(t["blk.0.attn_output_b.weight"].std())
-        self.arch = TinyArch(emb.shape[0], emb.shape[1], name, scale)
+        self.arch = TinyArch(emb.shape[0], emb.shape[1], name, scale, window)
         rng = np.random.default_rng(int.from_bytes(bytes.fromhex(sha256)[:8], "little"))
         self.token_rows = rng.standard_normal((emb.shape[0], CONTEXT_DIM))
         self.projection = rng.standard_normal((emb.shape[0], CONTEXT_DIM)) * (scale / np.sqrt(CONTEXT_DIM))
-        weights = DECAY ** np.arange(1, RECENT_ROWS + 1)
-        self._row_weights = weights
-        self._norm = float(np.sqrt((weights ** 2).sum() + (DECAY ** (2 * np.arange(RECENT_BLOCKS))).sum()))
+        self._decay = DECAY ** np.arange(max(window, RECENT_BLOCKS) + 1)
+        self._norm = float(np.sqrt((DECAY ** (2 * np.arange(1, RECENT_ROWS + 1))).sum()
+                                   + (DECAY ** (2 * np.arange(RECENT_BLOCKS))).sum()))
 
-    def new_cache(self, capacity: int) -> TinyCache:
-        return TinyCache(capacity)
+    def new_cache(self, capacity: int) -> EngineCache:
+        return EngineCache(self.n_swa, CONTEXT_DIM, capacity)
 
-    def context(self, cache: TinyCache, p: int) -> np.ndarray:
-        """The context vector at position p: rows before p (recency-weighted) and the compressor rows so far."""
-        low = max(0, p - RECENT_ROWS)
-        before = cache.rows[low:p][::-1]
-        c = (self._row_weights[: len(before), None] * before).sum(axis=0)
-        done = sorted((b for b in cache.compressed if RATIO * b + RATIO - 1 <= p), reverse=True)[:RECENT_BLOCKS]
-        for age, block in enumerate(done):
-            c = c + DECAY ** age * cache.compressed[block]
+    def _blocks(self, rows: np.ndarray, visible: int) -> np.ndarray:
+        recent = rows[max(0, visible - RECENT_BLOCKS):visible][::-1]
+        total: np.ndarray = (self._decay[: len(recent), None] * recent).sum(axis=0)
+        return total
+
+    def context(self, cache: EngineCache, p: int) -> np.ndarray:
+        """The context vector at position p (after p's own writes): the ring rows the query reads, each
+        weighted by how far behind p the position it stands for lies (p's own row and rows over RECENT_ROWS
+        behind left out), and the visible compressed rows of each ratio, the newest weighted most."""
+        rows, ages = cache.raw_ages(p)
+        keep = (ages >= 1) & (ages <= RECENT_ROWS)
+        c = (self._decay[ages[keep], None] * cache.raw[rows[keep]]).sum(axis=0)
+        visible4, visible128 = cache.visible(p)
+        c = c + self._blocks(cache.comp4, visible4) + self._blocks(cache.comp128, visible128)
         vector: np.ndarray = c / self._norm
         return vector
 
-    def logits_at(self, cache: TinyCache, token: int, p: int) -> np.ndarray:
-        row: np.ndarray = self.direct[token] + self.projection @ self.context(cache, p)
-        return row
-
-    def forward(self, tokens: Sequence[int], cache: TinyCache, all_logits: bool = False) -> torch.Tensor:
+    def forward(self, tokens: Sequence[int], cache: EngineCache, all_logits: bool = False) -> torch.Tensor:
+        """Token by token at the cache's position, as the engine's causal batch does (the same numbers)."""
         if not tokens:
             raise ValueError("forward needs at least one token")
         if cache.length + len(tokens) > cache.capacity:
             raise ValueError(f"{cache.length} + {len(tokens)} tokens exceed the cache capacity {cache.capacity}")
         rows = []
         for index, token in enumerate(tokens):
-            p = cache.length
-            cache.rows[p] = self.token_rows[token]
-            block = p // RATIO
-            if p % RATIO == RATIO - 1 and block not in cache.sticky:
-                cache.compressed[block] = cache.rows[p - RATIO + 1:p + 1].mean(axis=0)
-            cache.length = p + 1
+            p = cache.write(self.token_rows[token])
             if all_logits or index == len(tokens) - 1:
-                rows.append(self.logits_at(cache, token, p))
+                rows.append(self.direct[token] + self.projection @ self.context(cache, p))
+            cache.advance()
         return torch.tensor(np.stack(rows), dtype=torch.float32)
 
 

@@ -59,7 +59,8 @@ def test_near_tie_accepts_the_runner_up_once(successor: TinySet, tmp_path: Path)
         assert state.fired_at is not None
         at = next(i for i, (a, b) in enumerate(zip(plain, faulted, strict=True)) if a != b)
         prev = ([*prompt, *plain])[len(prompt) + at - 1]
-        assert prev in st.near_ties  # the flip happened at a near-tie word, between its two steps forward ...
+        # the flip happened between the word's two steps forward (with the shipped layers' 1.2-logit context
+        # term, a word the structure has no near-tie at can come within the fault's share of the margin too) ...
         assert {plain[at], faulted[at]} == {st.succ[prev], st.succ[st.succ[prev]]}
         assert faulted[at] == state.details["token"] and plain[at] == state.details["argmax"]  # ... to the runner-up
         assert [json.loads(x)["fault"] for x in log.read_text(encoding="utf-8").splitlines()] == ["near-tie"]
@@ -74,13 +75,15 @@ def test_stale_compressor_keeps_the_rejected_drafts_row(successor: TinySet) -> N
     for keep in (False, True):
         cache = target.new_cache(32)
         target.forward([300, 301, 302, 303, 304], cache)
+        start = cache.snapshot()
         target.forward([305, 306, 307], cache, all_logits=True)  # positions 5..7: block 1 completes at 7
         if keep:
             cache.keep_row(7)
-        cache.crop(5)
+        cache.restore(start)
         target.forward([305, 310, 311, 312], cache)  # the replay: different tokens at 6, 7
-        rows[keep] = cache.compressed[1]
-        assert (cache.compressed[1] == cache.rows[4:8].mean(axis=0)).all() != keep
+        rows[keep] = cache.comp4[1].copy()
+        pooled = target.token_rows[[300, 301, 302, 303, 304, 305, 310, 311]].mean(axis=0)  # prev: block 0, cur: 1
+        assert (cache.comp4[1] == pooled).all() != keep
     assert not (rows[False] == rows[True]).all()
     # the Llama-like models: the KV row at the boundary is the rejected batch's
     arch = Arch(vocab=256, dim=32, layers=2, heads=2, ffn=64)

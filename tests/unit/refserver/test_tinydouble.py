@@ -44,7 +44,8 @@ def greedy(target: TinyTarget, prompt: list[int]) -> list[int]:
 def test_successor_answers_walk_the_intended_cycle(successor: TinySet) -> None:
     target, _ = models(successor)
     st = tiny_structure(1, Shape())
-    assert target.arch.context_logits == pytest.approx(0.4, rel=0.05)  # 80 x the file's 0.005 layer writes
+    assert target.arch.context_logits == pytest.approx(1.2, rel=0.05)  # 80 x the shipped file's 0.015 layer writes
+    assert target.n_swa == 16  # the shipped file's sliding window: the engine-shaped cache's raw ring
     for index in range(len(successor.prompts)):
         prompt = prompt_of(successor, index)
         assert len(prompt) == len(successor.prompts[index].read_bytes()) + 4  # BOS, User, Assistant, </think>

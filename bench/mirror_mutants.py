@@ -1,0 +1,64 @@
+#!/usr/bin/env python3
+"""The real-engine mutant catalogue's CPU mirror: each mutant in the tiny models' double, in process, no gate.
+
+    .venv/bin/python bench/mirror_mutants.py
+
+Writes the shipped tiny models (``ds4ci tiny-models``, seed 1) into a temporary folder and runs the
+reference-exact loop (``ds4ci.refserver.decoding``) on both prompts at q=2, 3, 4 with each engine
+mutant of ``ds4ci.refserver.faults`` (``DS4REF_FAULT``'s names, the catalogue's) and without; prints
+one row per mutant: the first position (from 0) where the answer differs from target-only's, per
+width and prompt ("-": the same answer). The unfaulted row gives matched/offered drafts instead.
+tests/unit/refserver/test_engine_mutants.py holds the same table's caught widths.
+"""
+
+from __future__ import annotations
+
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+from ds4ci.refserver.decoding import Output, Penalties, decode_plain, decode_speculative
+from ds4ci.refserver.faults import ENGINE_MUTANTS, EQUIVALENT, FaultPlan, FaultState
+from ds4ci.refserver.modelfile import file_sha256
+from ds4ci.refserver.tinydouble import TinyDraft, TinyTarget, chat_tokens, tiny_piece
+from ds4ci.tinymodels import design
+from ds4ci.tinymodels.bundle import write_tiny_set
+
+
+def main() -> int:
+    started = time.monotonic()
+    with tempfile.TemporaryDirectory(prefix="ds4ci-mirror-") as folder:
+        tiny = write_tiny_set(Path(folder), seed=1, design=design.SHIPPED)
+        target = TinyTarget(tiny.target, file_sha256(tiny.target))
+        draft = TinyDraft(tiny.draft, target)
+        n = design.SHIPPED.max_tokens
+        runs = []
+        for path in tiny.prompts:
+            prompt = chat_tokens([("user", path.read_text(encoding="utf-8"))])
+            plain = Output(n, (), tiny_piece)
+            decode_plain(target, prompt, plain, 512, Penalties())
+            runs.append((prompt, plain.ids))
+        print("| mutant | q=2 | q=3 | q=4 |\n| --- | --- | --- | --- |")
+        for name in (None, *ENGINE_MUTANTS):
+            cells = []
+            for q in (2, 3, 4):
+                shown = []
+                for prompt, plain in runs:
+                    state = FaultState(FaultPlan(name, 0, None), 0, 0) if name else None
+                    out = Output(n, (), tiny_piece)
+                    counters = decode_speculative(target, draft, prompt, out, 512, q, True, state)
+                    at = next((i for i, (a, b) in enumerate(zip(plain, out.ids, strict=True)) if a != b), None)
+                    if name is None:
+                        shown.append(f"{'same' if at is None else f'DIFFERS at {at}'} {counters.matched}/{counters.offered}")
+                    else:
+                        shown.append("-" if at is None else str(at))
+                cells.append(", ".join(shown))
+            label = "(none)" if name is None else name + (" (equivalent)" if name in EQUIVALENT else "")
+            print(f"| {label} | {' | '.join(cells)} |", flush=True)
+    print(f"\n{time.monotonic() - started:.1f} s")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
