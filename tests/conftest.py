@@ -1,7 +1,13 @@
-"""Fixtures shared by several test modules, and the ``e2e`` mark for everything under tests/e2e/.
+"""Fixtures shared by several test modules, the ``e2e`` and ``slow`` marks, and the xdist groups.
 
 ``tests/unit/`` mirrors the package (``tests/unit/judging/`` tests ``ds4ci/judging/``) and runs in
 process; ``tests/e2e/`` starts real processes. ``pytest -m "not e2e"`` runs the unit tests alone.
+
+``slow`` marks every test that starts real processes (tests/e2e/ and tests/faults/) and the in-process
+tests marked by hand that take seconds; ``pytest -n 2 -m "not slow"`` is the edit loop's tier
+(docs/testing.md). Under ``pytest -n 2`` (the README's command, ``--dist loadgroup``) the tests of a
+module that uses a module- or session-scoped fixture of this suite run on one worker, so that fixture
+(a sealed bundle, a wheelhouse, a running server) is made once, not once per worker.
 """
 
 from __future__ import annotations
@@ -26,7 +32,22 @@ def fake() -> Iterator[FakeGitHub]:
         server.stop()
 
 
-E2E_DIR = Path(__file__).resolve().parent / "e2e"
+TESTS_DIR = Path(__file__).resolve().parent
+E2E_DIR = TESTS_DIR / "e2e"
+PROCESS_DIRS = (E2E_DIR, TESTS_DIR / "faults")  # tests that start real processes: all of them are slow
+# In-process tests that take a second or more (docs/testing.md has the measurement): property-based fuzzing,
+# the tiny models' writer and the reference server's double (PyTorch), and the import-graph scans.
+SLOW_IN_PROCESS = (
+    "tests/unit/evidence/test_results_fuzz.py::",
+    "tests/unit/judging/test_tinywords.py::",
+    "tests/unit/judging/test_protocol.py::test_extra_fields_and_tail_text_never_break_a_valid_line",
+    "tests/unit/judging/test_protocol.py::test_a_missing_or_duplicated_required_field_always_fails",
+    "tests/unit/judging/test_protocol.py::test_fuzz_classify_never_crashes_and_never_skips_a_trusted_line",
+    "tests/unit/refserver/",
+    "tests/unit/tinymodels/",
+    "tests/unit/test_layers.py::",
+    "tests/unit/runner/test_identity.py::test_digests_match_hashlib_in_input_order",
+)
 
 # The test servers (the simulator, fault servers) are Python programs of this checkout run by this
 # venv's interpreter: the sandbox shows them read-only, as a runner's [sandbox] ro_paths would.
@@ -34,7 +55,28 @@ E2E_DIR = Path(__file__).resolve().parent / "e2e"
 os.environ.update(sandbox.runtime_environment(os.environ))
 
 
+def _shared_fixture_group(item: pytest.Item) -> str | None:
+    """The group of an item that uses a module- or session-scoped fixture defined in this suite: its module."""
+    info = getattr(item, "_fixtureinfo", None)
+    if info is None:
+        return None
+    for defs in info.name2fixturedefs.values():
+        fixture = defs[-1]
+        source = getattr(fixture.func, "__code__", None)
+        if fixture.scope == "function" or source is None:
+            continue
+        if TESTS_DIR in Path(source.co_filename).resolve().parents:
+            return item.nodeid.split("::", 1)[0]
+    return None
+
+
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
     for item in items:
-        if E2E_DIR in Path(str(item.fspath)).resolve().parents:
+        parents = Path(str(item.fspath)).resolve().parents
+        if E2E_DIR in parents:
             item.add_marker(pytest.mark.e2e)
+        if any(d in parents for d in PROCESS_DIRS) or item.nodeid.startswith(SLOW_IN_PROCESS):
+            item.add_marker(pytest.mark.slow)
+        group = _shared_fixture_group(item)
+        if group is not None:
+            item.add_marker(pytest.mark.xdist_group(group))

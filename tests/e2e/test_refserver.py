@@ -364,7 +364,7 @@ def test_sigterm_finishes_the_request_in_flight_and_requests_are_serialized(mode
                                                                             tmp_path: Path) -> None:
     target, _ = models
     server = RefServer(tmp_path, target, {"DFLASH_DS4_EXACT_VERIFY_TRACE": "1"}, "sigterm")
-    long_tokens = 3000
+    long_tokens = 800  # ~4 s of CPU decoding: in flight long after the next request and the SIGTERM arrive
     answers: dict[str, Reply] = {}
 
     def ask(name: str, tokens: int) -> None:

@@ -35,8 +35,9 @@ def made(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
     }
 
 
-def verify(*args: str | Path) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([DS4CI, "verify", *map(str, args)], capture_output=True, text=True, timeout=120, check=False)
+def verify(*args: str | Path, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([DS4CI, "verify", *map(str, args)], capture_output=True, text=True, timeout=120, check=False,
+                          env=env)
 
 
 def copied(made: dict[str, Path], tmp_path: Path, which: str = "pass") -> Path:
@@ -152,10 +153,11 @@ def _manifest(**sizes: int) -> bytes:
 def test_an_archive_member_larger_than_its_manifest_entry_is_refused_before_extraction(tmp_path: Path) -> None:
     bomb = _archive(tmp_path / "bomb.tar.gz", {"manifest.json": _manifest(big__log=10), "big/log": bytes(64 << 20)})
     assert bomb.stat().st_size < 1 << 20
-    before = set(Path(os.environ.get("TMPDIR", "/tmp")).glob("ds4ci-bundle-*"))
-    proc = verify(bomb)
+    scratch = tmp_path / "tmp"  # its own TMPDIR: another test's verify (another xdist worker) leaves no folder here
+    scratch.mkdir()
+    proc = verify(bomb, env={**os.environ, "TMPDIR": str(scratch)})
     assert proc.returncode == 3 and "more than the 10 its manifest lists (refused before extraction)" in proc.stdout
-    assert set(Path(os.environ.get("TMPDIR", "/tmp")).glob("ds4ci-bundle-*")) == before  # nothing left behind
+    assert list(scratch.iterdir()) == []  # nothing left behind
 
 
 @pytest.mark.parametrize(("members", "expected"), [
