@@ -178,6 +178,8 @@ class _Run:
             stop_timeout_s=cfg.stop_timeout_s,
             log_cap_bytes=cfg.log_cap_bytes,
             view=dataclasses.replace(view, ro=(*view.ro, binary.folder)),
+            # -I: no PYTHON* variable, user site or script folder changes what the simulator imports.
+            launcher=(sys.executable, "-I") if cfg.simulator else (),
         )
 
     def arm_environments(self) -> tuple[policy.ArmEnvironment, dict[int, policy.ArmEnvironment]]:

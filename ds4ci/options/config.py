@@ -47,6 +47,14 @@ __all__ = [
 ]
 
 FULL, FOCUSED = "full", "focused"
+SIMULATOR = "simulator"
+
+
+def simulator_entry() -> Path:
+    """The file the gate starts for ``server = "simulator"`` (with ds4ci's own interpreter): hashed and recorded."""
+    import ds4ci.simulator
+
+    return Path(ds4ci.simulator.__file__).resolve().parent / "__main__.py"
 
 
 @dataclass(frozen=True)
@@ -104,6 +112,17 @@ class GateConfig:
     sandbox: SandboxSettings = SandboxSettings()
     signing_key: Path | None = None
     allow_dirty_tree: bool = False
+    server: str = "program"  # table.SERVER_KINDS: server_bin, or ds4ci's bundled simulator
+
+    @property
+    def simulator(self) -> bool:
+        """The server is ds4ci's bundled simulator (``gate.server = "simulator"``), named by trusted config."""
+        return self.server == SIMULATOR
+
+    @property
+    def server_named(self) -> str | None:
+        """``server`` for the reproduce command: given only when it is not the default."""
+        return self.server if self.simulator else None
 
     @property
     def scope(self) -> str:
@@ -117,7 +136,7 @@ class GateConfig:
     @property
     def prebuilt_server_bin(self) -> Path | None:
         """The server binary as given (--server-bin); None when ``[build]`` produces it."""
-        return self.server_bin.path if self.build is None else None
+        return self.server_bin.path if self.build is None and not self.simulator else None
 
     def server_args_all(self) -> tuple[str, ...]:
         """Every argument after the ones ds4ci owns: the device defaults (or their replacement), then extras."""
@@ -222,8 +241,16 @@ def _pinned(src: _Sources, key: str, needs_models: bool) -> PinnedFile:
 
 def _server_bin(src: _Sources, build: BuildSpec | None, needs_models: bool) -> PinnedFile:
     """The binary hashed is the binary run: an absolute path, never looked up on PATH. With a
-    ``[build]`` (unless --no-build) it is the binary the build produces, checked once it is built."""
+    ``[build]`` (unless --no-build) it is the binary the build produces, checked once it is built.
+    With ``server = "simulator"`` it is the simulator's entry file, which ds4ci's interpreter runs."""
     sha = src.value("server_sha256")
+    if src.value("server") == SIMULATOR:
+        named = [k for k in ("server_bin", "server_sha256") if src.given(table.get("gate", k)) is not None]
+        if named:
+            raise UsageError(
+                f"the server is given twice: gate.server = \"simulator\" (ds4ci's bundled simulator) and "
+                f"{' and '.join(named)}; keep one")
+        return PinnedFile("server_bin", simulator_entry(), None)
     if build is None:
         path = src.path("server_bin", required=needs_models)
         return PinnedFile("server_bin", (path if path is not None else Path()).absolute(), sha)
@@ -356,7 +383,7 @@ def load(
     target, draft = _pinned(src, "target", needs_models), _pinned(src, "draft", needs_models)
     prompts = _prompts(src, src.tables["gate"].get("prompts"))
     if needs_models and check_files:
-        _check_files(prompts, (target, draft), server_bin if build is None else None)
+        _check_files(prompts, (target, draft), server_bin if build is None and src.value("server") != SIMULATOR else None)
     runner = src.value("runner") or src.value("name", "runner") or socket.gethostname()
     return GateConfig(
         server_bin=server_bin, target=target, draft=draft, prompts=prompts,
@@ -366,5 +393,5 @@ def load(
         **{key: src.value(key) for key in _PLAIN}, **{field: src.value(key) for field, key in _SECONDS.items()},
         checks=checks, source_dir=src.path("source_dir"),
         config_file=config_file, notes=src.value("notes", table.CLI) or (), build=build,
-        sandbox=_sandbox(src), signing_key=src.path("signing_key"),
+        sandbox=_sandbox(src), signing_key=src.path("signing_key"), server=src.value("server"),
     )
