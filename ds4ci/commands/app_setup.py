@@ -25,7 +25,22 @@ def init(
                            "(ds4ci-sim/) and use it as the server: `ds4ci gate --config ds4ci.toml` then runs here, "
                            "without a GPU.")
     ] = False,
-    server_bin: Annotated[Path | None, typer.Option(help="The server binary (pinned when it exists here).")] = None,
+    build_command: Annotated[
+        str | None,
+        typer.Option("--build-command", metavar="CMD", help="The shell command that builds the server from the "
+                     "checkout, written as [build].command. Default: from CMakePresets.json (its first configure "
+                     "preset) or CMakeLists.txt (cmake -S . -B build, then cmake --build build --target "
+                     "dflash_server)."),
+    ] = None,
+    server_bin: Annotated[
+        Path | None,
+        typer.Option(metavar="PATH", help="The server binary: with [build] the one the build makes (default "
+                     "<build folder>/bin/dflash_server); with --prebuilt an existing one, pinned when it is here."),
+    ] = None,
+    prebuilt: Annotated[
+        bool, typer.Option("--prebuilt", help="Write gate.server_bin (a binary built elsewhere, not from the pull "
+                           "request) instead of [build]. Every pull request is then tested against that binary.")
+    ] = False,
     target: Annotated[Path | None, typer.Option(help="Target model file; its SHA-256 is computed and pinned.")] = None,
     draft: Annotated[Path | None, typer.Option(help="Draft model file; its SHA-256 is computed and pinned.")] = None,
     prompt_file: Annotated[
@@ -57,7 +72,7 @@ def init(
     request = InitRequest(
         directory=directory, runners=list(runner or []), simulator=simulator, server_bin=server_bin, target=target,
         draft=draft, prompts=list(prompt_file or []), workflows=not no_workflows, force=force,
-        ds4ci_ref=ds4ci_ref,
+        ds4ci_ref=ds4ci_ref, build_command=build_command, prebuilt=prebuilt,
     )
     exit_with(lambda: run_init(request))
 
