@@ -6,14 +6,11 @@ process; ``tests/e2e/`` starts real processes. ``pytest -m "not e2e"`` runs the 
 
 from __future__ import annotations
 
-import os
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 from fakegithub import FakeGitHub
-
-from ds4ci.supervisor import sandbox
 
 
 @pytest.fixture()
@@ -28,10 +25,6 @@ def fake() -> Iterator[FakeGitHub]:
 
 E2E_DIR = Path(__file__).resolve().parent / "e2e"
 
-# The test servers (the simulator, fault servers) are Python programs of this checkout run by this
-# venv's interpreter: the sandbox shows them read-only, as a runner's [sandbox] ro_paths would.
-# A real runner's sandbox shows neither ds4ci's install nor its interpreter.
-os.environ.update(sandbox.runtime_environment(os.environ))
 
 
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:

@@ -11,6 +11,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from ds4ci.supervisor import sandbox
+
 BIN = Path(sys.executable).parent
 DS4CI = str(BIN / "ds4ci")
 FOREIGN_SERVER = Path(__file__).parent / "servers" / "foreign_server.py"
@@ -95,7 +97,11 @@ class Workspace:
         return out
 
     def env(self, faults: str | None = None, **extra: str) -> dict[str, str]:
+        """This workspace's gate command's environment. Its server is a Python program of this checkout run by this
+        venv's interpreter (the simulator's wrapper, a fault server): the sandbox shows that interpreter and checkout
+        read-only through DS4CI_SANDBOX_RO_PATHS, as a runner's [sandbox] ro_paths would, for this command only."""
         env = {k: v for k, v in os.environ.items() if not k.startswith(("DFLASH_", "LUCE_", "DS4SIM_"))}
+        env = sandbox.runtime_environment(env)
         env["PATH"] = f"{BIN}{os.pathsep}{env.get('PATH', '')}"
         env["XDG_CACHE_HOME"] = str(self.root / "cache")
         if faults:

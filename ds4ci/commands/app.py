@@ -258,7 +258,8 @@ app.command("publish")(app_github.publish)
 @app.command()
 @table_flags("preflight")
 def preflight(
-    config: Annotated[Path | None, typer.Option(help="ds4ci.toml: model files and stale override files to check.")] = None,
+    config: Annotated[Path | None, typer.Option(help="ds4ci.toml: model files and stale override files to check. "
+                                                "Default: ./ds4ci.toml when it exists (as for every command).")] = None,
     runner: Annotated[str | None, typer.Option(help="Runner name recorded with the fingerprint.")] = None,
     json_out: Annotated[bool, typer.Option("--json", help="Print the fingerprint and checks as JSON.")] = False,
     deadline: Annotated[float, typer.Option(help="Hard deadline in seconds for the GPU health probe.")] = 20.0,

@@ -193,7 +193,8 @@ def merge_check(
         typer.Option("--json", help="Print one JSON object on stdout: repo, pr, head, ready, exit_code and the "
                      "conditions (name, ok, detail: the reason when unmet)."),
     ] = False,
-    config: Annotated[Path | None, typer.Option(help="ds4ci.toml whose [merge] table gives runners, checks, approvals.")] = None,
+    config: Annotated[Path | None, typer.Option(help="ds4ci.toml whose [merge] table gives runners, checks, approvals. "
+                                                "Default: ./ds4ci.toml when it exists.")] = None,
     **settings: Any,
 ) -> None:
     """Is the pull request ready to merge on its exact current head?

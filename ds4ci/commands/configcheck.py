@@ -16,9 +16,8 @@ from pathlib import Path
 from typing import Any
 
 from ds4ci.commands import workflowpin
-from ds4ci.commands.init import CONFIG_NAME
 from ds4ci.errors import EXIT_PASS, EXIT_USAGE, UsageError
-from ds4ci.options import config, runners
+from ds4ci.options import config, configpath, runners
 from ds4ci.options.values import PIN_PLACEHOLDER_START, read_toml
 
 _VAR = re.compile(r"\$\{([A-Za-z_][A-Za-z0-9_]*)\}")
@@ -64,7 +63,7 @@ def _todo_problem(todos: list[str]) -> str:
 
 
 def run_config_check(config_file: Path | None, runner: str | None) -> int:
-    path = config_file if config_file is not None else Path(CONFIG_NAME)
+    path = configpath.required(config_file)
     todos: list[str] = []
     doc = _stand_in_pins(read_toml(path), "", todos)
     problems: list[str] = [_todo_problem(todos)] if todos else []
@@ -100,7 +99,7 @@ def run_config_check(config_file: Path | None, runner: str | None) -> int:
 
 
 def run_config_runners(config_file: Path | None, json_out: bool) -> int:
-    path = config_file if config_file is not None else Path(CONFIG_NAME)
+    path = configpath.required(config_file)
     found = runners.from_file(path)
     if json_out:
         print(runners.to_json(found))

@@ -134,15 +134,22 @@ class _Run:
 
     def record_revisions(self) -> None:
         """The source's revisions: --source-dir, else the working directory when it is a git checkout."""
+        from ds4ci.judging.tree import tree_reason
         from ds4ci.runner.revisions import collect, has_commit, is_work_tree
 
         source = self.cfg.source_dir
         if source is None:
             if not is_work_tree(Path.cwd()) or not has_commit(Path.cwd()):  # nothing to describe (yet)
+                self.progress(f"revisions: {Path.cwd()} is not a git checkout with a commit, so this run records no "
+                              "head, base or merge base (the comment will say so); run the gate in the checkout, or "
+                              "name it with --source-dir")
                 return
             source = Path.cwd()
         self.doc["revisions"] = collect(source, base_ref=self.cfg.base_ref, upstream_ref=self.cfg.upstream_ref)
         store.write_json(self.attempt.path / "revisions.json", self.doc["revisions"])
+        why = tree_reason(self.doc["revisions"], self.cfg.build is not None)
+        if why is not None and not self.cfg.allow_dirty_tree:  # cheap, so before the build and any server
+            raise NoVerdictError(f"{why}; nothing was built or started")
 
     def run_checks(self) -> None:
         if not self.cfg.checks:

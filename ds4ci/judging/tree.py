@@ -28,21 +28,30 @@ def tree_note(revisions: Mapping[str, Any] | None) -> str | None:
     return MODIFIED_TREE if dirty is True else UNKNOWN_TREE
 
 
-def judge_tree(
-    revisions: Mapping[str, Any] | None, allowed: bool, verdict: Verdict, reasons: list[str]
-) -> tuple[Verdict, list[str]]:
-    """The verdict and reasons once the source tree is taken into account."""
+def tree_reason(revisions: Mapping[str, Any] | None, built: bool) -> str | None:
+    """Why a run on this tree is an error unless allowed (``built``: a [build] made the server from it), or None."""
     note = tree_note(revisions)
-    if note is None or allowed:
+    if note is None:
+        return None
+    what = "the binary is not the commit's" if built else "the run does not test the commit as it is"
+    if note == MODIFIED_TREE:
+        return (f"{note}: the source checkout had uncommitted changes to tracked files (revisions.dirty), so {what}; "
+                "commit or stash them and run again, or set gate.allow_dirty_tree = true in the trusted ds4ci.toml")
+    return (f"{note}: `git status` failed in the source checkout (revisions.dirty is null), so the run cannot be tied "
+            "to the commit; set gate.allow_dirty_tree = true in the trusted ds4ci.toml to accept that")
+
+
+def judge_tree(
+    revisions: Mapping[str, Any] | None, allowed: bool, verdict: Verdict, reasons: list[str], built: bool = True
+) -> tuple[Verdict, list[str]]:
+    """The verdict and reasons once the source tree is taken into account (said once: the gate may have stopped
+    on it before any server started)."""
+    why = tree_reason(revisions, built)
+    if why is None or allowed:
         return verdict, reasons
-    why = (f"{note}: the source checkout had uncommitted changes to tracked files (revisions.dirty), so the "
-           "binary is not the commit's; commit or stash them and run again, or set gate.allow_dirty_tree = true "
-           "in the trusted ds4ci.toml") if note == MODIFIED_TREE else (
-           f"{note}: `git status` failed in the source checkout (revisions.dirty is null), so the binary "
-           "cannot be tied to the commit; set gate.allow_dirty_tree = true in the trusted ds4ci.toml to accept that")
     if verdict == PASS:
         return ERROR, [why]
-    return verdict, [*reasons, why]
+    return verdict, reasons if any(r.startswith(why) for r in reasons) else [*reasons, why]
 
 
 def tree_line(revisions: Mapping[str, Any] | None, settings: Mapping[str, Any], reasons: list[str]) -> str | None:
