@@ -113,8 +113,8 @@ class Workspace:
     def gate(self, *extra_args: str, faults: str | None = None, env: dict[str, str] | None = None,
              timeout: float = 180, **overrides: Any) -> GateRun:
         proc = subprocess.run(
-            [DS4CI, "gate", *self.args(**overrides), *extra_args],
-            env=env or self.env(faults), capture_output=True, text=True, timeout=timeout, check=False,
+            [DS4CI, "gate", *self.args(**overrides), *extra_args], cwd=self.root,  # not this checkout: its tree is not
+            env=env or self.env(faults), capture_output=True, text=True, timeout=timeout, check=False,  # the server's
         )
         results_path = Path(overrides.get("results_out") or self.root / "results.json")
         results = json.loads(results_path.read_text()) if results_path.is_file() else None

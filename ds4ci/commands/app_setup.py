@@ -114,3 +114,21 @@ def config_runners(
     from ds4ci.commands.configcheck import run_config_runners
 
     exit_with(lambda: run_config_runners(config, json_out))
+
+
+def pin(
+    config: Annotated[Path | None, typer.Option(metavar="PATH", help="The file whose pins to refresh. Default: "
+                                                "./ds4ci.toml.")] = None,
+) -> None:
+    """Refresh the SHA-256 pins of a ds4ci.toml in place from the files on this machine (a TODO pin included).
+
+    Only pin values change; comments, order, every other key and the workflows stay as they are (unlike
+    `ds4ci init --force`). A file that is not here keeps its pin and is listed. Run it on the runner that has
+    the models, then commit the file through review: the pins are the trusted config.
+
+    Exit codes: 0 written (or nothing to change), 2 the file is missing or invalid, or a pin is not on one line
+    (nothing is written then).
+    """
+    from ds4ci.commands.pin import run_pin
+
+    exit_with(lambda: run_pin(config))

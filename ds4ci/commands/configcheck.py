@@ -59,7 +59,7 @@ def _stand_in_pins(value: Any, where: str, found: list[str]) -> Any:
 def _todo_problem(todos: list[str]) -> str:
     return (f"{', '.join(todos)}: not pinned yet ({len(todos)} pin(s) still hold the placeholder `ds4ci init` writes "
             "for a file it could not read); put each file's SHA-256 there (`sha256sum FILE` on the runner that has "
-            "it, or `ds4ci init --force --target FILE --draft FILE --prompt-file FILE` there)")
+            "it, or `ds4ci pin` there: it rewrites the pins only)")
 
 
 def run_config_check(config_file: Path | None, runner: str | None) -> int:

@@ -30,6 +30,8 @@ SHARED: Final = (
 # command -> (code, what it means for that command); the codes a command can return, no other.
 COMMANDS: Final[dict[str, tuple[tuple[int, str], ...]]] = {
     "init": ((0, "written"), (2, "refused: a file exists (without --force) or a bad name; nothing is written")),
+    "pin": ((0, "written, or nothing to change"),
+            (2, "the file is missing or invalid, or a pin is not on one line of its table; nothing is written")),
     "config check": ((0, "valid"), (2, "invalid: each problem is listed once, every TODO pin named")),
     "config runners": ((0, "printed"), (2, "the file names no runner, or a runner table is invalid")),
     "gate": ((0, "pass"), (1, "fail"), (2, "usage or configuration error (nothing ran)"),
