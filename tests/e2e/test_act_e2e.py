@@ -364,7 +364,8 @@ def test_init_s_workflows_run_green_in_a_fresh_adopter_repository(
     assert "local" in comment["body"] and head[:12] in comment["body"]
     assert "DS4CI_SANDBOX" not in log  # nothing preset made the sandbox show the simulator's Python
     if CMAKE:  # the gate built the PR's head (its changed server.c) before the simulator ran
-        assert "build ✅ pass" in comment["body"] and "Linking C executable" in log, _log(proc)
+        assert "build: running `cmake -S . -B build" in log and "build: pass" in log, _log(proc)
+        assert "build ✅ pass" in comment["body"], comment["body"]
     assert _git(engine, "status", "--porcelain") == ""  # nothing was edited after init
 
 
