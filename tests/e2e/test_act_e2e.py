@@ -365,7 +365,7 @@ def test_init_s_workflows_run_green_in_a_fresh_adopter_repository(
     assert "DS4CI_SANDBOX" not in log  # nothing preset made the sandbox show the simulator's Python
     if CMAKE:  # the gate built the PR's head (its changed server.c) before the simulator ran
         assert "build: running `cmake -S . -B build" in log and "build: pass" in log, _log(proc)
-        assert "build ✅ pass" in comment["body"], comment["body"]
+        assert "build ✅ pass (" in comment["body"], comment["body"]
     assert _git(engine, "status", "--porcelain") == ""  # nothing was edited after init
 
 
@@ -414,7 +414,7 @@ def test_dispatch_runs_gate_on_both_runners_and_publishes_one_comment(
     # The PR's edited ds4ci.toml was not used (it would have failed its pin); the run says so.
     assert "this pull request changes ds4ci.toml; this run uses the trusted settings" in proc.stdout + proc.stderr
     assert "this pull request changes ds4ci.toml" in fake.comments()[0]["body"]  # in the comment too
-    assert "(2/2 targets built)" in fake.comments()[0]["body"]  # the [build] step ran before the gate
+    assert "build ✅ pass (2/2 targets built" in fake.comments()[0]["body"]  # the [build] step ran before the gate
     comments = fake.comments(7)
     assert len(comments) == 1, comments
     body = comments[0]["body"]
