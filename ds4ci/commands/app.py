@@ -13,12 +13,13 @@ from typing import Annotated, Any
 import typer
 
 from ds4ci import __version__
-from ds4ci.commands import app_gate, app_github, app_setup
+from ds4ci.commands import app_gate, app_github, app_setup, helptext
 from ds4ci.commands.finish import exit_with
 from ds4ci.commands.flags import table_flags
 from ds4ci.errors import EXIT_ERROR
 from ds4ci.options import table
 
+helptext.install()
 _DEFAULT_WIDTHS = ",".join(str(q) for q in table.DEFAULT_WIDTHS)
 app = typer.Typer(
     name="ds4ci",
@@ -62,7 +63,8 @@ app.add_typer(app_setup.config_app, name="config")
 @app.command()
 def verify(
     bundles: Annotated[
-        list[Path], typer.Argument(help="Evidence bundles: promoted attempt directories or .tar.gz archives of them.")
+        list[Path], typer.Argument(metavar="BUNDLE...",
+                                   help="Evidence bundles: promoted attempt directories or .tar.gz archives of them.")
     ],
     json_out: Annotated[bool, typer.Option("--json", help="Print the recomputed documents as JSON.")] = False,
     expect_config: Annotated[
@@ -74,7 +76,7 @@ def verify(
     ] = None,
     key: Annotated[
         list[str] | None,
-        typer.Option(help="A runner's public key line (ed25519:..., as `ds4ci runner-key init` prints it): each "
+        typer.Option(metavar="KEY", help="A runner's public key line (ed25519:..., as `ds4ci runner-key init` prints it): each "
                      "bundle must carry an attestation.json it signed. Repeatable. Keys named in --expect-config "
                      "([runners.<name>] public_key) are checked too."),
     ] = None,
@@ -109,7 +111,8 @@ app.add_typer(hash_cache_app, name="hash-cache")
 
 @hash_cache_app.command("add")
 def hash_cache_add(
-    files: Annotated[list[Path], typer.Argument(help="Files to hash and record (e.g. the pinned model files).")],
+    files: Annotated[list[Path], typer.Argument(metavar="FILE...",
+                                                help="Files to hash and record (e.g. the pinned model files).")],
     cache: Annotated[
         Path | None,
         typer.Option(help="Cache file to fill; the gate reads it through hash_cache_path. Default: the user's cache."),
@@ -234,8 +237,8 @@ def tiny_models(
 def report(
     results: Annotated[
         list[Path],
-        typer.Argument(help="One results.json per runner, or its evidence bundle (the attempt directory or the "
-                       "gate's --bundle-out .tar.gz)."),
+        typer.Argument(metavar="RESULTS...", help="One results.json per runner, or its evidence bundle (the attempt "
+                       "directory or the gate's --bundle-out .tar.gz)."),
     ],
     format: Annotated[
         str, typer.Option("--format", help="comment (PR comment, <= 60,000 bytes) or summary (job summary).")
@@ -306,11 +309,11 @@ app.command("merge-check")(app_github.merge_check)
 
 def _point_to_exit_codes(typers: list[typer.Typer]) -> None:
     """Each command's --help ends by pointing at the one table of every command's exit codes."""
-    from ds4ci.commands.exitcodes import DOC
+    from ds4ci.commands.exitcodes import epilog
 
     for group in typers:
         for info in group.registered_commands:
-            info.epilog = f"Every command's exit codes: {DOC}."
+            info.epilog = epilog()
         _point_to_exit_codes([g.typer_instance for g in group.registered_groups if g.typer_instance is not None])
 
 

@@ -21,6 +21,7 @@ _TOKEN_ENV_HELP = "Name of the environment variable holding the token."  # noqa:
 _Results = Annotated[
     list[Path] | None,
     typer.Argument(
+        metavar="BUNDLE...",
         help="One evidence bundle per runner (promoted attempt directory or the gate's --bundle-out .tar.gz), "
         "or a results.json whose bundle is at its recorded evidence location. Every bundle is verified first."
     ),

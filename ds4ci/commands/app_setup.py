@@ -17,7 +17,7 @@ config_app = typer.Typer(
 def init(
     runner: Annotated[
         list[str] | None,
-        typer.Option("--runner", help="A runner to configure ([runners.<name>]); repeat for several. Names like "
+        typer.Option("--runner", metavar="NAME", help="A runner to configure ([runners.<name>]); repeat for several. Names like "
                      "gfx1151 or sm86 also set target_device and the gpu the runner must have."),
     ] = None,
     simulator: Annotated[
@@ -44,7 +44,7 @@ def init(
     target: Annotated[Path | None, typer.Option(help="Target model file; its SHA-256 is computed and pinned.")] = None,
     draft: Annotated[Path | None, typer.Option(help="Draft model file; its SHA-256 is computed and pinned.")] = None,
     prompt_file: Annotated[
-        list[Path] | None, typer.Option("--prompt-file", help="Prompt file, pinned; repeat for several.")
+        list[Path] | None, typer.Option("--prompt-file", metavar="PATH", help="Prompt file, pinned; repeat for several.")
     ] = None,
     directory: Annotated[Path, typer.Option("--dir", help="The repository root to write into.")] = Path(),
     no_workflows: Annotated[
