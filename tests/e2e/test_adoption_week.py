@@ -10,11 +10,12 @@ from __future__ import annotations
 
 import json
 import sys
-import tomllib
 from pathlib import Path
 
 import pytest
 from test_adoption import clean_env, ds4ci, git_init
+
+from ds4ci.options.values import read_toml
 
 pytestmark = pytest.mark.e2e
 
@@ -27,7 +28,7 @@ PRESETS = {
 
 
 def _toml(repo: Path) -> dict[str, object]:
-    return tomllib.loads((repo / "ds4ci.toml").read_text())
+    return read_toml(repo / "ds4ci.toml")
 
 
 def test_init_builds_the_pr_head_from_cmake_presets_by_default(tmp_path: Path) -> None:
