@@ -153,7 +153,7 @@ def dispatch_check(
     ] = None,
     runner_table: Annotated[
         str | None,
-        typer.Option(help='The runner table as JSON instead of --config: [{"name", "labels", "gpu", "role"}, ...] '
+        typer.Option(help='The runner table as JSON instead of --config: [{"name", "labels", "queue", "role"}, ...] '
                      "(`ds4ci config runners --json` prints it; role optional)."),
     ] = None,
     repo: Annotated[str | None, typer.Option(help="OWNER/NAME. Default: $GITHUB_REPOSITORY.")] = None,

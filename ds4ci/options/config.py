@@ -120,11 +120,6 @@ class GateConfig:
         return self.server == SIMULATOR
 
     @property
-    def server_named(self) -> str | None:
-        """``server`` for the reproduce command: given only when it is not the default."""
-        return self.server if self.simulator else None
-
-    @property
     def scope(self) -> str:
         """``full`` when this run proves every configured width, else ``focused`` (a focused rerun)."""
         return FULL if set(self.widths) >= set(self.configured_widths) else FOCUSED

@@ -64,6 +64,7 @@ class Option:
     reproduce: bool = False  # the reproduce command repeats it
     metavar: str | None = None
     flag_doc: str | None = None  # the flag's help when it differs from the key's (a switch)
+    omit_default: bool = False  # the reproduce command leaves the flag out when the value is the default
 
     @property
     def name(self) -> str:
@@ -124,7 +125,8 @@ OPTIONS: tuple[Option, ...] = (
     _gate("server", "What the gate starts: \"program\" (server_bin, or the binary [build] makes) or \"simulator\" "
           "(ds4ci's bundled simulator, run by the Python this ds4ci runs on, which the sandbox then shows read-only "
           "because this trusted setting says so; no GPU, no server_bin: for trying the gate and the workflows).",
-          check=v.one_of(SERVER_KINDS), default="program", attr="server_named", reproduce=True, metavar="KIND"),
+          check=v.one_of(SERVER_KINDS), default="program", attr="server", reproduce=True, metavar="KIND",
+          omit_default=True),
     _gate("server_sha256", _PIN.format("server binary; its identity is recorded either way."),
           check=v.parse_sha256, attr="server_bin.sha256", reproduce=True),
     _gate("target", "Target model file (GGUF).", toml_type="path", cli_type=Path, attr="target.path", reproduce=True),

@@ -167,7 +167,7 @@ def test_every_checkout_drops_credentials() -> None:
 
 def test_gate_matrix_queues_per_gpu_and_never_cancels() -> None:
     job = _load(ROOT / ".github" / "workflows" / "gate.yml")["jobs"]["gate"]
-    assert job["concurrency"] == {"group": "ds4ci-gpu-${{ matrix.gpu }}", "cancel-in-progress": False}
+    assert job["concurrency"] == {"group": "ds4ci-gpu-${{ matrix.queue }}", "cancel-in-progress": False}
     assert job["runs-on"] == "${{ matrix.labels }}"
     assert job["strategy"]["fail-fast"] is False
     assert job["env"]["DS4_MODEL_DIR"] == "${{ vars.DS4_MODEL_DIR }}"
