@@ -33,7 +33,7 @@ CMAKE = shutil.which("cmake") is not None and shutil.which("cc") is not None  # 
 CHECKOUT = "actions/checkout@11bd71901bbe5b1630ceea73d27597364c9af683"
 UPLOAD = "actions/upload-artifact@ea165f8d65b6e75b540449e92b4886f43607fa02"
 DOWNLOAD = "actions/download-artifact@d3f86a106a0bac45b974a628896c90dbdf5c8093"
-PROJECT_FILES = ("pyproject.toml", "README.md", "action.yml", "ds4ci", "templates", ".github")
+PROJECT_FILES = ("pyproject.toml", "README.md", "action.yml", "ds4ci", "templates", ".github", "requirements")
 
 pytestmark = [
     pytest.mark.act,
@@ -63,6 +63,14 @@ def wheelhouse(tmp_path_factory: pytest.TempPathFactory) -> Path:
     )
     if proc.returncode != 0:
         pytest.skip(f"cannot build a wheelhouse from the package index: {proc.stderr[-2000:]}")
+    # The jobs that hold a write token install the hash-pinned lock: its exact files, as the index serves them.
+    locked = subprocess.run(
+        [sys.executable, "-m", "pip", "download", "--quiet", "--require-hashes", "--only-binary", ":all:",
+         "--dest", str(out), "-r", str(ROOT / "requirements" / "publish.txt")],
+        capture_output=True, text=True, timeout=600,
+    )
+    if locked.returncode != 0:
+        pytest.skip(f"cannot download the locked wheels from the package index: {locked.stderr[-2000:]}")
     for wheel in out.glob("ds4ci-*.whl"):
         wheel.unlink()  # the action must install ds4ci from its own checkout, not from here
     return out
