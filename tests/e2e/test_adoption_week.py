@@ -180,3 +180,9 @@ def test_a_gate_outside_a_git_checkout_says_so_at_once(tmp_path: Path) -> None:
     gate = ds4ci("gate", "--runner", "local", "--widths", "2", cwd=work, env=env)
     said = gate.stderr.index("is not a git checkout with a commit")
     assert said < gate.stderr.index("server pid")  # before any server starts
+
+
+def test_the_runner_prerequisites_are_listed_where_an_adopter_reads() -> None:
+    text = (Path(__file__).resolve().parents[2] / "docs" / "adopting.md").read_text(encoding="utf-8")
+    for needed in ("python3-venv", "package index", "bubblewrap", "git` 2.38"):
+        assert needed in text, needed

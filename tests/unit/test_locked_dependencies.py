@@ -58,3 +58,22 @@ def test_a_job_with_a_write_token_installs_only_the_hash_pinned_lock(workflow: s
         for line in installs:
             assert ("--require-hashes" in line and "requirements/publish.txt" in line and "--only-binary :all:" in line
                     ) or ("--no-deps" in line and "--no-build-isolation" in line), (workflow, name, line)
+
+
+def test_report_yml_with_an_empty_ds4ci_ref_never_installs_the_adopting_repository(tmp_path: Path) -> None:
+    """DS4CI_REF left empty (meant for ds4ci's own repository) in an adopter's repository: the checkout of that
+    repository is not ds4ci, so the install step stops with what to set, before any pip runs (as GitHub runs it)."""
+    import subprocess
+
+    doc = YAML(typ="safe").load((ROOT / ".github" / "workflows" / "report.yml").read_text(encoding="utf-8"))
+    (step,) = [s for s in doc["jobs"]["report"]["steps"] if str(s.get("name", "")).startswith("Install ds4ci")]
+    (tmp_path / "ds4ci-src").mkdir()
+    (tmp_path / "ds4ci-src" / "pyproject.toml").write_text('[project]\nname = "engine"\n')
+    script = tmp_path / "step.sh"
+    script.write_text(step["run"])
+    done = subprocess.run(["bash", "--noprofile", "--norc", "-eo", "pipefail", str(script)], cwd=tmp_path,
+                          env={"PATH": "/usr/bin:/bin", "DS4CI_REF": "", "RUNNER_TEMP": str(tmp_path / "temp")},
+                          capture_output=True, text=True, timeout=60, check=False)
+    assert done.returncode == 2, done.stdout + done.stderr
+    assert "the checkout of this repository is not ds4ci: set DS4CI_REF" in done.stdout
+    assert not (tmp_path / "temp").exists()  # no venv, no pip install
