@@ -32,11 +32,9 @@ def init(
                      "preset) or CMakeLists.txt (cmake -S . -B build, then cmake --build build --target "
                      "dflash_server)."),
     ] = None,
-    server_bin: Annotated[
-        Path | None,
-        typer.Option(metavar="PATH", help="The server binary: with [build] the one the build makes (default "
-                     "<build folder>/bin/dflash_server); with --prebuilt an existing one, pinned when it is here."),
-    ] = None,
+    server_bin: Annotated[Path | None, typer.Option(metavar="PATH", help="The server binary: with [build] the one "
+                          "the build makes (default <build folder>/bin/dflash_server); with --prebuilt an existing one, "
+                          "pinned when it is here.")] = None,
     prebuilt: Annotated[
         bool, typer.Option("--prebuilt", help="Write gate.server_bin (a binary built elsewhere, not from the pull "
                            "request) instead of [build]. Every pull request is then tested against that binary.")

@@ -119,6 +119,12 @@ def _absolute(path: Path | None) -> Path:
     return (path or Path.cwd()).absolute()
 
 
+def launcher(cfg: GateConfig) -> tuple[str, ...]:
+    """What runs the server's file: nothing for a program; ds4ci's own Python for ``server = "simulator"``, with
+    ``-I`` so that no PYTHON* variable, user site or script folder changes what the simulator imports."""
+    return (sys.executable, "-I") if cfg.simulator else ()
+
+
 def _build_trees(build: BuildSpec | None) -> tuple[Path, ...]:
     """The folders a build writes: its own, and the folder of the server it builds when that lies outside."""
     if build is None:

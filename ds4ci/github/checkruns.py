@@ -26,7 +26,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from ds4ci.records import Results
-from ds4ci.report import markdown, render, views
+from ds4ci.report import glance, markdown, render, views
 from ds4ci.report.sections import results_digest
 
 NAME = "ds4ci/{runner}"
@@ -184,7 +184,7 @@ def title(doc: Results, state: str, description: str, head: str) -> str:
         word = f"negative control: {word}"
     if state == "success":
         return f"{word} on {head[:12]}: {views.headline(doc)}"
-    causes = len(views.grouped_reasons(doc["reasons"])) or 1
+    causes = len(glance.grouped_reasons(doc["reasons"])) or 1
     if doc["verdict"] == "pass":  # a pass the document contradicts (the status says so)
         return f"{word} on {head[:12]}: {markdown.clean(description)}"
     return f"{word} on {head[:12]}: {causes} cause{'s' if causes != 1 else ''}, each in the summary"

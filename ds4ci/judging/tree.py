@@ -11,6 +11,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
+from ds4ci.errors import NoVerdictError
 from ds4ci.judging.verdict import ERROR, PASS
 from ds4ci.records import Verdict
 
@@ -39,6 +40,13 @@ def tree_reason(revisions: Mapping[str, Any] | None, built: bool) -> str | None:
                 "commit or stash them and run again, or set gate.allow_dirty_tree = true in the trusted ds4ci.toml")
     return (f"{note}: `git status` failed in the source checkout (revisions.dirty is null), so the run cannot be tied "
             "to the commit; set gate.allow_dirty_tree = true in the trusted ds4ci.toml to accept that")
+
+
+def stop_if_modified(revisions: Mapping[str, Any] | None, built: bool, allowed: bool) -> None:
+    """Before the build and any server (it is cheap): no verdict on a modified tree unless the config allows it."""
+    why = tree_reason(revisions, built)
+    if why is not None and not allowed:
+        raise NoVerdictError(f"{why}; nothing was built or started")
 
 
 def judge_tree(

@@ -52,9 +52,9 @@ SIMULATOR = "simulator"
 
 def simulator_entry() -> Path:
     """The file the gate starts for ``server = "simulator"`` (with ds4ci's own interpreter): hashed and recorded."""
-    import ds4ci.simulator
+    import ds4ci
 
-    return Path(ds4ci.simulator.__file__).resolve().parent / "__main__.py"
+    return Path(ds4ci.__file__).resolve().parent / "simulator" / "__main__.py"
 
 
 @dataclass(frozen=True)

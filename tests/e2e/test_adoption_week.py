@@ -178,7 +178,7 @@ def test_a_gate_outside_a_git_checkout_says_so_at_once(tmp_path: Path) -> None:
     env = clean_env(tmp_path)
     assert ds4ci("init", "--simulator", "--runner", "local", "--no-workflows", cwd=work, env=env).returncode == 0
     gate = ds4ci("gate", "--runner", "local", "--widths", "2", cwd=work, env=env)
-    said = gate.stderr.index("is not a git checkout with a commit")
+    said = gate.stderr.index("is no git checkout with a commit: no head is recorded")
     assert said < gate.stderr.index("server pid")  # before any server starts
 
 

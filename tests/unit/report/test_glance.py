@@ -11,7 +11,7 @@ import pytest
 from paths import TESTS
 
 from ds4ci.evidence.results import load
-from ds4ci.report import markdown, render, views
+from ds4ci.report import glance, markdown, render, views
 from ds4ci.report.sections import parse_sections
 
 DATA = TESTS / "data" / "results"
@@ -103,14 +103,14 @@ def test_coverage_is_in_plain_words_with_the_docs_linked(monkeypatch: pytest.Mon
         "ratio128": {"batches": 0, "rejected": 0, "rolled_back": 0, "first_positions": [], "first_rejected_positions": []},
         "window": {"batches": 0, "rejected": 0, "rolled_back": 0, "first_positions": [], "first_rejected_positions": []},
     }}
-    words = views.coverage_words(record)
+    words = glance.coverage_words(record)
     assert words == ("q=4: 16 verify steps seen, 4 with a rejected draft; 16 crossed a ratio-4 compressor boundary "
                      "(4 with a rejection); none crossed the ratio-128 boundary or the sliding window's edge")
     monkeypatch.setenv("DS4CI_REF", "acme/ds4ci@v0.1.0")
-    assert views.docs_link(*views.COVERAGE_DOC) == (
+    assert glance.docs_link(*glance.COVERAGE_DOC) == (
         "https://github.com/acme/ds4ci/blob/v0.1.0/docs/results.md#proof-coverage-of-one-width-coverage")
     monkeypatch.setenv("DS4CI_REF", "")
-    assert views.docs_link(*views.COVERAGE_DOC) is None
+    assert glance.docs_link(*glance.COVERAGE_DOC) is None
 
 
 def test_revision_lines_break_as_on_github() -> None:
