@@ -110,11 +110,19 @@ class Workspace:
         env.update(extra)
         return env
 
+    def checkout(self) -> Path:
+        """Where the gate runs, as on a runner: a clean git checkout of its own (never this repository's, whose
+        uncommitted edits would make every run "built from a modified tree")."""
+        path = self.root / "checkout"
+        if not path.exists():
+            git_repo(path, {"server.c": "/* the server under test */\n"})
+        return path
+
     def gate(self, *extra_args: str, faults: str | None = None, env: dict[str, str] | None = None,
              timeout: float = 180, **overrides: Any) -> GateRun:
         proc = subprocess.run(
-            [DS4CI, "gate", *self.args(**overrides), *extra_args], cwd=self.root,  # not this checkout: its tree is not
-            env=env or self.env(faults), capture_output=True, text=True, timeout=timeout, check=False,  # the server's
+            [DS4CI, "gate", *self.args(**overrides), *extra_args], cwd=self.checkout(),
+            env=env or self.env(faults), capture_output=True, text=True, timeout=timeout, check=False,
         )
         results_path = Path(overrides.get("results_out") or self.root / "results.json")
         results = json.loads(results_path.read_text()) if results_path.is_file() else None
