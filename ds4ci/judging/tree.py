@@ -50,16 +50,17 @@ def stop_if_modified(revisions: Mapping[str, Any] | None, built: bool, allowed: 
 
 
 def judge_tree(
-    revisions: Mapping[str, Any] | None, allowed: bool, verdict: Verdict, reasons: list[str], built: bool = True
+    revisions: Mapping[str, Any] | None, allowed: bool, verdict: Verdict, reasons: list[str]
 ) -> tuple[Verdict, list[str]]:
-    """The verdict and reasons once the source tree is taken into account (said once: the gate may have stopped
-    on it before any server started)."""
-    why = tree_reason(revisions, built)
+    """The verdict and reasons once the source tree is taken into account, in the words every sealed bundle was
+    derived with (``verify`` derives old bundles alike); said once: the gate may have stopped on it already."""
+    why = tree_reason(revisions, True)
     if why is None or allowed:
         return verdict, reasons
     if verdict == PASS:
         return ERROR, [why]
-    return verdict, reasons if any(r.startswith(why) for r in reasons) else [*reasons, why]
+    note = tree_note(revisions) or why
+    return verdict, reasons if any(r.startswith(note) for r in reasons) else [*reasons, why]
 
 
 def tree_line(revisions: Mapping[str, Any] | None, settings: Mapping[str, Any], reasons: list[str]) -> str | None:
