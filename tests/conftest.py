@@ -12,14 +12,11 @@ module that uses a module- or session-scoped fixture of this suite run on one wo
 
 from __future__ import annotations
 
-import os
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 from fakegithub import FakeGitHub
-
-from ds4ci.supervisor import sandbox
 
 
 @pytest.fixture()
@@ -49,10 +46,6 @@ SLOW_IN_PROCESS = (
     "tests/unit/runner/test_identity.py::test_digests_match_hashlib_in_input_order",
 )
 
-# The test servers (the simulator, fault servers) are Python programs of this checkout run by this
-# venv's interpreter: the sandbox shows them read-only, as a runner's [sandbox] ro_paths would.
-# A real runner's sandbox shows neither ds4ci's install nor its interpreter.
-os.environ.update(sandbox.runtime_environment(os.environ))
 
 
 def _shared_fixture_group(item: pytest.Item) -> str | None:

@@ -11,6 +11,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from ds4ci.supervisor import sandbox
+
 BIN = Path(sys.executable).parent
 DS4CI = str(BIN / "ds4ci")
 FOREIGN_SERVER = Path(__file__).parent / "servers" / "foreign_server.py"
@@ -95,7 +97,11 @@ class Workspace:
         return out
 
     def env(self, faults: str | None = None, **extra: str) -> dict[str, str]:
+        """This workspace's gate command's environment. Its server is a Python program of this checkout run by this
+        venv's interpreter (the simulator's wrapper, a fault server): the sandbox shows that interpreter and checkout
+        read-only through DS4CI_SANDBOX_RO_PATHS, as a runner's [sandbox] ro_paths would, for this command only."""
         env = {k: v for k, v in os.environ.items() if not k.startswith(("DFLASH_", "LUCE_", "DS4SIM_"))}
+        env = sandbox.runtime_environment(env)
         env["PATH"] = f"{BIN}{os.pathsep}{env.get('PATH', '')}"
         env["XDG_CACHE_HOME"] = str(self.root / "cache")
         if faults:
@@ -104,10 +110,18 @@ class Workspace:
         env.update(extra)
         return env
 
+    def checkout(self) -> Path:
+        """Where the gate runs, as on a runner: a clean git checkout of its own (never this repository's, whose
+        uncommitted edits would make every run "built from a modified tree")."""
+        path = self.root / "checkout"
+        if not path.exists():
+            git_repo(path, {"server.c": "/* the server under test */\n"})
+        return path
+
     def gate(self, *extra_args: str, faults: str | None = None, env: dict[str, str] | None = None,
              timeout: float = 180, **overrides: Any) -> GateRun:
         proc = subprocess.run(
-            [DS4CI, "gate", *self.args(**overrides), *extra_args],
+            [DS4CI, "gate", *self.args(**overrides), *extra_args], cwd=self.checkout(),
             env=env or self.env(faults), capture_output=True, text=True, timeout=timeout, check=False,
         )
         results_path = Path(overrides.get("results_out") or self.root / "results.json")

@@ -13,13 +13,14 @@ from typing import Annotated, Any
 import typer
 
 from ds4ci import __version__
-from ds4ci.commands import app_gate, app_github, app_setup
+from ds4ci.commands import app_gate, app_github, app_setup, helptext
 from ds4ci.commands.finish import exit_with
 from ds4ci.commands.flags import table_flags
 from ds4ci.commands.service import service_app
 from ds4ci.errors import EXIT_ERROR
 from ds4ci.options import table
 
+helptext.install()
 _DEFAULT_WIDTHS = ",".join(str(q) for q in table.DEFAULT_WIDTHS)
 app = typer.Typer(
     name="ds4ci",
@@ -56,13 +57,15 @@ def _root(
 
 app.command("gate")(app_gate.gate)
 app.command("init")(app_setup.init)
+app.command("pin")(app_setup.pin)
 app.add_typer(app_setup.config_app, name="config")
 
 
 @app.command()
 def verify(
     bundles: Annotated[
-        list[Path], typer.Argument(help="Evidence bundles: promoted attempt directories or .tar.gz archives of them.")
+        list[Path], typer.Argument(metavar="BUNDLE...",
+                                   help="Evidence bundles: promoted attempt directories or .tar.gz archives of them.")
     ],
     json_out: Annotated[bool, typer.Option("--json", help="Print the recomputed documents as JSON.")] = False,
     expect_config: Annotated[
@@ -74,7 +77,7 @@ def verify(
     ] = None,
     key: Annotated[
         list[str] | None,
-        typer.Option(help="A runner's public key line (ed25519:..., as `ds4ci runner-key init` prints it): each "
+        typer.Option(metavar="KEY", help="A runner's public key line (ed25519:..., as `ds4ci runner-key init` prints it): each "
                      "bundle must carry an attestation.json it signed. Repeatable. Keys named in --expect-config "
                      "([runners.<name>] public_key) are checked too."),
     ] = None,
@@ -115,7 +118,8 @@ app.add_typer(hash_cache_app, name="hash-cache")
 
 @hash_cache_app.command("add")
 def hash_cache_add(
-    files: Annotated[list[Path], typer.Argument(help="Files to hash and record (e.g. the pinned model files).")],
+    files: Annotated[list[Path], typer.Argument(metavar="FILE...",
+                                                help="Files to hash and record (e.g. the pinned model files).")],
     cache: Annotated[
         Path | None,
         typer.Option(help="Cache file to fill; the gate reads it through hash_cache_path. Default: the user's cache."),
@@ -240,8 +244,8 @@ def tiny_models(
 def report(
     results: Annotated[
         list[Path],
-        typer.Argument(help="One results.json per runner, or its evidence bundle (the attempt directory or the "
-                       "gate's --bundle-out .tar.gz)."),
+        typer.Argument(metavar="RESULTS...", help="One results.json per runner, or its evidence bundle (the attempt "
+                       "directory or the gate's --bundle-out .tar.gz)."),
     ],
     format: Annotated[
         str, typer.Option("--format", help="comment (PR comment, <= 60,000 bytes) or summary (job summary).")
@@ -265,7 +269,8 @@ app.command("publish")(app_github.publish)
 @app.command()
 @table_flags("preflight")
 def preflight(
-    config: Annotated[Path | None, typer.Option(help="ds4ci.toml: model files and stale override files to check.")] = None,
+    config: Annotated[Path | None, typer.Option(help="ds4ci.toml: model files and stale override files to check. "
+                                                "Default: ./ds4ci.toml when it exists (as for every command).")] = None,
     runner: Annotated[str | None, typer.Option(help="Runner name recorded with the fingerprint.")] = None,
     json_out: Annotated[bool, typer.Option("--json", help="Print the fingerprint and checks as JSON.")] = False,
     deadline: Annotated[float, typer.Option(help="Hard deadline in seconds for the GPU health probe.")] = 20.0,
@@ -312,11 +317,11 @@ app.add_typer(service_app, name="service")
 
 def _point_to_exit_codes(typers: list[typer.Typer]) -> None:
     """Each command's --help ends by pointing at the one table of every command's exit codes."""
-    from ds4ci.commands.exitcodes import DOC
+    from ds4ci.commands.exitcodes import epilog
 
     for group in typers:
         for info in group.registered_commands:
-            info.epilog = f"Every command's exit codes: {DOC}."
+            info.epilog = epilog()
         _point_to_exit_codes([g.typer_instance for g in group.registered_groups if g.typer_instance is not None])
 
 

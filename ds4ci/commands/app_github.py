@@ -21,6 +21,7 @@ _TOKEN_ENV_HELP = "Name of the environment variable holding the token."  # noqa:
 _Results = Annotated[
     list[Path] | None,
     typer.Argument(
+        metavar="BUNDLE...",
         help="One evidence bundle per runner (promoted attempt directory or the gate's --bundle-out .tar.gz), "
         "or a results.json whose bundle is at its recorded evidence location. Every bundle is verified first."
     ),
@@ -95,7 +96,10 @@ def publish(
     api_url: Annotated[str | None, typer.Option(help=_API_URL_HELP)] = None,
     target_url: Annotated[str | None, typer.Option(help="Link for the statuses (the workflow run).")] = None,
     token_env: Annotated[str, typer.Option(help=_TOKEN_ENV_HELP)] = "GITHUB_TOKEN",
-    dry_run: Annotated[bool, typer.Option("--dry-run", help="Print the comment and statuses; send nothing.")] = False,
+    dry_run: Annotated[bool, typer.Option("--dry-run", help="Send nothing: write the comment, the job summary and "
+                                          "each check run as Markdown files (--dry-run-dir) and list the statuses.")] = False,
+    dry_run_dir: Annotated[Path | None, typer.Option(metavar="DIR", help="Where --dry-run writes comment.md, "
+                                                     "summary.md and check-run-<runner>.md. Default: ./ds4ci-dry-run.")] = None,
     no_comment: Annotated[bool, typer.Option("--no-comment", help="Do not create or edit the sticky comment.")] = False,
     no_status: Annotated[bool, typer.Option("--no-status", help="Do not set commit statuses.")] = False,
     pending: _Pending = False,
@@ -128,6 +132,7 @@ def publish(
         no_comment=no_comment, no_status=no_status, template_dir=template_dir, summary_file=summary_file,
         comment_author=comment_author, allow_focused=allow_focused_reruns, merge_config=merge_config,
         expect_runners=tuple(expect_runner or ()), expect_config=expect_config, check_runs=check_runs,
+        dry_run_dir=dry_run_dir,
     )
     exit_with(
         lambda: run_publish(results or [], request, pending=pending, runner=runner, unverified=unverified)
@@ -148,7 +153,7 @@ def dispatch_check(
     ] = None,
     runner_table: Annotated[
         str | None,
-        typer.Option(help='The runner table as JSON instead of --config: [{"name", "labels", "gpu", "role"}, ...] '
+        typer.Option(help='The runner table as JSON instead of --config: [{"name", "labels", "queue", "role"}, ...] '
                      "(`ds4ci config runners --json` prints it; role optional)."),
     ] = None,
     repo: Annotated[str | None, typer.Option(help="OWNER/NAME. Default: $GITHUB_REPOSITORY.")] = None,
@@ -203,7 +208,8 @@ def merge_check(
         typer.Option("--json", help="Print one JSON object on stdout: repo, pr, head, ready, exit_code and the "
                      "conditions (name, ok, detail: the reason when unmet)."),
     ] = False,
-    config: Annotated[Path | None, typer.Option(help="ds4ci.toml whose [merge] table gives runners, checks, approvals.")] = None,
+    config: Annotated[Path | None, typer.Option(help="ds4ci.toml whose [merge] table gives runners, checks, approvals. "
+                                                "Default: ./ds4ci.toml when it exists.")] = None,
     **settings: Any,
 ) -> None:
     """Is the pull request ready to merge on its exact current head?

@@ -17,7 +17,7 @@ config_app = typer.Typer(
 def init(
     runner: Annotated[
         list[str] | None,
-        typer.Option("--runner", help="A runner to configure ([runners.<name>]); repeat for several. Names like "
+        typer.Option("--runner", metavar="NAME", help="A runner to configure ([runners.<name>]); repeat for several. Names like "
                      "gfx1151 or sm86 also set target_device and the gpu the runner must have."),
     ] = None,
     simulator: Annotated[
@@ -25,11 +25,24 @@ def init(
                            "(ds4ci-sim/) and use it as the server: `ds4ci gate --config ds4ci.toml` then runs here, "
                            "without a GPU.")
     ] = False,
-    server_bin: Annotated[Path | None, typer.Option(help="The server binary (pinned when it exists here).")] = None,
+    build_command: Annotated[
+        str | None,
+        typer.Option("--build-command", metavar="CMD", help="The shell command that builds the server from the "
+                     "checkout, written as [build].command. Default: from CMakePresets.json (its first configure "
+                     "preset) or CMakeLists.txt (cmake -S . -B build, then cmake --build build --target "
+                     "dflash_server)."),
+    ] = None,
+    server_bin: Annotated[Path | None, typer.Option(metavar="PATH", help="The server binary: with [build] the one "
+                          "the build makes (default <build folder>/bin/dflash_server); with --prebuilt an existing one, "
+                          "pinned when it is here.")] = None,
+    prebuilt: Annotated[
+        bool, typer.Option("--prebuilt", help="Write gate.server_bin (a binary built elsewhere, not from the pull "
+                           "request) instead of [build]. Every pull request is then tested against that binary.")
+    ] = False,
     target: Annotated[Path | None, typer.Option(help="Target model file; its SHA-256 is computed and pinned.")] = None,
     draft: Annotated[Path | None, typer.Option(help="Draft model file; its SHA-256 is computed and pinned.")] = None,
     prompt_file: Annotated[
-        list[Path] | None, typer.Option("--prompt-file", help="Prompt file, pinned; repeat for several.")
+        list[Path] | None, typer.Option("--prompt-file", metavar="PATH", help="Prompt file, pinned; repeat for several.")
     ] = None,
     directory: Annotated[Path, typer.Option("--dir", help="The repository root to write into.")] = Path(),
     no_workflows: Annotated[
@@ -57,7 +70,7 @@ def init(
     request = InitRequest(
         directory=directory, runners=list(runner or []), simulator=simulator, server_bin=server_bin, target=target,
         draft=draft, prompts=list(prompt_file or []), workflows=not no_workflows, force=force,
-        ds4ci_ref=ds4ci_ref,
+        ds4ci_ref=ds4ci_ref, build_command=build_command, prebuilt=prebuilt,
     )
     exit_with(lambda: run_init(request))
 
@@ -99,3 +112,21 @@ def config_runners(
     from ds4ci.commands.configcheck import run_config_runners
 
     exit_with(lambda: run_config_runners(config, json_out))
+
+
+def pin(
+    config: Annotated[Path | None, typer.Option(metavar="PATH", help="The file whose pins to refresh. Default: "
+                                                "./ds4ci.toml.")] = None,
+) -> None:
+    """Refresh the SHA-256 pins of a ds4ci.toml in place from the files on this machine (a TODO pin included).
+
+    Only pin values change; comments, order, every other key and the workflows stay as they are (unlike
+    `ds4ci init --force`). A file that is not here keeps its pin and is listed. Run it on the runner that has
+    the models, then commit the file through review: the pins are the trusted config.
+
+    Exit codes: 0 written (or nothing to change), 2 the file is missing or invalid, or a pin is not on one line
+    (nothing is written then).
+    """
+    from ds4ci.commands.pin import run_pin
+
+    exit_with(lambda: run_pin(config))

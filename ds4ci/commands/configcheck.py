@@ -16,9 +16,9 @@ from pathlib import Path
 from typing import Any
 
 from ds4ci.commands import workflowpin
-from ds4ci.commands.init import CONFIG_NAME
 from ds4ci.errors import EXIT_PASS, EXIT_USAGE, UsageError
-from ds4ci.options import config, runners
+from ds4ci.options import config, configpath, runners
+from ds4ci.options.problems import key_problems, said
 from ds4ci.options.values import PIN_PLACEHOLDER_START, read_toml
 
 _VAR = re.compile(r"\$\{([A-Za-z_][A-Za-z0-9_]*)\}")
@@ -60,14 +60,16 @@ def _stand_in_pins(value: Any, where: str, found: list[str]) -> Any:
 def _todo_problem(todos: list[str]) -> str:
     return (f"{', '.join(todos)}: not pinned yet ({len(todos)} pin(s) still hold the placeholder `ds4ci init` writes "
             "for a file it could not read); put each file's SHA-256 there (`sha256sum FILE` on the runner that has "
-            "it, or `ds4ci init --force --target FILE --draft FILE --prompt-file FILE` there)")
+            "it, or `ds4ci pin` there: it rewrites the pins only)")
 
 
 def run_config_check(config_file: Path | None, runner: str | None) -> int:
-    path = config_file if config_file is not None else Path(CONFIG_NAME)
+    path = configpath.required(config_file)
     todos: list[str] = []
     doc = _stand_in_pins(read_toml(path), "", todos)
     problems: list[str] = [_todo_problem(todos)] if todos else []
+    alone = key_problems(doc)  # every key on its own first: all of them at once
+    problems += alone
     by_problem: dict[str, list[str]] = {}  # one line per problem, naming every runner it concerns
     checked: list[str] = []
     with _stand_ins(path.read_text(encoding="utf-8", errors="replace")) as missing:
@@ -75,7 +77,8 @@ def run_config_check(config_file: Path | None, runner: str | None) -> int:
             try:
                 cfg = config.load(path, {"runner": name}, check_files=False, doc=doc)
             except UsageError as exc:
-                by_problem.setdefault(str(exc), []).append(name or "(host name)")
+                if not said(str(exc), alone):
+                    by_problem.setdefault(str(exc), []).append(name or "(host name)")
                 continue
             what = "extra checks only" if cfg.role != "gate" else (
                 f"widths {','.join(map(str, cfg.widths))}, {len(cfg.prompts)} prompt(s), target_device {cfg.target_device}"
@@ -102,7 +105,7 @@ def run_config_check(config_file: Path | None, runner: str | None) -> int:
 
 
 def run_config_runners(config_file: Path | None, json_out: bool) -> int:
-    path = config_file if config_file is not None else Path(CONFIG_NAME)
+    path = configpath.required(config_file)
     found = runners.from_file(path)
     if json_out:
         print(runners.to_json(found))

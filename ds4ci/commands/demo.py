@@ -10,7 +10,6 @@ import contextlib
 import hashlib
 import io
 import os
-import shlex
 import shutil
 import subprocess
 import sys
@@ -31,26 +30,6 @@ DEMO_PROMPT = (
 )
 
 
-_SHEBANG_MAX = 200  # Linux reads at most 255 bytes of a script's first line
-
-
-def write_sim_wrapper(path: Path) -> Path:
-    """An executable that starts the bundled simulator with this interpreter (works in any install).
-
-    A Python script whose first line names this interpreter, so the sandbox shows it ds4ci's own
-    environment (``gate.views.interpreter_view``: only ds4ci's own Python gets that). An interpreter
-    path a first line cannot hold (a space, or too long) gets a shell wrapper, which the sandbox then
-    shows only with ``[sandbox] ro_paths``."""
-    exe = sys.executable
-    if " " in exe or len(exe) > _SHEBANG_MAX:
-        text = f"#!/bin/sh\nexec {shlex.quote(exe)} -m ds4ci.simulator \"$@\"\n"
-    else:
-        text = f"#!{exe}\nfrom ds4ci.simulator.main import main\n\nmain()\n"
-    path.write_text(text, encoding="utf-8")
-    path.chmod(0o755)
-    return path
-
-
 def make_demo_inputs(workspace: Path) -> dict[str, Any]:
     """Small deterministic target, draft and prompt files; returns gate overrides that pin them."""
     models = workspace / "models"
@@ -61,15 +40,13 @@ def make_demo_inputs(workspace: Path) -> dict[str, Any]:
     target.write_bytes(b"GGUF demo target " + bytes(range(256)) * 64)
     draft.write_bytes(b"GGUF demo draft " + bytes(reversed(range(256))) * 16)
     prompt.write_text(DEMO_PROMPT, encoding="utf-8")
-    server = write_sim_wrapper(workspace / "ds4ci-sim-server")
     source = make_demo_source(workspace / "source")
 
     def sha(path: Path) -> str:
         return hashlib.sha256(path.read_bytes()).hexdigest()
 
     return {
-        "server_bin": server,
-        "server_sha256": sha(server),
+        "server": "simulator",  # ds4ci's bundled simulator, run by this interpreter (named here, never by a file)
         "target": target,
         "target_sha256": sha(target),
         "draft": draft,

@@ -5,9 +5,9 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
-from ds4ci.commands.init import CONFIG_NAME
 from ds4ci.errors import EXIT_PASS, UsageError
 from ds4ci.github import dispatch
+from ds4ci.options import configpath
 from ds4ci.options import runners as runner_table_of
 
 
@@ -22,8 +22,7 @@ def _runner_table(config_file: Path | None, runner_table: str | None) -> tuple[r
         raise UsageError("--config and --runner-table both give the runner table; pass one")
     if runner_table is not None:
         return runner_table_of.parse_json(runner_table)
-    if config_file is None and Path(CONFIG_NAME).is_file():
-        config_file = Path(CONFIG_NAME)
+    config_file = configpath.resolve(config_file, "dispatch-check", quiet=True)
     return runner_table_of.from_file(config_file) if config_file is not None else None
 
 

@@ -30,10 +30,12 @@ SHARED: Final = (
 # command -> (code, what it means for that command); the codes a command can return, no other.
 COMMANDS: Final[dict[str, tuple[tuple[int, str], ...]]] = {
     "init": ((0, "written"), (2, "refused: a file exists (without --force) or a bad name; nothing is written")),
+    "pin": ((0, "written, or nothing to change"),
+            (2, "the file is missing or invalid, or a pin is not on one line of its table; nothing is written")),
     "config check": ((0, "valid"), (2, "invalid: each problem is listed once, every TODO pin named")),
     "config runners": ((0, "printed"), (2, "the file names no runner, or a runner table is invalid")),
     "gate": ((0, "pass"), (1, "fail"), (2, "usage or configuration error (nothing ran)"),
-             (3, "no verdict: a pinned file missing or not matching its pin, a stale override, a crash or hang, "
+             (3, "error, no verdict: a pinned file missing or not matching its pin, a stale override, a crash or hang, "
                  "a modified source tree (unless gate.allow_dirty_tree)")),
     "demo": ((0, "the pass passed and the leak was caught"), (1, "either did not happen"),
              (2, "usage (--keep exists)"), (3, "internal error")),
@@ -43,16 +45,16 @@ COMMANDS: Final[dict[str, tuple[tuple[int, str], ...]]] = {
     "report": ((0, "written"), (2, "a results file or bundle is missing, invalid or duplicated (nothing written)")),
     "verify": ((0, "every bundle intact, consistent and passing"), (1, "intact and consistent, some failing"),
                (2, "a path that does not exist, or a bad flag"),
-               (3, "does not verify: tampered, unreadable, malformed or not a bundle"),
+               (3, "error: the bundle does not verify (tampered, unreadable, malformed or not a bundle)"),
                (4, "intact and consistent, but the gate reached no verdict (verdict error)")),
     "publish": ((0, "published (a failing gate published correctly is 0 too)"),
-                (2, "refused input: nothing is posted"), (3, "GitHub failed or refused")),
+                (2, "refused input: nothing is posted"), (3, "error: GitHub failed or refused")),
     "preflight": ((0, "ready"), (2, "usage, or a config file that is invalid (a TODO pin included)"),
-                  (3, "not ready or busy: each problem is listed (a missing file, a wrong pin, ...)")),
+                  (3, "error: not ready or busy, each problem listed (a missing file, a wrong pin, ...)")),
     "revisions": ((0, "printed"), (2, "not a git checkout, or a ref that names no commit"), (3, "git failed")),
     "dispatch-check": ((0, "the plan is printed"), (2, "bad input or a moved head"), (3, "GitHub could not be asked")),
     "merge-check": ((0, "ready"), (1, "not ready: one line per unmet condition"), (2, "usage or configuration error"),
-                    (3, "GitHub error")),
+                    (3, "error: GitHub could not be asked")),
     "hash-cache add": ((0, "recorded"), (2, "a file or the cache cannot be read or written"),
                        (3, "a file changed while it was read")),
     "runner-key init": ((0, "written"), (2, "refused: the key file exists (never overwritten) or cannot be written")),
@@ -71,6 +73,22 @@ COMMANDS: Final[dict[str, tuple[tuple[int, str], ...]]] = {
 VERIFY_ORDER: Final = "With several bundles the most severe code wins, in the order 3, 4, 1, 0."
 
 
+SHARED_SHORT: Final = ("0 pass (yes); 1 fail (a verdict, and it is no); 2 usage or configuration error (nothing was run); "
+                       "3 error, no verdict (not ready, a crash or hang, GitHub, evidence that does not verify); "
+                       "`verify` alone adds 4 (intact, but no verdict)")
+
+
+def epilog() -> str:
+    """What every command's --help ends with: the one meaning of each code, and where each command's are."""
+    return f"Each command's exit codes: {DOC}. They mean the same for every command: {SHARED_SHORT}."
+
+
+def shared_table() -> str:
+    """The shared codes as the README shows them (a test keeps the README's copy equal to this)."""
+    return "\n".join(["| code | meaning, for every command |", "| --- | --- |",
+                      *(f"| {code} | {text} |" for code, text in SHARED)])
+
+
 def codes(command: str) -> tuple[int, ...]:
     return tuple(code for code, _ in COMMANDS[command])
 
@@ -82,9 +100,7 @@ def render() -> str:
         f"Generated from `ds4ci/commands/exitcodes.py` by `{REGENERATE}`: edit that file, not this one.",
         "Every command's `--help` states its codes and points here.",
         "",
-        "| code | meaning, for every command |",
-        "| --- | --- |",
-        *(f"| {code} | {text} |" for code, text in SHARED),
+        shared_table(),
         "",
         "Only 0 may ever turn a status green. `ds4ci verify` keeps 0, 1 and 2 and splits the rest, so a script "
         "can tell a bundle that was tampered with (3) from one that is intact but records no verdict (4). "

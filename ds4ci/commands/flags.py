@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import inspect
 from collections.abc import Callable
+from pathlib import Path
 from typing import Annotated, Any, TypeVar
 
 import typer
@@ -20,9 +21,14 @@ F = TypeVar("F", bound=Callable[..., None])
 _ANNOTATED: Any = Annotated  # built at run time from the table: not a static type expression
 
 
+_METAVARS = {Path: "PATH", int: "N", float: "SECONDS", str: "TEXT"}
+
+
 def _parameter(option: table.Option) -> inspect.Parameter:
     flag = option.flag or ""
-    info = typer.Option(flag, help=option.flag_help(), metavar=option.metavar, show_default=False)
+    metavar = option.metavar or _METAVARS.get(option.cli_type, "TEXT")  # never typer's own (<list[str]>)
+    info = typer.Option(flag, help=option.flag_help(), metavar=None if option.switch is not None else metavar,
+                        show_default=False)
     if option.switch is not None:
         return inspect.Parameter(option.param, inspect.Parameter.KEYWORD_ONLY, default=False,
                                  annotation=_ANNOTATED[bool, info])

@@ -103,19 +103,9 @@ def run_from_flags(params: Mapping[str, Any]) -> int:
 
     overrides = flag_overrides("gate", params)
     config_file, as_json = overrides.pop("config_file"), bool(overrides.pop("json"))
-    return run_gate_command(config_file if config_file is not None else default_config(), overrides, as_json=as_json)
+    from ds4ci.options import configpath
 
-
-def default_config() -> Path | None:
-    """``./ds4ci.toml`` when it exists (as ``ds4ci config check`` reads it), said on stderr; else None."""
-    from ds4ci.options.table import DEFAULT_CONFIG
-
-    found = Path(DEFAULT_CONFIG)
-    if not found.is_file():
-        return None
-    print(f"ds4ci gate: config: ./{DEFAULT_CONFIG} (found in the working directory; --config names another)",
-          file=sys.stderr, flush=True)
-    return found
+    return run_gate_command(configpath.resolve(config_file, "gate"), overrides, as_json=as_json)
 
 
 def run_gate_command(config_file: Path | None, overrides: Mapping[str, Any], as_json: bool = False) -> int:

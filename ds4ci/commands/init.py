@@ -2,10 +2,13 @@
 
 Pins are computed from the files named (``--target``, ``--draft``, ``--prompt-file``, ``--server-bin``);
 a file that is not on this machine gets a placeholder that every command explains
-(``values.PIN_PLACEHOLDER``). ``--simulator`` also writes tiny model and prompt files for the
-bundled simulator and points ``server_bin`` at it, so ``ds4ci gate --config ds4ci.toml`` runs here
-without a GPU (the simulator's paths are absolute: its files are this machine's, so the workflows run
-them too when ``act`` runs them here). The workflows are the ones this ds4ci ships (``gate.yml``,
+(``values.PIN_PLACEHOLDER``; ``ds4ci pin`` fills them later). The server is built from the pull
+request's head by default: a ``[build]`` from the repository's CMake files (``buildguess``) or
+``--build-command``; ``--prebuilt`` names an existing ``gate.server_bin`` instead, never both.
+``--simulator`` writes tiny model and prompt files and ``gate.server = "simulator"`` (ds4ci's bundled
+simulator), so ``ds4ci gate`` runs here without a GPU (the simulator's paths are absolute: its files are
+this machine's, so the workflows run them too when ``act`` runs them here). ``[merge]`` requires each
+runner's status. The workflows are the ones this ds4ci ships (``gate.yml``,
 ``report.yml``), with one line filled in: ``DS4CI_REF``, the ds4ci they install and whose action they
 use (``--ds4ci-ref``, else a placeholder that ``config check`` and ``preflight`` point out).
 Nothing is overwritten without ``--force``.
@@ -20,7 +23,8 @@ import sys
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from ds4ci.commands.demo import DEMO_PROMPT, write_sim_wrapper
+from ds4ci.commands.buildguess import BuildGuess, guess
+from ds4ci.commands.demo import DEMO_PROMPT
 from ds4ci.errors import EXIT_PASS, UsageError
 from ds4ci.options import table
 from ds4ci.options.runners import default_labels
@@ -47,6 +51,8 @@ class InitRequest:
     workflows: bool = True
     force: bool = False
     ds4ci_ref: str | None = None  # OWNER/NAME@REF written into the workflows; None: the placeholder
+    build_command: str | None = None  # [build].command; None: guessed from CMake files (buildguess)
+    prebuilt: bool = False  # gate.server_bin (an existing binary) instead of [build]
 
 
 def _sha256(path: Path) -> str:
@@ -68,8 +74,14 @@ def _runner_table(name: str, simulator: bool) -> list[str]:
     """``[runners.<name>]``: device and expected GPU guessed from names like gfx1151 or sm86."""
     lines = [f"[runners.{name}]", f"labels = {json.dumps(list(default_labels(name)))}   # the gate job's runs-on"]
     gfx, sm = _GFX.match(name), _SM.match(name)
-    device = "hip:0" if gfx else "cuda:0" if sm else table.get("gate", "target_device").default
-    lines.append(f'target_device = "{device}"')
+    if gfx or sm:
+        lines.append(f'target_device = "{"hip:0" if gfx else "cuda:0"}"')
+    elif simulator:
+        lines.append('target_device = "cpu:0"   # the simulator needs no GPU; on a real runner: "hip:0" or "cuda:0"')
+    else:
+        default = table.get("gate", "target_device").default
+        lines.append(f'target_device = "{default}"   # the name {name!r} says no GPU kind: "hip:0" (AMD) or "cuda:0" '
+                     "(NVIDIA)")
     gpu = name.lower() if gfx else f"sm_{sm.group(1)}" if sm else None
     if gpu is not None:
         note = "  # the simulator needs no GPU: uncomment on the real runner" if simulator else ""
@@ -79,18 +91,60 @@ def _runner_table(name: str, simulator: bool) -> list[str]:
     return [*lines, ""]
 
 
-def _files(req: InitRequest) -> tuple[Path | None, Path | None, Path | None, list[Path]]:
-    """(server_bin, target, draft, prompts): the simulator's own files with --simulator, else the ones named."""
-    if not req.simulator:
-        return req.server_bin, req.target, req.draft, req.prompts
+def _simulator_files(req: InitRequest) -> tuple[Path, Path, list[Path]]:
+    """(target, draft, prompts): tiny files for the bundled simulator, in ds4ci-sim/."""
     sim = req.directory / SIM_DIR
     sim.mkdir(parents=True, exist_ok=True)
     target, draft, prompt = sim / "target.gguf", sim / "draft.gguf", sim / "prompt.txt"
     target.write_bytes(b"GGUF ds4ci-sim target " + bytes(range(256)) * 64)
     draft.write_bytes(b"GGUF ds4ci-sim draft " + bytes(reversed(range(256))) * 16)
     prompt.write_text(DEMO_PROMPT, encoding="utf-8")
-    server = write_sim_wrapper(sim / "server")
-    return server, target, draft, [prompt]
+    return target, draft, [prompt]
+
+
+def _files(req: InitRequest) -> tuple[Path | None, Path | None, list[Path]]:
+    """(target, draft, prompts): the simulator's own files with --simulator, else the ones named."""
+    return _simulator_files(req) if req.simulator else (req.target, req.draft, req.prompts)
+
+
+def _build(req: InitRequest) -> BuildGuess | None:
+    """The ``[build]`` to write: the command named or guessed; None with --prebuilt, or with --simulator
+    when the repository has no CMake project and no command is named (the simulator then needs no build)."""
+    if req.prebuilt:
+        return None
+    found = guess(req.directory)
+    if req.simulator and req.build_command is None and found.found.startswith("no "):
+        return None
+    command = req.build_command if req.build_command is not None else found.command
+    server = str(req.server_bin) if req.server_bin is not None else found.server_bin
+    return BuildGuess(command, server, "--build-command" if req.build_command is not None else found.found)
+
+
+def _build_lines(build: BuildGuess | None, simulator: bool) -> list[str]:
+    if build is None:
+        return []
+    stand_in = ("# With gate.server = \"simulator\" the build still runs (the PR must build) and the simulator\n"
+                "# stands in for the binary it makes.\n" if simulator else "")
+    return [
+        "# The server under test is built from the pull request's head before the gate runs (one of [build] or a",
+        "# prebuilt gate.server_bin, never both: `ds4ci init --prebuilt` writes the other).",
+        f"# The command comes from {build.found}.",
+        *stand_in.splitlines(),
+        "[build]",
+        f"command = {json.dumps(build.command)}",
+        f"server_bin = {json.dumps(build.server_bin)}   # what the command makes: hashed, recorded and started",
+        "",
+    ]
+
+
+def _merge_lines(runners: list[str]) -> list[str]:
+    return [
+        "# What `ds4ci merge-check --pr N` requires on the PR's exact head (docs/merging.md).",
+        "[merge]",
+        f"runners = {json.dumps(runners)}   # their ds4ci/<runner> status must be success",
+        f"approvals = {table.get('merge', 'approvals').default}",
+        "",
+    ]
 
 
 def _rel(path: Path | None, base: Path, fallback: str, absolute: bool = False) -> str:
@@ -107,8 +161,18 @@ def _rel(path: Path | None, base: Path, fallback: str, absolute: bool = False) -
         return json.dumps(str(path.absolute()))
 
 
+def _server_lines(req: InitRequest, build: BuildGuess | None, base: Path) -> list[str]:
+    if req.simulator:
+        return ['server = "simulator"   # ds4ci\'s bundled simulator: no GPU, no server binary (a first run)']
+    if build is not None:
+        return []
+    return [f'server_bin = {_rel(req.server_bin, base, "build/bin/dflash_server")}   # prebuilt: not built from the PR',
+            f'server_sha256 = "{_pin(req.server_bin)}"']
+
+
 def config_text(req: InitRequest) -> str:
-    server, target, draft, prompts = _files(req)
+    target, draft, prompts = _files(req)
+    build = _build(req)
     base, here = req.directory, req.simulator
     evidence = table.DEFAULT_EVIDENCE_DIR
     prompt_lines = [
@@ -121,10 +185,11 @@ def config_text(req: InitRequest) -> str:
         "# ds4ci.toml, written by `ds4ci init` (every key: docs/configuration.md; check it: `ds4ci config check`).",
         where,
         "# A pin that says TODO is a file ds4ci could not read here: put its SHA-256 there",
-        "# (`sha256sum FILE`), or run `ds4ci init --force` with the file named.",
+        "# (`sha256sum FILE`), or run `ds4ci pin` where the file is (it rewrites the pins only).",
         "",
+        *_build_lines(build, req.simulator),
         "[gate]",
-        f'server_bin = {_rel(server, base, "build/bin/dflash_server", here)}',
+        *_server_lines(req, build, base),
         f'target = {_rel(target, base, "${DS4_MODEL_DIR}/target.gguf", here)}',
         f'target_sha256 = "{_pin(target)}"',
         f'draft = {_rel(draft, base, "${DS4_MODEL_DIR}/draft.gguf", here)}',
@@ -133,6 +198,7 @@ def config_text(req: InitRequest) -> str:
         f"widths = {list(table.DEFAULT_WIDTHS)}",
         f'evidence_dir = "{evidence}"   # ignored by git (.gitignore); the action uses $RUNNER_TEMP instead',
         "",
+        *_merge_lines(req.runners),
     ]
     for name in req.runners:
         lines += _runner_table(name, req.simulator)
@@ -193,9 +259,14 @@ def run_init(req: InitRequest) -> int:
             raise UsageError("--ds4ci-ref names the ds4ci the workflows run; it has no use with --no-workflows")
     if len(set(req.runners)) != len(req.runners):
         raise UsageError(f"--runner: a runner is named twice in {req.runners}")
-    if req.simulator and (req.target or req.draft or req.prompts or req.server_bin):
-        raise UsageError("--simulator writes its own server, model and prompt files; leave out --server-bin, "
-                         "--target, --draft and --prompt-file")
+    if req.simulator and (req.target or req.draft or req.prompts or req.prebuilt):
+        raise UsageError("--simulator writes its own model and prompt files and runs ds4ci's simulator; leave out "
+                         "--prebuilt, --target, --draft and --prompt-file")
+    if req.prebuilt and req.build_command is not None:
+        raise UsageError("--prebuilt (an existing gate.server_bin) and --build-command ([build]) are the two ways to "
+                         "name the server; keep one")
+    if req.simulator and req.server_bin is not None and req.build_command is None:
+        raise UsageError("--server-bin with --simulator names what --build-command makes; name the command too")
     config = req.directory / CONFIG_NAME
     flows = {req.directory / ".github" / "workflows" / n: render_workflow(workflow_source(n), req.ds4ci_ref)
              for n in WORKFLOWS} if req.workflows else {}
@@ -213,6 +284,7 @@ def run_init(req: InitRequest) -> int:
         print(f"placeholder: DS4CI_REF in {', '.join(str(p) for p in flows)} names the ds4ci the workflows run; "
               "set it to ds4ci's repository and a tag or commit (OWNER/NAME@v0.1.0), or run init again with "
               "--ds4ci-ref OWNER/NAME@REF --force")
-    runner = f" --runner {req.runners[0]}" if req.runners else ""
-    print(f"next: ds4ci config check --config {config}{runner}\n      ds4ci gate --config {config}{runner}", file=sys.stdout)
+    named = f" --config {config}" if req.directory.absolute() != Path.cwd() else ""
+    gates = [f"ds4ci gate{named} --runner {r}" for r in req.runners] or [f"ds4ci gate{named}"]
+    print("\n      ".join([f"next: ds4ci config check{named}", *gates]), file=sys.stdout)
     return EXIT_PASS

@@ -15,6 +15,7 @@ from pathlib import Path
 
 from ds4ci.errors import EXIT_FAIL, EXIT_PASS, UsageError
 from ds4ci.github import merge, mergeconfig
+from ds4ci.options import configpath
 
 _REPO = re.compile(r"^[A-Za-z0-9_.-]{1,100}/[A-Za-z0-9_.-]{1,100}$")
 
@@ -38,7 +39,8 @@ def run_merge_check(
 
     if pr < 1:
         raise UsageError(f"--pr: expected a pull request number >= 1, found {pr}")
-    need = mergeconfig.requirements(config, runners, checks, approvals, publisher, workflow)
+    need = mergeconfig.requirements(configpath.resolve(config, "merge-check", quiet=as_json), runners, checks,
+                                    approvals, publisher, workflow)
     repo_name = repo or os.environ.get("GITHUB_REPOSITORY", "")
     if not _REPO.match(repo_name):
         raise UsageError(f"--repo: expected OWNER/NAME (or $GITHUB_REPOSITORY), found {repo_name!r}")

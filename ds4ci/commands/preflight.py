@@ -9,6 +9,7 @@ from pathlib import Path
 
 from ds4ci.errors import EXIT_ERROR, EXIT_PASS, UsageError
 from ds4ci.options import config as config_mod
+from ds4ci.options import configpath
 from ds4ci.runner import busy
 from ds4ci.runner.preflight import preflight, render_table
 from ds4ci.textsafe import neutralise
@@ -23,6 +24,7 @@ def run_preflight(
 ) -> int:
     if not math.isfinite(deadline_s) or deadline_s <= 0:
         raise UsageError(f"--deadline: expected a positive number of seconds, found {deadline_s}")
+    config = configpath.resolve(config, "preflight", quiet=as_json)
     if busy_wait_s is not None:
         busy_wait_s = busy.parse_busy_wait(busy_wait_s, "--busy-wait")
     elif config is not None:

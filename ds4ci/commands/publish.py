@@ -61,6 +61,7 @@ class PublishRequest:
     expect_runners: tuple[str, ...] = ()
     expect_config: Path | None = None  # the trusted ds4ci.toml every bundle's settings must match
     check_runs: bool | None = None  # None: [publish] check_runs of the trusted config (default true)
+    dry_run_dir: Path | None = None  # with dry_run: where the Markdown files go (default ./ds4ci-dry-run)
 
 
 def run_publish(
@@ -71,6 +72,8 @@ def run_publish(
     from ds4ci.github import verified
 
     publish.validate_target(request.repo, request.pr, request.sha, request.dry_run)
+    if request.dry_run_dir is not None and not request.dry_run:
+        raise UsageError("--dry-run-dir names where --dry-run writes its files; pass --dry-run too, or leave it out")
     if pending:
         return _run_pending(results, request, runner)
     if runner is not None:
@@ -149,22 +152,44 @@ def publish_documents(published: list[Published], request: PublishRequest) -> in
     return 0
 
 
+DRY_RUN_DIR = Path("ds4ci-dry-run")
+
+
 def _dry_run(published: list[Published], plans: list[publish.StatusPlan], r: PublishRequest, head: str,
              check_runs: bool) -> int:
-    """What publish would send, on stdout; nothing is sent."""
+    """What publish would send, as Markdown files (the comment, the job summary, each check run) and a listing on
+    stdout; nothing is sent."""
+    from ds4ci.fileio import write_text_atomic
     from ds4ci.report import render
 
     docs = [p.doc for p in published]
     runs = _check_run_plans(published, plans, r, head, {}) if check_runs else []
     body, _ = render.render(docs, kind="comment", run_url=r.target_url, template_dir=r.template_dir)
+    summary, _ = render.render(docs, kind="summary", run_url=r.target_url, template_dir=r.template_dir)
+    folder = r.dry_run_dir or DRY_RUN_DIR
+    if folder.exists() and not folder.is_dir():
+        raise UsageError(f"--dry-run-dir {folder}: expected a folder, found a file")
+    folder.mkdir(parents=True, exist_ok=True)
+    files: list[tuple[Path, str]] = [(folder / "summary.md", summary)]
+    if r.pr is not None and not r.no_comment:
+        files.append((folder / "comment.md", body))
+    for run in runs:
+        files.append((folder / f"check-run-{run.name.removeprefix('ds4ci/')}.md",
+                      f"# {run.name}: {run.conclusion}\n\n**Title**: {run.title}\n\n## Summary\n\n{run.summary}\n\n"
+                      f"## Text\n\n{run.text}\n"))
+    for path, text in files:
+        write_text_atomic(path, text)
     out = sys.stdout
     if r.pr is not None and not r.no_comment:
-        out.write(f"--- would create or update the ds4ci comment on {r.repo or '(repo)'}#{r.pr} ---\n{body}")
+        out.write(f"--- would create or update the ds4ci comment on {r.repo or '(repo)'}#{r.pr}: {folder / 'comment.md'} "
+                  f"({len(body.splitlines())} lines) ---\n{body}")
     for plan in [] if r.no_status else plans:
         out.write(f"--- would set status {plan.context}={plan.state} on {plan.sha}: {plan.description}\n")
     for run in runs:
         out.write(f"--- would create or update check run {run.name}={run.conclusion} on {run.head_sha}: "
-                  f"{run.title} ({len(run.annotations)} annotation(s))\n")
+                  f"{run.title} ({len(run.annotations)} annotation(s)): "
+                  f"{folder / ('check-run-' + run.name.removeprefix('ds4ci/') + '.md')}\n")
+    out.write(f"--- would write the job summary: {folder / 'summary.md'} ---\n")
     out.write("--- dry run: nothing was sent (the PR's current head is not checked) ---\n")
     return 0
 

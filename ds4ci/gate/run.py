@@ -137,15 +137,15 @@ class _Run:
 
     def record_revisions(self) -> None:
         """The source's revisions: --source-dir, else the working directory when it is a git checkout."""
-        from ds4ci.runner.revisions import collect, has_commit, is_work_tree
+        from ds4ci.judging.tree import stop_if_modified
+        from ds4ci.runner.revisions import checkout_here, collect
 
-        source = self.cfg.source_dir
-        if source is None:
-            if not is_work_tree(Path.cwd()) or not has_commit(Path.cwd()):  # nothing to describe (yet)
-                return
-            source = Path.cwd()
+        source = self.cfg.source_dir or checkout_here(self.progress)
+        if source is None:  # nothing to describe (yet)
+            return
         self.doc["revisions"] = collect(source, base_ref=self.cfg.base_ref, upstream_ref=self.cfg.upstream_ref)
         store.write_json(self.attempt.path / "revisions.json", self.doc["revisions"])
+        stop_if_modified(self.doc["revisions"], self.cfg.build is not None, self.cfg.allow_dirty_tree)
 
     def run_checks(self) -> None:
         if not self.cfg.checks:
@@ -181,6 +181,7 @@ class _Run:
             stop_timeout_s=cfg.stop_timeout_s,
             log_cap_bytes=cfg.log_cap_bytes,
             view=dataclasses.replace(view, ro=(*view.ro, binary.folder)),
+            launcher=views.launcher(cfg),
         )
 
     def arm_environments(self) -> tuple[policy.ArmEnvironment, dict[int, policy.ArmEnvironment]]:

@@ -32,7 +32,7 @@ from ds4ci import supervisor
 from ds4ci.errors import NoVerdictError
 from ds4ci.gate import http11, tracefile
 from ds4ci.judging import exacttrace, strictjson
-from ds4ci.judging.logtail import excerpt, exit_description, explain
+from ds4ci.judging.logtail import excerpt, exec_failure, exit_description, explain
 from ds4ci.log import Logger, as_logger, file_growth
 from ds4ci.options import policy
 from ds4ci.supervisor import Child
@@ -63,6 +63,7 @@ class ServerSettings:
     stop_timeout_s: float
     log_cap_bytes: int
     view: supervisor.View = _NO_EXTRA_VIEW  # what the server may see beyond the sandbox's default view
+    launcher: tuple[str, ...] = ()  # what runs ``binary``: () starts it itself; ds4ci's Python for the simulator
 
 
 @dataclass(frozen=True)
@@ -111,7 +112,7 @@ def port_is_free(port: int) -> bool:
 def server_command(settings: ServerSettings, port: int) -> list[str]:
     """The argv: what ds4ci owns (model, address, context, device), then the configured arguments."""
     return [
-        str(settings.binary), str(settings.target),
+        *settings.launcher, str(settings.binary), str(settings.target),
         "--host", HOST, "--port", str(port),
         "--max-ctx", str(settings.max_ctx), "--chunk", str(settings.chunk),
         "--target-device", settings.target_device,
@@ -292,7 +293,12 @@ class Server:
         while True:
             code = self.child.poll()
             if code is not None:
-                first = f"{self.label}: server exited with {exit_description(code)} before it was ready"
+                failed = exec_failure([self.stderr_path, self.stdout_path])
+                first = (f"{self.label}: server exited with {exit_description(code)} before it was ready" if failed is None
+                         else f"{self.label}: the server program could not be started in the sandbox, it never ran "
+                         f"({failed}): the sandbox shows the program's folder, the models, the checkout and "
+                         "[sandbox] ro_paths only, so an interpreter a script's first line names is not there; for "
+                         "ds4ci's bundled simulator set gate.server = \"simulator\"")
                 raise NoVerdictError(self.explain(first))
             if time.monotonic() > deadline:
                 raise NoVerdictError(self.explain(

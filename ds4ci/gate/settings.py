@@ -47,7 +47,8 @@ def reproduce_args(cfg: GateConfig) -> list[str]:
         if option.repeat:  # one flag per item: a tuple value (server_args) is given item by item
             found = [item for value in found for item in (value if isinstance(value, tuple) else (value,))]
         for value in found:
-            if value is None or value == () or (option.repeat and value == ""):
+            if value is None or value == () or (option.repeat and value == "") or (
+                    option.omit_default and value == option.default):
                 continue
             if option.switch is not None:  # a flag without a value: given when the setting is what it gives
                 parts += [option.flag] if value == option.switch else []

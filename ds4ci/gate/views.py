@@ -1,13 +1,13 @@
 """What each PR process of a gate run may see: the sandbox policy from ``[sandbox]``, and per-process views.
 
 - the server: its binary's folder, the target and draft models, the checkout (``source_dir``,
-  the build's folder), all read-only; for a script whose first line names ds4ci's own Python (the
-  bundled simulator, ``ds4ci-sim``), ds4ci's environment read-only too;
+  the build's folder), all read-only; with ``gate.server = "simulator"`` (ds4ci's bundled simulator,
+  named by the trusted config, never by a file's first line), ds4ci's environment read-only too;
 - a check: its folder read-only, the folder of its JUnit report writable;
 - the build: its own folder writable, the ``.git`` in it read-only.
 
 Only trusted sources choose a bind: the configuration, ds4ci's own environment and fixed system
-paths. Nothing the checkout or the server binary holds (a first line naming another interpreter, a
+paths. Nothing the checkout or the server binary holds (a first line naming an interpreter, a
 ``pyvenv.cfg``, a ``.pth`` file) adds one; a path named inside the PR's folders must resolve inside
 them (``sandbox.leaves_trees``), and every bind passes the rules of ``supervisor.sandbox``
 (resolved, never ``/`` nor ``/proc``, ``/dev``, ``/sys``, ``/run``, never a home-like folder whole,
@@ -19,7 +19,6 @@ read-only again.
 from __future__ import annotations
 
 import os
-import shutil
 import sys
 from collections.abc import Callable, Sequence
 from pathlib import Path
@@ -28,14 +27,13 @@ import ds4ci
 from ds4ci import supervisor
 from ds4ci.errors import NoVerdictError
 from ds4ci.evidence import keys
-from ds4ci.judging import confined
 from ds4ci.log import Logger
 from ds4ci.options.config import GateConfig
 from ds4ci.options.sections import BuildSpec, CheckSpec
 from ds4ci.supervisor import sandbox
 
 RUNNER_MARKS = (".runner", ".credentials", ".credentials_rsaparams")  # files of a self-hosted runner's install
-SHEBANG_BYTES = 256  # Linux reads at most this much of a script's first line
+
 
 
 def runner_folders() -> tuple[Path, ...]:
@@ -121,42 +119,10 @@ def _absolute(path: Path | None) -> Path:
     return (path or Path.cwd()).absolute()
 
 
-def _first_line(binary: Path) -> str:
-    """The first line of the server binary (which the PR may have built), read confined: at its resolved
-    place, no link, a regular file only (never a FIFO or a device), at most SHEBANG_BYTES."""
-    resolved = sandbox.real(binary)
-    try:
-        with confined.open_regular(resolved.parent, resolved.name) as fh:
-            head = fh.read(SHEBANG_BYTES)
-    except (confined.ConfinedError, OSError):
-        return ""
-    return head[2:].split(b"\n", 1)[0].decode("utf-8", errors="replace") if head.startswith(b"#!") else ""
-
-
-def _interpreter(binary: Path) -> Path | None:
-    """The interpreter a script names on its first line (through ``/usr/bin/env NAME`` too), or None."""
-    words = _first_line(binary).split()
-    if len(words) > 1 and Path(words[0]).name == "env":
-        found = shutil.which(words[1])
-        return Path(found) if found else None
-    return Path(words[0]) if words else None
-
-
-def own_interpreter(named: Path) -> bool:
-    """Is ``named`` ds4ci's own Python: the interpreter it runs on, or one of its environment's ``bin`` folder?"""
-    return sandbox.plain(named) == sandbox.plain(Path(sys.executable)) or (
-        sandbox.plain(named).parent == sandbox.plain(Path(sys.prefix) / "bin")
-    )
-
-
-def interpreter_view(binary: Path) -> tuple[Path, ...]:
-    """When the server is a script whose first line names ds4ci's own Python (the bundled simulator's
-    console script ``ds4ci-sim``, the wrapper of ``demo`` and ``init --simulator``), ds4ci's environment
-    (``sandbox.python_runtime``) read-only. Nothing otherwise: a script naming any other interpreter
-    (a virtual environment in the checkout) gets no bind from it; a runner names what such a server
-    needs in ``[sandbox] ro_paths``."""
-    named = _interpreter(binary)
-    return sandbox.python_runtime() if named is not None and own_interpreter(named) else ()
+def launcher(cfg: GateConfig) -> tuple[str, ...]:
+    """What runs the server's file: nothing for a program; ds4ci's own Python for ``server = "simulator"``, with
+    ``-I`` so that no PYTHON* variable, user site or script folder changes what the simulator imports."""
+    return (sys.executable, "-I") if cfg.simulator else ()
 
 
 def _build_trees(build: BuildSpec | None) -> tuple[Path, ...]:
@@ -169,7 +135,8 @@ def _build_trees(build: BuildSpec | None) -> tuple[Path, ...]:
 
 def server_view(cfg: GateConfig) -> supervisor.View:
     ro = [cfg.server_bin.path.absolute().parent, cfg.target.path.absolute(), cfg.draft.path.absolute()]
-    ro += interpreter_view(cfg.server_bin.path.absolute())
+    if cfg.simulator:  # the trusted config names ds4ci's own simulator: its interpreter and install, read-only
+        ro += sandbox.python_runtime()
     trees = _build_trees(cfg.build)
     if cfg.source_dir is not None:
         trees = (cfg.source_dir.absolute(), *trees)

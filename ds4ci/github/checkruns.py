@@ -26,7 +26,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from ds4ci.records import Results
-from ds4ci.report import markdown, render
+from ds4ci.report import glance, markdown, render, views
 from ds4ci.report.sections import results_digest
 
 NAME = "ds4ci/{runner}"
@@ -173,7 +173,24 @@ def text(doc: Results, signature: str) -> str:
     return head + markdown.code_block(doc["reproduce"], limit=room, info="sh")
 
 
-def plan(doc: Results, state: str, title: str, head: str, *, env: Any, run_url: str | None,
+_STATE_WORDS = {"success": "pass", "failure": "fail", "error": "error"}
+
+
+def title(doc: Results, state: str, description: str, head: str) -> str:
+    """A title that is never cut: the decision, the head it judged, and (a pass) what passed or (else) how many
+    causes the summary lists; the status description (at most 140 characters) says the first cause."""
+    word = _STATE_WORDS.get(state, state)
+    if doc["runner"]["role"] == "negative-control":
+        word = f"negative control: {word}"
+    if state == "success":
+        return f"{word} on {head[:12]}: {views.headline(doc)}"
+    causes = len(glance.grouped_reasons(doc["reasons"])) or 1
+    if doc["verdict"] == "pass":  # a pass the document contradicts (the status says so)
+        return f"{word} on {head[:12]}: {markdown.clean(description)}"
+    return f"{word} on {head[:12]}: {causes} cause{'s' if causes != 1 else ''}, each in the summary"
+
+
+def plan(doc: Results, state: str, description: str, head: str, *, env: Any, run_url: str | None,
          predecessor: str | None, signature: str) -> CheckRunPlan:
     """What one runner's check run says, from the document and status decision the commit status uses."""
     notes, left = find_annotations(doc)
@@ -181,7 +198,7 @@ def plan(doc: Results, state: str, title: str, head: str, *, env: Any, run_url: 
         name=NAME.format(runner=doc["runner"]["name"]),
         head_sha=head,
         conclusion=conclusion(doc, state),
-        title=title,
+        title=title(doc, state, description, head),
         summary=summary(doc, env, run_url, predecessor, left),
         text=text(doc, signature),
         details_url=run_url,

@@ -310,7 +310,7 @@ def check_pinned_head(run: RunPlan, actual: PullHead) -> None:
 
 
 def matrix(run: RunPlan) -> dict[str, list[dict[str, Any]]]:
-    return {"include": [{"runner": r.name, "labels": list(r.labels), "gpu": r.gpu, "role": r.role} for r in run.runners]}
+    return {"include": [{"runner": r.name, "labels": list(r.labels), "queue": r.queue, "role": r.role} for r in run.runners]}
 
 
 def outputs(run: RunPlan) -> dict[str, str]:

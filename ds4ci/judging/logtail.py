@@ -32,6 +32,19 @@ ABORT = re.compile(
 _BACKTRACE = re.compile(r"^\S*\(\S*\+0x[0-9a-f]+\)\[0x[0-9a-f]+\]$|^\s*#\d+\s+0x[0-9a-f]+")
 
 
+# bubblewrap's own words when it cannot run the program it was given (not shown in the sandbox, not executable).
+_EXEC_FAILURE = re.compile(r"^bwrap: (execvp .*|Can't find source path .*)$")
+
+
+def exec_failure(paths: Sequence[Path]) -> str | None:
+    """The line where the sandbox said it could not start the program, or None: that process never ran at all."""
+    for path in paths:
+        for line in _last_lines(path):
+            if _EXEC_FAILURE.match(line):
+                return line
+    return None
+
+
 def looks_like_abort(line: str) -> bool:
     """A line that says why a process died (a backtrace frame is not: it names ggml_abort, it does not explain)."""
     return bool(ABORT.search(line)) and not _BACKTRACE.search(line.strip())

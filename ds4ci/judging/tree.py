@@ -11,6 +11,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
+from ds4ci.errors import NoVerdictError
 from ds4ci.judging.verdict import ERROR, PASS
 from ds4ci.records import Verdict
 
@@ -28,21 +29,38 @@ def tree_note(revisions: Mapping[str, Any] | None) -> str | None:
     return MODIFIED_TREE if dirty is True else UNKNOWN_TREE
 
 
+def tree_reason(revisions: Mapping[str, Any] | None, built: bool) -> str | None:
+    """Why a run on this tree is an error unless allowed (``built``: a [build] made the server from it), or None."""
+    note = tree_note(revisions)
+    if note is None:
+        return None
+    what = "the binary is not the commit's" if built else "the run does not test the commit as it is"
+    if note == MODIFIED_TREE:
+        return (f"{note}: the source checkout had uncommitted changes to tracked files (revisions.dirty), so {what}; "
+                "commit or stash them and run again, or set gate.allow_dirty_tree = true in the trusted ds4ci.toml")
+    return (f"{note}: `git status` failed in the source checkout (revisions.dirty is null), so the run cannot be tied "
+            "to the commit; set gate.allow_dirty_tree = true in the trusted ds4ci.toml to accept that")
+
+
+def stop_if_modified(revisions: Mapping[str, Any] | None, built: bool, allowed: bool) -> None:
+    """Before the build and any server (it is cheap): no verdict on a modified tree unless the config allows it."""
+    why = tree_reason(revisions, built)
+    if why is not None and not allowed:
+        raise NoVerdictError(f"{why}; nothing was built or started")
+
+
 def judge_tree(
     revisions: Mapping[str, Any] | None, allowed: bool, verdict: Verdict, reasons: list[str]
 ) -> tuple[Verdict, list[str]]:
-    """The verdict and reasons once the source tree is taken into account."""
-    note = tree_note(revisions)
-    if note is None or allowed:
+    """The verdict and reasons once the source tree is taken into account, in the words every sealed bundle was
+    derived with (``verify`` derives old bundles alike); said once: the gate may have stopped on it already."""
+    why = tree_reason(revisions, True)
+    if why is None or allowed:
         return verdict, reasons
-    why = (f"{note}: the source checkout had uncommitted changes to tracked files (revisions.dirty), so the "
-           "binary is not the commit's; commit or stash them and run again, or set gate.allow_dirty_tree = true "
-           "in the trusted ds4ci.toml") if note == MODIFIED_TREE else (
-           f"{note}: `git status` failed in the source checkout (revisions.dirty is null), so the binary "
-           "cannot be tied to the commit; set gate.allow_dirty_tree = true in the trusted ds4ci.toml to accept that")
     if verdict == PASS:
         return ERROR, [why]
-    return verdict, [*reasons, why]
+    note = tree_note(revisions) or why
+    return verdict, reasons if any(r.startswith(note) for r in reasons) else [*reasons, why]
 
 
 def tree_line(revisions: Mapping[str, Any] | None, settings: Mapping[str, Any], reasons: list[str]) -> str | None:

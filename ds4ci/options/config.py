@@ -47,6 +47,14 @@ __all__ = [
 ]
 
 FULL, FOCUSED = "full", "focused"
+SIMULATOR = "simulator"
+
+
+def simulator_entry() -> Path:
+    """The file the gate starts for ``server = "simulator"`` (with ds4ci's own interpreter): hashed and recorded."""
+    import ds4ci
+
+    return Path(ds4ci.__file__).resolve().parent / "simulator" / "__main__.py"
 
 
 @dataclass(frozen=True)
@@ -106,6 +114,12 @@ class GateConfig:
     allow_dirty_tree: bool = False
     devices: tuple[str, ...] = ()  # [gate] devices as configured; () means target_device alone
     parallel: int = 1  # [gate] parallel: arms side by side on each device
+    server: str = "program"  # table.SERVER_KINDS: server_bin, or ds4ci's bundled simulator
+
+    @property
+    def simulator(self) -> bool:
+        """The server is ds4ci's bundled simulator (``gate.server = "simulator"``), named by trusted config."""
+        return self.server == SIMULATOR
 
     @property
     def scope(self) -> str:
@@ -119,7 +133,7 @@ class GateConfig:
     @property
     def prebuilt_server_bin(self) -> Path | None:
         """The server binary as given (--server-bin); None when ``[build]`` produces it."""
-        return self.server_bin.path if self.build is None else None
+        return self.server_bin.path if self.build is None and not self.simulator else None
 
     def arm_devices(self) -> tuple[str, ...]:
         """The devices the arms run on, each passed to its server as --target-device (the one place a device is set)."""
@@ -228,8 +242,16 @@ def _pinned(src: _Sources, key: str, needs_models: bool) -> PinnedFile:
 
 def _server_bin(src: _Sources, build: BuildSpec | None, needs_models: bool) -> PinnedFile:
     """The binary hashed is the binary run: an absolute path, never looked up on PATH. With a
-    ``[build]`` (unless --no-build) it is the binary the build produces, checked once it is built."""
+    ``[build]`` (unless --no-build) it is the binary the build produces, checked once it is built.
+    With ``server = "simulator"`` it is the simulator's entry file, which ds4ci's interpreter runs."""
     sha = src.value("server_sha256")
+    if src.value("server") == SIMULATOR:
+        named = [k for k in ("server_bin", "server_sha256") if src.given(table.get("gate", k)) is not None]
+        if named:
+            raise UsageError(
+                f"the server is given twice: gate.server = \"simulator\" (ds4ci's bundled simulator) and "
+                f"{' and '.join(named)}; keep one")
+        return PinnedFile("server_bin", simulator_entry(), None)
     if build is None:
         path = src.path("server_bin", required=needs_models)
         return PinnedFile("server_bin", (path if path is not None else Path()).absolute(), sha)
@@ -381,7 +403,7 @@ def load(
     target, draft = _pinned(src, "target", needs_models), _pinned(src, "draft", needs_models)
     prompts = _prompts(src, src.tables["gate"].get("prompts"))
     if needs_models and check_files:
-        _check_files(prompts, (target, draft), server_bin if build is None else None)
+        _check_files(prompts, (target, draft), server_bin if build is None and src.value("server") != SIMULATOR else None)
     runner = src.value("runner") or src.value("name", "runner") or socket.gethostname()
     return GateConfig(
         server_bin=server_bin, target=target, draft=draft, prompts=prompts,
@@ -391,5 +413,5 @@ def load(
         **{key: src.value(key) for key in _PLAIN}, **{field: src.value(key) for field, key in _SECONDS.items()},
         checks=checks, source_dir=src.path("source_dir"),
         config_file=config_file, notes=src.value("notes", table.CLI) or (), build=build,
-        sandbox=_sandbox(src), signing_key=src.path("signing_key"),
+        sandbox=_sandbox(src), signing_key=src.path("signing_key"), server=src.value("server"),
     )

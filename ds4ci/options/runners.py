@@ -24,11 +24,11 @@ class RunnerSpec:
 
     name: str
     labels: tuple[str, ...]
-    gpu: str  # the queue: one gate job at a time per value, across all pull requests (from a file: the name)
+    queue: str  # one gate job at a time per value, across all pull requests (from a file: the runner's name)
     role: str = "gate"
 
     def as_json(self) -> dict[str, Any]:
-        return {"name": self.name, "labels": list(self.labels), "gpu": self.gpu, "role": self.role}
+        return {"name": self.name, "labels": list(self.labels), "queue": self.queue, "role": self.role}
 
 
 def default_labels(name: str) -> tuple[str, ...]:
@@ -76,7 +76,7 @@ def to_json(runners: tuple[RunnerSpec, ...]) -> str:
 
 
 def parse_json(text: str, where: str = "runner-table") -> tuple[RunnerSpec, ...]:
-    """Read a JSON runner table: ``[{"name": ..., "labels": [...], "gpu": ..., "role": ...}, ...]`` (role optional)."""
+    """Read a JSON runner table: ``[{"name": ..., "labels": [...], "queue": ..., "role": ...}, ...]`` (role optional)."""
     try:
         doc = json.loads(text)
     except json.JSONDecodeError as exc:
@@ -86,13 +86,13 @@ def parse_json(text: str, where: str = "runner-table") -> tuple[RunnerSpec, ...]
     out: list[RunnerSpec] = []
     for i, item in enumerate(doc):
         at = f"{where}[{i}]"
-        if not isinstance(item, dict) or not {"name", "labels", "gpu"} <= set(item) <= {"name", "labels", "gpu", "role"}:
-            raise UsageError(f"{at}: expected an object with name, labels, gpu and optionally role, found {item!r}")
-        gpu = item["gpu"]
-        if not isinstance(gpu, str) or not v.RUNNER_LABEL.match(gpu):
-            raise UsageError(f"{at}.gpu: expected a queue name (one gate job at a time per value), found {gpu!r}")
+        if not isinstance(item, dict) or not {"name", "labels", "queue"} <= set(item) <= {"name", "labels", "queue", "role"}:
+            raise UsageError(f"{at}: expected an object with name, labels, queue and optionally role, found {item!r}")
+        queue = item["queue"]
+        if not isinstance(queue, str) or not v.RUNNER_LABEL.match(queue):
+            raise UsageError(f"{at}.queue: expected a queue name (one gate job at a time per value), found {queue!r}")
         out.append(RunnerSpec(v.runner_name(item["name"], f"{at}.name"), v.runner_labels(item["labels"], f"{at}.labels"),
-                              gpu, v.one_of(v.RUNNER_ROLES)(item.get("role", "gate"), f"{at}.role")))
+                              queue, v.one_of(v.RUNNER_ROLES)(item.get("role", "gate"), f"{at}.role")))
     names = [r.name for r in out]
     if len(set(names)) != len(names):
         raise UsageError(f"{where}: runner names must be unique, found {names}")

@@ -19,6 +19,7 @@ from ds4ci.options.policy import ENV_PREFIXES
 DEFAULT_WIDTHS = (2, 3, 4)
 DEFAULT_STALE_OVERRIDE_FILES = ("/tmp/ds4_spec_q", "/tmp/ds4_awidth")  # noqa: S108 - the server reads these
 DEFAULT_EVIDENCE_DIR = "ds4ci-evidence"
+SERVER_KINDS = ("program", "simulator")  # gate.server: the configured binary, or ds4ci's bundled simulator
 DEFAULT_CONFIG = "ds4ci.toml"  # read from the working directory by `gate` and `config check` when no --config
 DEFAULT_CHECK_TIMEOUT_S = 3600.0
 DEFAULT_BUILD_TIMEOUT_S = 4 * 3600.0
@@ -63,6 +64,7 @@ class Option:
     reproduce: bool = False  # the reproduce command repeats it
     metavar: str | None = None
     flag_doc: str | None = None  # the flag's help when it differs from the key's (a switch)
+    omit_default: bool = False  # the reproduce command leaves the flag out when the value is the default
 
     @property
     def name(self) -> str:
@@ -120,6 +122,11 @@ OPTIONS: tuple[Option, ...] = (
     _gate("server_bin", "The inference server binary (dflash_server, or any program speaking its protocol); "
           "with [build], the binary is build.server_bin instead.", toml_type="path", cli_type=Path,
           attr="prebuilt_server_bin", reproduce=True),
+    _gate("server", "What the gate starts: \"program\" (server_bin, or the binary [build] makes) or \"simulator\" "
+          "(ds4ci's bundled simulator, run by the Python this ds4ci runs on, which the sandbox then shows read-only "
+          "because this trusted setting says so; no GPU, no server_bin: for trying the gate and the workflows).",
+          check=v.one_of(SERVER_KINDS), default="program", attr="server", reproduce=True, metavar="KIND",
+          omit_default=True),
     _gate("server_sha256", _PIN.format("server binary; its identity is recorded either way."),
           check=v.parse_sha256, attr="server_bin.sha256", reproduce=True),
     _gate("target", "Target model file (GGUF).", toml_type="path", cli_type=Path, attr="target.path", reproduce=True),

@@ -93,7 +93,7 @@ def parse_sha256(value: Any, where: str) -> str | None:
         raise UsageError(
             f"{where}: not pinned yet ({value!r} is the placeholder `ds4ci init` writes for a file it could not "
             "read); put the file's SHA-256 there (`sha256sum FILE` on the runner that has it, or "
-            "`ds4ci init --force --target FILE --draft FILE --prompt-file FILE` there)"
+            "`ds4ci pin` there: it rewrites the pins only)"
         )
     if not isinstance(value, str) or not _HEX64.match(value.strip().lower()):
         raise UsageError(f"{where}: expected 64 hexadecimal characters (a SHA-256), found {value!r}")

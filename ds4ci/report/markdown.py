@@ -53,10 +53,20 @@ class Trusted(str):
     __slots__ = ()
 
 
+def cut_at_word(value: str, limit: int) -> str:
+    """``value`` within ``limit`` characters, cut after a whole word (never mid-word
+    unless a single word is that long), the cut marked by an ellipsis."""
+    if len(value) <= limit:
+        return value
+    cut = value[: max(limit - 1, 0)]
+    space = cut.rfind(" ")
+    if space > 0:
+        cut = cut[:space].rstrip(" ,;:(")
+    return cut + ELLIPSIS
+
+
 def _clip(value: str, limit: int | None) -> str:
-    if limit is not None and len(value) > limit:
-        return value[: max(limit - 1, 0)] + ELLIPSIS
-    return value
+    return value if limit is None else cut_at_word(value, limit)
 
 
 def _defuse(value: str) -> str:

@@ -108,4 +108,8 @@ def merge_sections(ours: Sequence[Section], existing: Iterable[Section]) -> list
 
 def order_sections(sections: Iterable[Section]) -> list[Section]:
     # A stable order keeps an unchanged comment byte-identical (no needless edit).
-    return sorted(sections, key=lambda s: (s.role != "gate", s.runner))
+    # Failures first: what needs the reader comes before what passed.
+    return sorted(sections, key=lambda s: (s.role != "gate", STATE_ORDER.get(s.state, 1), s.runner))
+
+
+STATE_ORDER = {"fail": 0, "error": 0, UNVERIFIED: 1, "pending": 2, "not_run": 3, "pass": 4}

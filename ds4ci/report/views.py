@@ -17,6 +17,7 @@ from ds4ci.judging.oracle import ORACLE_TEXT
 from ds4ci.judging.tree import tree_line
 from ds4ci.records import FileIdentity, MismatchRecord, Results
 from ds4ci.report import markdown
+from ds4ci.report.glance import COVERAGE_DOC, coverage_words, docs_link, grouped_reasons, rejected_drafts
 from ds4ci.report.markdown import Trusted
 from ds4ci.report.sections import UNVERIFIED, head_sha, results_digest
 
@@ -162,39 +163,51 @@ def _mismatch_block(mismatch: MismatchRecord) -> Trusted:
     position = mismatch["position"]
     target = mismatch["target_ids"]
     spec = mismatch["spec_ids"]
-    width = max([len(str(x)) for x in [*target, *spec, start + max(len(target), len(spec))]] + [1]) + 2
-
-    def line(label: str, ids: Sequence[int]) -> str:
-        cells = []
-        for offset, token in enumerate(ids):
-            cell = f"[{token}]" if start + offset == position else str(token)
-            cells.append(cell.rjust(width))
-        return f"{label:<16}" + "".join(cells)
-
+    # Each column as wide as its widest cell (a marked ID carries its brackets), one space between columns, so a
+    # marked ID never runs into its neighbour; a caret line points at the first differing column.
     count = max(len(target), len(spec))
-    header = f"{'position':<16}" + "".join(str(start + i).rjust(width) for i in range(count))
-    body = "\n".join([header, line("target-only", target), line("reference-exact", spec)])
+
+    def cell(ids: Sequence[int], offset: int) -> str:
+        if offset >= len(ids):
+            return "·"
+        return f"[{ids[offset]}]" if start + offset == position else str(ids[offset])
+
+    columns = [[str(start + i), cell(target, i), cell(spec, i)] for i in range(count)]
+    widths = [max(len(c) for c in column) for column in columns]
+
+    def line(label: str, row: int) -> str:
+        return f"{label:<16}" + " ".join(column[row].rjust(w) for column, w in zip(columns, widths, strict=True))
+
+    marks = " ".join(("^" * w if start + i == position else " " * w) for i, w in enumerate(widths)).rstrip()
+    body = "\n".join([line("position", 0), line("target-only", 1), line("reference-exact", 2), " " * 16 + marks])
     return markdown.code_block(body, limit=None)
 
 
 def _failures(doc: Results) -> list[dict[str, Any]]:
-    out = []
+    """One entry per distinct first difference: widths that differ the same way share one block (``qs``)."""
+    out: dict[tuple[Any, ...], dict[str, Any]] = {}
     for width in doc["widths"]:
         for prompt in width["prompts"]:
             if prompt["mismatch"] is not None:
                 mm = prompt["mismatch"]
-                out.append(
-                    {
-                        "q": width["q"],
-                        "prompt_index": prompt["prompt_index"],
-                        "position": mm["position"],
-                        "target_len": mm["target_len"],
-                        "spec_len": mm["spec_len"],
-                        "block": _mismatch_block(mm),
-                        "server_log": width["server_log"],
-                    }
-                )
-    return out
+                key = (prompt["prompt_index"], mm["position"], mm["target_len"], mm["spec_len"], mm["window_start"],
+                       tuple(mm["target_ids"]), tuple(mm["spec_ids"]))
+                if key in out:
+                    out[key]["qs"].append(width["q"])
+                    continue
+                out[key] = {
+                    "q": width["q"],
+                    "qs": [width["q"]],
+                    "prompt_index": prompt["prompt_index"],
+                    "position": mm["position"],
+                    "target_len": mm["target_len"],
+                    "spec_len": mm["spec_len"],
+                    "block": _mismatch_block(mm),
+                    "server_log": width["server_log"],
+                }
+    for entry in out.values():
+        entry["widths"] = ",".join(map(str, entry["qs"]))
+    return list(out.values())
 
 
 def _artifacts(doc: Results) -> list[FileIdentity]:
@@ -219,8 +232,6 @@ def containment_label(doc: Results) -> str:
 
 
 REASON_CHARS = 160  # one line of the top table
-
-
 def first_line(value: str) -> str:
     """A reason's first line (a reason may quote a log tail below it), whitespace collapsed."""
     lines = value.strip().splitlines()
@@ -243,13 +254,11 @@ def headline(doc: Results) -> str:
             return (f"text parity (the answers' text, not token IDs) at q={widths}, "
                     f"{doc['settings']['max_tokens']} tokens (oracle: {oracle})")
         return f"token parity at q={widths}, {doc['settings']['max_tokens']} tokens" + (f" (oracle: {oracle})" if oracle else "")
-    reasons = doc["reasons"]
+    reasons = grouped_reasons(doc["reasons"])
     if not reasons:
         return "no reason recorded"
     more = f" (+{len(reasons) - 1} more)" if len(reasons) > 1 else ""
-    line = first_line(reasons[0])
-    limit = REASON_CHARS - len(more)
-    return (line if len(line) <= limit else line[: limit - 1] + markdown.ELLIPSIS) + more
+    return markdown.cut_at_word(first_line(reasons[0]), REASON_CHARS - len(more)) + more
 
 
 def present(values: dict[str, str | None], keys: Sequence[str] | None = None) -> list[tuple[str, str]]:
@@ -363,8 +372,13 @@ def runner_context(
         "containment": containment_label(doc),
         "tree": tree_line(doc["revisions"], doc["settings"], doc["reasons"]),  # "built from a modified tree"
         "headline": headline(doc),
-        "reason_lines": [first_line(r) for r in doc["reasons"]],
-        "reason_more": [r.strip().splitlines()[1:] for r in doc["reasons"]],
+        # The comment shows a passing gate runner as one collapsed line; the job summary and the check run in full.
+        "glance": kind == "comment" and verdict == "pass" and doc["runner"]["role"] == "gate" and not detail.stub,
+        "reason_lines": [first_line(r) for r in grouped_reasons(doc["reasons"])],
+        "reason_more": [r.strip().splitlines()[1:] for r in grouped_reasons(doc["reasons"])],
+        "rejected_drafts": rejected_drafts(doc),
+        "coverage_words": [coverage_words(w["coverage"]) for w in doc["widths"] if "coverage" in w],
+        "coverage_doc": docs_link(*COVERAGE_DOC),
         "toolchain": present(doc["fingerprint"]["toolchain"]) if doc["fingerprint"] else [],
         "host": present(doc["fingerprint"]["host"], HOST_KEYS) if doc["fingerprint"] else [],
         "target_only": target_only_words(doc),

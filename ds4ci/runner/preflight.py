@@ -98,7 +98,8 @@ def model_file_problems(config: GateConfig) -> list[str]:
             problems.append(f"{item.role} file {path}: expected a readable file, found it unreadable ({exc.strerror or exc})")
             continue
     server = config.server_bin.path
-    if config.build is None and server != Path() and server.is_file() and not os.access(server, os.X_OK):
+    started = config.build is None and not config.simulator  # the simulator's entry is run by ds4ci's Python
+    if started and server != Path() and server.is_file() and not os.access(server, os.X_OK):
         problems.append(f"server binary {server}: expected an executable file, found it not executable (chmod +x)")
     return problems
 

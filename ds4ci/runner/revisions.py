@@ -24,6 +24,7 @@ from __future__ import annotations
 import os
 import re
 import subprocess
+from collections.abc import Callable
 from pathlib import Path
 
 from ds4ci.errors import NoVerdictError, UsageError
@@ -288,3 +289,12 @@ def collect(
         "last_validated_predecessor": None,
         "dirty": is_dirty(repo_dir, timeout_s),
     }
+
+
+def checkout_here(progress: Callable[[str], None]) -> Path | None:
+    """The working folder when it is a git checkout with a commit; else None, said through ``progress`` at once."""
+    here = Path.cwd()
+    if is_work_tree(here) and has_commit(here):
+        return here
+    progress(f"revisions: {here} is no git checkout with a commit: no head is recorded")
+    return None

@@ -26,12 +26,15 @@ import pytest
 from fakegithub import APP_TOKEN, BOT_LOGIN, WRITE_TOKEN, FakeGitHub
 from paths import ROOT
 
+from ds4ci.supervisor import sandbox
+
 ACT = shutil.which("act", path=str(Path(sys.executable).parent)) or shutil.which("act")
+CMAKE = shutil.which("cmake") is not None and shutil.which("cc") is not None  # a C engine's build, where it can run
 CHECKOUT = "actions/checkout@11bd71901bbe5b1630ceea73d27597364c9af683"
 UPLOAD = "actions/upload-artifact@ea165f8d65b6e75b540449e92b4886f43607fa02"
 DOWNLOAD = "actions/download-artifact@d3f86a106a0bac45b974a628896c90dbdf5c8093"
 ACT_RUN_ID = 4242
-PROJECT_FILES = ("pyproject.toml", "README.md", "action.yml", "ds4ci", "templates", ".github")
+PROJECT_FILES = ("pyproject.toml", "README.md", "action.yml", "ds4ci", "templates", ".github", "requirements")
 
 pytestmark = [
     pytest.mark.act,
@@ -61,6 +64,14 @@ def wheelhouse(tmp_path_factory: pytest.TempPathFactory) -> Path:
     )
     if proc.returncode != 0:
         pytest.skip(f"cannot build a wheelhouse from the package index: {proc.stderr[-2000:]}")
+    # The jobs that hold a write token install the hash-pinned lock: its exact files, as the index serves them.
+    locked = subprocess.run(
+        [sys.executable, "-m", "pip", "download", "--quiet", "--require-hashes", "--only-binary", ":all:",
+         "--dest", str(out), "-r", str(ROOT / "requirements" / "publish.txt")],
+        capture_output=True, text=True, timeout=600,
+    )
+    if locked.returncode != 0:
+        pytest.skip(f"cannot download the locked wheels from the package index: {locked.stderr[-2000:]}")
     for wheel in out.glob("ds4ci-*.whl"):
         wheel.unlink()  # the action must install ds4ci from its own checkout, not from here
     return out
@@ -200,7 +211,7 @@ def _make_repo(tmp: Path, models: Path) -> tuple[Path, str]:
     # The sandbox shows the build and the server what a runner's [sandbox] ro_paths name: the model
     # folder (the "build" copies the server from there) and, since the simulator is this test suite's
     # Python program, its interpreter and checkout.
-    shown = [str(models), *os.environ.get("DS4CI_SANDBOX_RO_PATHS", "").split(os.pathsep)]
+    shown = [str(models), *map(str, sandbox.python_runtime())]
     (repo / "ds4ci.toml").write_text(textwrap.dedent(f"""\
         [sandbox]
         ro_paths = {json.dumps([p for p in shown if p])}
@@ -285,7 +296,8 @@ def _act(tmp: Path, repo: Path, fake: FakeGitHub, wheelhouse: Path, models: Path
         cmd += ["--local-repository", f"{uses}={directory}"]
     for key, value in inputs.items():
         cmd += ["--input", f"{key}={value}"]
-    env = {k: v for k, v in os.environ.items() if not k.startswith(("GITHUB_", "RUNNER_", "ACT"))}
+    # Nothing preset: no harness variable (DS4CI_*) reaches the workflows, as on a real runner.
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("GITHUB_", "RUNNER_", "ACT", "DS4CI_"))}
     env["HOME"] = str(home)
     env["PATH"] = f"{Path(sys.executable).parent}:{env.get('PATH', '')}"
     return subprocess.run(cmd, cwd=repo, env=env, capture_output=True, text=True, timeout=900)
@@ -300,11 +312,23 @@ def _ds4ci_repository(tmp: Path) -> tuple[Path, str]:
     return ds4ci, _git(ds4ci, "rev-parse", "HEAD")
 
 
-def _adopter(tmp: Path, *init_args: str) -> tuple[Path, str]:
-    """A new, empty repository that runs `ds4ci init --simulator` (nothing else is edited), with a PR on a branch."""
+ENGINE_CMAKE = """\
+cmake_minimum_required(VERSION 3.16)
+project(engine C)
+set(CMAKE_RUNTIME_OUTPUT_DIRECTORY ${CMAKE_BINARY_DIR}/bin)
+add_executable(dflash_server server.c)
+"""
+
+
+def _adopter(tmp: Path, *init_args: str, cmake: bool = False) -> tuple[Path, str]:
+    """A new repository that runs `ds4ci init --simulator` (nothing else is edited), with a PR on a branch;
+    ``cmake``: the engine is a CMake project (init then writes a [build] of the PR's head)."""
     engine = tmp / "engine"
     engine.mkdir()
     (engine / "README.md").write_text("the engine\n")
+    if cmake:
+        (engine / "CMakeLists.txt").write_text(ENGINE_CMAKE)
+        (engine / "server.c").write_text("int main(void) { return 0; }\n")
     _git(engine, "init", "-q", "-b", "main")
     _git(engine, "remote", "add", "origin", "https://github.com/acme/engine.git")
     env = {k: v for k, v in os.environ.items() if not k.startswith(("GITHUB_", "RUNNER_", "ACT", "DS4CI_SANDBOX_"))}
@@ -315,6 +339,8 @@ def _adopter(tmp: Path, *init_args: str) -> tuple[Path, str]:
     _git(engine, "commit", "-q", "-m", "adopt the ds4ci gate (ds4ci init)")
     _git(engine, "checkout", "-q", "-b", "feature")
     (engine / "CHANGE.txt").write_text("the change under review\n")
+    if cmake:  # the PR changes the server's source: the build must be of the head
+        (engine / "server.c").write_text("/* the change under review */\nint main(void) { return 0; }\n")
     _git(engine, "add", "-A")
     _git(engine, "commit", "-q", "-m", "change under review")
     head = _git(engine, "rev-parse", "HEAD")
@@ -331,8 +357,11 @@ def test_init_s_workflows_run_green_in_a_fresh_adopter_repository(
     Here ds4ci's repository is this checkout, reached only through the ref init wrote (the checkout stand-in
     serves acme/ds4ci from it); the matrix is init's one runner, `local`, from ds4ci.toml."""
     ds4ci, pin = _ds4ci_repository(tmp_path)
-    engine, head = _adopter(tmp_path, "--ds4ci-ref", f"acme/ds4ci@{pin}")
+    engine, head = _adopter(tmp_path, "--ds4ci-ref", f"acme/ds4ci@{pin}", cmake=CMAKE)
     assert "pyproject.toml" not in _git(engine, "ls-files") and "action.yml" not in _git(engine, "ls-files")
+    toml = (engine / "ds4ci.toml").read_text()
+    assert 'server = "simulator"' in toml and "server_bin" not in toml.split("[gate]")[1]  # no wrapper script
+    assert ("[build]" in toml) == CMAKE
     fake.add_pull(7, head)
 
     proc = _act(tmp_path, engine, fake, wheelhouse, None, {"pr": "7", "head-sha": head, "runners": "all"},
@@ -344,6 +373,10 @@ def test_init_s_workflows_run_green_in_a_fresh_adopter_repository(
     assert fake.latest_states(head) == {"ds4ci/local": "success"}, _log(proc)
     (comment,) = fake.comments(7)
     assert "local" in comment["body"] and head[:12] in comment["body"]
+    assert "DS4CI_SANDBOX" not in log  # nothing preset made the sandbox show the simulator's Python
+    if CMAKE:  # the gate built the PR's head (its changed server.c) before the simulator ran
+        assert "build: running `cmake -S . -B build" in log and "build: pass" in log, _log(proc)
+        assert "build ✅ pass (" in comment["body"], comment["body"]
     assert _git(engine, "status", "--porcelain") == ""  # nothing was edited after init
 
 
@@ -392,7 +425,7 @@ def test_dispatch_runs_gate_on_both_runners_and_publishes_one_comment(
     # The PR's edited ds4ci.toml was not used (it would have failed its pin); the run says so.
     assert "this pull request changes ds4ci.toml; this run uses the trusted settings" in proc.stdout + proc.stderr
     assert "this pull request changes ds4ci.toml" in fake.comments()[0]["body"]  # in the comment too
-    assert "(2/2 targets built)" in fake.comments()[0]["body"]  # the [build] step ran before the gate
+    assert "build ✅ pass (2/2 targets built" in fake.comments()[0]["body"]  # the [build] step ran before the gate
     comments = fake.comments(7)
     assert len(comments) == 1, comments
     body = comments[0]["body"]
@@ -477,7 +510,8 @@ def test_fork_report_installs_ds4ci_from_its_repository_and_sets_no_status(
            "--env", "PIP_NO_INDEX=1", "--env", f"PIP_FIND_LINKS={wheelhouse}"]
     for uses, directory in local.items():
         cmd += ["--local-repository", f"{uses}={directory}"]
-    env = {k: v for k, v in os.environ.items() if not k.startswith(("GITHUB_", "RUNNER_", "ACT"))}
+    # Nothing preset: no harness variable (DS4CI_*) reaches the workflows, as on a real runner.
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("GITHUB_", "RUNNER_", "ACT", "DS4CI_"))}
     env["HOME"] = str(home)
     env["PATH"] = f"{Path(sys.executable).parent}:{env.get('PATH', '')}"
     proc = subprocess.run(cmd, cwd=engine, env=env, capture_output=True, text=True, timeout=900)

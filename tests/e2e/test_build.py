@@ -55,7 +55,10 @@ def test_the_built_binary_is_the_one_hashed_recorded_and_started(tmp_path: Path)
     assert "--server-bin" not in run.results["reproduce"]  # the config's build makes it when pasted
     comment = subprocess.run([DS4CI, "report", str(final / "results.json")], capture_output=True, text=True,
                              check=True).stdout
-    assert "(3/3 targets built)" in comment and sha256(built) in comment
+    assert "build ✅ pass (3/3 targets built" in comment  # a pass is one line in the comment
+    summary = subprocess.run([DS4CI, "report", "--format", "summary", str(final / "results.json")],
+                             capture_output=True, text=True, check=True).stdout
+    assert "(3/3 targets built)" in summary and sha256(built) in summary
 
 
 def test_a_failed_build_is_a_fail_and_no_server_starts(tmp_path: Path) -> None:

@@ -81,9 +81,10 @@ def test_one_check_run_per_runner_with_the_status_decision_and_the_section(fake:
     assert gate["conclusion"] == "failure" and fake.latest_states(HEAD)["ds4ci/gfx1151"] == "failure"
     assert control["conclusion"] == "neutral"  # a negative control's pass is no parity evidence
     statuses = {s["context"]: s for s in fake.statuses(HEAD)}
-    assert gate["output"]["title"] == statuses["ds4ci/gfx1151"]["description"]
+    assert statuses["ds4ci/gfx1151"]["description"].startswith("fail: ")
+    assert gate["output"]["title"] == f"fail on {HEAD[:12]}: 1 cause, each in the summary"  # never cut
     summary = gate["output"]["summary"]
-    assert summary.startswith("### ❌ fail: `gfx1151`") and "ds4ci:section" not in summary
+    assert summary.startswith(f"### ❌ fail: `gfx1151` on `{HEAD}`") and "ds4ci:section" not in summary
     assert "| q=2 | 0/2 | 49 | 46/49 | yes | yes | 96/96 | ❌ fail |" in summary
     text = gate["output"]["text"]
     fail = doc(FAIL)
@@ -269,8 +270,14 @@ def test_a_token_without_checks_write_fails_after_the_statuses_and_says_what_to_
     assert fake.latest_states(HEAD) == {"ds4ci/gfx1151": "success"} and fake.check_runs() == []
 
 
-def test_a_dry_run_names_each_check_run_and_sends_nothing(fake: FakeGitHub, capsys: pytest.CaptureFixture[str]) -> None:
-    assert publish(fake, doc(FAIL), dry_run=True) == 0
+def test_a_dry_run_names_each_check_run_and_sends_nothing(
+    fake: FakeGitHub, capsys: pytest.CaptureFixture[str], tmp_path: Path
+) -> None:
+    assert publish(fake, doc(FAIL), dry_run=True, dry_run_dir=tmp_path) == 0
     out = capsys.readouterr().out
-    assert f"--- would create or update check run ds4ci/gfx1151=failure on {HEAD}: fail: q=2 prompt 0" in out
+    assert (f"--- would create or update check run ds4ci/gfx1151=failure on {HEAD}: fail on {HEAD[:12]}: 1 cause, "
+            f"each in the summary (0 annotation(s)): {tmp_path / 'check-run-gfx1151.md'}") in out
+    check = (tmp_path / "check-run-gfx1151.md").read_text()
+    assert check.startswith("# ds4ci/gfx1151: failure") and f"### ❌ fail: `gfx1151` on `{HEAD}`" in check
+    assert (tmp_path / "comment.md").is_file() and (tmp_path / "summary.md").is_file()
     assert fake.requests == []

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import re
 import shlex
 import sys
@@ -18,6 +19,7 @@ from ds4ci.gate import checks
 from ds4ci.gate.checks import run_checks
 from ds4ci.judging.steps import CheckOutcome, log_was_cut, parse_output
 from ds4ci.options.config import CheckSpec
+from ds4ci.supervisor import sandbox
 
 DATA = TESTS / "data" / "checks"
 
@@ -284,7 +286,10 @@ def test_log_tail_is_bounded_and_keeps_the_end(tmp_path: Path) -> None:
     validate_check(result)
 
 
-def test_junit_check_with_a_real_pytest_run(tmp_path: Path) -> None:
+def test_junit_check_with_a_real_pytest_run(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    # The check runs this venv's pytest: the sandbox shows that interpreter read-only for this test only, as a
+    # runner's [sandbox] ro_paths would for its own toolchain.
+    monkeypatch.setenv(sandbox.RO_VARIABLE, sandbox.runtime_environment(os.environ)[sandbox.RO_VARIABLE])
     (tmp_path / "test_sample.py").write_text(
         "import pytest\n\n"
         "def test_ok():\n    assert True\n\n"

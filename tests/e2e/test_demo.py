@@ -35,10 +35,22 @@ def test_demo_passes_catches_the_leak_and_its_results_report_and_dry_run_publish
     assert report.returncode == 0, report.stderr
     assert "<!-- ds4ci:sticky-comment -->" in report.stdout and "demo-sim-leak" in report.stdout
 
-    dry = run("publish", *files, "--repo", "owner/name", "--sha", head, "--dry-run")
+    out = tmp_path / "dry"
+    dry = run("publish", *files, "--repo", "owner/name", "--sha", head, "--pr", "7", "--dry-run", "--dry-run-dir", str(out))
     assert dry.returncode == 0, dry.stderr
     assert f"ds4ci/demo-sim=success on {head}" in dry.stdout
     assert f"ds4ci/demo-sim-leak=failure on {head}" in dry.stdout
+    # The comment, the job summary and each check run as GitHub would get them, as Markdown files.
+    assert sorted(p.name for p in out.iterdir()) == [
+        "check-run-demo-sim-leak.md", "check-run-demo-sim.md", "comment.md", "summary.md"]
+    comment, summary = (out / "comment.md").read_text(), (out / "summary.md").read_text()
+    assert comment.startswith("<!-- ds4ci:sticky-comment -->") and comment.index("demo-sim-leak") < comment.index(
+        "`demo-sim`")  # the failure first
+    assert "<details><summary>✅ pass: demo-sim:" in comment and len(summary) > len(comment)
+    check = (out / "check-run-demo-sim-leak.md").read_text()
+    assert f"**Title**: fail on {head[:12]}: 1 cause, each in the summary" in check
+    assert f"### ❌ fail: `demo-sim-leak` on `{head}`" in check
+    assert "q=2,3,4 prompt 0 requests 1, 2: token IDs differ" in check  # the cause said once for the three widths
 
     stale = run("publish", *files, "--repo", "owner/name", "--sha", "0" * 40, "--dry-run")
     assert stale.returncode != 0 and "success" not in stale.stdout

@@ -21,8 +21,8 @@ DS4CI = str(Path(sys.executable).parent / "ds4ci")
 HEAD = "a" * 40
 OTHER = "b" * 40
 # The runner table of the examples' ds4ci.toml, as `ds4ci config runners --json` prints it.
-TABLE = json.dumps([{"name": "gfx1151", "labels": ["self-hosted", "rocm", "gfx1151"], "gpu": "gfx1151", "role": "gate"},
-                    {"name": "sm86", "labels": ["self-hosted", "gpu", "sm86"], "gpu": "sm86", "role": "gate"}])
+TABLE = json.dumps([{"name": "gfx1151", "labels": ["self-hosted", "rocm", "gfx1151"], "queue": "gfx1151", "role": "gate"},
+                    {"name": "sm86", "labels": ["self-hosted", "gpu", "sm86"], "queue": "sm86", "role": "gate"}])
 
 
 def _check(*args: str, event: str = "workflow_dispatch", env: dict[str, str] | None = None,
@@ -59,7 +59,7 @@ def _check(*args: str, event: str = "workflow_dispatch", env: dict[str, str] | N
         (["--pr", "7"], "workflow_dispatch needs head-sha"),
         (["--head-sha", HEAD], "workflow_dispatch needs pr"),
         (["--pr", "7", "--head-sha", HEAD, "--runner-table", "[{\"name\": \"x\"}]"], "runner-table[0]"),
-        (["--pr", "7", "--head-sha", HEAD, "--runner-table", "[{\"name\": \"x\", \"labels\": [], \"gpu\": \"x\"}]"],
+        (["--pr", "7", "--head-sha", HEAD, "--runner-table", "[{\"name\": \"x\", \"labels\": [], \"queue\": \"x\"}]"],
          "runner-table[0].labels"),
     ],
 )
@@ -77,7 +77,7 @@ def test_pinned_head_verified_and_plan_written(fake: FakeGitHub, tmp_path: Path)
     assert out["pr"] == "7" and out["head-sha"] == HEAD and out["widths"] == "3,2"
     assert out["runners"] == "sm86" and out["fork"] == "false"
     assert json.loads(out["matrix"]) == {"include": [{"runner": "sm86", "labels": ["self-hosted", "gpu", "sm86"],
-                                                      "gpu": "sm86", "role": "gate"}]}
+                                                      "queue": "sm86", "role": "gate"}]}
     assert fake.count("GET", "/pulls/7") == 1
 
 
@@ -140,11 +140,11 @@ def test_push_gates_github_sha_without_a_pr(tmp_path: Path) -> None:
 
 
 def test_runner_table_replaces_the_built_in_runners(tmp_path: Path) -> None:
-    table = json.dumps([{"name": "mi300", "labels": ["self-hosted", "mi300"], "gpu": "box2-gpu0"}])
+    table = json.dumps([{"name": "mi300", "labels": ["self-hosted", "mi300"], "queue": "box2-gpu0"}])
     proc, out = _check("--runner-table", table, event="push", env={"GITHUB_SHA": OTHER}, tmp=tmp_path)
     assert proc.returncode == 0, proc.stderr
     assert json.loads(out["matrix"])["include"] == [{"runner": "mi300", "labels": ["self-hosted", "mi300"],
-                                                     "gpu": "box2-gpu0", "role": "gate"}]
+                                                     "queue": "box2-gpu0", "role": "gate"}]
 
 
 def test_the_matrix_is_the_config_s_runner_table_and_a_runner_added_there_joins_it(tmp_path: Path) -> None:
@@ -154,7 +154,7 @@ def test_the_matrix_is_the_config_s_runner_table_and_a_runner_added_there_joins_
     proc, out = _check("--runners", "local", event="push", env={"GITHUB_SHA": OTHER}, tmp=tmp_path, table=None)
     assert proc.returncode == 0, proc.stderr
     assert json.loads(out["matrix"]) == {"include": [{"runner": "local", "labels": ["self-hosted", "local"],
-                                                      "gpu": "local", "role": "gate"}]}
+                                                      "queue": "local", "role": "gate"}]}
     config.write_text(config.read_text() + '[runners.mi300]\nlabels = ["self-hosted", "rocm", "mi300"]\n'
                       'role = "negative-control"\n')
     (tmp_path / "out.txt").unlink()
@@ -162,7 +162,7 @@ def test_the_matrix_is_the_config_s_runner_table_and_a_runner_added_there_joins_
     assert proc.returncode == 0, proc.stderr
     assert out["runners"] == "local,mi300"
     assert json.loads(out["matrix"])["include"][1] == {"runner": "mi300", "labels": ["self-hosted", "rocm", "mi300"],
-                                                       "gpu": "mi300", "role": "negative-control"}
+                                                       "queue": "mi300", "role": "negative-control"}
     # The same table `ds4ci config runners --json` prints, which --runner-table takes back.
     printed = subprocess.run([DS4CI, "config", "runners", "--config", str(config), "--json"], capture_output=True,
                              text=True, timeout=60, check=True).stdout

@@ -107,6 +107,8 @@ ELSEWHERE = {
     ("merge-check", 2): "test_merge_check.py::test_usage_errors_exit_2",
     ("merge-check", 3): "test_merge_check.py::test_github_errors_exit_3_with_a_message",
     ("hash-cache add", 3): "../unit/runner/test_identity.py::test_change_while_hashing_is_no_verdict",
+    ("pin", 0): "test_adoption_week.py::test_pin_refreshes_only_the_pins_and_keeps_everything_else",
+    ("pin", 2): "test_adoption_week.py::test_pin_refuses_a_missing_config_and_writes_nothing",
     ("config runners", 0): "test_workflow_pin.py::test_config_runners_prints_each_runner_s_labels_and_role",
     ("config runners", 2): "test_workflow_pin.py::test_config_runners_prints_each_runner_s_labels_and_role",
     ("service install", 0): "test_service.py::test_install_dry_run_writes_nothing",
@@ -301,3 +303,10 @@ def test_list_faults_into_a_closed_pipe_ends_quietly(tmp_path: Path) -> None:
     listed = subprocess.run([str(BIN / "ds4ci-sim"), "--list-faults"], capture_output=True, text=True, timeout=60,
                             check=True, cwd=tmp_path)
     assert "leak-fused-verify" in listed.stdout
+
+
+def test_the_readme_shows_the_one_shared_table_and_every_help_its_meaning(tmp_path: Path) -> None:
+    assert exitcodes.shared_table() in (ROOT / "README.md").read_text(encoding="utf-8")
+    for command in ("gate", "verify", "preflight", "pin"):
+        flat = " ".join(run(command, "--help", cwd=tmp_path).stdout.split())
+        assert " ".join(exitcodes.SHARED_SHORT.split()) in flat, command

@@ -294,10 +294,10 @@ def test_comment_author_names_an_installation_tokens_bot(fake: FakeGitHub, monke
 
 
 def test_dry_run_sends_nothing_and_needs_no_token(
-    fake: FakeGitHub, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+    fake: FakeGitHub, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str], tmp_path: Path
 ) -> None:
     monkeypatch.delenv("GITHUB_TOKEN")
-    assert publish(fake, PASS, CONTROL, dry_run=True) == 0
+    assert publish(fake, PASS, CONTROL, dry_run=True, dry_run_dir=tmp_path) == 0
     out = capsys.readouterr().out
     assert MARKER in out
     assert "ds4ci/gfx1151=success" in out and "ds4ci/cuda-3090=error" in out

@@ -232,15 +232,19 @@ def test_the_environment_keeps_the_servers_families_and_drops_every_credential()
 
 
 def test_the_bundled_simulator_runs_sandboxed_with_nothing_configured(tmp_path: Path) -> None:
-    """ds4ci-sim is a console script of a virtual environment: that environment is shown read-only, unasked."""
+    """gate.server = "simulator" (the trusted config) shows ds4ci's environment read-only, unasked; the console
+    script ds4ci-sim as server_bin gets nothing from its first line, and the sandbox says it could not start it."""
     from gatekit import BIN
 
     ws = Workspace.create(tmp_path, server=BIN / "ds4ci-sim")
     env = ws.env()
     env.pop(sandbox.RO_VARIABLE, None)
-    run = ws.gate(widths="2", env=env)
+    run = ws.gate(widths="2", env=env, server_bin=None, server="simulator")
     assert run.code == 0, run.stdout + run.stderr
     assert run.results is not None and run.results["containment"] == "sandbox"
+    script = ws.gate(widths="2", env=env)
+    assert script.code == 3 and script.results is not None
+    assert "could not be started in the sandbox, it never ran" in script.results["reasons"][0]
 
 
 def test_helpers_still_running_when_a_stopped_command_exits_are_recorded_as_killed(tmp_path: Path) -> None:

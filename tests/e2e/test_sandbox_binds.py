@@ -116,21 +116,40 @@ def test_a_pth_that_is_a_fifo_or_dev_zero_neither_hangs_nor_breaks_the_gate(tmp_
     assert "internal error" not in run.stderr.lower()
 
 
+def _server_view(tmp_path: Path, server: Path | None) -> sandbox.View:
+    """The server's view for a config naming ``server`` as server_bin, or ``gate.server = "simulator"`` (None)."""
+    from ds4ci.options import config
+
+    named = {"server": "simulator"} if server is None else {"server_bin": server}
+    cfg = config.load(None, {**named, "target": tmp_path / "t.gguf", "target_sha256": "0" * 64,
+                             "draft": tmp_path / "d.gguf", "draft_sha256": "0" * 64}, check_files=False)
+    return views.server_view(cfg)
+
+
 def test_a_server_binary_that_is_a_fifo_gives_no_view_and_no_hang(tmp_path: Path) -> None:
-    """Its first line is read confined (O_NONBLOCK, a regular file only): nothing to show, at once (a real process)."""
+    """Nothing of the binary is read to choose the view (a real process: a FIFO would block a read)."""
     server = tmp_path / "server"
     os.mkfifo(server)
-    code = f"from pathlib import Path; from ds4ci.gate import views; print(views.interpreter_view(Path({str(server)!r})))"
-    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60, check=False)
-    assert (done.returncode, done.stdout) == (0, "()\n"), done.stderr
+    code = ("from pathlib import Path; import sys; sys.path[:0] = ['tests', 'tests/e2e']; from ds4ci.supervisor import sandbox; "
+            "from test_sandbox_binds import _server_view; "
+            f"v = _server_view(Path({str(tmp_path)!r}), Path({str(server)!r})); "
+            "print(any(p in v.ro for p in sandbox.python_runtime()))")
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60, check=False,
+                          cwd=Path(__file__).resolve().parents[2])
+    assert (done.returncode, done.stdout) == (0, "False\n"), done.stderr
 
 
-def test_only_ds4cis_own_interpreter_gets_its_environment_shown(tmp_path: Path) -> None:
+def test_only_the_trusted_simulator_setting_shows_ds4cis_environment(tmp_path: Path) -> None:
+    """A script whose first line names ds4ci's own Python gets no bind from it (the PR could write that line);
+    gate.server = "simulator" (the trusted config) shows ds4ci's environment read-only."""
     own = tmp_path / "own"
     own.write_text(f"#!{sys.executable}\nfrom ds4ci.simulator.main import main\n\nmain()\n")
+    own.chmod(0o755)
     other = venv_checkout(tmp_path, ["/"], "exit 0")
-    assert views.interpreter_view(own) == sandbox.python_runtime()
-    assert views.interpreter_view(other) == ()
+    runtime = set(sandbox.python_runtime())
+    assert not runtime & set(_server_view(tmp_path, own).ro)
+    assert not runtime & set(_server_view(tmp_path, other).ro)
+    assert runtime <= set(_server_view(tmp_path, None).ro)
 
 
 @pytest.mark.parametrize(("named", "rule"), [
@@ -224,7 +243,7 @@ def test_a_checkout_venv_shows_nothing_of_the_runners_to_root_or_nobody(as_user:
     attacks["see-host-proc"] = f"test -d /proc/{os.getpid()}"  # this test's process: not in a fresh /proc
     server = venv_checkout(root, [f"{home}/../home", "/proc", "/"], "exit 0")
     checkout = server.parent
-    view = sandbox.View(ro=(checkout, *views.interpreter_view(server)), trees=(checkout,))
+    view = sandbox.View(ro=(checkout,), trees=(checkout,))
     out = run_boxed(user, root, view, sandbox.Policy(homes=(home,)), attempts(attacks))
     assert verdicts(out) == dict.fromkeys(attacks, "held"), out
 

@@ -44,8 +44,8 @@ def test_the_record_is_written_and_schema_valid_without_changing_a_pass() -> Non
     text = table.render(d)
     assert "q=3 coverage (timing): accepted 0..2 drafts 3/1/2 steps; rejections at slot 1..2 3/1" in text
     assert "ratio4 2/4 rejected first at 126,130; ratio128 1/2 rejected first at 126; window 1/2" in text
-    body, _ = render.render([d], kind="comment")
-    assert "**Coverage**" in body and "`q=3 coverage (timing): accepted 0..2 drafts 3/1/2 steps" in body
+    body, _ = render.render([d], kind="summary")  # the comment collapses a pass; the job summary shows it all
+    assert "**Coverage**" in body and "- q=3: 6 verify steps seen, 4 with a rejected draft; 4 crossed a ratio-4" in body
 
 
 def test_required_and_unmet_fails_a_passing_width_naming_the_minimum() -> None:

@@ -48,10 +48,10 @@ def test_a_table_that_cannot_make_a_matrix_is_refused(doc: dict[str, Any], said:
 def test_the_json_form_round_trips_and_is_checked() -> None:
     table = (RunnerSpec("a", ("self-hosted", "a"), "a", "gate"), RunnerSpec("b", ("x",), "q", "negative-control"))
     assert runners.parse_json(runners.to_json(table)) == table
-    assert runners.parse_json('[{"name": "a", "labels": ["x"], "gpu": "a"}]') == (RunnerSpec("a", ("x",), "a", "gate"),)
-    for text, said in [('[{"name": "a", "labels": ["x"], "gpu": "a", "extra": 1}]', "optionally role"),
-                       ('[{"name": "a", "labels": ["x"], "gpu": "a", "role": "judge"}]', "role: expected one of"),
-                       ('[{"name": "a", "labels": ["x"], "gpu": "a"}, {"name": "a", "labels": ["x"], "gpu": "b"}]',
+    assert runners.parse_json('[{"name": "a", "labels": ["x"], "queue": "a"}]') == (RunnerSpec("a", ("x",), "a", "gate"),)
+    for text, said in [('[{"name": "a", "labels": ["x"], "queue": "a", "extra": 1}]', "optionally role"),
+                       ('[{"name": "a", "labels": ["x"], "queue": "a", "role": "judge"}]', "role: expected one of"),
+                       ('[{"name": "a", "labels": ["x"], "queue": "a"}, {"name": "a", "labels": ["x"], "queue": "b"}]',
                         "unique"), ("[]", "non-empty JSON array"), ("{", "not valid JSON")]:
         with pytest.raises(UsageError) as caught:
             runners.parse_json(text)

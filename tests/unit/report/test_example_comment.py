@@ -58,8 +58,8 @@ def test_the_example_comment_in_the_docs_is_what_ds4ci_renders() -> None:
     if os.environ.get("DS4CI_UPDATE_GOLDEN"):
         EXAMPLE.write_text(text, encoding="utf-8")
     assert EXAMPLE.read_text(encoding="utf-8") == text, "docs/example-comment.md is stale; DS4CI_UPDATE_GOLDEN=1"
-    for section in ("**Revisions**", "**Build**", "465/465 targets built", "still needs hardware",
-                    "a q=2,3,4 run on `gfx1151`", "Review and merge status", "Reproduce, identities", "**Target-only**",
+    for section in ("**Revisions**", "build ✅ pass (465/465 targets built, 412.8 s)", "rejected drafts", "still needs hardware",
+                    "a q=2,3,4 run on `gfx1151`", "Review and merge status", "<details><summary>✅ pass: h200",
                     "| `gfx1151` | ⏳ pending | still needs a q=2,3,4 run on this head |"):
         assert section in text, section
     assert markdown.code("h200") in text

@@ -37,7 +37,7 @@ def test_an_arm_that_never_answered_is_not_called_nondeterministic() -> None:
 def test_full_snap_is_reported_as_the_servers_claim_in_the_terminal_and_the_comment() -> None:
     d = doc("pass.json")
     assert table.HEADERS[4:6] == ("rejected drafts", "full_snap claimed") and table.rows(d)[0][4:6] == ("3", "yes")
-    body, _ = render.render([d], kind="comment")
+    body, _ = render.render([d], kind="summary")  # the comment collapses a pass to one line; the summary has the table
     assert "| q=2 | 2/2 | 49 | 46/49 | 3 | claimed | 96/96 | ✅ pass |" in body
     rollback = next(line for line in body.splitlines() if line.startswith("**Rollback**"))
     assert "claimed by the server" in rollback
@@ -47,9 +47,9 @@ def test_full_snap_is_reported_as_the_servers_claim_in_the_terminal_and_the_comm
 def test_rolled_back_never_stands_alone_as_a_fact_the_gate_saw() -> None:
     """The server's claim of rollback is said to be its claim; what the gate saw is parity after rejected drafts."""
     for name in ("pass.json", "fail.json", "pass-second-runner.json", "no-revisions.json"):
-        body, _ = render.render([doc(name)], kind="comment")
-        text = table.render(doc(name))
-        for out in (body, text):
+        comment, _ = render.render([doc(name)], kind="comment")
+        summary, _ = render.render([doc(name)], kind="summary")
+        for out in (comment, summary, table.render(doc(name))):
             assert "rolled back" not in out.lower() and "rollback observed" not in out.lower(), name
 
 
@@ -57,17 +57,17 @@ def test_a_summary_without_full_snap_1_reads_not_claimed() -> None:
     d = copy.deepcopy(doc("pass.json"))
     for p in d["widths"][0]["prompts"]:
         p["full_snap_claimed"] = False
-    body, _ = render.render([d], kind="comment")
+    body, _ = render.render([d], kind="summary")
     assert "| q=2 | 2/2 | 49 | 46/49 | 3 | not claimed | 96/96 |" in body
     rollback = next(line for line in body.splitlines() if line.startswith("**Rollback**"))
     assert "claimed by the server" in rollback and "at q=3" in rollback and "q=2," not in rollback.split(".")[0]
 
 
 def test_the_reproduce_command_is_never_shortened() -> None:
-    d = copy.deepcopy(doc("pass.json"))
-    d["reproduce"] = "ds4ci gate " + " ".join(f"--prompt-file /very/long/path/number/{i}/prompt.txt" for i in range(60))
-    results.validate(d)
-    for kind in ("comment", "summary"):
+    for kind, name in (("comment", "fail.json"), ("summary", "pass.json")):  # a passing runner's is in the summary
+        d = copy.deepcopy(doc(name))
+        d["reproduce"] = "ds4ci gate " + " ".join(f"--prompt-file /very/long/path/number/{i}/prompt.txt" for i in range(60))
+        results.validate(d)
         body, _ = render.render([d], kind=kind)
         assert d["reproduce"] in body, kind
 
