@@ -208,7 +208,7 @@ class _Run:
 
     def _serve(self, server: Server, key: str, entries: list[dict[str, Any]]) -> None:
         """Every prompt, ``repeats`` times, interleaved; each exchange recorded as it happens."""
-        from ds4ci.gate.server import HttpAnswerError
+        from ds4ci.gate.loopback import HttpAnswerError
 
         for repeat in range(self.cfg.repeats):
             for index, prompt in enumerate(self.prompts):

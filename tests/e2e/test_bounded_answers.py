@@ -11,7 +11,7 @@ import pytest
 from gatekit import FOREIGN_SERVER, Workspace
 
 from ds4ci.gate.http11 import BrokenAnswer
-from ds4ci.gate.server import BODY_KEEP_BYTES, exchange
+from ds4ci.gate.loopback import BODY_KEEP_BYTES, exchange
 
 pytestmark = pytest.mark.e2e
 

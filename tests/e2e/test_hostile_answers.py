@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 from gatekit import DS4CI, FOREIGN_SERVER, Workspace
 
-from ds4ci.gate.server import exchange
+from ds4ci.gate.loopback import exchange
 
 pytestmark = pytest.mark.e2e
 
