@@ -4,24 +4,19 @@ double on 127.0.0.1 with the shipped tiny config, DS4REF_FAULT=no-rollback set f
 
 from __future__ import annotations
 
-import importlib.util
 import json
 from pathlib import Path
 from types import ModuleType
 
 import pytest
-from paths import ROOT
+from benchload import bench_module
 
 pytest.importorskip("gguf")
 pytest.importorskip("torch")
 
 
 def _bench() -> ModuleType:
-    spec = importlib.util.spec_from_file_location("sensitivity", ROOT / "bench" / "sensitivity.py")
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+    return bench_module("sensitivity")
 
 
 def test_no_rollback_fails_the_gate_at_every_width(tmp_path: Path) -> None:

@@ -5,24 +5,19 @@ on the token comparison, though the server still claims reference-exact verifica
 
 from __future__ import annotations
 
-import importlib.util
 import json
 from pathlib import Path
 from types import ModuleType
 
 import pytest
-from paths import ROOT
+from benchload import bench_module
 
 pytest.importorskip("gguf")
 pytest.importorskip("torch")
 
 
 def _bench() -> ModuleType:
-    spec = importlib.util.spec_from_file_location("sensitivity", ROOT / "bench" / "sensitivity.py")
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+    return bench_module("sensitivity")
 
 
 def test_successor_models_pass_unfaulted_with_coverage_required(tmp_path: Path) -> None:
