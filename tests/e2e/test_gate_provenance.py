@@ -20,7 +20,7 @@ from fakegithub import WRITE_TOKEN, FakeGitHub
 
 DS4CI = str(Path(sys.executable).parent / "ds4ci")
 HEAD = "a" * 40
-TABLE = json.dumps([{"name": "gfx1151", "labels": ["self-hosted", "gfx1151"], "gpu": "gfx1151", "role": "gate"}])
+TABLE = json.dumps([{"name": "gfx1151", "labels": ["self-hosted", "gfx1151"], "queue": "gfx1151", "role": "gate"}])
 
 
 @pytest.fixture
