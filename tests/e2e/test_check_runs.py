@@ -85,7 +85,7 @@ def test_one_check_run_per_runner_with_the_status_decision_and_the_section(fake:
     assert gate["output"]["title"] == f"fail on {HEAD[:12]}: 1 cause, each in the summary"  # never cut
     summary = gate["output"]["summary"]
     assert summary.startswith(f"### ❌ fail: `gfx1151` on `{HEAD}`") and "ds4ci:section" not in summary
-    assert "| q=2 | 0/2 | 49 | 46/49 | yes | yes | 96/96 | ❌ fail |" in summary
+    assert "| q=2 | 0/2 | 49 | 46/49 | 3 | claimed | 96/96 | ❌ fail |" in summary
     text = gate["output"]["text"]
     fail = doc(FAIL)
     assert fail["evidence"]["manifest_sha256"] in text and fail["reproduce"] in text

@@ -183,7 +183,9 @@ def test_the_comment_carries_the_review_and_merge_status_after_this_runs_statuse
     fake.add_check_run(runs["head"], "build")
     fake.add_review(42, "alice", "APPROVED", runs["head"])
     fake.add_thread(42, "server/src/spec.cpp", 311)
-    proc = publish(fake, runs["pass"], "--merge-config", str(config))
+    # the statuses link this run of the trusted gate, as the publish job's do; merge-check counts no other
+    run = fake.add_run(4243, title=f"ds4ci gate {runs['head']}")
+    proc = publish(fake, runs["pass"], "--merge-config", str(config), "--target-url", run)
     assert proc.returncode == 0, proc.stderr
     (comment,) = fake.comments(42)
     body = comment["body"]

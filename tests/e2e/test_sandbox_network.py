@@ -10,6 +10,7 @@ import subprocess
 import sys
 import tempfile
 import threading
+import time
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -79,6 +80,11 @@ def host_services() -> Iterator[HostServices]:
         for family, address in ((socket.AF_INET, ("127.0.0.1", services.port)), (socket.AF_UNIX, name)):
             with socket.socket(family, socket.SOCK_STREAM) as probe:
                 probe.connect(address)
+        deadline = time.monotonic() + 30  # the accept threads record those two connections in their own time
+        while sorted(services.connected) != ["host-abstract", "host-tcp"] and time.monotonic() < deadline:
+            time.sleep(0.01)
+        assert sorted(services.connected) == ["host-abstract", "host-tcp"], services.connected
+        services.connected.clear()  # from here on, any connection is the sandbox's
         yield services
     finally:
         tcp.close()

@@ -238,7 +238,9 @@ def test_the_base_commits_config_wins_over_the_heads_and_a_linked_settings_path_
         (record,) = svc.records()
     assert victim.read_text() == "untouched\n"
     doc = json.loads((tmp_path / "out" / "results.json").read_text())
-    assert doc["settings"]["max_tokens"] == 64 and [w["q"] for w in doc["widths"]] == [2], doc["settings"]
+    # the base's settings were used; the modified tree (below) stops the gate before any server starts
+    assert doc["settings"]["max_tokens"] == 64 and doc["settings"]["configured_widths"] == [2], doc["settings"]
+    assert doc["widths"] == []
     assert "changes ds4ci.toml" in str(record["note"]), record
     # the head tracked .ds4ci-trusted.toml, which the service replaced by the base's config: a modified tree (3)
     assert proc.returncode == 3 and doc["revisions"]["dirty"] is True, proc.stdout + proc.stderr
@@ -252,7 +254,9 @@ def test_the_base_config_is_used_and_the_bundle_is_signed_by_the_service_key(tmp
         (record,) = svc.records()
     assert proc.returncode == 0, proc.stdout + proc.stderr
     doc = json.loads((tmp_path / "out" / "results.json").read_text())
-    assert doc["settings"]["max_tokens"] == 64 and [w["q"] for w in doc["widths"]] == [2], doc["settings"]
+    # the base's settings were used; the modified tree (below) stops the gate before any server starts
+    assert doc["settings"]["max_tokens"] == 64 and doc["settings"]["configured_widths"] == [2], doc["settings"]
+    assert doc["widths"] == []
     assert any("changes ds4ci.toml" in w for w in doc.get("warnings", [])), doc.get("warnings")
     assert doc["containment"] == "sandbox"  # required by the service: PR code never runs as the key's user unboxed
     assert record["exit_code"] == 0 and record["outputs"]["bundle"] == sha256(tmp_path / "out" / "bundle.tar.gz")
