@@ -254,9 +254,7 @@ def test_the_base_config_is_used_and_the_bundle_is_signed_by_the_service_key(tmp
         (record,) = svc.records()
     assert proc.returncode == 0, proc.stdout + proc.stderr
     doc = json.loads((tmp_path / "out" / "results.json").read_text())
-    # the base's settings were used; the modified tree (below) stops the gate before any server starts
-    assert doc["settings"]["max_tokens"] == 64 and doc["settings"]["configured_widths"] == [2], doc["settings"]
-    assert doc["widths"] == []
+    assert doc["settings"]["max_tokens"] == 64 and [w["q"] for w in doc["widths"]] == [2], doc["settings"]
     assert any("changes ds4ci.toml" in w for w in doc.get("warnings", [])), doc.get("warnings")
     assert doc["containment"] == "sandbox"  # required by the service: PR code never runs as the key's user unboxed
     assert record["exit_code"] == 0 and record["outputs"]["bundle"] == sha256(tmp_path / "out" / "bundle.tar.gz")
