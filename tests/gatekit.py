@@ -18,6 +18,14 @@ DS4CI = str(BIN / "ds4ci")
 FOREIGN_SERVER = Path(__file__).parent / "servers" / "foreign_server.py"
 
 
+CLI = [sys.executable, "-c", "from ds4ci.cli import main; main()"]
+
+
+def run_cli(args: list[str], cwd: Path) -> subprocess.CompletedProcess[str]:
+    """``ds4ci ARGS`` as a user runs it, in ``cwd``."""
+    return subprocess.run([*CLI, *args], cwd=cwd, capture_output=True, text=True, timeout=600, check=False)
+
+
 def sha256(path: Path) -> str:
     return hashlib.sha256(path.read_bytes()).hexdigest()
 

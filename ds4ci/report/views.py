@@ -113,6 +113,9 @@ def _at_widths(qs: Sequence[int]) -> str:
     return "q=" + ",".join(map(str, qs))
 
 
+BOUNDARY_WORDS = {"ratio4": "ratio-4 boundary", "ratio128": "ratio-128 boundary", "window": "window's wrap"}
+
+
 def rollback_words(doc: Results) -> str:
     """What the run says about rollback, split into what the server claimed and what the gate tested.
 
@@ -140,8 +143,6 @@ def rollback_words(doc: Results) -> str:
         tested.append(f"q={w['q']}: {held} after {fmt_int(rejected)} rejected drafts{where}")
     return f"{claim}. What the gate tested: {'; '.join(tested)}."
 
-
-BOUNDARY_WORDS = {"ratio4": "ratio-4 boundary", "ratio128": "ratio-128 boundary", "window": "window's wrap"}
 
 
 def _arm_evidence(doc: Results) -> list[str]:

@@ -10,23 +10,20 @@ the config `ds4ci tiny-models` writes today; the other candidates' results are r
 from __future__ import annotations
 
 import json
-import subprocess
-import sys
 import tarfile
 from pathlib import Path
 from typing import Any
 
 import pytest
+from gatekit import run_cli
 from paths import TESTS
 
 pytest.importorskip("gguf")
 
-CLI = [sys.executable, "-c", "from ds4ci.cli import main; main()"]
 DESIGNS = TESTS / "data" / "real-server" / "h200-fork-41ee7d0-designs"
 
 
-def _run(args: list[str], cwd: Path) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([*CLI, *args], cwd=cwd, capture_output=True, text=True, timeout=600, check=False)
+_run = run_cli
 
 
 def _sealed(name: str, tmp_path: Path) -> dict[str, Any]:

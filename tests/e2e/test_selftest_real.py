@@ -7,23 +7,19 @@ tests/data/real-server/h200-62880e2/ (docs/real-server.md).
 
 from __future__ import annotations
 
-import subprocess
-import sys
 from pathlib import Path
 from typing import Any
 
 import pytest
-from gatekit import sim_wrapper
+from gatekit import run_cli, sim_wrapper
 from paths import TESTS
 
 pytest.importorskip("gguf")
 
-CLI = [sys.executable, "-c", "from ds4ci.cli import main; main()"]
 CAPTURES = TESTS / "data" / "real-server" / "h200-62880e2"
 
 
-def _run(args: list[str], cwd: Path) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([*CLI, *args], cwd=cwd, capture_output=True, text=True, timeout=600, check=False)
+_run = run_cli
 
 
 def test_selftest_with_a_server_binary_runs_the_tiny_models_through_the_gate(tmp_path: Path) -> None:
