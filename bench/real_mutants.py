@@ -330,7 +330,7 @@ def equivalence(m: Mutant) -> str:
     return "yes" if m.equivalent else "no"
 
 
-def table(cat: Catalogue, chosen: list[Mutant], rows: dict[str, Any], models: list[Path]) -> list[str]:
+def table(chosen: list[Mutant], rows: dict[str, Any], models: list[Path]) -> list[str]:
     lines = []
     for folder in models:
         lines += [f"models {folder.name}:",
@@ -411,7 +411,7 @@ def main(argv: list[str] | None = None) -> int:
     except BenchError as exc:
         print(f"[real_mutants] error: {exc}", file=sys.stderr)
         return 2
-    lines = table(cat, chosen, rows, args.models)
+    lines = table(chosen, rows, args.models)
     print("\n".join(lines))
     controls_pass = all(rows[f"{m.name}/{CONTROL}"].get("verdict") == "pass" for m in args.models)
     doc = {"catalogue": str(cat.path), "engine": f"{cat.repository}", "commits": list(cat.commits), "started": started,
