@@ -215,6 +215,12 @@ class Server:
             except _HTTP_ERRORS:
                 time.sleep(_HEALTH_POLL_S)
                 continue
+            except NoVerdictError:
+                # Its namespace could not be entered: if it is because the server has just ended (its exit
+                # not yet reported when polled above), the branch above says how it ended.
+                if self._exit_code_soon() is not None:
+                    continue
+                raise
             if answer.status_code == 200 and answer.body == {"status": "ok"}:
                 self._check_listener_is_ours()
                 return
