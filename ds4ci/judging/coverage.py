@@ -28,14 +28,20 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import cast
+from typing import Final, Literal, cast
 
 from ds4ci.judging.specsteps import SOURCES, SpecStep, loop_index
 from ds4ci.records import BoundariesRecord, BoundaryRecord, CoverageRecord, CoverageSource
 
 SUMMARY = "summary"  # a request with no per-step lines: only its summary
-RATIO4, RATIO128, WINDOW = "ratio4", "ratio128", "window"
+RATIO4: Final = "ratio4"
+RATIO128: Final = "ratio128"
+WINDOW: Final = "window"
 BOUNDARIES = (RATIO4, RATIO128, WINDOW)
+# What reports call each kind (after "a"; each recurs along a long answer)
+BoundaryKind = Literal["ratio4", "ratio128", "window"]
+BOUNDARY_NAMES: dict[BoundaryKind, str] = {RATIO4: "ratio-4 compressor boundary", RATIO128: "ratio-128 compressor boundary",
+                  WINDOW: "128-row window's wrap"}
 WINDOW_SIZE = 128
 FIRST_POSITIONS = 3  # how many first positions each boundary kind records
 

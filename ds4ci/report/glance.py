@@ -11,6 +11,7 @@ import re
 from collections.abc import Sequence
 from typing import Any
 
+from ds4ci.judging.coverage import BOUNDARY_NAMES
 from ds4ci.records import Results
 
 _DS4CI_REF = re.compile(r"^([A-Za-z0-9_.-]+/[A-Za-z0-9_.-]+)@([A-Za-z0-9_./-]+)$")
@@ -68,11 +69,9 @@ def coverage_words(rec: Any) -> str:
     full = hist[-1] if hist else 0
     words = [f"q={q}: {steps} verify steps seen, {steps - full} with a rejected draft"]
     if bounds is not None:
-        names = (("ratio4", "a ratio-4 compressor boundary"), ("ratio128", "the ratio-128 boundary"),
-                 ("window", "the sliding window's edge"))
-        crossed = [f"{bounds[k]['batches']} crossed {what} ({bounds[k]['rejected']} with a rejection)"
-                   for k, what in names if bounds[k]["batches"]]
-        never = [what for k, what in names if not bounds[k]["batches"]]
+        crossed = [f"{bounds[k]['batches']} crossed a {name} ({bounds[k]['rejected']} with a rejection)"
+                   for k, name in BOUNDARY_NAMES.items() if bounds[k]["batches"]]
+        never = [f"a {name}" for k, name in BOUNDARY_NAMES.items() if not bounds[k]["batches"]]
         words += crossed
         if never:
             words.append("none crossed " + " or ".join(never))

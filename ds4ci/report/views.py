@@ -12,7 +12,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from ds4ci.judging import profile
-from ds4ci.judging.coverage import compact_line
+from ds4ci.judging.coverage import BOUNDARY_NAMES, compact_line
 from ds4ci.judging.oracle import ORACLE_TEXT
 from ds4ci.judging.tree import tree_line
 from ds4ci.records import FileIdentity, MismatchRecord, Results
@@ -113,9 +113,6 @@ def _at_widths(qs: Sequence[int]) -> str:
     return "q=" + ",".join(map(str, qs))
 
 
-BOUNDARY_WORDS = {"ratio4": "ratio-4 boundary", "ratio128": "ratio-128 boundary", "window": "window's wrap"}
-
-
 def rollback_words(doc: Results) -> str:
     """What the run says about rollback, split into what the server claimed and what the gate tested.
 
@@ -134,11 +131,10 @@ def rollback_words(doc: Results) -> str:
         parity = all(p["parity_requests"] == p["requests"] > 0 for p in w["prompts"])
         cov = w.get("coverage")
         b = cov["boundaries"] if cov else None
-        kinds = {"ratio4": b["ratio4"], "ratio128": b["ratio128"], "window": b["window"]} if b else {}
-        at = [f"{BOUNDARY_WORDS[k]} (first at {', '.join(map(str, rec['first_rejected_positions']))})"
-              if rec["first_rejected_positions"] else BOUNDARY_WORDS[k]
-              for k, rec in kinds.items() if rec["rejected_at_boundary"]]
-        where = f", with rejected drafts at the {'; the '.join(at)}" if at else ""
+        at = [f"a {name} (first at {', '.join(map(str, b[k]['first_rejected_positions']))})"
+              if b[k]["first_rejected_positions"] else f"a {name}"
+              for k, name in BOUNDARY_NAMES.items() if b and b[k]["rejected_at_boundary"]]
+        where = f", with rejected drafts at {'; '.join(at)}" if at else ""
         held = "identical answers" if parity else "answers that differ"
         tested.append(f"q={w['q']}: {held} after {fmt_int(rejected)} rejected drafts{where}")
     return f"{claim}. What the gate tested: {'; '.join(tested)}."

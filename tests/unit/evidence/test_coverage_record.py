@@ -95,3 +95,18 @@ def test_requests_zip_steps_with_prompt_token_counts() -> None:
     assert [r.prompt_tokens for r in reqs] == [97, None, None] and reqs[0].steps == (steps[0][0],)
     with pytest.raises(ValueError, match="2 requests' steps but 3 prompt token counts"):
         coverage.requests(steps[:2], [97, None, None])
+
+
+def test_the_rollback_and_coverage_lines_name_each_boundary_in_the_same_words() -> None:
+    d = _doc()
+    width = next(w for w in d["widths"] if w["verdict"] == "pass")
+    width["q"] = 3
+    coverpolicy.apply(width, _exercised(3), required=True)
+    body, _ = render.render([d], kind="summary")
+    rollback = next(line for line in body.splitlines() if line.startswith("**Rollback**"))
+    covered = next(line for line in body.splitlines() if line.startswith("- q=3: 6 verify steps"))
+    assert ("q=3: identical answers after 3 rejected drafts, with rejected drafts at a ratio-4 compressor boundary "
+            "(first at 126, 130); a ratio-128 compressor boundary (first at 126); a 128-row window's wrap (first at 126);"
+            in rollback), rollback
+    for name in coverage.BOUNDARY_NAMES.values():
+        assert f"crossed a {name} (" in covered, (name, covered)

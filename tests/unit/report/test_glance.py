@@ -105,7 +105,7 @@ def test_coverage_is_in_plain_words_with_the_docs_linked(monkeypatch: pytest.Mon
     }}
     words = glance.coverage_words(record)
     assert words == ("q=4: 16 verify steps seen, 4 with a rejected draft; 16 crossed a ratio-4 compressor boundary "
-                     "(4 with a rejection); none crossed the ratio-128 boundary or the sliding window's edge")
+                     "(4 with a rejection); none crossed a ratio-128 compressor boundary or a 128-row window's wrap")
     monkeypatch.setenv("DS4CI_REF", "acme/ds4ci@v0.1.0")
     assert glance.docs_link(*glance.COVERAGE_DOC) == (
         "https://github.com/acme/ds4ci/blob/v0.1.0/docs/results.md#proof-coverage-of-one-width-coverage")
