@@ -7,6 +7,8 @@ renderer is not available offline; markdown-it-py (installed with rich) with tab
     python tests/render_screenshot.py tests/golden/fail.md docs/img/comment-fail.png [--width 900]
     python tests/render_screenshot.py --check-run tests/data/results/fail.json docs/img/check-run-fail.png
 
+Needs ``apt-get install chromium fonts-noto-color-emoji`` (without the emoji font the verdict marks are boxes).
+
 ``--check-run RESULTS.json`` renders what ``ds4ci publish`` sends as that runner's check run (title,
 conclusion, summary and text) instead of a Markdown file.
 """
