@@ -252,7 +252,10 @@ class Server:
         try:
             answer = self._exchange("GET", "/props", self.settings.request_timeout_s)
         except _HTTP_ERRORS as exc:
-            raise NoVerdictError(f"{self.label}: GET /props failed: {exc.__class__.__name__}: {exc}") from exc
+            code = self._exit_code_soon()
+            ended = f" (server exited with {exit_description(code)})" if code is not None else ""
+            raise NoVerdictError(self.explain(
+                f"{self.label}: GET /props failed: {exc.__class__.__name__}: {exc}{ended}")) from exc
         body = answer.body
         if answer.status_code != 200 or not isinstance(body, dict):
             kept = self.log_dir / PROPS_ERROR_BODY

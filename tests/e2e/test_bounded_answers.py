@@ -99,3 +99,13 @@ def test_a_props_answer_with_chunk_size_minus_one_is_no_verdict_naming_what_was_
     assert ("target-only: GET /props failed: BrokenAnswer: expected a chunk size in hexadecimal digits, found '-1'"
             in run.reasons()), run.reasons()
     assert "MemoryError" not in run.reasons() and "internal error" not in run.reasons()
+
+
+def test_a_server_that_dies_answering_props_is_said_to_have_exited_with_its_abort_line(tmp_path: Path) -> None:
+    ws = Workspace.create(tmp_path)
+    ws.server = FOREIGN_SERVER
+    run = ws.gate(widths="2", env=ws.env(FOREIGN_BEHAVIOUR="crash-on-props"), timeout=120)
+    assert run.code == 3, run.stdout + run.stderr
+    first = run.reasons().splitlines()[0]
+    assert first.startswith("target-only: GET /props failed: ") and "(server exited with code 9)" in first, first
+    assert first.endswith(": GGML_ASSERT(props) failed: foreign crash on /props"), first

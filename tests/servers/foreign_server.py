@@ -12,6 +12,7 @@ FOREIGN_BEHAVIOUR:
   good                   the format above
   mismatch               spec arm: token 5 differs
   crash-on-request       exits 9 on the first completion
+  crash-on-props         exits 9 on GET /props, after printing an assertion line to stderr
   upstream-lines         prints exactly the upstream gate's example lines, whatever is asked
   trace-stdout           the trace goes to stdout
   luce-only              reads LUCE_DS4_* only (DFLASH_DS4_* are ignored)
@@ -126,6 +127,9 @@ def main() -> int:
         def do_GET(self) -> None:
             if self.path == "/health":
                 self.reply(200, {"status": "ok"})
+            elif self.path == "/props" and behaviour == "crash-on-props":
+                print("GGML_ASSERT(props) failed: foreign crash on /props", file=sys.stderr, flush=True)
+                os._exit(9)
             elif self.path == "/props" and behaviour == "nan-props":
                 self.reply(200, {"server": {"name": "foreign", "version": "9.9"}, "speed": float("nan")})
             elif self.path == "/props" and behaviour == "endless-props":
