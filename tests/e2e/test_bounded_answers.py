@@ -48,8 +48,10 @@ def _hostile(head: bytes, endless: bytes) -> Callable[[], Iterator[tuple[int, li
         thread = threading.Thread(target=loop, daemon=True)
         thread.start()
         yield listener.getsockname()[1], sent
+        listener.shutdown(socket.SHUT_RDWR)  # wakes the accept() the loop waits in (close alone does not)
         listener.close()
         thread.join(10)
+        assert not thread.is_alive(), "the hostile server's loop did not end"
 
     return serve
 
