@@ -5,7 +5,7 @@ process; ``tests/e2e/`` starts real processes. ``pytest -m "not e2e"`` runs the 
 
 ``slow`` marks every test that starts real processes (tests/e2e/ and tests/faults/) and the in-process
 tests marked by hand that take seconds; ``pytest -n 2 -m "not slow"`` is the edit loop's tier
-(docs/testing.md). Under ``pytest -n 2`` (the README's command, ``--dist loadgroup``) the tests of a
+(docs/testing.md). Under ``pytest -n 4`` (the README's command, ``--dist loadgroup``) the tests of a
 module that uses a module- or session-scoped fixture of this suite run on one worker, so that fixture
 (a sealed bundle, a wheelhouse, a running server) is made once, not once per worker.
 """
