@@ -4,7 +4,9 @@ A maintainer dispatches the gate for PR #7 pinned to its head. The workflow vali
 inputs (and the pinned head, against a stateful fake GitHub API on loopback), runs the matrix
 over both self-hosted label sets with the composite action (which installs ds4ci into a fresh
 venv and runs the gate against the bundled simulator), uploads results, and the aggregating
-job posts ONE comment for both runners and one ds4ci/<runner> status each.
+job posts ONE comment for both runners and one ds4ci/<runner> status each. As the pull_request_target
+event of a pull request, the plan job takes the PR from the payload and refuses one that edits the gate's
+own workflow, so that nothing after it runs.
 
 Only what cannot run here is replaced: the three remote actions (checkout, upload-artifact,
 download-artifact need github.com) get small local stand-ins through ``--local-repository``,
@@ -21,6 +23,7 @@ import subprocess
 import sys
 import textwrap
 from pathlib import Path
+from typing import Any
 
 import pytest
 from fakegithub import APP_TOKEN, BOT_LOGIN, WRITE_TOKEN, FakeGitHub
@@ -268,19 +271,26 @@ def _make_repo(tmp: Path, models: Path) -> tuple[Path, str]:
 
 def _act(tmp: Path, repo: Path, fake: FakeGitHub, wheelhouse: Path, models: Path | None,
          inputs: dict[str, str], others: dict[str, Path] | None = None,
-         token: str = WRITE_TOKEN) -> subprocess.CompletedProcess[str]:
+         token: str = WRITE_TOKEN, pull: dict[str, Any] | None = None,
+         job: str | None = None) -> subprocess.CompletedProcess[str]:
+    """act runs gate.yml: dispatched with ``inputs``, or, given ``pull`` (a payload's pull_request), as the
+    pull_request_target event of that pull request; ``job``: that job alone."""
     store = tmp / "artifacts"
     store.mkdir(exist_ok=True)
     local = _stand_ins(tmp / "stand-ins", repo, store, others)
     home = tmp / "home"
     home.mkdir(exist_ok=True)
-    event = tmp / "event.json"  # what GitHub's workflow_dispatch payload says about the repository
-    event.write_text(json.dumps({"inputs": inputs, "repository": {"default_branch": "main",
-                                                                  "full_name": "acme/engine"}}))
-    # GitHub's record of this run: the trusted gate.yml, dispatched on the base branch, titled with the head.
-    fake.add_run(ACT_RUN_ID, event="workflow_dispatch", head_branch="main", title=f"ds4ci gate {inputs.get('head-sha')}")
+    event = tmp / "event.json"  # what GitHub's payload says about the repository (and the pull request)
+    repository = {"default_branch": "main", "full_name": "acme/engine"}
+    event_name = "workflow_dispatch" if pull is None else "pull_request_target"
+    event.write_text(json.dumps({"inputs": inputs, "repository": repository} if pull is None else
+                                {"action": "synchronize", "number": pull["number"], "pull_request": pull,
+                                 "repository": repository}))
+    # GitHub's record of this run: the trusted gate.yml, run from the base branch, titled with the head.
+    head_sha = inputs.get("head-sha") if pull is None else pull["head"]["sha"]
+    fake.add_run(ACT_RUN_ID, event=event_name, head_branch="main", title=f"ds4ci gate {head_sha}")
     cmd = [
-        str(ACT), "workflow_dispatch", "-W", ".github/workflows/gate.yml", "-e", str(event),
+        str(ACT), event_name, "-W", ".github/workflows/gate.yml", "-e", str(event), *(["-j", job] if job else []),
         "-P", "ubuntu-latest=-self-hosted", "-P", "self-hosted=-self-hosted",
         "--action-cache-path", str(tmp / "actcache"),
         # Host mode runs every job on this one machine and in one $RUNNER_TEMP and $HOME; real
@@ -468,6 +478,52 @@ def test_dispatch_refused_when_the_pr_head_moved(tmp_path: Path, fake: FakeGitHu
 
     assert proc.returncode != 0
     assert "refusing to run" in proc.stdout + proc.stderr, _log(proc)
+    assert fake.statuses() == [] and fake.comments() == []
+
+
+def _pull_request(repo: Path, number: int, head: str) -> dict[str, Any]:
+    """The pull_request of a pull_request_target payload: a branch of acme/engine itself (no fork) onto main."""
+    engine = {"full_name": "acme/engine"}
+    return {"number": number, "head": {"sha": head, "ref": "feature", "repo": engine},
+            "base": {"sha": _git(repo, "rev-parse", "main"), "ref": "main", "repo": engine}}
+
+
+def test_a_pull_request_that_edits_the_gates_workflow_is_refused_on_pull_request_target(
+    tmp_path: Path, fake: FakeGitHub, wheelhouse: Path
+) -> None:
+    """The event that gates every pull request: the plan job refuses a change to the gate's own definition,
+    and nothing after it runs (no gate job on the GPU runners, no status, no comment)."""
+    models = tmp_path / "models"
+    repo, head = _make_repo(tmp_path, models)
+    fake.add_pull(7, head)
+    fake.set_pull_files(7, ["CHANGE.txt", ".github/workflows/gate.yml"])
+
+    proc = _act(tmp_path, repo, fake, wheelhouse, models, {}, pull=_pull_request(repo, 7, head))
+
+    log = proc.stdout + proc.stderr
+    assert proc.returncode != 0, _log(proc)
+    assert ("pull request #7 changes the gate's own definition (.github/workflows/gate.yml); it is not gated "
+            "automatically") in log, _log(proc)
+    assert "Building CXX" not in log and "[1/2] Compiling" not in log  # no gate job ran the PR's build
+    assert fake.statuses() == [] and fake.comments() == []
+
+
+def test_pull_request_target_plans_a_same_repository_pull_request_from_the_event(
+    tmp_path: Path, fake: FakeGitHub, wheelhouse: Path
+) -> None:
+    """No inputs on this event: the plan takes the PR and its head from the payload, checks GitHub's record of
+    the run, and plans every runner of the base's table for a pull request that is not a fork's."""
+    models = tmp_path / "models"
+    repo, head = _make_repo(tmp_path, models)
+    fake.add_pull(7, head)
+    fake.set_pull_files(7, ["CHANGE.txt"])
+
+    proc = _act(tmp_path, repo, fake, wheelhouse, models, {}, pull=_pull_request(repo, 7, head), job="plan")
+
+    log = proc.stdout + proc.stderr
+    assert proc.returncode == 0, _log(proc)
+    for line in ("pr=7", f"head-sha={head}", "fork=false", '"runner":"gfx1151"', '"runner":"sm86"'):
+        assert line in log.replace('": "', '":"'), (line, _log(proc))
     assert fake.statuses() == [] and fake.comments() == []
 
 
