@@ -81,6 +81,7 @@ class FakeGitHub:
         self._threads: dict[int, list[dict[str, Any]]] = {}
         self._commit_files: dict[str, list[str]] = {}  # sha -> files that commit changed (for compare)
         self._runs: dict[int, dict[str, Any]] = {}  # workflow run id -> GitHub's record of it
+        self._approvals: dict[int, list[dict[str, Any]]] = {}  # workflow run id -> its environment reviews
         self.graphql_page_size = 100
         self.graphql_queries: list[dict[str, Any]] = []
         # Called (under the lock: mutate state directly) on every GraphQL query, e.g. to push mid-check.
@@ -147,6 +148,13 @@ class FakeGitHub:
                                   "display_title": title, "repository": {"full_name": full},
                                   "html_url": f"https://github.com/{full}/actions/runs/{run_id}"}
         return f"https://github.com/{full}/actions/runs/{run_id}"
+
+    def add_run_review(self, run_id: int, environment: str, state: str = "approved", login: str = "maintainer") -> None:
+        """A review of a run's environment, as ``GET /actions/runs/{id}/approvals`` lists it."""
+        with self.lock:
+            self._approvals.setdefault(run_id, []).append(
+                {"state": state, "comment": "", "user": {"login": login},
+                 "environments": [{"id": 1, "name": environment}]})
 
     def set_mergeable(self, number: int, *answers: bool | None) -> None:
         """Successive reads of the PR answer these values; the last one then sticks."""
@@ -482,6 +490,14 @@ class FakeGitHub:
                 items = [{"filename": f, "status": "modified"} if isinstance(f, str) else
                          {"filename": f[0], "previous_filename": f[1], "status": "renamed"} for f in pr["files"]]
                 self._page(h, path, query, items)
+            return
+        m = re.fullmatch(re.escape(repo) + r"/actions/runs/(\d+)/approvals", path)
+        if m and method == "GET":
+            run_id = int(m.group(1))
+            if run_id not in self._runs:
+                self._send(h, 404, {"message": "Not Found"})
+            else:
+                self._send(h, 200, self._approvals.get(run_id, []))
             return
         m = re.fullmatch(re.escape(repo) + r"/actions/runs/(\d+)", path)
         if m and method == "GET":

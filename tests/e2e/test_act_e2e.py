@@ -508,6 +508,29 @@ def test_a_pull_request_that_edits_the_gates_workflow_is_refused_on_pull_request
     assert fake.statuses() == [] and fake.comments() == []
 
 
+def test_a_forks_pull_request_without_an_approval_never_reaches_the_gpu_runners(
+    tmp_path: Path, fake: FakeGitHub, wheelhouse: Path
+) -> None:
+    """pull_request_target gives a fork's run the base's token: the approve job must hold it back until a
+    maintainer approved environment ds4ci-fork-review, and without that no gate job runs and nothing is green."""
+    models = tmp_path / "models"
+    repo, head = _make_repo(tmp_path, models)
+    fake.add_pull(7, head)
+    fake.set_pull_files(7, ["CHANGE.txt"])
+    pull = _pull_request(repo, 7, head)
+    pull["head"]["repo"] = {"full_name": "mallory/engine"}
+
+    proc = _act(tmp_path, repo, fake, wheelhouse, models, {}, pull=pull)
+
+    log = proc.stdout + proc.stderr
+    assert proc.returncode != 0, _log(proc)
+    assert "fork=true" in log and "::error::no maintainer approved environment ds4ci-fork-review" in log, _log(proc)
+    assert "[1/2] Compiling" not in log  # no gate job ran the fork's build
+    held = "a fork's pull request without a maintainer's approval (environment ds4ci-fork-review): no gate ran"
+    assert {(s["context"], s["state"], s["description"]) for s in fake.statuses()} == {
+        ("ds4ci/gfx1151", "error", held), ("ds4ci/sm86", "error", held)}, fake.statuses()
+
+
 def test_pull_request_target_plans_a_same_repository_pull_request_from_the_event(
     tmp_path: Path, fake: FakeGitHub, wheelhouse: Path
 ) -> None:

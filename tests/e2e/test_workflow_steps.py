@@ -16,6 +16,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from fakegithub import WRITE_TOKEN, FakeGitHub
 from paths import ROOT
 from ruamel.yaml import YAML
 
@@ -229,3 +230,36 @@ def test_the_trusted_settings_are_never_written_through_a_link_the_pr_committed(
     assert "::error::" in proc.stdout and "config" not in outputs
     assert victim.read_text() == "PRIVATE KEY\n"
     assert not (tmp_path / "new-file").exists() and not (tmp_path / ".ds4ci-trusted.toml").exists()
+
+
+FORK_RUN = 4343  # the workflow run a fork's pull request started
+
+
+@pytest.mark.parametrize(("reviews", "approved"), [
+    ([], False),  # an environment without required reviewers records no review
+    ([("ds4ci-fork-review", "rejected")], False),
+    ([("another-environment", "approved")], False),
+    ([("another-environment", "approved"), ("ds4ci-fork-review", "approved")], True),
+])
+def test_a_forks_run_goes_on_only_with_a_recorded_approval_of_its_environment(
+    tmp_path: Path, fake: FakeGitHub, reviews: list[tuple[str, str]], approved: bool
+) -> None:
+    fake.add_run(FORK_RUN, title="ds4ci gate " + "a" * 40)
+    for environment, state in reviews:
+        fake.add_run_review(FORK_RUN, environment, state)
+    env = {"GITHUB_TOKEN": WRITE_TOKEN, "GITHUB_API_URL": fake.url, "GITHUB_REPOSITORY": "acme/engine",
+           "GITHUB_RUN_ID": str(FORK_RUN)}
+    proc, _ = _run(_step(GATE_YML, "approval", "approve"), tmp_path, tmp_path, env)
+    if approved:
+        assert proc.returncode == 0 and "a maintainer approved this fork's run" in proc.stdout, proc.stdout + proc.stderr
+    else:
+        assert proc.returncode == 1, proc.stdout + proc.stderr
+        assert "::error::no maintainer approved environment ds4ci-fork-review for this run" in proc.stdout
+
+
+def test_a_fork_run_whose_reviews_cannot_be_read_does_not_go_on(tmp_path: Path, fake: FakeGitHub) -> None:
+    """GitHub answers 404 (another run id, or a token without actions: read): fail closed, never a pass."""
+    env = {"GITHUB_TOKEN": WRITE_TOKEN, "GITHUB_API_URL": fake.url, "GITHUB_REPOSITORY": "acme/engine",
+           "GITHUB_RUN_ID": str(FORK_RUN)}  # no such run recorded
+    proc, _ = _run(_step(GATE_YML, "approval", "approve"), tmp_path, tmp_path, env)
+    assert proc.returncode != 0 and "a maintainer approved" not in proc.stdout, proc.stdout + proc.stderr

@@ -190,6 +190,7 @@ def test_the_gate_runs_the_base_branch_s_definition_and_forks_wait_for_a_maintai
     assert "/approvals" in approve["steps"][0]["run"] and "exit 1" in approve["steps"][0]["run"]
     gate = jobs["gate"]
     assert gate["needs"] == ["plan", "approve"]
+    assert jobs["publish"]["needs"] == ["plan", "approve", "gate"]  # it says when a fork's run was held back
     assert "needs.plan.outputs.fork == 'false' || needs.approve.result == 'success'" in gate["if"]
     assert jobs["publish"]["if"] == "always() && needs.plan.result == 'success'"  # forks get real statuses
     (plan,) = [s for s in jobs["plan"]["steps"] if s.get("id") == "plan"]
