@@ -235,6 +235,14 @@ def test_the_trusted_settings_are_never_written_through_a_link_the_pr_committed(
 FORK_RUN = 4343  # the workflow run a fork's pull request started
 
 
+def _approval_step(tmp: Path, fake: FakeGitHub) -> subprocess.CompletedProcess[str]:
+    """gate.yml's approve step, in run FORK_RUN of acme/engine, against the fake GitHub."""
+    env = {"GITHUB_TOKEN": WRITE_TOKEN, "GITHUB_API_URL": fake.url, "GITHUB_REPOSITORY": "acme/engine",
+           "GITHUB_RUN_ID": str(FORK_RUN)}
+    proc, _ = _run(_step(GATE_YML, "approval", "approve"), tmp, tmp, env)
+    return proc
+
+
 @pytest.mark.parametrize(("reviews", "approved"), [
     ([], False),  # an environment without required reviewers records no review
     ([("ds4ci-fork-review", "rejected")], False),
@@ -247,9 +255,7 @@ def test_a_forks_run_goes_on_only_with_a_recorded_approval_of_its_environment(
     fake.add_run(FORK_RUN, title="ds4ci gate " + "a" * 40)
     for environment, state in reviews:
         fake.add_run_review(FORK_RUN, environment, state)
-    env = {"GITHUB_TOKEN": WRITE_TOKEN, "GITHUB_API_URL": fake.url, "GITHUB_REPOSITORY": "acme/engine",
-           "GITHUB_RUN_ID": str(FORK_RUN)}
-    proc, _ = _run(_step(GATE_YML, "approval", "approve"), tmp_path, tmp_path, env)
+    proc = _approval_step(tmp_path, fake)
     if approved:
         assert proc.returncode == 0 and "a maintainer approved this fork's run" in proc.stdout, proc.stdout + proc.stderr
     else:
@@ -259,7 +265,5 @@ def test_a_forks_run_goes_on_only_with_a_recorded_approval_of_its_environment(
 
 def test_a_fork_run_whose_reviews_cannot_be_read_does_not_go_on(tmp_path: Path, fake: FakeGitHub) -> None:
     """GitHub answers 404 (another run id, or a token without actions: read): fail closed, never a pass."""
-    env = {"GITHUB_TOKEN": WRITE_TOKEN, "GITHUB_API_URL": fake.url, "GITHUB_REPOSITORY": "acme/engine",
-           "GITHUB_RUN_ID": str(FORK_RUN)}  # no such run recorded
-    proc, _ = _run(_step(GATE_YML, "approval", "approve"), tmp_path, tmp_path, env)
+    proc = _approval_step(tmp_path, fake)  # no such run recorded
     assert proc.returncode != 0 and "a maintainer approved" not in proc.stdout, proc.stdout + proc.stderr
