@@ -1,6 +1,6 @@
 """The ds4ci the workflows run (``DS4CI_REF``), as `ds4ci init` writes it and `config check`/`preflight` read it.
 
-The CLI runs as a real process in new git repositories; act runs the same workflows in test_act_e2e.py.
+The CLI runs as a real process in new git repositories; act runs the same workflows in test_act_e2e.py and test_act_pr_events.py.
 """
 
 from __future__ import annotations
