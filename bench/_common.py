@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import argparse
 import datetime as dt
+import hashlib
 import json
 import os
 import platform
@@ -19,6 +20,8 @@ import time
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
+
+from ds4ci.supervisor import sandbox
 
 REPO = Path(__file__).resolve().parent.parent
 BIN = Path(sys.executable).parent
@@ -41,6 +44,51 @@ def machine() -> dict[str, Any]:
         "platform": platform.platform(),
         "loadavg_at_start": os.getloadavg(),
     }
+
+
+def pinned_stand_ins(root: Path, prompts: int) -> list[str]:
+    """Stand-in target and draft files and ``prompts`` prompt files under ``root/models``, as gate flags with
+    their SHA-256 pins (what the simulator serves; real model files are not needed to time ds4ci)."""
+    models = root / "models"
+    models.mkdir(parents=True)
+    target, draft = models / "target.gguf", models / "draft.gguf"
+    target.write_bytes(b"GGUF bench target" + bytes(range(256)) * 64)
+    draft.write_bytes(b"GGUF bench draft" + bytes(range(255, -1, -1)) * 16)
+    flags = ["--target", str(target), "--target-sha256", sha256_of(target),
+             "--draft", str(draft), "--draft-sha256", sha256_of(draft)]
+    for i in range(prompts):
+        p = models / f"prompt{i}.txt"
+        p.write_text(f"Bench prompt {i}: explain why speculative decoding must roll back rejected drafts.\n")
+        flags += ["--prompt-file", str(p), "--prompt-sha256", sha256_of(p)]
+    return flags
+
+
+def simulator_server(root: Path) -> Path:
+    """A server program that runs ds4ci's simulator with this interpreter (``simulator_environment`` shows the
+    interpreter to the sandbox)."""
+    server = root / "sim-server"
+    server.write_text(f'#!/bin/sh\nexec "{sys.executable}" -m ds4ci.simulator "$@"\n')
+    server.chmod(0o755)
+    return server
+
+
+def gate_environment(root: Path) -> dict[str, str]:
+    """This environment for a benched gate: no server variables of the caller's, its own hash cache, ds4ci on PATH."""
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("DFLASH_", "LUCE_", "DS4SIM_"))}
+    env.update({"XDG_CACHE_HOME": str(root / "cache"), "PATH": f"{BIN}{os.pathsep}{env.get('PATH', '')}"})
+    return env
+
+
+def simulator_environment(root: Path, startup_delay: float, token_delay: float) -> dict[str, str]:
+    """``gate_environment`` for a gate of the simulator: its delays, and this interpreter shown read-only in the
+    sandbox (the bench's own command, never a session-wide setting)."""
+    env = sandbox.runtime_environment(gate_environment(root))
+    env.update({"DS4SIM_STARTUP_DELAY": str(startup_delay), "DS4SIM_TOKEN_DELAY": str(token_delay)})
+    return env
+
+
+def sha256_of(path: Path) -> str:
+    return hashlib.sha256(path.read_bytes()).hexdigest()
 
 
 def parser(description: str) -> argparse.ArgumentParser:

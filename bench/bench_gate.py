@@ -14,9 +14,7 @@ drift of the shared machine hits all of them alike; ratios are taken within a ro
 
 from __future__ import annotations
 
-import hashlib
 import json
-import os
 import subprocess
 import sys
 import tempfile
@@ -25,32 +23,14 @@ from pathlib import Path
 from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from _common import BIN, emit, gate_knobs, median, parser, say, verdict
+from _common import BIN, emit, gate_knobs, median, parser, pinned_stand_ins, say, simulator_environment, simulator_server, verdict
 
 NAME = "gate"
 
 
-def sha(path: Path) -> str:
-    return hashlib.sha256(path.read_bytes()).hexdigest()
-
-
 def workspace(root: Path, prompts: int) -> list[str]:
-    models = root / "models"
-    models.mkdir(parents=True)
-    target, draft = models / "target.gguf", models / "draft.gguf"
-    target.write_bytes(b"GGUF bench target" + bytes(range(256)) * 64)
-    draft.write_bytes(b"GGUF bench draft" + bytes(range(255, -1, -1)) * 16)
-    args = [
-        "--server-bin", str(BIN / "ds4ci-sim"),
-        "--target", str(target), "--target-sha256", sha(target),
-        "--draft", str(draft), "--draft-sha256", sha(draft),
-        "--runner", "bench", "--startup-timeout", "60", "--request-timeout", "60", "--stop-timeout", "5",
-    ]
-    for i in range(prompts):
-        p = models / f"prompt{i}.txt"
-        p.write_text(f"Bench prompt {i}: explain why speculative decoding must roll back rejected drafts.\n")
-        args += ["--prompt-file", str(p), "--prompt-sha256", sha(p)]
-    return args
+    return ["--server-bin", str(simulator_server(root)), *pinned_stand_ins(root, prompts),
+            "--runner", "bench", "--startup-timeout", "60", "--request-timeout", "60", "--stop-timeout", "5"]
 
 
 def run_gate(base: list[str], root: Path, tag: str, widths: str, env: dict[str, str], max_tokens: int,
@@ -88,13 +68,7 @@ def main() -> None:
     with tempfile.TemporaryDirectory(prefix="ds4ci-bench-gate-") as tmp:
         root = Path(tmp)
         base = workspace(root, args.prompts)
-        env = {k: v for k, v in os.environ.items() if not k.startswith(("DFLASH_", "LUCE_", "DS4SIM_"))}
-        env.update({
-            "DS4SIM_STARTUP_DELAY": str(args.startup_delay),
-            "DS4SIM_TOKEN_DELAY": str(args.token_delay),
-            "XDG_CACHE_HOME": str(root / "cache"),
-            "PATH": f"{BIN}{os.pathsep}{env.get('PATH', '')}",
-        })
+        env = simulator_environment(root, args.startup_delay, args.token_delay)
         # One unmeasured run fills the hash cache and the page cache, like every run after the first on a runner.
         run_gate(base, root, "warmup", "2", env, args.max_tokens, args.repeats)
         TIMINGS.clear()

@@ -14,9 +14,7 @@ or ``--devices cuda:0,...`` (one arm per GPU) with ``--devices``. Goal: ratio <=
 
 from __future__ import annotations
 
-import hashlib
 import json
-import os
 import subprocess
 import sys
 import tempfile
@@ -25,36 +23,29 @@ from pathlib import Path
 from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from _common import BIN, emit, gate_knobs, median, parser, say, verdict
-
-from ds4ci.supervisor import sandbox
+from _common import (
+    BIN,
+    emit,
+    gate_environment,
+    gate_knobs,
+    median,
+    parser,
+    pinned_stand_ins,
+    say,
+    simulator_environment,
+    simulator_server,
+    verdict,
+)
 
 NAME = "parallel_arms"
 FOUR = "cuda:0,cuda:1,cuda:2,cuda:3"
 
 
-def _sha(path: Path) -> str:
-    return hashlib.sha256(path.read_bytes()).hexdigest()
-
-
 def simulator_args(root: Path, prompts: int) -> list[str]:
     """Pinned stand-in model files and prompts for the simulator."""
-    models = root / "models"
-    models.mkdir(parents=True)
-    target, draft = models / "target.gguf", models / "draft.gguf"
-    target.write_bytes(b"GGUF bench target" + bytes(range(256)) * 64)
-    draft.write_bytes(b"GGUF bench draft" + bytes(range(255, -1, -1)) * 16)
-    server = root / "sim-server"  # the simulator run by this interpreter (shown read-only in the sandbox)
-    server.write_text(f'#!/bin/sh\nexec "{sys.executable}" -m ds4ci.simulator "$@"\n')
-    server.chmod(0o755)
-    args = ["--server-bin", str(server), "--target", str(target), "--target-sha256", _sha(target),
-            "--draft", str(draft), "--draft-sha256", _sha(draft), "--widths", "2,3,4", "--target-device", "cuda:0",
+    return ["--server-bin", str(simulator_server(root)), *pinned_stand_ins(root, prompts), "--widths", "2,3,4",
+            "--target-device", "cuda:0",
             "--startup-timeout", "120", "--request-timeout", "120", "--stop-timeout", "10"]
-    for i in range(prompts):
-        p = models / f"prompt{i}.txt"
-        p.write_text(f"Bench prompt {i}: explain why speculative decoding must roll back rejected drafts.\n")
-        args += ["--prompt-file", str(p), "--prompt-sha256", _sha(p)]
-    return args
 
 
 def run_gate(base: list[str], extra: list[str], root: Path, tag: str, env: dict[str, str]) -> dict[str, Any]:
@@ -91,8 +82,7 @@ def main() -> None:
     with tempfile.TemporaryDirectory(prefix="ds4ci-bench-parallel-") as tmp:
         root = (args.workdir or Path(tmp)).absolute()
         root.mkdir(parents=True, exist_ok=True)
-        env = {k: v for k, v in os.environ.items() if not k.startswith(("DFLASH_", "LUCE_", "DS4SIM_"))}
-        env.update({"XDG_CACHE_HOME": str(root / "cache"), "PATH": f"{BIN}{os.pathsep}{env.get('PATH', '')}"})
+        env = gate_environment(root)
         if real:
             base = ["--config", str((args.models / "ds4ci.toml").absolute()), "--server-bin", str(args.server_bin.absolute())]
             sequential = ["--parallel", "1"]
@@ -100,8 +90,7 @@ def main() -> None:
             goal = 0.5
         else:
             base = [*simulator_args(root, args.prompts), "--max-tokens", str(args.max_tokens), "--repeats", str(args.repeats)]
-            env = sandbox.runtime_environment(env)
-            env.update({"DS4SIM_STARTUP_DELAY": str(args.startup_delay), "DS4SIM_TOKEN_DELAY": str(args.token_delay)})
+            env = simulator_environment(root, args.startup_delay, args.token_delay)
             sequential, side = [], ["--devices", FOUR]
             goal = 0.4
         run_gate(base, sequential, root, "warmup", env)  # fills the hash cache and the page cache, unmeasured

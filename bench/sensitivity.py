@@ -21,7 +21,6 @@ server's fault log says whether the fault fired at all (in any request of the sp
 from __future__ import annotations
 
 import argparse
-import hashlib
 import json
 import os
 import shlex
@@ -34,7 +33,7 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from _common import machine
+from _common import machine, sha256_of
 
 from ds4ci.commands.selftest import mismatch_positions
 from ds4ci.refserver.faults import FAULTS, SEEDED
@@ -45,10 +44,6 @@ FAMILIES = ("refserver", "tiny-random", "tiny-successor")
 GATE_TIMEOUT_S = 1800.0
 _CLI = ("-c", "from ds4ci.cli import main; main()")
 CAUGHT_BY = ("parity", "coverage", "no-rejection", "other")
-
-
-def _sha256(path: Path) -> str:
-    return hashlib.sha256(path.read_bytes()).hexdigest()
 
 
 def write_wrapper(path: Path, fault: str | None, seed: int, log: Path) -> Path:
@@ -105,7 +100,7 @@ def run_gate(family_argv: list[str], work: Path, label: str, fault: str | None, 
     log = trial / "fault.jsonl"
     wrapper = write_wrapper(trial / "bin" / "refserver", fault, seed, log)
     results = trial / "results.json"
-    argv = ["gate", *family_argv, "--server-bin", str(wrapper), "--server-sha256", _sha256(wrapper),
+    argv = ["gate", *family_argv, "--server-bin", str(wrapper), "--server-sha256", sha256_of(wrapper),
             "--target-device", "cpu:0", "--runner", f"sensitivity-{label}", "--evidence-dir", str(work / "evidence"),
             "--results-out", str(results), "--no-hash-cache"]
     env = sandbox.runtime_environment(os.environ)

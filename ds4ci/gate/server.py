@@ -215,12 +215,6 @@ class Server:
             except _HTTP_ERRORS:
                 time.sleep(_HEALTH_POLL_S)
                 continue
-            except NoVerdictError:
-                # Its namespace could not be entered: if it is because the server has just ended (its exit
-                # not yet reported when polled above), the branch above says how it ended.
-                if self._exit_code_soon() is not None:
-                    continue
-                raise
             if answer.status_code == 200 and answer.body == {"status": "ok"}:
                 self._check_listener_is_ours()
                 return
@@ -230,8 +224,12 @@ class Server:
         assert self.child is not None  # reached inside its own network namespace when it has one
         try:
             return exchange(self.port, method, path, timeout_s, body, self.child.new_socket)
-        except supervisor.SupervisorError as exc:  # the namespace could not be entered: never a retry
-            raise NoVerdictError(f"{self.label}: {exc}") from exc
+        except supervisor.SupervisorError as exc:  # the namespace could not be entered
+            if self._exit_code_soon() is not None:
+                # Because the server has ended (its exit may be reported after a poll said it ran): nothing
+                # listens, and each caller says how the server ended, as for any refused connection.
+                raise ConnectionRefusedError(f"the server ended before its network namespace was entered ({exc})") from exc
+            raise NoVerdictError(f"{self.label}: {exc}") from exc  # a live server out of reach: never a retry
 
     def _check_listener_is_ours(self) -> None:
         assert self.child is not None
