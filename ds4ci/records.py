@@ -29,6 +29,7 @@ EnvPrefix = Literal["DFLASH_", "LUCE_"]
 Scope = Literal["full", "focused"]
 Arm = Literal["target-only", "reference-exact"]
 Containment = Literal["sandbox", "pid-namespace", "subreaper+sweep"]
+Signing = Literal["service", "job-key", "local"]  # whose key signed the attestation (ds4ci.gate.signer)
 Oracle = Literal["server token trace", "exact-differential trace", "tiny-model words", "text parity"]
 CountersSource = Literal["printed", "derived"]
 
@@ -351,5 +352,6 @@ class Results(TypedDict):
     warnings: NotRequired[list[str]]
     errors: NotRequired[list[str]]
     containment: NotRequired[Containment | None]
+    signing: NotRequired[Signing | None]
     build: NotRequired[BuildRecord | None]
     arms: NotRequired[list[ArmPlacement]]

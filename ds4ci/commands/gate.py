@@ -17,8 +17,9 @@ from ds4ci.commands.gate_outputs import warn_evidence_in_checkout, write_step_su
 from ds4ci.errors import Ds4ciError, NoVerdictError, UsageError
 from ds4ci.evidence import store
 from ds4ci.gate.run import GateOutcome, run_gate
+from ds4ci.gate.signer import Safeguards, signer
 from ds4ci.log import Logger
-from ds4ci.options import config
+from ds4ci.options import config, protected
 from ds4ci.records import Results
 
 # Write credentials a GitHub job may carry. The gate runs the pull request's code (the server it
@@ -133,7 +134,14 @@ def _run_gate_command(config_file: Path | None, overrides: Mapping[str, Any], as
         raise
     warn_evidence_in_checkout(cfg.evidence_dir, log)
     signing_key = _signing_key(cfg)  # a bad key is a usage error before anything runs
-    outcome = run_gate(cfg, log)
+    guard = protected.protected_for(cfg, signing_key)
+    try:  # before anything runs or is read: no config path reaches the key's folder or the service's state
+        protected.refuse(cfg, overrides, guard)
+        signing = signer(cfg, signing_key)
+    except UsageError as exc:
+        log.annotate("error", str(exc), title="ds4ci gate: config")
+        raise
+    outcome = run_gate(cfg, log, Safeguards(guard, signing))
     if signing_key is not None:
         _sign(outcome, signing_key, log)
     from ds4ci.report import table  # imported once the run is over: the first progress line comes sooner

@@ -11,7 +11,8 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from ds4ci.options.config import PinnedFile
-from ds4ci.runner.identity import default_cache_path, identify
+from ds4ci.runner.hashcache import default_cache_path
+from ds4ci.runner.identity import identify
 
 
 def run_hash_cache_add(files: Sequence[Path], cache: Path | None) -> int:

@@ -21,6 +21,9 @@ service_app = typer.Typer(
 )
 
 _RUNNER_HELP = "A runner name the service gates for (one queue each); repeat for several."
+_TRUSTED_REPO_HELP = ("Required: the repository (path or URL the service user can fetch) whose --trusted-branch holds "
+                      "the gate's config; every request's base must be a commit of that branch.")
+_TRUSTED_BRANCH_HELP = "The trusted branch of --trusted-repo: its tip's config is the one every gate runs with."
 
 
 @service_app.command("install")
@@ -33,6 +36,8 @@ def install(
     = DEFAULT_CONFIG_DIR,
     state_dir: Annotated[Path, typer.Option(help="The service's evidence, request records and private checkouts.")]
     = DEFAULT_STATE_DIR,
+    trusted_repo: Annotated[str | None, typer.Option(help=_TRUSTED_REPO_HELP)] = None,
+    trusted_branch: Annotated[str, typer.Option(help=_TRUSTED_BRANCH_HELP)] = "main",
     key_from: Annotated[Path | None, typer.Option(help="Move this existing runner key (e.g. the runner user's "
                                                        "~/.config/ds4ci/runner-key.pem) into --config-dir.")] = None,
     root: Annotated[Path | None, typer.Option(help="Write every file under this folder instead of / (a staged copy "
@@ -43,14 +48,15 @@ def install(
 
     The key ends up in --config-dir, mode 0600, readable by the service user only; the public key line
     to put in the trusted ds4ci.toml is printed. Nothing is started: the systemctl commands are printed.
-    Exit codes: 0 written, 2 refused (not root without --root, a bad name, an install of ds4ci others
-    could change, a key that exists where --key-from would put one).
+    Exit codes: 0 written, 2 refused (no --trusted-repo, not root without --root, a bad name, an install of
+    ds4ci others could change, a key that exists where --key-from would put one).
     """
     from ds4ci.service.install import Plan
     from ds4ci.service.install import install as run_install
 
     plan = Plan(user=user, group=socket_group, socket=socket, config_dir=config_dir, state_dir=state_dir,
-                runners=tuple(runner), key_from=key_from, root=root, dry_run=dry_run)
+                runners=tuple(runner), trusted_repo=trusted_repo, trusted_branch=trusted_branch, key_from=key_from,
+                root=root, dry_run=dry_run)
     exit_with(lambda: run_install(plan))
 
 
@@ -64,11 +70,10 @@ def run(
     = DEFAULT_STATE_DIR,
     signing_key: Annotated[Path, typer.Option(help="The runner key: mode 0600, this user's.")]
     = DEFAULT_CONFIG_DIR / "runner-key.pem",
-    config_path: Annotated[str, typer.Option(help="The gate's config inside the repository, read from the base "
-                                                  "commit.")] = "ds4ci.toml",
-    trusted_repo: Annotated[str | None, typer.Option(help="Repository (path or URL) whose --trusted-branch every "
-                                                          "base commit must belong to.")] = None,
-    trusted_branch: Annotated[str, typer.Option(help="With --trusted-repo: the branch.")] = "main",
+    config_path: Annotated[str, typer.Option(help="The gate's config inside the repository, read from the tip of "
+                                                  "--trusted-branch.")] = "ds4ci.toml",
+    trusted_repo: Annotated[str | None, typer.Option(help=_TRUSTED_REPO_HELP)] = None,
+    trusted_branch: Annotated[str, typer.Option(help=_TRUSTED_BRANCH_HELP)] = "main",
     queue_depth: Annotated[int, typer.Option(min=1, max=1000, help="Requests that may wait per runner; more are "
                                                                    "answered busy.")] = 8,
     max_connections: Annotated[int, typer.Option(min=1, max=10000, help="Open connections at most.")] = 64,
@@ -78,21 +83,22 @@ def run(
 ) -> None:
     """Serve gate requests on a Unix socket until SIGTERM (see docs/service.md).
 
-    Each request names a repository to fetch from, head and base SHAs, a runner and widths; the service
-    checks the head out privately, reads the config from the base commit, runs the gate with the sandbox
-    required, signs with --signing-key and streams the bundle and results back. Exit codes: 0 stopped
-    cleanly, 2 usage (a bad key, socket or state folder), 3 cannot serve (no sandbox here).
+    Each request names a repository to fetch the head from, head and base SHAs, a runner and widths; the
+    service checks the head out privately, reads the config from the tip of --trusted-branch of
+    --trusted-repo (required), runs the gate with the sandbox required, signs with --signing-key and
+    streams the bundle and results back. Exit codes: 0 stopped cleanly, 2 usage (no --trusted-repo, a
+    bad key, socket or state folder), 3 cannot serve (no sandbox here).
     """
     from ds4ci.options.values import runner_name
-    from ds4ci.service.checkout import Trusted
+    from ds4ci.service.checkout import trusted_source
     from ds4ci.service.job import Settings
     from ds4ci.service.server import serve
 
     def go() -> int:
         names = [runner_name(name, "--runner") for name in runner]
         settings = Settings(state_dir=state_dir.absolute(), signing_key=signing_key.absolute(),
-                            config_path=config_path, gate_timeout_s=gate_timeout, keep_work=keep_work,
-                            trusted=Trusted(trusted_repo, trusted_branch) if trusted_repo else None)
+                            trusted=trusted_source(trusted_repo, trusted_branch), config_path=config_path,
+                            gate_timeout_s=gate_timeout, keep_work=keep_work)
         return serve(settings, names, socket, socket_group, queue_depth, max_connections)
 
     exit_with(go)

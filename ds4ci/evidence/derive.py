@@ -7,7 +7,8 @@ anything its sealed files do not. Each field comes from one sealed file (``docs/
 - ``attempt.json``: ds4ci version, start time, runner, settings, reproduce command, config notes;
 - ``run.json``: what no other file can show, written by the gate just before sealing: run-level
   errors (a pin mismatch, an interrupt), the finish time, wall-clock timings, the containment
-  that held, where the evidence directory lives and the attempt's id;
+  that held, whose key signs (``signing``; absent in older evidence), where the evidence directory
+  lives and the attempt's id;
 - ``identities.json``, ``revisions.json``, ``preflight.json``, ``env/policy.json``,
   ``env/provenance.json``: copied as they are (a file that is absent was absent when sealed);
 - ``servers/<key>/`` and ``requests/<key>/``: every verdict, through ``judging.judge``; where and when each
@@ -130,6 +131,8 @@ def _head(root: Path) -> Results:
             "manifest_sha256": confined.digest(root, MANIFEST)[1] if manifest.is_file() else None,
         },
     }
+    if "signing" in run:  # recorded since ds4ci records it; older evidence has no such key
+        doc["signing"] = run["signing"]
     for key in ("evidence_dir", "attempt_id"):
         if not isinstance(run.get(key), str) or not run[key]:
             raise DeriveError(f"{RUN}: {key} must be a non-empty string")

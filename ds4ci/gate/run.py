@@ -36,6 +36,7 @@ from ds4ci.gate.document import containment, initial_results, inputs, read_verif
 from ds4ci.gate.interrupt import GateInterrupted, signals_raise
 from ds4ci.gate.lifecycle import now, now_ms, process_record, timing
 from ds4ci.gate.preload import preload
+from ds4ci.gate.signer import UNGUARDED, Safeguards
 from ds4ci.judging import judge, verdict
 from ds4ci.judging.answer import read_answer
 from ds4ci.judging.logtail import fit_reason
@@ -70,8 +71,8 @@ class _Run:
     """Mutable state of one gate run; everything it learns is written to a sealed file, from which
     results.json is derived (``doc`` only carries facts until they are written)."""
 
-    def __init__(self, cfg: GateConfig, attempt: store.Attempt, progress: Logger) -> None:
-        self.cfg = cfg
+    def __init__(self, cfg: GateConfig, attempt: store.Attempt, progress: Logger, safe: Safeguards = UNGUARDED) -> None:
+        self.cfg, self.safe = cfg, safe
         self.attempt = attempt
         self.progress = progress
         self.started = time.monotonic()
@@ -101,7 +102,7 @@ class _Run:
             )
         with self.progress.group("input identities"):
             found = identity.identify(files, cache_path=cfg.hash_cache_path, use_cache=cfg.hash_cache, progress=self.progress,
-                                      limits={"server_bin": filelimit.SERVER_BIN})
+                                      limits={"server_bin": filelimit.SERVER_BIN}, guard=self.safe.guard)
         self.doc["timings"]["hashing_s"] = round(time.monotonic() - t0, 3)
         by_role = {f.role: f for f in found}
         self.doc["identities"] = {
@@ -333,10 +334,9 @@ class _Run:
             if not (path / rel).exists():  # the arms never got their environments: the common part still holds
                 store.write_json(path / rel, value)
         doc["timings"]["total_s"] = round(time.monotonic() - self.started, 3)
-        store.write_json(path / derive.RUN, {
-            "errors": list(doc["reasons"])[: derive.MAX_REASONS], "finished_at": now(), "timings": doc["timings"],
-            "containment": containment(), "evidence_dir": str(self.attempt.root), "attempt_id": self.attempt.attempt_id,
-        })
+        store.write_json(path / derive.RUN, {"errors": list(doc["reasons"])[: derive.MAX_REASONS], "finished_at": now(),
+            "timings": doc["timings"], "containment": containment(), "signing": self.safe.signing,
+            "evidence_dir": str(self.attempt.root), "attempt_id": self.attempt.attempt_id})
 
     def finish(self) -> GateOutcome:
         """Seal the attempt, derive results.json from the sealed files alone, promote by the derived verdict."""
@@ -376,7 +376,7 @@ def _detail(exc: Exception) -> str:
     return f"internal error (a bug in ds4ci, please report it): {type(exc).__name__}: {exc}".splitlines()[0][:1000]
 
 
-def run_gate(cfg: GateConfig, progress: Progress | Logger | None = None) -> GateOutcome:
+def run_gate(cfg: GateConfig, progress: Progress | Logger | None = None, safe: Safeguards = UNGUARDED) -> GateOutcome:
     """Run the whole gate. Never raises for a verdict; raises only if no attempt could be created.
 
     Progress goes to *progress* (default: ``Logger.from_env()`` on stderr): one group per server, build and check.
@@ -384,7 +384,7 @@ def run_gate(cfg: GateConfig, progress: Progress | Logger | None = None) -> Gate
     progress = Logger.from_env() if progress is None else as_logger(progress)
     attempt = store.start_attempt(cfg.evidence_dir, cfg.runner)
     progress(f"attempt {attempt.attempt_id} in {attempt.path}")
-    run = _Run(cfg, attempt, progress)
+    run = _Run(cfg, attempt, progress, safe)
     store.write_json(attempt.path / "attempt.json", {
         "ds4ci_version": __version__, "argv": sys.argv, "started_at": run.started_at,
         "settings": run.doc["settings"], "runner": run.doc["runner"], "reproduce": run.doc["reproduce"],

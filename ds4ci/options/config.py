@@ -115,6 +115,8 @@ class GateConfig:
     devices: tuple[str, ...] = ()  # [gate] devices as configured; () means target_device alone
     parallel: int = 1  # [gate] parallel: arms side by side on each device
     server: str = "program"  # table.SERVER_KINDS: server_bin, or ds4ci's bundled simulator
+    signing: str = "service"  # table.SIGNING_KINDS: "job-key" lets a job sign with a key its user can read
+    service_state: Path | None = None  # run by the gate service: its state folder, out of every config path's reach
 
     @property
     def simulator(self) -> bool:
@@ -414,4 +416,5 @@ def load(
         checks=checks, source_dir=src.path("source_dir"),
         config_file=config_file, notes=src.value("notes", table.CLI) or (), build=build,
         sandbox=_sandbox(src), signing_key=src.path("signing_key"), server=src.value("server"),
+        signing=src.value("signing"), service_state=src.value("service_state", table.CLI),
     )

@@ -20,6 +20,7 @@ DEFAULT_WIDTHS = (2, 3, 4)
 DEFAULT_STALE_OVERRIDE_FILES = ("/tmp/ds4_spec_q", "/tmp/ds4_awidth")  # noqa: S108 - the server reads these
 DEFAULT_EVIDENCE_DIR = "ds4ci-evidence"
 SERVER_KINDS = ("program", "simulator")  # gate.server: the configured binary, or ds4ci's bundled simulator
+SIGNING_KINDS = ("service", "job-key")  # gate.signing: whose key may sign under GitHub Actions
 DEFAULT_CONFIG = "ds4ci.toml"  # read from the working directory by `gate` and `config check` when no --config
 DEFAULT_CHECK_TIMEOUT_S = 3600.0
 DEFAULT_BUILD_TIMEOUT_S = 4 * 3600.0
@@ -279,6 +280,14 @@ OPTIONS: tuple[Option, ...] = (
     _gate("signing_key", "Private key that signs the bundle's attestation.json (made by `ds4ci runner-key init`; "
           "keep it where PR code cannot read it).", default_doc="the runner-key default path, when that file exists",
           toml_type="path", cli_type=Path, attr="signing_key"),
+    _gate("signing", "Whose key signs under GitHub Actions: \"service\" (the gate service's, which no job can read: a "
+          "gate in a job that would sign with a key the job's own user can read refuses, exit 2) or \"job-key\" (sign "
+          "with such a key on purpose; every step of every job on that runner can read it too). The report says which "
+          "signed (docs/service.md).", check=v.one_of(SIGNING_KINDS), default="service", flag=None, attr="signing"),
+    Option(CLI, "service_state", "The gate service's state folder, passed by `ds4ci service run` (docs/service.md): no "
+           "path of the config may lie in it or in the signing key's folder, a pin mismatch shows no digest found, and "
+           "the signature is recorded as the service's.", flag="--service-state", cli_type=Path, metavar="DIR",
+           attr="service_state"),
     Option("sandbox", "require", "Refuse to run PR code (server, build, checks) unless bubblewrap runs here; "
            "the gate stops with exit 3 before any PR process starts.", check=v.boolean,
            default_doc="true under GitHub Actions, else false", toml_type="boolean", runner_table=True),

@@ -228,6 +228,16 @@ def containment_label(doc: Results) -> str:
     return CONTAINMENT_LABELS.get(str(level), "not recorded") if level is not None else "no PR process ran"
 
 
+SIGNING_LABELS = {"service": "signed with the gate service's key, which no job could read",
+                  "job-key": "signed with a key this job's own user could read (signing = \"job-key\")",
+                  "local": "signed outside GitHub Actions and the gate service", None: "not signed"}
+
+
+def signing_label(doc: Results) -> str | None:
+    """Whose key signed the run, for the comment; None where the results do not record it (an older ds4ci)."""
+    return SIGNING_LABELS.get(doc["signing"], "not recorded") if "signing" in doc else None
+
+
 REASON_CHARS = 160  # one line of the top table
 def first_line(value: str) -> str:
     """A reason's first line (a reason may quote a log tail below it), whitespace collapsed."""
@@ -367,6 +377,7 @@ def runner_context(
         "run_url": run_url,
         "digest": results_digest(doc),
         "containment": containment_label(doc),
+        "signing": signing_label(doc),
         "tree": tree_line(doc["revisions"], doc["settings"], doc["reasons"]),  # "built from a modified tree"
         "headline": headline(doc),
         # The comment shows a passing gate runner as one collapsed line; the job summary and the check run in full.

@@ -6,7 +6,7 @@ order; this module guarantees the exception). Model files are tens of GB, hence:
 
 * streaming reads into one reusable 8 MiB buffer per thread (``hashlib`` releases the GIL for
   large updates, so a thread pool hashes several files truly in parallel);
-* a JSON cache keyed on (realpath, st_dev, st_ino, st_size, st_mtime_ns, st_ctime_ns): an
+* a JSON cache (``hashcache``) keyed on (realpath, st_dev, st_ino, st_size, st_mtime_ns, st_ctime_ns): an
   unchanged 86 GB file is not re-read. Any write to a file changes its ctime, and ctime cannot be
   set from user space, so a hit means "the same inode, untouched since it was hashed".
 
@@ -18,7 +18,6 @@ cost is a re-read.
 from __future__ import annotations
 
 import hashlib
-import json
 import os
 import stat
 import threading
@@ -31,15 +30,13 @@ from typing import Any
 
 from ds4ci import records
 from ds4ci.errors import NoVerdictError, UsageError
-from ds4ci.fileio import write_text_atomic
 from ds4ci.log import ByteProgress, Logger, as_logger
 from ds4ci.options.config import PinnedFile
+from ds4ci.options.protected import Protected, refuse_file
 from ds4ci.runner.filelimit import FileLimit
+from ds4ci.runner.hashcache import default_cache_path, load_cache, save_cache
 
 BUFFER_SIZE = 8 * 1024 * 1024
-CACHE_FORMAT = "ds4ci/hash-cache/v1"
-MAX_CACHE_BYTES = 16 * 1024 * 1024
-MAX_CACHE_ENTRIES = 4096
 # File timestamps come from a coarse kernel clock (a jiffy locally, up to seconds on some network
 # file systems). A file written within that tick after we stat it keeps the same stat key, so a
 # file whose mtime/ctime is this recent is hashed but not cached (git calls this "racily clean").
@@ -101,14 +98,6 @@ class _Digest:
     sha256: str
     key: StatKey
     cacheable: bool  # read now and not "racily clean": safe to remember
-
-
-def default_cache_path() -> Path:
-    """``$XDG_CACHE_HOME/ds4ci/hash-cache.json``, else ``~/.cache/ds4ci/hash-cache.json``."""
-    xdg = os.environ.get("XDG_CACHE_HOME", "")
-    # The XDG spec says relative values are invalid and must be ignored.
-    base = Path(xdg) if xdg and Path(xdg).is_absolute() else Path.home() / ".cache"
-    return base / "ds4ci" / "hash-cache.json"
 
 
 def human_size(size: int) -> str:
@@ -216,45 +205,7 @@ def hash_file(path: Path, limit: FileLimit | None = None, role: str = "input") -
     return sha
 
 
-# --- the cache ----------------------------------------------------------------------------------
-
-
-def _valid_entry(value: Any) -> bool:
-    if not isinstance(value, dict) or set(value) != {"dev", "ino", "size", "mtime_ns", "ctime_ns", "sha256"}:
-        return False
-    sha = value["sha256"]
-    numbers = [value[k] for k in ("dev", "ino", "size", "mtime_ns", "ctime_ns")]
-    ints_ok = all(isinstance(v, int) and not isinstance(v, bool) for v in numbers)
-    return ints_ok and isinstance(sha, str) and len(sha) == 64 and all(c in "0123456789abcdef" for c in sha)
-
-
-def load_cache(path: Path, progress: Progress | Logger | None) -> dict[str, dict[str, Any]]:
-    """Entries keyed by realpath; ``{}`` (with a warning) for anything not exactly our format."""
-
-    def ignore(why: str) -> dict[str, dict[str, Any]]:
-        as_logger(progress).warning(f"ignoring hash cache {path}: {why}; files will be re-read")
-        return {}
-
-    try:
-        with path.open("rb") as fh:
-            data = fh.read(MAX_CACHE_BYTES + 1)
-    except FileNotFoundError:
-        return {}
-    except OSError as exc:
-        return ignore(f"cannot read it ({exc.strerror or exc})")
-    if len(data) > MAX_CACHE_BYTES:
-        return ignore(f"larger than {MAX_CACHE_BYTES} bytes")
-    try:
-        doc = json.loads(data.decode("utf-8"))
-    except (UnicodeDecodeError, ValueError, RecursionError) as exc:  # RecursionError: nested too deeply
-        return ignore(f"not valid JSON ({str(exc)[:200]})")
-    entries = doc.get("entries") if isinstance(doc, dict) else None
-    if not isinstance(doc, dict) or doc.get("format") != CACHE_FORMAT or not isinstance(entries, dict):
-        return ignore(f"expected an object with \"format\": \"{CACHE_FORMAT}\" and \"entries\"")
-    for real, entry in entries.items():
-        if not _valid_entry(entry):
-            return ignore(f"malformed entry for {real!r}")
-    return entries
+# --- the cache (ds4ci.runner.hashcache) ---------------------------------------------------------
 
 
 def _lookup(entries: dict[str, dict[str, Any]], key: StatKey) -> str | None:
@@ -263,26 +214,6 @@ def _lookup(entries: dict[str, dict[str, Any]], key: StatKey) -> str | None:
         return None
     sha: str = entry["sha256"]
     return sha
-
-
-def save_cache(path: Path, fresh: dict[str, dict[str, Any]], progress: Progress | Logger | None) -> None:
-    """Merge ``fresh`` into what is on disk now and replace the file atomically (temp + rename).
-
-    Concurrent gates may race here; the loser's entries are simply missing next time (a re-read),
-    never wrong, because every entry carries its own full stat key.
-    """
-    merged = dict(load_cache(path, None))
-    merged.update(fresh)
-    if len(merged) > MAX_CACHE_ENTRIES:
-        # Keep the newest files (by ctime): old entries most likely describe files long gone.
-        keep = sorted(merged.items(), key=lambda kv: kv[1]["ctime_ns"], reverse=True)[:MAX_CACHE_ENTRIES]
-        merged = dict(keep)
-    text = json.dumps({"format": CACHE_FORMAT, "entries": merged}, indent=1, sort_keys=True) + "\n"
-    try:
-        write_text_atomic(path, text)
-    except OSError as exc:
-        # The cache only saves time; failing to write it must not fail the gate.
-        as_logger(progress).warning(f"could not write hash cache {path} ({exc.strerror or exc})")
 
 
 # --- identify -----------------------------------------------------------------------------------
@@ -312,6 +243,7 @@ class _Hasher:
     say: Logger
     progress_min_bytes: int
     limits: Mapping[str, FileLimit] = field(default_factory=dict)  # by role: the files a build wrote
+    show_digests: bool = True  # False for the gate service: its caller reads no digest of a file it cannot read
     stop: threading.Event = field(default_factory=threading.Event)
     local: threading.local = field(default_factory=threading.local)
 
@@ -322,7 +254,7 @@ class _Hasher:
         self.say(f"hashing {item.role} {item.path} ({human_size(st.st_size)}) ...")
         hit = _lookup(self.entries, key) if self.use_cache else None
         if hit is not None:
-            self.say(f"  {item.role}: sha256 {_short(hit)} (cache hit)")
+            self.say(f"  {item.role}: {self._digest_words(hit)} (cache hit)")
             return _Digest(hit, key, cacheable=False)
         buffer = getattr(self.local, "buffer", None)
         if buffer is None:
@@ -339,8 +271,11 @@ class _Hasher:
         rate = before.st_size / seconds / 1e6 if seconds > 0 else float("inf")
         racy = max(before.st_mtime_ns, before.st_ctime_ns) > started_ns - RACY_WINDOW_NS
         note = " (modified moments ago: not cached)" if racy else ""
-        self.say(f"  {item.role}: sha256 {_short(sha)} {rate:.1f} MB/s{note}")
+        self.say(f"  {item.role}: {self._digest_words(sha)} {rate:.1f} MB/s{note}")
         return _Digest(sha, key, cacheable=not racy)
+
+    def _digest_words(self, sha: str) -> str:
+        return f"sha256 {_short(sha)}" if self.show_digests else "hashed"
 
     def run(self, workers: int | None) -> dict[str, _Digest]:
         count = workers if workers is not None else min(len(self.unique), os.cpu_count() or 1)
@@ -359,8 +294,10 @@ class _Hasher:
         return digests
 
 
-def _verified(files: Sequence[PinnedFile], reals: Sequence[str], digests: dict[str, _Digest]) -> list[FileIdentity]:
-    """Identities in input order; every pin checked, all mismatches in one error."""
+def _verified(files: Sequence[PinnedFile], reals: Sequence[str], digests: dict[str, _Digest],
+              show_found: bool = True) -> list[FileIdentity]:
+    """Identities in input order; every pin checked, all mismatches in one error (with the digests found, unless
+    ``show_found`` is False: the gate service's caller may not read the file)."""
     out: list[FileIdentity] = []
     mismatches: list[str] = []
     for item, real in zip(files, reals, strict=True):
@@ -368,7 +305,8 @@ def _verified(files: Sequence[PinnedFile], reals: Sequence[str], digests: dict[s
         pinned = item.sha256.lower() if item.sha256 is not None else None
         verified = pinned is not None and pinned == digest.sha256
         if pinned is not None and not verified:
-            mismatches.append(f"  {item.role} {item.path}: expected {pinned}, found {digest.sha256}")
+            found = digest.sha256 if show_found else "another digest (not shown under the gate service)"
+            mismatches.append(f"  {item.role} {item.path}: expected {pinned}, found {found}")
         out.append(FileIdentity(item.role, item.path, digest.key.size, digest.sha256, pinned, verified))
     if mismatches:
         raise NoVerdictError(
@@ -388,8 +326,12 @@ def identify(
     workers: int | None = None,
     progress_min_bytes: int = HASH_PROGRESS_MIN_BYTES,
     limits: Mapping[str, FileLimit] | None = None,
+    guard: Protected | None = None,
 ) -> list[FileIdentity]:
     """Hash every file (in parallel), then verify every pin; return identities in input order.
+
+    ``guard``: folders no file may resolve into at the moment it is read (``ds4ci.options.protected``); with the
+    gate service's state among them, no digest of a file read is printed before it matched its pin.
 
     A file of at least ``progress_min_bytes`` reports its progress and throughput while it is read.
     A role in ``limits`` (a file a build wrote: ``server_bin``) is held to its size, hole and deadline
@@ -404,15 +346,19 @@ def identify(
     say = as_logger(progress)  # thread-safe: lines from the hashing threads never interleave
     # Stat everything first so a typo in the last path fails in milliseconds, not after 86 GB.
     reals = [_stat_regular(f.role, f.path)[0] for f in files]
+    for item, real in zip(files, reals, strict=True):
+        if guard is not None:
+            refuse_file(f"{item.role} file {item.path}", Path(real), guard)
+    show = guard is None or not guard.quiet
     cache_file = _cache_file(cache_path, say)
     entries = load_cache(cache_file, say) if use_cache and cache_file is not None else {}
     # One job per distinct realpath: two roles naming the same file are read once.
     unique: dict[str, PinnedFile] = {}
     for item, real in zip(files, reals, strict=True):
         unique.setdefault(real, item)
-    digests = _Hasher(unique, entries, use_cache, say, progress_min_bytes, dict(limits or {})).run(workers)
+    digests = _Hasher(unique, entries, use_cache, say, progress_min_bytes, dict(limits or {}), show).run(workers)
     fresh = {d.key.realpath: {**d.key.fields(), "sha256": d.sha256} for d in digests.values() if d.cacheable}
     # use_cache=False still refreshes the cache: a forced re-read is the most trustworthy entry.
     if fresh and cache_file is not None:
         save_cache(cache_file, fresh, say)
-    return _verified(files, reals, digests)
+    return _verified(files, reals, digests, show)

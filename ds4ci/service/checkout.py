@@ -1,11 +1,13 @@
-"""The service's private checkout of the pinned head, and the trusted config from the base commit.
+"""The service's private checkout of the pinned head, and the trusted config from the trusted branch's tip.
 
-Nothing of the caller's worktree is used: git fetches the two commits' objects from the caller's
+Nothing of the caller's worktree is used: git fetches the head's objects from the caller's
 repository into a repository the service just made (``git upload-pack`` reads the caller's
-repository as data and honours none of its hooks or programs), checks the head out there, and
-reads the config file from the *base* commit's tree, never the head's. With a trusted repository
-configured, the base must also be a commit of its trusted branch, so a caller cannot name a commit
-of its own as the base. Git runs with no system config, a global config of the service's own and hooks turned off.
+repository as data and honours none of its hooks or programs) and checks the head out there. The
+config file is read from the tip of the trusted branch of the trusted repository (the service's own
+``--trusted-repo``/``--trusted-branch``, fetched for every request), never from a commit the caller
+names: the caller's base must be a commit of that branch (for the revisions record) but chooses
+nothing about the settings. Git runs with no system config, a global config of the service's own and
+hooks turned off.
 """
 
 from __future__ import annotations
@@ -36,22 +38,38 @@ class Trusted:
 @dataclass(frozen=True)
 class Prepared:
     source: Path  # the private checkout of the head
-    config: Path  # the base commit's config, written beside where the head keeps its own
+    config: Path  # the trusted branch tip's config, written beside where the head keeps its own
     config_sha256: str
-    note: str | None  # said when the head changes the config (the change is not used)
+    config_commit: str  # the trusted branch's tip the config was read from
+    note: str | None  # said when the head's config differs (the head's is not used)
 
 
-def git_env(home: Path, safe: str) -> dict[str, str]:
+def trusted_source(repository: str | None, branch: str) -> Trusted:
+    """``--trusted-repo``/``--trusted-branch``: required, since the gate's config is read from nowhere else."""
+    if not repository or repository.startswith("-") or any(c in repository for c in "\0\n\r"):
+        found = "none" if repository is None else repr(repository)
+        raise UsageError(f"--trusted-repo: expected the repository (a path or URL the service's user can fetch) whose "
+                         "--trusted-branch holds the gate's config, e.g. --trusted-repo https://github.com/OWNER/REPO.git "
+                         f"--trusted-branch main; found {found}. The service reads the config only from that "
+                         "branch's tip, never from a commit a caller names (docs/service.md)")
+    if (not branch or branch.startswith(("-", "/")) or branch.endswith(("/", ".lock")) or ".." in branch
+            or any(c in branch for c in " ~^:?*[\\\0\n\r\t")):
+        raise UsageError(f"--trusted-branch: expected a branch name such as main, found {branch!r}")
+    return Trusted(repository, branch)
+
+
+def git_env(home: Path, *safe: str) -> dict[str, str]:
     """git with no system config, a global config of the service's own (``home/gitconfig``), no prompts, hooks and
-    fsmonitor off; ``safe``: the caller's repository (owned by another user), which git otherwise refuses to read.
+    fsmonitor off; ``safe``: the caller's repository and a trusted repository given as a path (owned by other
+    users), which git otherwise refuses to read.
 
     The settings sit in a config file, not in ``GIT_CONFIG_COUNT``: git clears the command-line config for the
     ``upload-pack`` it starts on a local repository, and that is the process that checks the owner."""
     def quoted(value: str) -> str:
         return '"' + value.replace("\\", "\\\\").replace('"', '\\"') + '"'
 
-    folder = safe.rstrip("/")
-    lines = ["[safe]", f"\tdirectory = {quoted(folder)}", f"\tdirectory = {quoted(folder + '/.git')}",
+    folders = [path.rstrip("/") for path in safe if path.startswith("/")]
+    lines = ["[safe]", *(f"\tdirectory = {quoted(name)}" for folder in folders for name in (folder, folder + "/.git")),
              "[protocol \"file\"]", "\tallow = always", "[core]", "\thooksPath = /dev/null", "\tfsmonitor = false",
              "[advice]", "\tdetachedHead = false", "[init]", "\tdefaultBranch = ds4ci"]
     config = home / "gitconfig"
@@ -84,55 +102,54 @@ def _config_path(name: str) -> PurePosixPath:
     return path
 
 
-def prepare(request: GateRequest, work: Path, config_name: str, trusted: Trusted | None) -> Prepared:
-    """Fetch, verify and check out ``request.head`` under ``work/src``; the base commit's config beside its own."""
+def prepare(request: GateRequest, work: Path, config_name: str, trusted: Trusted) -> Prepared:
+    """Fetch, verify and check out ``request.head`` under ``work/src``; the trusted tip's config beside its own."""
     import hashlib
 
     rel = _config_path(config_name)
     source = work / "src"
     source.mkdir(mode=0o700)
-    env = git_env(work, request.checkout)
+    env = git_env(work, request.checkout, trusted.repository)
     _git(source, env, "init", "-q")
     origin = request.checkout  # a local path: git's local transport (upload-pack), no URL decoding
-    wanted = [request.head] if trusted is not None else [request.head, request.base]
-    _git(source, env, "fetch", "-q", "--no-tags", "--no-recurse-submodules", origin, *wanted,
-         refuse=f"cannot fetch {', '.join(wanted)} from {request.checkout}")
-    if trusted is not None:
-        _git(source, env, "fetch", "-q", "--no-tags", "--no-recurse-submodules", trusted.repository,
-             f"+refs/heads/{trusted.branch}:{_TRUSTED_REF}")
-        _git(source, env, "merge-base", "--is-ancestor", request.base, _TRUSTED_REF,
-             refuse=f"base {request.base} is not a commit of the trusted branch {trusted.branch} of "
-                    f"{trusted.repository}; the trusted config is read only from there")
+    _git(source, env, "fetch", "-q", "--no-tags", "--no-recurse-submodules", origin, request.head,
+         refuse=f"cannot fetch {request.head} from {request.checkout}")
+    _git(source, env, "fetch", "-q", "--no-tags", "--no-recurse-submodules", trusted.repository,
+         f"+refs/heads/{trusted.branch}:{_TRUSTED_REF}")
+    tip = _git(source, env, "rev-parse", "--verify", f"{_TRUSTED_REF}^{{commit}}").decode().strip()
+    _git(source, env, "merge-base", "--is-ancestor", request.base, tip,
+         refuse=f"base {request.base} is not a commit of the trusted branch {trusted.branch} of "
+                f"{trusted.repository}; the base must be a commit of that branch")
     for sha in (request.head, request.base):
         found = _git(source, env, "rev-parse", "--verify", "--quiet", f"{sha}^{{commit}}",
                      refuse=f"{sha} is not a commit of {request.checkout}").decode().strip()
         if found != sha:
             raise RequestRefused(f"{sha} resolves to {found} in the fetched objects; expected the commit itself")
     _git(source, env, "checkout", "-q", "--detach", request.head)
-    data = _base_config(source, env, request.base, rel)
+    data = _trusted_config(source, env, tip, rel)
     target = _write_beside(source, rel.parent, data)
     head_blob = subprocess.run(["git", "-C", str(source), "rev-parse", "--verify", "--quiet", f"{request.head}:{rel}"],
                                env=env, capture_output=True, check=False, timeout=GIT_TIMEOUT_S).stdout.strip()
-    base_blob = _git(source, env, "rev-parse", f"{request.base}:{rel}").strip()
+    tip_blob = _git(source, env, "rev-parse", f"{tip}:{rel}").strip()
     note = None
-    if head_blob != base_blob:
-        note = (f"this pull request changes {rel}; this run uses the trusted settings of the base commit "
-                f"{request.base[:12]}, not the change (it takes effect once merged)")
-    return Prepared(source, target, hashlib.sha256(data).hexdigest(), note)
+    if head_blob != tip_blob:
+        note = (f"this pull request's {rel} differs from the trusted branch's; this run uses the trusted settings of "
+                f"{trusted.branch} at {tip[:12]}, not the pull request's (a change takes effect once merged)")
+    return Prepared(source, target, hashlib.sha256(data).hexdigest(), tip, note)
 
 
-def _base_config(source: Path, env: dict[str, str], base: str, rel: PurePosixPath) -> bytes:
-    spec = f"{base}:{rel}"
-    kind = _git(source, env, "cat-file", "-t", spec, refuse=f"the base commit has no {rel}").decode().strip()
+def _trusted_config(source: Path, env: dict[str, str], tip: str, rel: PurePosixPath) -> bytes:
+    spec = f"{tip}:{rel}"
+    where = f"the trusted branch's tip {tip[:12]}"
+    kind = _git(source, env, "cat-file", "-t", spec, refuse=f"{where} has no {rel}").decode().strip()
     if kind != "blob":
-        raise RequestRefused(f"{rel} in the base commit {base[:12]} is a {kind}; expected a regular file")
-    mode = _git(source, env, "ls-tree", base, "--", str(rel)).decode().split(" ", 1)[0]
+        raise RequestRefused(f"{rel} in {where} is a {kind}; expected a regular file")
+    mode = _git(source, env, "ls-tree", tip, "--", str(rel)).decode().split(" ", 1)[0]
     if mode not in ("100644", "100755"):
-        raise RequestRefused(f"{rel} in the base commit {base[:12]} has mode {mode}; expected a regular file, "
-                             "not a link")
+        raise RequestRefused(f"{rel} in {where} has mode {mode}; expected a regular file, not a link")
     size = int(_git(source, env, "cat-file", "-s", spec))
     if size > MAX_CONFIG:
-        raise RequestRefused(f"{rel} in the base commit is {size} bytes; expected at most {MAX_CONFIG}")
+        raise RequestRefused(f"{rel} in {where} is {size} bytes; expected at most {MAX_CONFIG}")
     return _git(source, env, "cat-file", "blob", spec)
 
 

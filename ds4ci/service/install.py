@@ -45,6 +45,8 @@ class Plan:
     config_dir: Path
     state_dir: Path
     runners: tuple[str, ...]
+    trusted_repo: str | None = None  # required: the service reads the gate's config from nowhere else
+    trusted_branch: str = "main"
     key_from: Path | None = None
     root: Path | None = None
     dry_run: bool = False
@@ -67,7 +69,8 @@ def socket_unit(plan: Plan) -> str:
 
 def service_unit(plan: Plan, python: str) -> str:
     argv = [python, "-I", "-m", "ds4ci", "service", "run", "--socket", str(plan.socket),
-            "--state-dir", str(plan.state_dir), "--signing-key", str(plan.key)]
+            "--state-dir", str(plan.state_dir), "--signing-key", str(plan.key),
+            "--trusted-repo", str(plan.trusted_repo), "--trusted-branch", plan.trusted_branch]
     for name in plan.runners:
         argv += ["--runner", name]
     return "\n".join([
@@ -182,6 +185,9 @@ def _key(plan: Plan, owner: tuple[int, int] | None, done: list[str]) -> str:
 
 
 def install(plan: Plan) -> int:
+    from ds4ci.service.checkout import trusted_source
+
+    trusted_source(plan.trusted_repo, plan.trusted_branch)
     for name in plan.runners:
         runner_name(name, "--runner")
     if not plan.runners:

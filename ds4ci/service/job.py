@@ -1,10 +1,11 @@
 """One gate run for the service: private checkout, ``ds4ci gate`` as a child process, outputs, request record.
 
 The gate is the gate: the service runs ``python -I -m ds4ci gate`` (this install, isolated from the
-working directory and ``PYTHON*`` variables) with the base commit's config, its own evidence folder,
-its own key and the sandbox required, so PR code never runs unsandboxed as the user that can read
-the key. Its exit code is the answer's. What the request asked, who asked (the peer's credentials),
-the config's digest and the outputs' digests go into a request record under ``STATE/requests``,
+working directory and ``PYTHON*`` variables) with the trusted branch's config, its own evidence folder,
+its own key, its state folder named as out of every config path's reach (``--service-state``) and the
+sandbox required, so PR code never runs unsandboxed as the user that can read the key. Its exit
+code is the answer's. What the request asked, who asked (the peer's credentials), the config's
+digest and commit and the outputs' digests go into a request record under ``STATE/requests``,
 written once and never replaced.
 """
 
@@ -37,8 +38,8 @@ STOP_GRACE_S: Final = 30.0
 class Settings:
     state_dir: Path
     signing_key: Path
+    trusted: Trusted  # where the gate's config comes from: the tip of this branch, never the caller's choice
     config_path: str = "ds4ci.toml"
-    trusted: Trusted | None = None
     gate_timeout_s: float = 3 * 3600.0
     keep_work: bool = False
 
@@ -70,7 +71,7 @@ def gate_argv(settings: Settings, request: GateRequest, prepared: Prepared, out:
             "--runner", request.runner, "--evidence-dir", str(settings.state_dir / "evidence"),
             "--results-out", str(out / "results.json"), "--bundle-out", str(out / "bundle.tar.gz"),
             "--source-dir", str(prepared.source), "--base-ref", request.base,
-            "--signing-key", str(settings.signing_key)]
+            "--signing-key", str(settings.signing_key), "--service-state", str(settings.state_dir)]
     if request.widths is not None:
         argv += ["--widths", ",".join(str(q) for q in request.widths)]
     if prepared.note is not None:
@@ -79,8 +80,10 @@ def gate_argv(settings: Settings, request: GateRequest, prepared: Prepared, out:
 
 
 def gate_env() -> dict[str, str]:
-    """The service's own environment (set by whoever installed it, never by a caller), the sandbox required."""
-    env = {k: v for k, v in os.environ.items() if not k.startswith("LISTEN_")}
+    """The service's own environment (set by whoever installed it, never by a caller), the sandbox required.
+
+    ``GITHUB_ACTIONS`` is left out: the service's gate is no job, and signs with a key no job can read."""
+    env = {k: v for k, v in os.environ.items() if not k.startswith("LISTEN_") and k != "GITHUB_ACTIONS"}
     env["DS4CI_CONTAINMENT"] = "sandbox"
     return env
 
@@ -159,7 +162,7 @@ def run(settings: Settings, request: GateRequest, peer: Peer, number: int, recei
     code, message, argv = EXIT_ERROR, None, None
     try:
         prepared = prepare(request, work, settings.config_path, settings.trusted)
-        record.update(config_sha256=prepared.config_sha256, note=prepared.note)
+        record.update(config_sha256=prepared.config_sha256, config_commit=prepared.config_commit, note=prepared.note)
         argv = gate_argv(settings, request, prepared, out)
         code, message = _run_gate(argv, prepared.config.parent, out, settings.gate_timeout_s)
     except Ds4ciError as exc:

@@ -165,3 +165,28 @@ def test_during_a_rotation_the_trusted_config_may_name_two_keys(
     proc = subprocess.run([DS4CI, "verify", str(bundle), "--expect-config", str(config)], capture_output=True,
                           text=True, check=False)
     assert proc.returncode == 0, proc.stdout + proc.stderr
+
+
+def test_a_job_whose_user_can_read_the_key_refuses_to_sign_unless_the_trusted_config_says_job_key(
+        tmp_path: Path, signed: tuple[Path, str, Path, str]) -> None:
+    """Under GitHub Actions the runner user's own key (the default path) is within every job's reach: the gate
+    refuses it before anything runs, unless the trusted config opts in; the report then says it was a job key."""
+    bundle = signed[0]
+    assert json.loads((bundle / "results.json").read_text())["signing"] == "local"  # outside Actions and the service
+    ws = Workspace.create(tmp_path / "ws")
+    home = tmp_path / "config"
+    assert subprocess.run([DS4CI, "runner-key", "init"], env=ws.env(XDG_CONFIG_HOME=str(home)), capture_output=True,
+                          check=False).returncode == 0
+    job = ws.env(GITHUB_ACTIONS="true", XDG_CONFIG_HOME=str(home))
+    refused = ws.gate(env=job, widths="2")
+    assert refused.code == 2 and "is readable by this job's user" in refused.stderr, refused.stderr
+    assert str(home / "ds4ci" / "runner-key.pem") in refused.stderr and refused.results is None
+    assert not (ws.root / "evidence").exists()  # refused before any attempt began
+    opt_in = tmp_path / "ds4ci.toml"
+    opt_in.write_text('[gate]\nsigning = "job-key"\n')
+    run = ws.gate(env=job, widths="2", config=opt_in)
+    assert run.code == 0, run.stderr
+    assert run.results is not None and run.results["signing"] == "job-key"
+    report = subprocess.run([DS4CI, "report", str(next((ws.root / "evidence" / "runs").iterdir()) / "results.json")],
+                            capture_output=True, text=True, check=False)
+    assert "signed with a key this job's own user could read" in report.stdout, report.stdout + report.stderr

@@ -16,10 +16,11 @@ import socket
 import struct
 import subprocess
 import sys
+import tarfile
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
@@ -75,6 +76,7 @@ class Repo:
     path: Path
     base: str
     ws: Workspace
+    upstream: Path  # the trusted repository: a bare clone whose main is the base, as the service fetches it
 
 
 def make_repo(tmp: Path) -> Repo:
@@ -84,7 +86,19 @@ def make_repo(tmp: Path) -> Repo:
     git(path, "init", "-q")
     base = commit(path, {"ds4ci.toml": base_config(ws), "build.sh": BUILD.format(python=sys.executable),
                          "README": "server source\n"}, "base")
-    return Repo(path, base, ws)
+    git(path, "branch", "-f", "main", base)
+    upstream = tmp / "upstream.git"
+    subprocess.run([*GIT, "clone", "-q", "--bare", str(path), str(upstream)], check=True)
+    return Repo(path, base, ws, upstream)
+
+
+def merge_to_trusted(repo: Repo, files: dict[str, str], message: str) -> str:
+    """A commit on the trusted branch (main) of the upstream, as a merged pull request makes one; its SHA."""
+    git(repo.path, "checkout", "-q", "main")
+    sha = commit(repo.path, files, message)
+    git(repo.path, "push", "-q", str(repo.upstream), "main")
+    git(repo.path, "checkout", "-q", "--detach", repo.base)
+    return sha
 
 
 def branch(repo: Repo, name: str, files: dict[str, str]) -> str:
@@ -147,9 +161,11 @@ def service(tmp: Path, ws: Workspace, *extra: str) -> Iterator[Service]:
     make_key(key)
     sock, state, log = tmp / "run" / "gate.sock", tmp / "state", tmp / "service.log"
     sock.parent.mkdir()
+    trusted = [] if "--trusted-repo" in extra else ["--trusted-repo", str(tmp / "upstream.git"), "--trusted-branch",
+                                                    "main"]
     with log.open("wb") as out:
         proc = subprocess.Popen([DS4CI, "service", "run", "--socket", str(sock), "--state-dir", str(state),
-                                 "--signing-key", str(key), "--runner", RUNNER, *extra],
+                                 "--signing-key", str(key), "--runner", RUNNER, *trusted, *extra],
                                 env=ws.env(), stdout=out, stderr=subprocess.STDOUT)
     svc = Service(sock, state, log, key, proc)
     try:
@@ -221,7 +237,7 @@ def test_two_requests_for_one_runner_run_in_turn_and_a_full_queue_answers_busy(t
     assert not list((svc.state / "work").iterdir())  # private checkouts are gone once answered
 
 
-def test_the_base_commits_config_wins_over_the_heads_and_a_linked_settings_path_writes_nothing(tmp_path: Path) -> None:
+def test_the_trusted_config_wins_over_the_heads_and_a_linked_settings_path_writes_nothing(tmp_path: Path) -> None:
     repo = make_repo(tmp_path)
     victim = tmp_path / "victim.txt"
     victim.write_text("untouched\n")
@@ -241,12 +257,12 @@ def test_the_base_commits_config_wins_over_the_heads_and_a_linked_settings_path_
     # the base's settings were used; the modified tree (below) stops the gate before any server starts
     assert doc["settings"]["max_tokens"] == 64 and doc["settings"]["configured_widths"] == [2], doc["settings"]
     assert doc["widths"] == []
-    assert "changes ds4ci.toml" in str(record["note"]), record
+    assert "ds4ci.toml differs from the trusted branch's" in str(record["note"]), record
     # the head tracked .ds4ci-trusted.toml, which the service replaced by the base's config: a modified tree (3)
     assert proc.returncode == 3 and doc["revisions"]["dirty"] is True, proc.stdout + proc.stderr
 
 
-def test_the_base_config_is_used_and_the_bundle_is_signed_by_the_service_key(tmp_path: Path) -> None:
+def test_the_trusted_config_is_used_and_the_bundle_is_signed_by_the_service_key(tmp_path: Path) -> None:
     repo = make_repo(tmp_path)
     head = branch(repo, "change-config", {"ds4ci.toml": base_config(repo.ws, max_tokens=32, widths="[2, 3]")})
     with service(tmp_path, repo.ws) as svc:
@@ -255,8 +271,9 @@ def test_the_base_config_is_used_and_the_bundle_is_signed_by_the_service_key(tmp
     assert proc.returncode == 0, proc.stdout + proc.stderr
     doc = json.loads((tmp_path / "out" / "results.json").read_text())
     assert doc["settings"]["max_tokens"] == 64 and [w["q"] for w in doc["widths"]] == [2], doc["settings"]
-    assert any("changes ds4ci.toml" in w for w in doc.get("warnings", [])), doc.get("warnings")
+    assert any("ds4ci.toml differs from the trusted branch's" in w for w in doc.get("warnings", [])), doc["warnings"]
     assert doc["containment"] == "sandbox"  # required by the service: PR code never runs as the key's user unboxed
+    assert doc["signing"] == "service"  # the report says whose key signed
     assert record["exit_code"] == 0 and record["outputs"]["bundle"] == sha256(tmp_path / "out" / "bundle.tar.gz")
     assert verify(tmp_path / "out" / "bundle.tar.gz", svc).returncode == 0
 
@@ -321,7 +338,8 @@ def test_service_run_refuses_a_key_others_can_read_and_a_path_that_is_not_a_sock
     key = tmp_path / "key.pem"
     make_key(key)
     key.chmod(0o640)
-    base = [DS4CI, "service", "run", "--state-dir", str(tmp_path / "state"), "--runner", RUNNER]
+    base = [DS4CI, "service", "run", "--state-dir", str(tmp_path / "state"), "--runner", RUNNER,
+            "--trusted-repo", str(tmp_path / "upstream.git")]
     loose = subprocess.run([*base, "--socket", str(tmp_path / "s"), "--signing-key", str(key)],
                            capture_output=True, text=True, check=False, timeout=60)
     assert loose.returncode == 2 and "mode 0600" in loose.stderr, loose.stderr
@@ -353,7 +371,7 @@ def test_install_in_root_mode_writes_units_and_a_key_only_the_service_user_reads
     make_key(old)
     before = old.read_bytes()
     proc = subprocess.run([DS4CI, "service", "install", "--root", str(root), "--user", "nobody", "--runner", RUNNER,
-                           "--socket-group", "nogroup", "--key-from", str(old)],
+                           "--socket-group", "nogroup", "--key-from", str(old), "--trusted-repo", "/srv/git/lucebox.git"],
                           capture_output=True, text=True, check=False)
     assert proc.returncode == 0, proc.stdout + proc.stderr
     nobody = pwd.getpwnam("nobody")
@@ -365,31 +383,30 @@ def test_install_in_root_mode_writes_units_and_a_key_only_the_service_user_reads
     sock = (root / "etc" / "systemd" / "system" / "ds4ci-gate.socket").read_text()
     assert "User=nobody" in unit and "-I -m ds4ci service run" in unit and f"--runner {RUNNER}" in unit
     assert "UMask=0077" in unit and "--signing-key /etc/ds4ci/runner-key.pem" in unit
+    assert "--trusted-repo /srv/git/lucebox.git --trusted-branch main" in unit
     assert "SocketMode=0660" in sock and "SocketGroup=nogroup" in sock and "ListenStream=/run/ds4ci/gate.sock" in sock
     assert "d /var/lib/ds4ci 0700 nobody nobody" in (root / "etc" / "tmpfiles.d" / "ds4ci-gate.conf").read_text()
     assert 'public_key = "ed25519:' in proc.stdout
     again = subprocess.run([DS4CI, "service", "install", "--root", str(root), "--user", "nobody", "--runner", RUNNER,
-                            "--key-from", str(key)], capture_output=True, text=True, check=False)
+                            "--key-from", str(key), "--trusted-repo", "/srv/git/lucebox.git"],
+                           capture_output=True, text=True, check=False)
     assert again.returncode == 2 and "never overwritten" in again.stderr, again.stderr
 
 
 def test_install_dry_run_writes_nothing(tmp_path: Path) -> None:
     proc = subprocess.run([DS4CI, "service", "install", "--dry-run", "--root", str(tmp_path / "r"), "--runner",
-                           RUNNER], capture_output=True, text=True, check=False)
+                           RUNNER, "--trusted-repo", "/srv/git/lucebox.git"], capture_output=True, text=True, check=False)
     assert proc.returncode == 0, proc.stderr
     assert "would write" in proc.stdout and "ExecStart=" in proc.stdout
     assert not (tmp_path / "r").exists()
 
 
-def test_with_a_trusted_repository_a_base_off_its_branch_is_refused(tmp_path: Path) -> None:
+def test_a_base_off_the_trusted_branch_is_refused(tmp_path: Path) -> None:
     repo = make_repo(tmp_path)
-    git(repo.path, "branch", "-f", "main", repo.base)
-    upstream = tmp_path / "upstream.git"
-    subprocess.run([*GIT, "clone", "-q", "--bare", str(repo.path), str(upstream)], check=True)
     head = branch(repo, "plain", {"a.txt": "a\n"})
     own_base = branch(repo, "own-base", {"ds4ci.toml": base_config(repo.ws, max_tokens=16)})  # a base of its own
-    with service(tmp_path, repo.ws, "--trusted-repo", str(upstream), "--trusted-branch", "main") as svc:
-        forged = request(svc, Repo(repo.path, own_base, repo.ws), head, tmp_path / "forged")
+    with service(tmp_path, repo.ws) as svc:
+        forged = request(svc, replace(repo, base=own_base), head, tmp_path / "forged")
         assert forged.returncode == 2 and "is not a commit of the trusted branch main" in forged.stderr, forged.stderr
         assert not (tmp_path / "forged" / "results.json").exists()
         real = request(svc, repo, head, tmp_path / "real")
@@ -426,7 +443,8 @@ def test_the_socket_systemd_passes_is_the_one_served(tmp_path: Path) -> None:
     listener.listen(8)
     fd = listener.fileno()
     argv = ["sh", "-c", 'LISTEN_PID=$$ LISTEN_FDS=1 exec "$0" "$@"', DS4CI, "service", "run", "--state-dir",
-            str(tmp_path / "state"), "--signing-key", str(key), "--runner", RUNNER]
+            str(tmp_path / "state"), "--signing-key", str(key), "--runner", RUNNER, "--trusted-repo",
+            str(tmp_path / "upstream.git")]
     with (tmp_path / "log").open("wb") as log:
         proc = subprocess.Popen(argv, stdout=log, stderr=subprocess.STDOUT, pass_fds=(fd, 3),
                                 preexec_fn=lambda: os.dup2(fd, 3))  # fd 3, as systemd passes it
@@ -442,3 +460,91 @@ def test_the_socket_systemd_passes_is_the_one_served(tmp_path: Path) -> None:
             proc.kill()
             proc.wait()
     assert path.exists()  # systemd's socket: the service leaves it where it is
+
+
+def test_service_run_and_install_refuse_to_start_without_a_trusted_repository(tmp_path: Path) -> None:
+    """The config comes from the trusted branch or from nowhere: no mode reads it from a commit a caller names."""
+    key = tmp_path / "key.pem"
+    make_key(key)
+    run = subprocess.run([DS4CI, "service", "run", "--state-dir", str(tmp_path / "state"), "--runner", RUNNER,
+                          "--socket", str(tmp_path / "s"), "--signing-key", str(key)],
+                         capture_output=True, text=True, check=False, timeout=60)
+    assert run.returncode == 2 and "--trusted-repo: expected the repository" in run.stderr, run.stderr
+    assert "--trusted-branch main" in run.stderr and not (tmp_path / "s").exists()
+    install = subprocess.run([DS4CI, "service", "install", "--dry-run", "--root", str(tmp_path / "r"), "--runner",
+                              RUNNER], capture_output=True, text=True, check=False)
+    assert install.returncode == 2 and "--trusted-repo" in install.stderr, install.stderr
+    unit = subprocess.run([DS4CI, "service", "install", "--dry-run", "--root", str(tmp_path / "r"), "--runner", RUNNER,
+                           "--trusted-repo", "https://github.com/o/r.git", "--trusted-branch", "release"],
+                          capture_output=True, text=True, check=False)
+    assert unit.returncode == 0 and "--trusted-repo https://github.com/o/r.git --trusted-branch release" in unit.stdout
+
+
+def _key_lines(key: Path) -> list[bytes]:
+    return [line for line in key.read_bytes().splitlines() if line and not line.startswith(b"-----")]
+
+
+def test_a_base_named_by_the_caller_chooses_no_config_and_the_key_reaches_no_bundle(tmp_path: Path) -> None:
+    """Attack: a caller names as base a commit of the trusted branch whose ds4ci.toml lists the service key as a
+    pinned prompt file. The config comes from the branch's tip, so that commit's settings are never read."""
+    repo = make_repo(tmp_path)
+    head = branch(repo, "plain", {"a.txt": "a\n"})
+    with service(tmp_path, repo.ws) as svc:
+        prompt = f'prompts = [{{file = "{svc.key}", sha256 = "{sha256(svc.key)}"}}]\n'
+        leaky = base_config(repo.ws).replace(
+            f'prompts = [{{file = "{repo.ws.prompts[0]}", sha256 = "{sha256(repo.ws.prompts[0])}"}}]\n', prompt)
+        assert prompt in leaky
+        old = merge_to_trusted(repo, {"ds4ci.toml": leaky}, "an old config that named the key")
+        tip = merge_to_trusted(repo, {"ds4ci.toml": base_config(repo.ws, max_tokens=48)}, "the config now")
+        if os.geteuid() == 0:  # the job's checkout belongs to another user than the service's, as on a runner
+            subprocess.run(["chown", "-R", "nobody", str(repo.path)], check=True)
+        proc = request(svc, replace(repo, base=old), head, tmp_path / "out")
+        (record,) = svc.records()
+    bundle = (tmp_path / "out" / "bundle.tar.gz").read_bytes()
+    with tarfile.open(tmp_path / "out" / "bundle.tar.gz") as tar:
+        texts = [tar.extractfile(m).read() for m in tar.getmembers() if m.isfile()]  # type: ignore[union-attr]
+    for line in _key_lines(svc.key):
+        assert not any(line in text for text in [bundle, *texts, proc.stdout.encode(), proc.stderr.encode()])
+    assert sha256(svc.key) not in proc.stdout + proc.stderr
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    doc = json.loads((tmp_path / "out" / "results.json").read_text())
+    assert doc["settings"]["max_tokens"] == 48 and record["config_commit"] == tip  # the tip's, not the named base's
+    assert doc["revisions"]["base"]["sha"] == old  # the base is still the one named, for the revisions record
+
+
+def test_a_trusted_config_whose_hash_cache_is_the_key_is_refused_and_the_key_stays(tmp_path: Path) -> None:
+    """Attack: gate.hash_cache_path names the service's key; the gate would replace the key with a JSON cache."""
+    repo = make_repo(tmp_path)
+    head = branch(repo, "plain", {"a.txt": "a\n"})
+    with service(tmp_path, repo.ws) as svc:
+        before = svc.key.read_bytes()
+        merge_to_trusted(repo, {"ds4ci.toml": base_config(repo.ws).replace(
+            "[build]", f'hash_cache_path = "{svc.key}"\n[build]')}, "a hash cache at the key")
+        proc = request(svc, replace(repo, base=git(repo.path, "rev-parse", "main")), head, tmp_path / "out")
+        (record,) = svc.records()
+    assert proc.returncode == 2, proc.stdout + proc.stderr
+    assert f"gate.hash_cache_path = {svc.key}" in proc.stderr and "inside the signing key's folder" in proc.stderr
+    assert svc.key.read_bytes() == before and record["exit_code"] == 2
+    assert "Traceback" not in proc.stderr
+
+
+def test_a_trusted_config_that_binds_the_service_state_is_refused_and_the_records_stay(tmp_path: Path) -> None:
+    """Attack: [sandbox] rw_paths names the service's state folder; the pull request's build rewrites its records."""
+    repo = make_repo(tmp_path)
+    rewrite = f'for f in "{tmp_path / "state"}"/requests/*.json; do echo tampered > "$f"; done\n'
+    head = branch(repo, "rewrite", {"build.sh": BUILD.format(python=sys.executable).replace(
+        "mkdir -p out\n", rewrite + "mkdir -p out\n")})
+    with service(tmp_path, repo.ws) as svc:
+        first = request(svc, repo, "0" * 40, tmp_path / "o1")  # a refused request leaves its record
+        assert first.returncode == 2
+        (earlier,) = sorted((svc.state / "requests").iterdir())
+        kept = earlier.read_bytes()
+        for binds in ([str(svc.state)], [str(tmp_path)]):  # the folder itself, or one that holds it
+            merge_to_trusted(repo, {"ds4ci.toml": base_config(repo.ws) + f"[sandbox]\nrw_paths = {json.dumps(binds)}\n"},
+                             "bind the state")
+            out = tmp_path / f"out-{len(binds[0])}"
+            proc = request(svc, replace(repo, base=git(repo.path, "rev-parse", "main")), head, out)
+            assert proc.returncode == 2, proc.stdout + proc.stderr
+            assert "sandbox.rw_paths" in proc.stderr and "the gate service's state folder" in proc.stderr, proc.stderr
+        assert earlier.read_bytes() == kept
+        assert all(b"tampered" not in p.read_bytes() for p in (svc.state / "requests").iterdir())

@@ -15,7 +15,7 @@ import pytest
 from ds4ci.errors import NoVerdictError, UsageError
 from ds4ci.evidence.results import schema
 from ds4ci.options.config import PinnedFile
-from ds4ci.runner import identity
+from ds4ci.runner import hashcache, identity
 from ds4ci.runner.identity import FileIdentity, hash_file, identify
 
 CONTENTS = {
@@ -62,7 +62,7 @@ def run(
 
 def cache_entries(cache: Path) -> dict[str, dict[str, object]]:
     doc = json.loads(cache.read_text())
-    assert doc["format"] == identity.CACHE_FORMAT
+    assert doc["format"] == hashcache.CACHE_FORMAT
     entries: dict[str, dict[str, object]] = doc["entries"]
     return entries
 
@@ -226,19 +226,40 @@ def test_fresh_file_is_not_cached(tmp_path: Path) -> None:
 def test_corrupt_cache_is_ignored_with_a_warning(aged: dict[str, Path], tmp_path: Path, text: str) -> None:
     path = aged["corrupt"]
     cache = tmp_path / "cache.json"
-    if text == "MALFORMED":
+    ours = text == "MALFORMED"
+    if ours:
         # Right shape except one entry (sha256 not hex) that matches the file's stat key exactly.
         st = path.stat()
         bad = {"dev": st.st_dev, "ino": st.st_ino, "size": st.st_size, "mtime_ns": st.st_mtime_ns,
                "ctime_ns": st.st_ctime_ns, "sha256": "Z" * 64}
-        text = json.dumps({"format": identity.CACHE_FORMAT, "entries": {str(path.resolve()): bad}})
+        text = json.dumps({"format": hashcache.CACHE_FORMAT, "entries": {str(path.resolve()): bad}})
     cache.write_bytes(text.encode("latin-1"))
     out, lines = run([PinnedFile("target", path, sha(CONTENTS["corrupt"]))], cache)
     assert out[0].verified
     assert any(line.startswith(f"warning: ignoring hash cache {cache}") for line in lines)
     assert not any("cache hit" in line for line in lines)
-    # Replaced by a valid cache holding the fresh digest.
-    assert cache_entries(cache)[str(path.resolve())]["sha256"] == sha(CONTENTS["corrupt"])
+    if ours:  # a cache ds4ci wrote (its format marker) is replaced by a valid one holding the fresh digest
+        assert cache_entries(cache)[str(path.resolve())]["sha256"] == sha(CONTENTS["corrupt"])
+    else:  # a file ds4ci did not write is never replaced
+        assert cache.read_bytes() == text.encode("latin-1")
+        assert any("did not write the hash cache" in line and "never replaces" in line for line in lines), lines
+
+
+def test_a_key_or_a_link_at_the_cache_path_is_never_replaced_or_followed(aged: dict[str, Path], tmp_path: Path) -> None:
+    """A configured hash_cache_path that names a runner key (or a link to one): the key stays as it was."""
+    from ds4ci.evidence import keys
+
+    key = tmp_path / "keys" / "runner-key.pem"
+    keys.create(key)
+    before = key.read_bytes()
+    link = tmp_path / "cache-link.json"
+    link.symlink_to(key)
+    for cache in (key, link):
+        out, lines = run([PinnedFile("target", aged["order"], sha(CONTENTS["order"]))], cache)
+        assert out[0].verified
+        assert any("did not write the hash cache" in line for line in lines), lines
+    assert key.read_bytes() == before and link.is_symlink() and os.readlink(link) == str(key)
+    assert any("a link is never followed" in line for line in lines), lines
 
 
 def test_cache_entry_with_bool_in_stat_field_is_not_trusted(aged: dict[str, Path], tmp_path: Path) -> None:
@@ -282,10 +303,10 @@ def test_unwritable_cache_is_a_warning_not_a_failure(aged: dict[str, Path], tmp_
 
 def test_default_cache_path_follows_xdg(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
     monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path))
-    assert identity.default_cache_path() == tmp_path / "ds4ci" / "hash-cache.json"
+    assert hashcache.default_cache_path() == tmp_path / "ds4ci" / "hash-cache.json"
     monkeypatch.setenv("XDG_CACHE_HOME", "relative/dir")  # invalid per the XDG spec: ignored
     monkeypatch.setenv("HOME", str(tmp_path / "home"))
-    assert identity.default_cache_path() == tmp_path / "home" / ".cache" / "ds4ci" / "hash-cache.json"
+    assert hashcache.default_cache_path() == tmp_path / "home" / ".cache" / "ds4ci" / "hash-cache.json"
 
 
 def test_default_cache_location_is_used_when_none(
@@ -365,7 +386,7 @@ def test_the_default_progress_threshold_keeps_small_files_quiet(tmp_path: Path) 
 
 
 def test_a_hash_cache_nested_too_deeply_is_ignored_with_a_warning(tmp_path: Path) -> None:
-    from ds4ci.runner.identity import load_cache
+    from ds4ci.runner.hashcache import load_cache
 
     cache = tmp_path / "cache.json"
     cache.write_text("[" * 100_000 + "]" * 100_000)  # a cache PR code could have written between runs
