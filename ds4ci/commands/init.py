@@ -287,4 +287,17 @@ def run_init(req: InitRequest) -> int:
     named = f" --config {config}" if req.directory.absolute() != Path.cwd() else ""
     gates = [f"ds4ci gate{named} --runner {r}" for r in req.runners] or [f"ds4ci gate{named}"]
     print("\n      ".join([f"next: ds4ci config check{named}", *gates]), file=sys.stdout)
+    if req.runners and not req.simulator:
+        print(service_steps(req.runners), file=sys.stdout)
     return EXIT_PASS
+
+
+def service_steps(runners: list[str]) -> str:
+    """How each runner keeps its key out of every job's reach: the gate service (docs/service.md)."""
+    flags = " ".join(f"--runner {name}" for name in runners)
+    return ("on each runner, as root: the gate service holds the runner key where no job can read it (docs/service.md; "
+            "under GitHub Actions a gate refuses a key its job can read unless its runner table says "
+            'signing = "job-key"):\n'
+            f"      sudo ds4ci service install {flags} --trusted-repo https://github.com/OWNER/REPO.git "
+            "--trusted-branch main\n"
+            "      then the repository variable DS4CI_SERVICE_SOCKET=/run/ds4ci/gate.sock (the gate job asks the service)")

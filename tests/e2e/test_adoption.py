@@ -103,6 +103,9 @@ def test_init_pins_files_it_can_read_and_explains_the_ones_it_cannot(tmp_path: P
     runs_on = "   # the gate job's runs-on"
     assert f'[runners.gfx1151]\nlabels = ["self-hosted", "gfx1151"]{runs_on}\ntarget_device = "hip:0"\ngpu = "gfx1151"' in text
     assert f'[runners.sm86]\nlabels = ["self-hosted", "sm86"]{runs_on}\ntarget_device = "cuda:0"\ngpu = "sm_86"' in text
+    # the gate service is the normal path: the next steps say how each runner keeps its key from every job
+    assert "sudo ds4ci service install --runner gfx1151 --runner sm86 --trusted-repo" in proc.stdout, proc.stdout
+    assert "DS4CI_SERVICE_SOCKET=/run/ds4ci/gate.sock" in proc.stdout
     check = ds4ci("config", "check", cwd=repo, env=env)
     assert check.returncode == 2
     assert "draft_sha256: not pinned yet" in check.stderr and "sha256sum" in check.stderr
