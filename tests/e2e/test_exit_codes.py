@@ -115,7 +115,7 @@ ELSEWHERE = {
     ("service install", 2): "test_service.py::test_install_in_root_mode_writes_units_and_a_key_only_the_service_user_reads",
     ("service run", 2): "test_service.py::test_service_run_refuses_a_key_others_can_read_and_a_path_that_is_not_a_socket",
     ("service run", 0): "test_service.py::test_the_key_is_not_readable_by_another_user_and_the_socket_is_0660",
-    ("service request", 0): "test_service.py::test_the_base_config_is_used_and_the_bundle_is_signed_by_the_service_key",
+    ("service request", 0): "test_service.py::test_the_trusted_config_is_used_and_the_bundle_is_signed_by_the_service_key",
     ("service request", 1): "test_service.py::test_two_requests_for_one_runner_run_in_turn_and_a_full_queue_answers_busy",
     ("service request", 2): "test_service.py::test_service_request_exit_codes_refused_unreachable_and_outputs_never_replaced",
     ("service request", 3): "test_service.py::test_service_request_exit_codes_refused_unreachable_and_outputs_never_replaced",
