@@ -59,14 +59,15 @@ COMMANDS: Final[dict[str, tuple[tuple[int, str], ...]]] = {
                        (3, "a file changed while it was read")),
     "runner-key init": ((0, "written"), (2, "refused: the key file exists (never overwritten) or cannot be written")),
     "service install": ((0, "written (or, with --dry-run, printed)"),
-                        (2, "refused: not root without --root, a bad name, an install of ds4ci others could change, "
-                            "a key where --key-from would put one (never overwritten)")),
+                        (2, "refused: no --trusted-repo, not root without --root, a bad name, an install of ds4ci others "
+                            "could change, a key where --key-from would put one (never overwritten)")),
     "service run": ((0, "stopped cleanly (SIGTERM)"),
-                    (2, "usage: a signing key others can read or not its own, a socket path that is taken"),
+                    (2, "usage: no --trusted-repo, a signing key others can read or not its own, a socket path "
+                        "that is taken"),
                     (3, "cannot serve: the sandbox cannot run here")),
     "service request": ((0, "pass"), (1, "fail"),
                         (2, "usage, a request the service refused (bad SHA, unknown runner, a commit it cannot "
-                            "fetch), an output that exists, or the gate's own 2"),
+                            "fetch, a base off the trusted branch), an output that exists, or the gate's own 2"),
                         (3, "no verdict: busy (the runner's queue is full), the service unreachable, a broken "
                             "answer, or the gate's own 3")),
 }
