@@ -108,7 +108,8 @@ def run(
 def request(
     checkout: Annotated[Path, typer.Option(help="The git repository to fetch the commits from (the job's checkout).")],
     head: Annotated[str, typer.Option(help="The pinned head: a full commit SHA.")],
-    base: Annotated[str, typer.Option(help="The base commit whose config the gate uses: a full SHA.")],
+    base: Annotated[str, typer.Option(help="The pull request's base: a full SHA of a commit of the service's trusted "
+                                           "branch (recorded; the config comes from that branch's tip).")],
     runner: Annotated[str, typer.Option(help="The runner (its queue and [runners.<name>] settings).")],
     bundle_out: Annotated[Path, typer.Option(help="Write the signed evidence bundle (.tar.gz) here (a new file).")],
     results_out: Annotated[Path, typer.Option(help="Write results.json here (a new file).")],

@@ -29,7 +29,7 @@ _TRUSTED_REF: Final = "refs/ds4ci/trusted"
 
 @dataclass(frozen=True)
 class Trusted:
-    """Where base commits must come from: a repository (path or URL) and its branch."""
+    """The trusted repository (path or URL) and branch: the config comes from its tip, every base lies on it."""
 
     repository: str
     branch: str

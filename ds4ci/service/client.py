@@ -120,7 +120,7 @@ def _done(conn: socket.socket, answer: dict[str, Any], outs: dict[str, tuple[Pat
         raise NoVerdictError(f"the gate exited {code} but the service sent nothing for {', '.join(missing)}; "
                              "no verdict")
     if code == EXIT_USAGE:
-        _say("the gate refused its configuration (exit 2): the base commit's config, see the gate's message above")
+        _say("the gate refused its configuration (exit 2): the trusted branch's config, see the gate's message above")
     return int(code) if isinstance(code, int) else EXIT_ERROR
 
 
