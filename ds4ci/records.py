@@ -387,6 +387,7 @@ class BisectResult(TypedDict):
     """``ds4ci bisect --json``: the first failing commit of a range, or why none was named."""
 
     schema: Literal["ds4ci/bisect/v1"]
+    runner: str  # the runner table every step's gate ran with
     verdict: Literal["found", "not_found", "no_verdict"]
     exit_code: int
     reason: str

@@ -24,10 +24,11 @@ def _commit(search: Search, position: int | None) -> BisectCommit | None:
     return {"sha": found["sha"], "subject": found["subject"]}
 
 
-def document(search: Search, expected_steps: int) -> BisectResult:
+def document(search: Search, runner: str, expected_steps: int) -> BisectResult:
     first = search.step_at(search.first_bad)
     return {
         "schema": "ds4ci/bisect/v1",
+        "runner": runner,
         "verdict": search.verdict,
         "exit_code": EXIT_CODES[search.verdict],
         "reason": search.reason[:4096],

@@ -52,35 +52,30 @@ class Estimate:
         return step
 
 
-def _evidence_dir(request: Request) -> Path:
-    """The evidence folder the config names, resolved where the config is (every step's bundle lands there)."""
+def _config(request: Request) -> config.GateConfig:
+    """The config as the gate loads it (refused now, before any work, when it cannot run); its evidence folder is
+    resolved where the config is, and every step's bundle lands there."""
     overrides: Mapping[str, Any] = {"runner": request.runner} if request.runner is not None else {}
-    cfg = config.load(request.config_file, overrides, check_files=False)
-    return cfg.evidence_dir
-
-
-def _base_ref(request: Request) -> str | None:
-    if request.base_ref is not None or request.good is not None:
-        return request.base_ref
-    return config.load(request.config_file, {}, check_files=False).base_ref
+    return config.load(request.config_file, overrides, check_files=False)
 
 
 def run(request: Request, log: Logger) -> BisectResult:
     if not request.config_file.is_file():
         raise UsageError(f"--config {request.config_file}: expected the gate's config file (ds4ci.toml), found none")
-    evidence_dir = _evidence_dir(request)
-    good, bad = history.ends(request.repo, request.good, request.bad, _base_ref(request))
+    cfg = _config(request)
+    evidence_dir = cfg.evidence_dir
+    good, bad = history.ends(request.repo, request.good, request.bad, request.base_ref or cfg.base_ref)
     commits = history.first_parents(request.repo, good, bad)
     folder = scratch.config_folder(request.repo, request.config_file)
     expected = expected_steps(len(commits))
     log(f"bisect: {len(commits) - 1} first-parent commits after the good end {good[:12]} up to the bad end "
         f"{bad[:12]}: about {expected} gate runs (log2), plus one per skipped commit; evidence in {evidence_dir}")
     search = Search(commits)
-    args = GateArgs(evidence_dir, request.runner, request.widths)
+    args = GateArgs(evidence_dir, cfg.runner, request.widths)
     try:
         with signals_raise(), scratch.ScratchTree(request.repo, request.config_file.read_bytes(), folder) as tree:
             bisect(search, Estimate(StepRunner(tree, args, log), expected, log))
     except GateInterrupted as exc:
         search.verdict, search.first_bad, search.candidates = "no_verdict", None, ()
         search.reason = f"{exc} after {len(search.steps)} finished steps (their evidence is kept)"
-    return document(search, expected)
+    return document(search, cfg.runner, expected)

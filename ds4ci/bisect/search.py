@@ -96,7 +96,8 @@ def _conclude(search: Search, lo: int, hi: int) -> Search:
                          f"culprit is one of {len(search.candidates)} commits; no verdict")
         return search
     search.verdict, search.first_bad, search.last_good = "found", hi, lo
-    search.reason = "found the first failing commit"
+    search.reason = (f"{search.commits[hi]['sha'][:12]} is the first failing commit, "
+                     f"{search.commits[lo]['sha'][:12]} the last passing one")
     return search
 
 

@@ -27,6 +27,7 @@ from ds4ci.gate.interrupt import GateInterrupted
 from ds4ci.log import Logger
 from ds4ci.records import BisectCommit, BisectDifference, BisectStep, Results
 
+STEP_SUMMARY: Final = "GITHUB_STEP_SUMMARY"  # where a gate under Actions appends its report
 STOP_GRACE_S: Final = 120.0  # the gate stops its servers (TERM, then KILL after its stop timeout) and seals
 
 
@@ -63,11 +64,13 @@ def _wait(proc: subprocess.Popen[bytes]) -> int:
 
 
 def run_gate(argv: list[str], cwd: Path, logs: Path) -> tuple[int, dict[str, Any] | None, str]:
-    """The gate's exit code, its --json summary (None when it printed none) and the last line it said."""
+    """The gate's exit code, its --json summary (None when it printed none) and the last line it said. The job
+    summary is the bisect's own (every step in one table), not each step's whole report."""
     logs.mkdir(parents=True, exist_ok=True)
     out, err = logs / "gate.stdout", logs / "gate.stderr"
+    env = {k: v for k, v in os.environ.items() if k != STEP_SUMMARY}
     with out.open("wb") as stdout, err.open("wb") as stderr:
-        proc = subprocess.Popen(argv, cwd=cwd, stdin=subprocess.DEVNULL, stdout=stdout, stderr=stderr,
+        proc = subprocess.Popen(argv, cwd=cwd, env=env, stdin=subprocess.DEVNULL, stdout=stdout, stderr=stderr,
                                 start_new_session=True)
         code = _wait(proc)
     said = [line for line in err.read_text("utf-8", "replace").splitlines() if line.strip()]

@@ -24,13 +24,13 @@ def run_bisect(repo_dir: Path, config: Path | None, *, good: str | None, bad: st
     doc = run(Request(repo_dir, config_file, good, bad, base_ref, runner, widths), log)
     human = sys.stderr if as_json else sys.stdout
     print(neutralise(text(doc)), file=human, flush=True)
-    _job_summary(doc, runner, log)
+    _job_summary(doc, log)
     if as_json:
         sys.stdout.write(json.dumps(doc, indent=2, sort_keys=True) + "\n")
     return doc["exit_code"]
 
 
-def _job_summary(doc: BisectResult, runner: str | None, log: Logger) -> None:
+def _job_summary(doc: BisectResult, log: Logger) -> None:
     """Under Actions, the result with every step in ``$GITHUB_STEP_SUMMARY``; a failure is a warning."""
     target = os.environ.get(STEP_SUMMARY)
     if not target:
@@ -38,7 +38,7 @@ def _job_summary(doc: BisectResult, runner: str | None, log: Logger) -> None:
     from ds4ci.report import bisect, render
 
     try:
-        body = bisect.section(render.environment(), doc, runner or "", kind="summary").body
+        body = bisect.section(render.environment(), doc, kind="summary").body
         with Path(target).open("a", encoding="utf-8") as fh:
             fh.write(body + "\n")
     except Exception as exc:  # the summary is a convenience: it must not change the result

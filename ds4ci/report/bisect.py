@@ -40,10 +40,11 @@ _STEP = {"type": "object", "additionalProperties": False,
                         "differences": {"type": "array", "maxItems": 10000, "items": _DIFFERENCE}}}
 SCHEMA: Final = {
     "type": "object", "additionalProperties": False,
-    "required": ["schema", "verdict", "exit_code", "reason", "good", "bad", "commits", "expected_steps",
+    "required": ["schema", "runner", "verdict", "exit_code", "reason", "good", "bad", "commits", "expected_steps",
                  "first_failing", "last_passing", "differences", "skipped", "candidates", "steps"],
     "properties": {
-        "schema": {"const": SCHEMA_ID}, "verdict": {"enum": list(_STATE)}, "exit_code": {"enum": [0, 1, 3]},
+        "schema": {"const": SCHEMA_ID}, "runner": {"type": "string", "pattern": "^[A-Za-z0-9][A-Za-z0-9._-]{0,62}$"},
+        "verdict": {"enum": list(_STATE)}, "exit_code": {"enum": [0, 1, 3]},
         "reason": _TEXT, "good": _COMMIT, "bad": _COMMIT, "commits": {"type": "integer", "minimum": 2},
         "expected_steps": {"type": "integer", "minimum": 1},
         "first_failing": {"anyOf": [{"type": "null"}, _COMMIT]}, "last_passing": {"anyOf": [{"type": "null"}, _COMMIT]},
@@ -94,9 +95,9 @@ def where_it_breaks(doc: BisectResult) -> list[str]:
     return phrases
 
 
-def section(env: Any, doc: BisectResult, runner: str, run_url: str | None = None, kind: str = "comment") -> Section:
+def section(env: Any, doc: BisectResult, run_url: str | None = None, kind: str = "comment") -> Section:
     """The bisect's part of the sticky comment (``kind="summary"``: with every step)."""
-    body = render_template(env, "bisect.md.j2", {"doc": doc, "runner": runner, "breaks": where_it_breaks(doc),
+    body = render_template(env, "bisect.md.j2", {"doc": doc, "breaks": where_it_breaks(doc),
                                                  "run_url": run_url, "kind": kind})
-    return Section(runner=runner, role=BISECT, state=_STATE[doc["verdict"]], head=doc["bad"]["sha"], digest=digest(doc),
+    return Section(runner=doc["runner"], role=BISECT, state=_STATE[doc["verdict"]], head=doc["bad"]["sha"], digest=digest(doc),
                    body=body, why=markdown.text(doc["reason"], limit=200))
