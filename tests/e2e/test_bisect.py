@@ -115,3 +115,53 @@ def test_bisect_finds_the_planted_commit_in_five_gate_runs_skipping_one_that_doe
     assert f"First failing commit: `{short}` ds4: fuse the verify path; parity at q=2 breaks at position" in comment.stdout
     assert f"last passing: `{shas[PLANTED - 1][:7]}`" in comment.stdout
     assert "role=bisect" in comment.stdout
+
+
+def two_commits(root: Path, ws: Workspace, second: str) -> list[str]:
+    """The tiny project with one commit after the good end: ``second`` is "clean", "broken" or "planted"."""
+    shas = tiny_project(root, ws)[:1]
+    repo = root / "engine"
+    _git(repo, "reset", "-q", "--hard", shas[0])
+    if second == "broken":
+        (repo / "broken").write_text("")
+    (repo / "engine.c").write_text(f"/* {second} */\n")
+    _git(repo, "add", "-A")
+    _git(repo, "commit", "-qm", second)
+    return [*shas, _git(repo, "rev-parse", "HEAD")]
+
+
+@pytest.mark.skipif(sandbox.refusal() is not None, reason=f"no sandbox: {sandbox.refusal()}")
+@pytest.mark.parametrize(("second", "code", "says"), [
+    ("clean", 1, "the bad end passes"), ("broken", 3, "the bad end could not be judged (does not build"),
+])
+def test_a_bad_end_that_passes_is_not_found_and_one_that_does_not_build_is_no_verdict(
+    tmp_path: Path, second: str, code: int, says: str,
+) -> None:
+    ws = Workspace.create(tmp_path / "files")
+    shas = two_commits(tmp_path, ws, second)
+    scratch = tmp_path / "tmp"
+    scratch.mkdir()
+    proc = subprocess.run([DS4CI, "bisect", "--good", shas[0], "--runner", "box"], cwd=tmp_path / "engine",
+                          env={**ws.env(DS4CI_CONTAINMENT="sandbox"), "TMPDIR": str(scratch)},
+                          capture_output=True, text=True, timeout=300, check=False)
+    assert proc.returncode == code, proc.stdout + proc.stderr[-3000:]
+    assert says in proc.stdout and "Traceback" not in proc.stderr
+    assert shas[1][:12] in proc.stdout
+    assert not [p for p in scratch.iterdir() if p.name.startswith("ds4ci-bisect-")]  # the scratch tree is gone
+
+
+def test_usage_errors_are_2_before_any_gate_runs(tmp_path: Path) -> None:
+    ws = Workspace.create(tmp_path / "files")
+    shas = tiny_project(tmp_path, ws)
+    repo = tmp_path / "engine"
+    cases = {
+        ("--runner", "box"): "no --good and no base ref",
+        ("--good", "no-such-ref", "--runner", "box"): "does not name a commit",
+        ("--good", shas[3], "--bad", shas[1], "--runner", "box"): "nothing to search",
+        ("--good", shas[0], "--runner", "nobody"): "no [runners.nobody] table",
+    }
+    for args, says in cases.items():
+        proc = subprocess.run([DS4CI, "bisect", *args], cwd=repo, env=ws.env(), capture_output=True, text=True,
+                              timeout=120, check=False)
+        assert proc.returncode == 2 and says in proc.stderr, (args, proc.stderr)
+    assert not (tmp_path / "evidence").exists()
