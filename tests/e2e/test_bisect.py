@@ -165,3 +165,45 @@ def test_usage_errors_are_2_before_any_gate_runs(tmp_path: Path) -> None:
                               timeout=120, check=False)
         assert proc.returncode == 2 and says in proc.stderr, (args, proc.stderr)
     assert not (tmp_path / "evidence").exists()
+
+
+@pytest.mark.skipif(sandbox.refusal() is not None, reason=f"no sandbox: {sandbox.refusal()}")
+def test_an_interrupt_mid_step_is_no_verdict_keeps_every_finished_bundle_and_leaves_nothing_behind(
+    tmp_path: Path,
+) -> None:
+    import signal
+    import time
+
+    from gatekit import evidence_listing, processes_mentioning
+
+    ws = Workspace.create(tmp_path / "files")
+    shas = tiny_project(tmp_path, ws)
+    scratch = tmp_path / "tmp"
+    scratch.mkdir()
+    proc = subprocess.Popen([DS4CI, "bisect", "--good", shas[0], "--runner", "box", "--json"], cwd=tmp_path / "engine",
+                            env={**ws.env(DS4CI_CONTAINMENT="sandbox"), "TMPDIR": str(scratch)},
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    evidence = tmp_path / "evidence"
+    deadline = time.monotonic() + 120
+    while time.monotonic() < deadline:  # the first step is sealed and the second one's attempt has begun
+        listing = evidence_listing(evidence) if evidence.exists() else {}
+        if len(listing.get("runs", [])) + len(listing.get("failed", [])) == 1 and listing.get("attempts"):
+            break
+        time.sleep(0.05)
+    else:
+        proc.kill()
+        pytest.fail("the second step never started")
+    proc.send_signal(signal.SIGINT)
+    stdout, stderr = proc.communicate(timeout=120)
+    assert proc.returncode == 3, stderr[-3000:]
+    doc = json.loads(stdout)
+    assert doc["verdict"] == "no_verdict" and "interrupted" in doc["reason"] and len(doc["steps"]) == 1
+    finished = doc["steps"][0]["evidence"]
+    assert subprocess.run([DS4CI, "verify", finished], capture_output=True, timeout=120, check=False).returncode == 0
+    assert not processes_mentioning(str(tmp_path))  # no gate, build or server outlives the bisect
+    listing = evidence_listing(evidence)  # the interrupted step's gate was stopped and sealed its attempt too
+    assert not listing["attempts"] and len(listing["runs"]) + len(listing["failed"]) == 2, listing
+    (stopped,) = [evidence / "failed" / name for name in listing["failed"] if str(evidence / "failed" / name) != finished]
+    assert "interrupted" in " ".join(json.loads((stopped / "results.json").read_text())["reasons"])
+    assert not [p for p in scratch.iterdir() if p.name.startswith("ds4ci-bisect-")]
+    assert _git(tmp_path / "engine", "worktree", "list").count("\n") == 0
