@@ -18,8 +18,10 @@ def run_bisect(repo_dir: Path, config: Path | None, *, good: str | None, bad: st
                runner: str | None, widths: str | None, as_json: bool) -> int:
     from ds4ci.bisect.outcome import text
     from ds4ci.bisect.run import Request, run
+    from ds4ci.commands.gate import refuse_credentials
 
     log = Logger.from_env()
+    refuse_credentials(os.environ, log)  # each step's gate would refuse them: refused once, before any work
     config_file = configpath.required(configpath.resolve(config, "bisect"))
     doc = run(Request(repo_dir, config_file, good, bad, base_ref, runner, widths), log)
     human = sys.stderr if as_json else sys.stdout

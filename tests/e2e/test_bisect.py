@@ -164,6 +164,10 @@ def test_usage_errors_are_2_before_any_gate_runs(tmp_path: Path) -> None:
         proc = subprocess.run([DS4CI, "bisect", *args], cwd=repo, env=ws.env(), capture_output=True, text=True,
                               timeout=120, check=False)
         assert proc.returncode == 2 and says in proc.stderr, (args, proc.stderr)
+    token = subprocess.run([DS4CI, "bisect", "--good", shas[0], "--runner", "box"], cwd=repo, capture_output=True,
+                           env={**ws.env(), "GITHUB_ACTIONS": "true", "GITHUB_TOKEN": "x"}, text=True, timeout=120,
+                           check=False)
+    assert token.returncode == 2 and "GITHUB_TOKEN is set" in token.stderr, token.stderr
     assert not (tmp_path / "evidence").exists()
 
 
