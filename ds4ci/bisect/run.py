@@ -34,6 +34,7 @@ class Request:
     base_ref: str | None = None
     runner: str | None = None
     widths: str | None = None
+    evidence_dir: Path | None = None  # else the config's gate.evidence_dir
 
 
 class Estimate:
@@ -63,7 +64,7 @@ def run(request: Request, log: Logger) -> BisectResult:
     if not request.config_file.is_file():
         raise UsageError(f"--config {request.config_file}: expected the gate's config file (ds4ci.toml), found none")
     cfg = _config(request)
-    evidence_dir = cfg.evidence_dir
+    evidence_dir = request.evidence_dir.absolute() if request.evidence_dir is not None else cfg.evidence_dir
     good, bad = history.ends(request.repo, request.good, request.bad, request.base_ref or cfg.base_ref)
     commits = history.first_parents(request.repo, good, bad)
     folder = scratch.config_folder(request.repo, request.config_file)

@@ -40,6 +40,8 @@ def bisect(
     runner: Annotated[str | None, typer.Option(metavar="NAME", help="The runner table of the config to use.")] = None,
     widths: Annotated[str | None, typer.Option(metavar="Q,Q", help="A focused run: only these draft widths (among "
                                                "the configured ones), e.g. 3.")] = None,
+    evidence_dir: Annotated[Path | None, typer.Option(metavar="PATH", help="Where every step's evidence bundle is "
+                                                      "kept (default: the config's gate.evidence_dir).")] = None,
     json_out: Annotated[bool, typer.Option("--json", help="Print the result as one JSON object on stdout (the text "
                                            "goes to stderr).")] = False,
 ) -> None:
@@ -61,4 +63,4 @@ def bisect(
     from ds4ci.commands.bisect import run_bisect
 
     exit_with(lambda: run_bisect(repo_dir, config, good=good, bad=bad, base_ref=base_ref, runner=runner,
-                                 widths=widths, as_json=json_out))
+                                 widths=widths, evidence_dir=evidence_dir, as_json=json_out))

@@ -141,12 +141,15 @@ def test_a_bad_end_that_passes_is_not_found_and_one_that_does_not_build_is_no_ve
     shas = two_commits(tmp_path, ws, second)
     scratch = tmp_path / "tmp"
     scratch.mkdir()
-    proc = subprocess.run([DS4CI, "bisect", "--good", shas[0], "--runner", "box"], cwd=tmp_path / "engine",
+    evidence = tmp_path / "elsewhere"
+    proc = subprocess.run([DS4CI, "bisect", "--good", shas[0], "--runner", "box", "--evidence-dir", str(evidence)],
+                          cwd=tmp_path / "engine",
                           env={**ws.env(DS4CI_CONTAINMENT="sandbox"), "TMPDIR": str(scratch)},
                           capture_output=True, text=True, timeout=300, check=False)
     assert proc.returncode == code, proc.stdout + proc.stderr[-3000:]
     assert says in proc.stdout and "Traceback" not in proc.stderr
     assert shas[1][:12] in proc.stdout
+    assert len(list((evidence / ("runs" if code == 1 else "failed")).iterdir())) == 1
     assert not [p for p in scratch.iterdir() if p.name.startswith("ds4ci-bisect-")]  # the scratch tree is gone
 
 
