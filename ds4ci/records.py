@@ -355,3 +355,51 @@ class Results(TypedDict):
     signing: NotRequired[Signing | None]
     build: NotRequired[BuildRecord | None]
     arms: NotRequired[list[ArmPlacement]]
+
+
+class BisectDifference(TypedDict):
+    """One failing width x prompt cell of the first failing commit: where its answers first differ."""
+
+    q: int
+    prompt_index: int
+    position: int | None  # None: the cell failed without differing answers (e.g. no rejection seen)
+    reason: str
+
+
+class BisectCommit(TypedDict):
+    sha: str
+    subject: str
+
+
+class BisectStep(TypedDict):
+    """One gate run of a bisect: the commit, what it meant for the search, and its evidence bundle."""
+
+    position: int
+    sha: str
+    subject: str
+    outcome: Literal["pass", "fail", "skip", "stop"]
+    exit_code: int | None
+    reason: str
+    duration_s: float
+    evidence: str | None
+    differences: list[BisectDifference]
+
+
+class BisectResult(TypedDict):
+    """``ds4ci bisect --json``: the first failing commit of a range, or why none was named."""
+
+    schema: Literal["ds4ci/bisect/v1"]
+    runner: str  # the runner table every step's gate ran with
+    verdict: Literal["found", "not_found", "no_verdict"]
+    exit_code: int
+    reason: str
+    good: BisectCommit
+    bad: BisectCommit
+    commits: int  # in the range, the good end included
+    expected_steps: int
+    first_failing: BisectCommit | None
+    last_passing: BisectCommit | None
+    differences: list[BisectDifference]  # the first failing commit's failing cells
+    skipped: list[BisectStep]
+    candidates: list[BisectCommit]  # with only skipped commits left: where the culprit may be
+    steps: list[BisectStep]

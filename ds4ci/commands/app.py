@@ -56,6 +56,7 @@ def _root(
 
 
 app.command("gate")(app_gate.gate)
+app.command("bisect")(app_gate.bisect)
 app.command("init")(app_setup.init)
 app.command("pin")(app_setup.pin)
 app.add_typer(app_setup.config_app, name="config")
@@ -253,14 +254,18 @@ def report(
     template_dir: Annotated[Path | None, typer.Option(help="Directory of Jinja2 templates overriding the bundled ones.")] = None,
     output: Annotated[Path | None, typer.Option(help="Write here instead of standard output.")] = None,
     run_url: Annotated[str | None, typer.Option(help="Link to the workflow run, shown in the footer.")] = None,
+    bisect: Annotated[Path | None, typer.Option(metavar="PATH", help="A `ds4ci bisect --json` result: rendered as a "
+                                                "section of its own (with every step in a summary).")] = None,
 ) -> None:
     """Render one or more runners' results.json as Markdown (escaped, size-bounded).
 
-    Exit codes: 0 written, 2 a results file is missing, invalid or duplicated (nothing is written).
+    Exit codes: 0 written, 2 a results file (or the --bisect result) is missing, invalid or duplicated (nothing
+    is written).
     """
     from ds4ci.commands.report import run_report
 
-    exit_with(lambda: run_report(results, fmt=format, template_dir=template_dir, output=output, run_url=run_url))
+    exit_with(lambda: run_report(results, fmt=format, template_dir=template_dir, output=output, run_url=run_url,
+                                 bisect=bisect))
 
 
 app.command("publish")(app_github.publish)

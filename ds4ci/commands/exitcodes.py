@@ -37,6 +37,11 @@ COMMANDS: Final[dict[str, tuple[tuple[int, str], ...]]] = {
     "gate": ((0, "pass"), (1, "fail"), (2, "usage or configuration error (nothing ran)"),
              (3, "error, no verdict: a pinned file missing or not matching its pin, a stale override, a crash or hang, "
                  "a modified source tree (unless gate.allow_dirty_tree)")),
+    "bisect": ((0, "found: the first failing commit is named (a bisect sets no status)"),
+               (1, "not found: the bad end passes, or the good end fails already (no culprit in the range)"),
+               (2, "usage or configuration error (a bad flag, config or ref; nothing ran)"),
+               (3, "no verdict: only skipped commits left where the culprit is, an end that cannot be judged, a step "
+                   "the gate refused, an interrupt")),
     "demo": ((0, "the pass passed and the leak was caught"), (1, "either did not happen"),
              (2, "usage (--keep exists)"), (3, "internal error")),
     "selftest": ((0, "both outcomes as expected"), (1, "one is not"), (2, "usage"),

@@ -15,13 +15,20 @@ def run_report(
     template_dir: Path | None = None,
     output: Path | None = None,
     run_url: str | None = None,
+    bisect: Path | None = None,
 ) -> int:
     from ds4ci.report import render
 
     if fmt not in ("comment", "summary"):
         raise UsageError(f"--format {fmt!r}: expected 'comment' or 'summary'")
     docs = render.load_all(results)
-    body, _ = render.render(docs, kind=fmt, run_url=run_url, template_dir=template_dir)
+    extra = []
+    if bisect is not None:
+        from ds4ci.report import bisect as bisect_section
+
+        extra.append(bisect_section.section(render.environment(template_dir), bisect_section.load(bisect),
+                                            run_url=run_url, kind=fmt))
+    body, _ = render.render(docs, kind=fmt, run_url=run_url, template_dir=template_dir, extra=extra)
     if output is None:  # printed in a job's log: no line of it may run a workflow command
         sys.stdout.write(neutralise(body))
         sys.stdout.flush()

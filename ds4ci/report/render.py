@@ -21,7 +21,7 @@ from ds4ci import __version__
 from ds4ci.errors import UsageError
 from ds4ci.records import Results
 from ds4ci.report import markdown, views
-from ds4ci.report.sections import MARKER, Section, head_sha, merge_sections
+from ds4ci.report.sections import BISECT, MARKER, Section, head_sha, merge_sections
 from ds4ci.report.views import Detail, state_label
 
 COMMENT_LIMIT_BYTES = 60_000  # GitHub allows 65,536 characters; keep a margin
@@ -130,7 +130,7 @@ def environment(template_dir: Path | None = None) -> Any:
     return env
 
 
-def _render(env: Any, name: str, context: Mapping[str, Any]) -> str:
+def render_template(env: Any, name: str, context: Mapping[str, Any]) -> str:
     import jinja2
 
     try:
@@ -150,7 +150,7 @@ def render_section(
     kind: str = "comment",
 ) -> Section:
     context = views.runner_context(doc, detail, run_url, predecessor, kind)
-    body = _render(env, "runner.md.j2", context)
+    body = render_template(env, "runner.md.j2", context)
     return Section(
         runner=doc["runner"]["name"],
         role=doc["runner"]["role"],
@@ -164,7 +164,7 @@ def render_section(
 
 def pending_section(env: Any, runner: str, sha: str, run_url: str | None = None) -> Section:
     """A placeholder for a runner whose gate has started but not finished."""
-    body = _render(env, "pending.md.j2", {"name": runner, "head": sha, "run_url": run_url,
+    body = render_template(env, "pending.md.j2", {"name": runner, "head": sha, "run_url": run_url,
                                           "state_label": state_label("pending")})
     return Section(runner=runner, role="gate", state="pending", head=sha, digest=None, body=body,
                    why=markdown.text("the gate is running"))
@@ -175,7 +175,7 @@ def needs_hardware_section(
     commits: Sequence[str] = (), files: Sequence[str] = (),
 ) -> Section:
     """A runner with no result on this head: what it last validated, what changed since, what is required."""
-    body = _render(env, "needs_hardware.md.j2", {
+    body = render_template(env, "needs_hardware.md.j2", {
         "name": runner, "head": head, "widths": ",".join(map(str, widths)), "predecessor": predecessor,
         "commits": list(commits), "files": list(files), "state_label": state_label("pending"),
     })
@@ -218,6 +218,7 @@ def compose(
             "outdated": bool(current_heads) and s.head is not None and s.head not in current_heads,
         }
         for s in sections
+        if s.role != BISECT
     ]
     context = {
         "kind": kind,
@@ -225,6 +226,7 @@ def compose(
         "gate_sections": [s.text() for s in sections if s.role == "gate"],
         "control_sections": [s.text() for s in sections if s.role == "negative-control"],
         "control_names": [s.runner for s in sections if s.role == "negative-control"],
+        "bisect_sections": [s.text() for s in sections if s.role == BISECT],
         "revision_views": views.revision_views(docs),
         "run_url": run_url,
         "version": __version__,
@@ -232,7 +234,7 @@ def compose(
         "merge_status": markdown.Trusted("\n".join(merge_status)),
     }
     template = "summary.md.j2" if kind == "summary" else "comment.md.j2"
-    body = _render(env, template, context)
+    body = render_template(env, template, context)
     return f"{MARKER}\n{body}\n" if kind == "comment" else f"{body}\n"
 
 

@@ -21,10 +21,12 @@ from ds4ci.report.markdown import Trusted
 MARKER = "<!-- ds4ci:sticky-comment -->"
 STATES = ("pass", "fail", "error", "not_run", "pending", "unverified")
 UNVERIFIED = "unverified"  # a result no bundle backs (e.g. a fork's artifact): shown, never as a pass
+# A bisect's result (``ds4ci bisect``): a section of its own beside the runner's gate section, never a status.
+BISECT = "bisect"
 
 _RUNNER_RE = r"[A-Za-z0-9][A-Za-z0-9._-]{0,62}"
 _SECTION_RE = re.compile(
-    r"^<!-- ds4ci:section v=1 runner=(?P<runner>" + _RUNNER_RE + r") role=(?P<role>gate|negative-control)"
+    r"^<!-- ds4ci:section v=1 runner=(?P<runner>" + _RUNNER_RE + r") role=(?P<role>gate|negative-control|bisect)"
     r" state=(?P<state>pass|fail|error|not_run|pending|unverified) head=(?P<head>[0-9a-f]{40}|none)"
     r" digest=(?P<digest>[0-9a-f]{64}|none) -->\n(?:<!-- ds4ci:why (?P<why>[^<>\n]{1,2000}) -->\n)?"
     r"(?P<body>.*?)\n<!-- ds4ci:section-end runner=(?P=runner) -->$",
@@ -94,16 +96,22 @@ def parse_sections(body: str) -> list[Section]:
 
 
 def merge_sections(ours: Sequence[Section], existing: Iterable[Section]) -> list[Section]:
-    """Our sections replace same-runner ones; every other runner's section is kept (first wins).
+    """Our sections replace same-runner ones; every other runner's section is kept (first wins). A runner's
+    bisect section and its gate section are two (each replaces only its own kind).
 
     An unverified section never replaces one that a verified run wrote for the same runner.
     """
     existing = list(existing)
-    trusted = {s.runner for s in existing if s.state != UNVERIFIED}
-    merged: dict[str, Section] = {s.runner: s for s in ours if not (s.state == UNVERIFIED and s.runner in trusted)}
+    trusted = {_key(s) for s in existing if s.state != UNVERIFIED}
+    merged: dict[tuple[str, bool], Section] = {
+        _key(s): s for s in ours if not (s.state == UNVERIFIED and _key(s) in trusted)}
     for section in existing:
-        merged.setdefault(section.runner, section)
+        merged.setdefault(_key(section), section)
     return order_sections(merged.values())
+
+
+def _key(section: Section) -> tuple[str, bool]:
+    return section.runner, section.role == BISECT
 
 
 def order_sections(sections: Iterable[Section]) -> list[Section]:
