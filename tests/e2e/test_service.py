@@ -16,6 +16,7 @@ import socket
 import struct
 import subprocess
 import sys
+import tarfile
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -442,3 +443,33 @@ def test_the_socket_systemd_passes_is_the_one_served(tmp_path: Path) -> None:
             proc.kill()
             proc.wait()
     assert path.exists()  # systemd's socket: the service leaves it where it is
+
+
+def test_a_build_that_links_the_server_binary_to_the_service_key_is_refused_and_the_key_stays_unsaid(
+    tmp_path: Path,
+) -> None:
+    """The pull request changes only its build script: out/dflash_server becomes a link to the service's own key.
+    The service's gate (config from the trusted branch) refuses the link before any server starts; no line of the
+    key reaches the caller's output, results.json, the bundle or the service's log."""
+    repo = make_repo(tmp_path)
+    git(repo.path, "branch", "-f", "main", repo.base)
+    upstream = tmp_path / "upstream.git"
+    subprocess.run([*GIT, "clone", "-q", "--bare", str(repo.path), str(upstream)], check=True)
+    key = tmp_path / "keys" / "runner-key.pem"  # where service() makes the key
+    head = branch(repo, "link-key", {"build.sh": f"#!/bin/sh\nmkdir -p out\nln -sf {key} out/dflash_server\n"})
+    with service(tmp_path, repo.ws, "--trusted-repo", str(upstream), "--trusted-branch", "main") as svc:
+        proc = request(svc, repo, head, tmp_path / "out")
+        secret = [line for line in key.read_text().splitlines() if line and not line.startswith("-----")]
+        log = svc.log_text()
+    said = [proc.stdout, proc.stderr, log]
+    results = tmp_path / "out" / "results.json"
+    if results.exists():
+        said.append(results.read_text())
+    bundle = tmp_path / "out" / "bundle.tar.gz"
+    if bundle.exists():
+        with tarfile.open(bundle) as tar:
+            said += [tar.extractfile(m).read().decode(errors="replace")  # type: ignore[union-attr]
+                     for m in tar.getmembers() if m.isfile()]
+    assert secret and not [line for line in secret if any(line in text for text in said)]
+    assert proc.returncode == 3, proc.stdout + proc.stderr
+    assert "out/dflash_server is a symbolic link" in proc.stdout + proc.stderr
