@@ -6,7 +6,8 @@ inside reasons, log excerpts and table cells, so before it is printed:
 
 - every line separator but ``\\n`` is shown as an escape (``\\r``, ``\\v``, ``\\f``, ``\\x1c``-``\\x1e``, ``\\x85``,
   ``\\u2028``, ``\\u2029``: everything ``str.splitlines`` splits on, and what the runner or a log viewer could
-  break a line at), and so is every other control character but the tab (ANSI escapes included);
+  break a line at), and so is every other control character but the tab (ANSI escapes included) and every
+  bidirectional control (:data:`BIDI_CONTROLS`);
 - a line whose first non-blank characters are ``::`` gets a space between them (``: :``), so no printed
   line starts a workflow command.
 
@@ -17,7 +18,10 @@ from __future__ import annotations
 
 import re
 
-_UNSAFE = re.compile("[\x00-\x08\x0b-\x1f\x7f\x85\u2028\u2029]")
+# Every bidirectional control (marks, embeddings, overrides, isolates): each can make a reader see other text than
+# what is there, so none passes from a server into a comment, a check run or a log line.
+BIDI_CONTROLS = "\u061c\u200e\u200f\u202a-\u202e\u2066-\u2069"
+_UNSAFE = re.compile(f"[\x00-\x08\x0b-\x1f\x7f\x85\u2028\u2029{BIDI_CONTROLS}]")
 _COMMAND = re.compile(r"^([ \t]*):(?=:)", re.MULTILINE)
 
 

@@ -4,12 +4,14 @@ from __future__ import annotations
 
 import hashlib
 import os
+from collections.abc import Sequence
 from pathlib import Path
 from typing import cast
 
 from ds4ci import __version__
 from ds4ci.errors import EXIT_ERROR, NoVerdictError
 from ds4ci.evidence import results
+from ds4ci.fileio import NotOpened, open_regular
 from ds4ci.gate import settings
 from ds4ci.judging.verdict import NOT_RUN
 from ds4ci.options import policy
@@ -52,12 +54,15 @@ def initial_results(cfg: GateConfig, started_at: str) -> Results:
     }
 
 
-def read_verified_prompt(path: Path, sha256: str) -> str:
-    """The prompt text sent to the servers: exactly the bytes whose SHA-256 was just verified."""
+def read_verified_prompt(path: Path, sha256: str, trees: Sequence[Path] = ()) -> str:
+    """The prompt text sent to the servers: exactly the bytes whose SHA-256 was just verified (opened as it was
+    hashed: inside ``trees``, the folders pull-request code wrote, no link followed)."""
     try:
-        data = path.read_bytes()
-    except OSError as exc:
-        raise NoVerdictError(f"prompt file {path} became unreadable after it was verified: {exc.strerror or exc}") from exc
+        fd, _ = open_regular(path, trees)
+        with os.fdopen(fd, "rb") as fh:
+            data = fh.read()
+    except (OSError, NotOpened) as exc:
+        raise NoVerdictError(f"prompt file {path} became unreadable after it was verified: {exc}") from exc
     if hashlib.sha256(data).hexdigest() != sha256:
         raise NoVerdictError(f"prompt file {path} changed after its SHA-256 was verified; refusing to send it")
     try:

@@ -24,18 +24,23 @@ import hashlib
 import os
 import re
 import shutil
-import stat
 import tempfile
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
 from ds4ci.errors import NoVerdictError
+from ds4ci.fileio import NotOpened, open_regular
+from ds4ci.gate import views
+from ds4ci.options.config import GateConfig
 from ds4ci.records import Identities
 from ds4ci.runner import filelimit
 from ds4ci.runner.identity import hash_file
 from ds4ci.supervisor import watchdog
 
 _CHUNK = 8 * 1024 * 1024
+_HEAD = 256  # bytes read to tell an ELF executable or a script's #! line
+ELF_MAGIC = b"\x7fELF"
 _PREFIX = "ds4ci-server-bin-"
 _NAME = re.compile(rf"{_PREFIX}([0-9]+)-[0-9a-f]+")
 
@@ -66,9 +71,21 @@ class PrivateBinary:
         remove(self.folder)
 
 
-def copy(source: Path, identities: Identities | None) -> PrivateBinary:
+def copy_server(cfg: GateConfig, identities: Identities | None) -> PrivateBinary:
+    """The configured server's private copy: opened inside the folders pull-request code wrote without following a
+    link, and run only when it is a program (:func:`copy`)."""
+    return copy(cfg.server_bin.path, identities, views.pr_trees(cfg), views.interpreters(cfg))
+
+
+def copy(
+    source: Path, identities: Identities | None, trees: Sequence[Path] = (), interpreters: Sequence[str] | None = None,
+) -> PrivateBinary:
     """Copy ``source`` into a fresh private folder, hashing what is copied; NoVerdictError unless it has
-    the SHA-256 of the ``server_bin`` identity recorded when the pins were verified."""
+    the SHA-256 of the ``server_bin`` identity recorded when the pins were verified.
+
+    ``source`` is opened once (inside ``trees``, the folders pull-request code wrote: no link followed) and
+    checked, hashed and copied from that one descriptor. With ``interpreters`` (None: ds4ci's own Python runs
+    it) it must be a program: an ELF executable, or a script whose ``#!`` names one of them."""
     hashed = identities["server_bin"] if identities is not None else None
     if hashed is None:
         raise NoVerdictError("server_bin was not hashed: no server can start")
@@ -77,7 +94,7 @@ def copy(source: Path, identities: Identities | None) -> PrivateBinary:
     folder = watchdog.new_private_folder(f"{_PREFIX}{os.getpid()}-")
     target = folder / source.name
     try:
-        digest = _copy_hashing(source, target)
+        digest = _copy_hashing(source, target, trees, interpreters)
     except BaseException:
         remove(folder)
         raise
@@ -90,16 +107,32 @@ def copy(source: Path, identities: Identities | None) -> PrivateBinary:
     return PrivateBinary(target, digest)
 
 
-def _copy_hashing(source: Path, target: Path) -> str:
+def not_a_program(head: bytes, interpreters: Sequence[str]) -> str | None:
+    """Why a file that starts with ``head`` is no server to run, in words that quote none of its bytes; None: an ELF
+    executable, or a script (``#!``) whose interpreter is one of ``interpreters`` (the trusted config's)."""
+    if head.startswith(ELF_MAGIC):
+        return None
+    if not head.startswith(b"#!"):
+        return "is not an ELF executable nor a script (#!): no program; refused before it runs"
+    words = head[2:].split(b"\n", 1)[0].split()
+    if words and words[0].decode("utf-8", errors="replace") in interpreters:
+        return None
+    allowed = ", ".join(interpreters) or "none: ELF executables only"
+    return (f"is a script whose #! interpreter is not one gate.server_interpreters names ({allowed}); "
+            "refused before it runs")
+
+
+def _copy_hashing(source: Path, target: Path, trees: Sequence[Path], interpreters: Sequence[str] | None) -> str:
     try:
-        src = os.open(source, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC)
-    except OSError as exc:
-        raise NoVerdictError(f"cannot open server_bin {source} to copy it: {exc.strerror or exc}") from exc
+        src, _ = open_regular(source, trees)
+    except NotOpened as exc:
+        raise NoVerdictError(f"server_bin: {exc}; refusing to start it") from exc
     try:
-        if not stat.S_ISREG(os.fstat(src).st_mode):
-            raise NoVerdictError(f"server_bin {source} is no longer a regular file; refusing to start it")
         limit = filelimit.SERVER_BIN
         deadline = limit.checked("server_bin", source, src)  # a sparse file is never copied densely
+        refused = not_a_program(os.pread(src, _HEAD, 0), interpreters) if interpreters is not None else None
+        if refused is not None:
+            raise NoVerdictError(f"server_bin {source} {refused}")
         dst = os.open(target, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC, 0o700)
         digest = hashlib.sha256()
         copied = 0

@@ -102,7 +102,8 @@ class _Run:
             )
         with self.progress.group("input identities"):
             found = identity.identify(files, cache_path=cfg.hash_cache_path, use_cache=cfg.hash_cache, progress=self.progress,
-                                      limits={"server_bin": filelimit.SERVER_BIN}, guard=self.safe.guard)
+                                      limits={"server_bin": filelimit.SERVER_BIN}, guard=self.safe.guard,
+                                      trees=views.pr_trees(cfg))
         self.doc["timings"]["hashing_s"] = round(time.monotonic() - t0, 3)
         by_role = {f.role: f for f in found}
         self.doc["identities"] = {
@@ -111,7 +112,7 @@ class _Run:
             "draft": by_role["draft"].to_json(),
             "prompts": [by_role[p.role].to_json() for p in cfg.prompts],
         }
-        self.prompts = [read_verified_prompt(p.path, by_role[p.role].sha256) for p in cfg.prompts]
+        self.prompts = [read_verified_prompt(p.path, by_role[p.role].sha256, views.pr_trees(cfg)) for p in cfg.prompts]
 
     def run_build(self) -> bool:
         """Build the server first when [build] is configured; False when the gate must stop here."""
@@ -162,7 +163,7 @@ class _Run:
         """The server binary's private copy, its bytes those the pinned identity hashed."""
         from ds4ci.gate import privatebin
 
-        self.binary = privatebin.copy(self.cfg.server_bin.path, self.doc["identities"])
+        self.binary = privatebin.copy_server(self.cfg, self.doc["identities"])
         self.progress(f"server_bin: servers start a private read-only copy (sha256 {self.binary.sha256[:16]}…)")
 
     def _settings(self, binary: PrivateBinary, device: str) -> ServerSettings:

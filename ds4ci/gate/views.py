@@ -125,6 +125,18 @@ def launcher(cfg: GateConfig) -> tuple[str, ...]:
     return (sys.executable, "-I") if cfg.simulator else ()
 
 
+def interpreters(cfg: GateConfig) -> tuple[str, ...] | None:
+    """The interpreters a script server may name (``gate.server_interpreters``); None for the simulator, which
+    ds4ci's own Python runs (:func:`launcher`)."""
+    return None if cfg.simulator else cfg.server_interpreters
+
+
+def pr_trees(cfg: GateConfig) -> tuple[Path, ...]:
+    """The folders pull-request code wrote (the checkout, the build's): a file ds4ci reads there is opened below
+    them, no link followed (``fileio.open_regular``)."""
+    return server_view(cfg).trees
+
+
 def _build_trees(build: BuildSpec | None) -> tuple[Path, ...]:
     """The folders a build writes: its own, and the folder of the server it builds when that lies outside."""
     if build is None:

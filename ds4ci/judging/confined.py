@@ -17,10 +17,10 @@ import stat
 from pathlib import Path, PurePosixPath
 from typing import BinaryIO
 
+from ds4ci.fileio import file_kind, open_below
+
 MAX_JSON_BYTES = 8 * 1024 * 1024  # a lifecycle record, a request or a response, a manifest
 _CHUNK = 1 << 20
-_DIR_FLAGS = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
-_FILE_FLAGS = os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC | os.O_NOCTTY
 
 
 class ConfinedError(Exception):
@@ -47,24 +47,11 @@ def parts_of(rel: object) -> tuple[str, ...]:
     return parts
 
 
-def _open_below(root: Path, rel: object) -> int:
-    parts = parts_of(rel)
-    fd = os.open(root, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
-    try:
-        for part in parts[:-1]:
-            child = os.open(part, _DIR_FLAGS, dir_fd=fd)
-            os.close(fd)
-            fd = child
-        return os.open(parts[-1], _FILE_FLAGS, dir_fd=fd)
-    finally:
-        os.close(fd)
-
-
 def open_regular(root: Path, rel: object) -> BinaryIO:
     """``root/rel`` opened for reading, after proving it is a regular file inside ``root``."""
     name = str(rel)[:200]
     try:
-        fd = _open_below(root, rel)
+        fd = open_below(root, parts_of(rel))
     except ConfinedError:
         raise
     except OSError as exc:
@@ -72,7 +59,7 @@ def open_regular(root: Path, rel: object) -> BinaryIO:
     try:
         mode = os.fstat(fd).st_mode
         if not stat.S_ISREG(mode):
-            raise NotRegularError(f"{name} is not a regular file ({_kind(mode)}; refused, never read)")
+            raise NotRegularError(f"{name} is not a regular file ({file_kind(mode)}; refused, never read)")
         os.set_blocking(fd, True)
         return os.fdopen(fd, "rb")
     except BaseException:
@@ -112,10 +99,3 @@ def _why(name: str, exc: OSError) -> str:
         return f"{name}: a symbolic link or a non-directory on the way (never followed)"
     return f"{name} cannot be opened ({exc.strerror or exc})"
 
-
-def _kind(mode: int) -> str:
-    for test, name in ((stat.S_ISDIR, "a directory"), (stat.S_ISFIFO, "a FIFO"), (stat.S_ISCHR, "a character device"),
-                       (stat.S_ISBLK, "a block device"), (stat.S_ISSOCK, "a socket")):
-        if test(mode):
-            return name
-    return "not a regular file"

@@ -96,6 +96,7 @@ class GateConfig:
     device_args: tuple[str, ...] = OTHER_DEVICE_ARGS
     server_args: tuple[str, ...] = ()
     env_prefixes: tuple[str, ...] = table.get("gate", "env_prefixes").default
+    server_interpreters: tuple[str, ...] = table.DEFAULT_SERVER_INTERPRETERS  # a script server's allowed #! lines
     log_cap_mib: int = table.get("gate", "log_cap_mib").default
     require_coverage: bool = table.get("gate", "require_coverage").default
     text_parity: bool = table.get("gate", "text_parity").default
@@ -367,8 +368,8 @@ def _placement(src: _Sources, target_device: str) -> dict[str, Any]:
 
 
 # Settings with a checker and a default, taken from the table as they are: GateConfig field -> key.
-_PLAIN = ("max_tokens", "seed", "repeats", "max_ctx", "chunk", "server_args", "env_prefixes", "log_cap_mib",
-          "require_coverage", "text_parity", "base_ref", "upstream_ref", "allow_dirty_tree")
+_PLAIN = ("max_tokens", "seed", "repeats", "max_ctx", "chunk", "server_args", "env_prefixes", "server_interpreters",
+          "log_cap_mib", "require_coverage", "text_parity", "base_ref", "upstream_ref", "allow_dirty_tree")
 _SECONDS = {"startup_timeout_s": "startup_timeout", "request_timeout_s": "request_timeout",
             "stop_timeout_s": "stop_timeout"}
 

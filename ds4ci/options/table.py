@@ -21,6 +21,8 @@ DEFAULT_STALE_OVERRIDE_FILES = ("/tmp/ds4_spec_q", "/tmp/ds4_awidth")  # noqa: S
 DEFAULT_EVIDENCE_DIR = "ds4ci-evidence"
 SERVER_KINDS = ("program", "simulator")  # gate.server: the configured binary, or ds4ci's bundled simulator
 SIGNING_KINDS = ("service", "job-key")  # gate.signing: whose key may sign under GitHub Actions
+# The interpreters a server that is a script may name: the system's shell and env (a test server, a wrapper).
+DEFAULT_SERVER_INTERPRETERS = ("/bin/sh", "/usr/bin/sh", "/usr/bin/env")
 DEFAULT_CONFIG = "ds4ci.toml"  # read from the working directory by `gate` and `config check` when no --config
 DEFAULT_CHECK_TIMEOUT_S = 3600.0
 DEFAULT_BUILD_TIMEOUT_S = 4 * 3600.0
@@ -128,6 +130,10 @@ OPTIONS: tuple[Option, ...] = (
           "because this trusted setting says so; no GPU, no server_bin: for trying the gate and the workflows).",
           check=v.one_of(SERVER_KINDS), default="program", attr="server", reproduce=True, metavar="KIND",
           omit_default=True),
+    _gate("server_interpreters", "The interpreters a server that is a script (#!) may name, as absolute paths; a "
+          "server is run only when it is an ELF executable or such a script, anything else is refused before it runs "
+          "(an empty list: ELF executables only).", check=v.interpreters, default=DEFAULT_SERVER_INTERPRETERS,
+          toml_type="array of strings", flag=None, attr="server_interpreters"),
     _gate("server_sha256", _PIN.format("server binary; its identity is recorded either way."),
           check=v.parse_sha256, attr="server_bin.sha256", reproduce=True),
     _gate("target", "Target model file (GGUF).", toml_type="path", cli_type=Path, attr="target.path", reproduce=True),

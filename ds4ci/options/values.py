@@ -178,6 +178,13 @@ def env_prefixes(value: Any, where: str) -> tuple[str, ...]:
     return prefixes
 
 
+def interpreters(value: Any, where: str) -> tuple[str, ...]:
+    found = strings(value, where)
+    if any(not p.startswith("/") or len(p) > 200 for p in found) or len(set(found)) != len(found):
+        raise UsageError(f"{where}: expected absolute interpreter paths (such as /bin/sh), each once, found {list(found)}")
+    return found
+
+
 def notes(value: Any, where: str) -> tuple[str, ...]:
     found = strings(value, where) if value else ()
     if any(len(n) > MAX_NOTE_CHARS or "\n" in n for n in found):

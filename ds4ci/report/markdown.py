@@ -15,12 +15,14 @@ from __future__ import annotations
 
 import re
 
+from ds4ci.textsafe import BIDI_CONTROLS
+
 ZWJ = "\u200d"  # zero-width joiner: invisible, but breaks @mentions, autolinks and markers
 ELLIPSIS = "…"
 
 # C0/C1 controls (tab and newline are handled separately) and bidirectional overrides that
 # could make a reviewer read something other than what is there.
-_INVISIBLE = re.compile("[\x00-\x08\x0b\x0c\x0e-\x1f\x7f-\x9f\u202a-\u202e\u2066-\u2069]")
+_INVISIBLE = re.compile(f"[\x00-\x08\x0b\x0c\x0e-\x1f\x7f-\x9f{BIDI_CONTROLS}]")
 _NEWLINES = re.compile(r"\r\n|\r|\n")
 _MENTION = re.compile(r"@(?=[A-Za-z0-9_-])")
 _ISSUE_REF = re.compile(r"(#|GH-)(?=\d)", re.IGNORECASE)

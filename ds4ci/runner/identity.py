@@ -19,7 +19,6 @@ from __future__ import annotations
 
 import hashlib
 import os
-import stat
 import threading
 import time
 from collections.abc import Callable, Mapping, Sequence
@@ -30,6 +29,7 @@ from typing import Any
 
 from ds4ci import records
 from ds4ci.errors import NoVerdictError, UsageError
+from ds4ci.fileio import NotOpened, open_regular, tree_of
 from ds4ci.log import ByteProgress, Logger, as_logger
 from ds4ci.options.config import PinnedFile
 from ds4ci.options.protected import Protected, refuse_file
@@ -113,20 +113,24 @@ def _describe(st: os.stat_result) -> str:
     return f"size={st.st_size} mtime_ns={st.st_mtime_ns} ctime_ns={st.st_ctime_ns} inode={st.st_ino}"
 
 
-def _stat_regular(role: str, path: Path) -> tuple[str, os.stat_result]:
-    """Resolve and stat one input; anything but an existing readable regular file is a usage error."""
+def _open_input(role: str, path: Path, trees: Sequence[Path]) -> tuple[int, str]:
+    """One input opened (``fileio.open_regular``: below a tree pull-request code wrote, no link followed) with its
+    real path. Refused inside such a tree: no verdict; elsewhere (a path the trusted config names): a usage error."""
     try:
-        real = str(Path(path).resolve(strict=True))
-        st = Path(real).stat()
-    except OSError as exc:
-        raise UsageError(
-            f"{role} file {path}: expected an existing regular file, found none ({exc.strerror or exc})"
-        ) from exc
-    if not stat.S_ISREG(st.st_mode):
-        kinds = {"d": "a directory", "p": "a FIFO", "s": "a socket", "c": "a device", "b": "a device"}
-        kind = kinds.get(stat.filemode(st.st_mode)[0], "another file type")
-        raise UsageError(f"{role} file {path}: expected a regular file, found {kind}")
-    return real, st
+        return open_regular(path, trees)
+    except NotOpened as exc:
+        if tree_of(path, trees) is not None:
+            raise NoVerdictError(f"{role} file: {exc}; refusing to read it") from exc
+        raise UsageError(f"{role} file {path}: expected an existing regular file, found none ({exc})") from exc
+
+
+def _stat_regular(role: str, path: Path, trees: Sequence[Path] = ()) -> tuple[str, os.stat_result]:
+    """Open and stat one input; anything but an existing readable regular file is refused (``_open_input``)."""
+    fd, real = _open_input(role, path, trees)
+    try:
+        return real, os.fstat(fd)
+    finally:
+        os.close(fd)
 
 
 class _Cancelled(Exception):
@@ -134,20 +138,15 @@ class _Cancelled(Exception):
 
 
 def _read_digest(
-    role: str, path: Path, real: str, buffer: bytearray, cancel: threading.Event | None = None,
-    on_bytes: Callable[[int], None] | None = None, limit: FileLimit | None = None,
+    role: str, path: Path, buffer: bytearray, cancel: threading.Event | None = None,
+    on_bytes: Callable[[int], None] | None = None, limit: FileLimit | None = None, trees: Sequence[Path] = (),
 ) -> tuple[str, StatKey, os.stat_result]:
-    """Hash the file at ``real`` and prove it did not change while it was read (``on_bytes`` sees each chunk).
-    With a ``limit`` (a file a build wrote): its size and holes checked first, the read held to its deadline."""
-    try:
-        # O_NONBLOCK: if the path was swapped for a FIFO since we checked, open must not hang.
-        fd = os.open(real, os.O_RDONLY | getattr(os, "O_NONBLOCK", 0) | getattr(os, "O_CLOEXEC", 0))
-    except OSError as exc:
-        raise UsageError(f"{role} file {path}: cannot open for reading ({exc.strerror or exc})") from exc
+    """Hash the file at ``path`` (opened by ``_open_input``) and prove it did not change while it was read
+    (``on_bytes`` sees each chunk). With a ``limit`` (a file a build wrote): its size and holes checked first,
+    the read held to its deadline."""
+    fd, real = _open_input(role, path, trees)
     try:
         before = os.fstat(fd)
-        if not stat.S_ISREG(before.st_mode):
-            raise UsageError(f"{role} file {path}: expected a regular file, found another file type")
         deadline = limit.checked(role, path, fd) if limit is not None else None
         if hasattr(os, "posix_fadvise"):
             os.posix_fadvise(fd, 0, 0, os.POSIX_FADV_SEQUENTIAL)  # read-ahead hint for huge files
@@ -174,7 +173,7 @@ def _read_digest(
     finally:
         os.close(fd)
     try:
-        at_path = Path(real).stat()
+        at_path = Path(real).lstat()  # a link put in its place is a change, never followed
     except OSError as exc:
         raise NoVerdictError(
             f"{role} file {path} disappeared while it was being hashed; nothing may modify input files "
@@ -197,11 +196,11 @@ def _read_digest(
 def hash_file(path: Path, limit: FileLimit | None = None, role: str = "input") -> str:
     """SHA-256 (hex) of one regular file, streamed; raises UsageError/NoVerdictError like identify
     (``limit``: a file a build wrote, see ``filelimit``)."""
-    real, st = _stat_regular(role, path)
+    _, st = _stat_regular(role, path)
     # A buffer the size of the file (up to 8 MiB): sealing hashes dozens of small evidence files, and
     # zeroing 8 MiB for each of them cost more than reading them.
     buffer = bytearray(min(BUFFER_SIZE, max(st.st_size + 1, 64 * 1024)))
-    sha, _, _ = _read_digest(role, path, real, buffer, limit=limit)
+    sha, _, _ = _read_digest(role, path, buffer, limit=limit)
     return sha
 
 
@@ -244,12 +243,13 @@ class _Hasher:
     progress_min_bytes: int
     limits: Mapping[str, FileLimit] = field(default_factory=dict)  # by role: the files a build wrote
     show_digests: bool = True  # False for the gate service: its caller reads no digest of a file it cannot read
+    trees: Sequence[Path] = ()  # folders pull-request code wrote: a file inside is opened below them, no link followed
     stop: threading.Event = field(default_factory=threading.Event)
     local: threading.local = field(default_factory=threading.local)
 
     def job(self, real: str) -> _Digest:
         item = self.unique[real]
-        _, st = _stat_regular(item.role, item.path)
+        _, st = _stat_regular(item.role, item.path, self.trees)
         key = StatKey.of(real, st)
         self.say(f"hashing {item.role} {item.path} ({human_size(st.st_size)}) ...")
         hit = _lookup(self.entries, key) if self.use_cache else None
@@ -264,7 +264,7 @@ class _Hasher:
         big = st.st_size >= self.progress_min_bytes
         bar = ByteProgress(f"hashing {item.role}", st.st_size, self.say) if big else None
         sha, key, before = _read_digest(
-            item.role, item.path, real, buffer, self.stop, bar.advance if bar else None, self.limits.get(item.role))
+            item.role, item.path, buffer, self.stop, bar.advance if bar else None, self.limits.get(item.role), self.trees)
         if bar is not None:
             bar.done()
         seconds = time.perf_counter() - t0
@@ -327,6 +327,7 @@ def identify(
     progress_min_bytes: int = HASH_PROGRESS_MIN_BYTES,
     limits: Mapping[str, FileLimit] | None = None,
     guard: Protected | None = None,
+    trees: Sequence[Path] = (),
 ) -> list[FileIdentity]:
     """Hash every file (in parallel), then verify every pin; return identities in input order.
 
@@ -345,7 +346,7 @@ def identify(
         return []
     say = as_logger(progress)  # thread-safe: lines from the hashing threads never interleave
     # Stat everything first so a typo in the last path fails in milliseconds, not after 86 GB.
-    reals = [_stat_regular(f.role, f.path)[0] for f in files]
+    reals = [_stat_regular(f.role, f.path, trees)[0] for f in files]
     for item, real in zip(files, reals, strict=True):
         if guard is not None:
             refuse_file(f"{item.role} file {item.path}", Path(real), guard)
@@ -356,7 +357,8 @@ def identify(
     unique: dict[str, PinnedFile] = {}
     for item, real in zip(files, reals, strict=True):
         unique.setdefault(real, item)
-    digests = _Hasher(unique, entries, use_cache, say, progress_min_bytes, dict(limits or {}), show).run(workers)
+    digests = _Hasher(unique, entries, use_cache, say, progress_min_bytes, dict(limits or {}), show,
+                      trees).run(workers)
     fresh = {d.key.realpath: {**d.key.fields(), "sha256": d.sha256} for d in digests.values() if d.cacheable}
     # use_cache=False still refreshes the cache: a forced re-read is the most trustworthy entry.
     if fresh and cache_file is not None:

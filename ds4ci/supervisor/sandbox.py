@@ -12,7 +12,8 @@ PR-built binary) runs as ``bwrap ... -- COMMAND`` with an allowlist view of the 
   the sandbox, so a server cannot write more than that there; bubblewrap >= 0.7 for ``--size``);
   the paths the caller names (the build's own folder) and ``[sandbox] rw_paths``;
 - devices: a fresh ``/dev`` with the standard nodes, plus :data:`DEFAULT_DEVICES` (GPU nodes,
-  where present) and ``[sandbox] devices``;
+  where present) and ``[sandbox] devices``; ``/dev`` itself read-only (no file can be written there) and
+  ``/dev/shm`` a tmpfs of its own, of the scratch quota's size where the view has one;
 - a fresh ``/proc`` of a new PID namespace (IPC and UTS are new too), ``--die-with-parent``,
   ``--new-session``, every capability dropped; unprivileged users get a user namespace that maps
   only their own uid;
@@ -291,6 +292,14 @@ def _aliases(binds: Sequence[tuple[str, Path, Path]], shown: Sequence[Path]) -> 
     return args
 
 
+def _dev_scratch(view: View) -> list[str]:
+    """``/dev`` read-only once its nodes are in place (bubblewrap's fresh ``/dev`` is a tmpfs of no size, so a file
+    written there would be memory without a bound), and ``/dev/shm`` a tmpfs of its own: of the view's scratch quota
+    where it has one (the server's, like its ``/tmp``)."""
+    quota = scratch_quota(view)
+    return ["--remount-ro", "/dev", *(["--size", str(quota)] if quota is not None else []), "--tmpfs", "/dev/shm"]  # noqa: S108 - the sandbox's own
+
+
 def _user_binds(policy: Policy, view: View, scratch: Path) -> list[str]:
     binds = checked_binds(policy, view)
     args = ["--bind", str(scratch), INSIDE_TMP]  # named even under a tmpfs: the watchdog finds the bwrap by it
@@ -327,6 +336,7 @@ def argv(
     args += ["--proc", "/proc", "--dev", "/dev", "--ro-bind", "/sys", "/sys"]
     for node in _expand((*DEFAULT_DEVICES, *policy.devices)):
         args += ["--dev-bind", node, node]
+    args += _dev_scratch(view)
     args += _user_binds(policy, view, scratch)
     args += ["--chdir", str(cwd) if cwd else INSIDE_TMP, "--json-status-fd", str(status_fd), "--", *command]
     return args

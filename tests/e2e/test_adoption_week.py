@@ -102,7 +102,8 @@ def test_a_script_the_sandbox_cannot_start_is_said_so_not_read_as_a_kill(tmp_pat
     wrapper.write_text(f"#!{venv_python}\nfrom ds4ci.simulator.main import main\nmain()\n")
     wrapper.chmod(0o755)
     config = repo / "ds4ci.toml"
-    config.write_text(config.read_text().replace('server = "simulator"', f'server_bin = "{wrapper}"'))
+    config.write_text(config.read_text().replace(
+        'server = "simulator"', f'server_bin = "{wrapper}"\nserver_interpreters = ["{venv_python}"]'))
     gate = ds4ci("gate", "--runner", "local", "--widths", "2", "--json", cwd=repo, env=env)
     summary = json.loads(gate.stdout)
     if "sandbox: PR code runs under bubblewrap" not in gate.stderr:

@@ -281,3 +281,20 @@ def test_a_dry_run_names_each_check_run_and_sends_nothing(
     assert check.startswith("# ds4ci/gfx1151: failure") and f"### ❌ fail: `gfx1151` on `{HEAD}`" in check
     assert (tmp_path / "comment.md").is_file() and (tmp_path / "summary.md").is_file()
     assert fake.requests == []
+
+
+def test_no_bidirectional_control_of_a_servers_text_reaches_the_check_run(fake: FakeGitHub) -> None:
+    """U+200F, U+061C and every other direction mark, embedding, override and isolate in server text (a reason,
+    the server's name, a log tail that becomes an annotation) are stripped from the check run's title, summary,
+    text and annotations, as from the comment."""
+    marks = "\u200e\u200f\u061c\u202a\u202b\u202c\u202d\u202e\u2066\u2067\u2068\u2069"
+    d = copy.deepcopy(doc(FAIL))
+    d["reasons"] = [f"q=2: answers differ{marks} at token 7", *d["reasons"][1:]]
+    d["server"] = {"name": f"dflash{marks}", "version": f"1.0{marks}"}
+    d["checks"][0].update(status="fail", failed=1, passed=343,
+                          log_tail=f"tests/test_spec.cpp:42: Failure{marks}\nExpected{marks} equality\n")
+    assert publish(fake, validate(d)) == 0
+    run = runs_by_name(fake)["ds4ci/gfx1151"]
+    shown = json.dumps([run["output"], run.get("annotations", [])], ensure_ascii=False)
+    assert "answers differ" in shown and "Failure" in shown
+    assert not any(mark in shown for mark in marks), [hex(ord(c)) for c in shown if c in marks]

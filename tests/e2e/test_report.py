@@ -14,6 +14,7 @@ from typing import Any
 import pytest
 from paths import ROOT, TESTS
 
+from ds4ci import textsafe
 from ds4ci.evidence.results import load, validate
 from ds4ci.report import markdown, render
 from ds4ci.report.sections import MARKER, parse_sections
@@ -109,11 +110,12 @@ def test_a_reason_cannot_forge_a_marker_through_the_top_table() -> None:
     assert sections[0].why is not None and "<" not in sections[0].why and "second line" not in sections[0].why
 
 
+BIDI = re.compile(f"[{textsafe.BIDI_CONTROLS}]")
 HOSTILE = (
     "a|b <script>alert(1)</script> &amp; @octocat @acme/team #1234 GH-12 ![img](https://evil.example/x.png) "
     "[click](https://evil.example) https://evil.example www.evil.example ``` ` "
     "<!-- ds4ci:sticky-comment --> <!-- ds4ci:section-end runner=gfx1151 -->\n| injected | row |\n"
-    "\u202eevil\u202c " + "x" * 3000
+    "\u202eevil\u202c \u200fmark\u061c \u200e\u202a\u202b\u202d\u2066\u2067\u2068\u2069 " + "x" * 3000
 )
 
 
@@ -155,7 +157,7 @@ def test_hostile_strings_are_neutralised(kind: str) -> None:
     assert not re.search(r"#\d|GH-\d", re.sub(r"&#\d+;", "", text), re.IGNORECASE)
     assert "](" not in text.replace(f"]({RUN_URL}#artifacts)", "").replace(f"]({RUN_URL})", "")
     assert "https://evil" not in text and "www.evil" not in text
-    assert "\u202e" not in body
+    assert not BIDI.search(body), "a bidirectional control survived"
     # No injected table row: every line starting with | belongs to one of our tables.
     assert "| injected | row |" not in text
     # Every fenced block is closed by its own fence (no value closes it early).

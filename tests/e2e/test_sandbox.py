@@ -244,7 +244,7 @@ def test_the_bundled_simulator_runs_sandboxed_with_nothing_configured(tmp_path: 
     assert run.results is not None and run.results["containment"] == "sandbox"
     script = ws.gate(widths="2", env=env)
     assert script.code == 3 and script.results is not None
-    assert "could not be started in the sandbox, it never ran" in script.results["reasons"][0]
+    assert "a script whose #! interpreter is not one gate.server_interpreters names" in script.results["reasons"][0]
 
 
 def test_helpers_still_running_when_a_stopped_command_exits_are_recorded_as_killed(tmp_path: Path) -> None:

@@ -82,6 +82,14 @@ def venv_checkout(root: Path, pth_lines: list[str], then: str) -> Path:
     return server
 
 
+def trusting(server: Path) -> Path:
+    """A trusted config that lets a server script name the checkout venv's interpreter (``gate.server_interpreters``):
+    what the sandbox then shows that interpreter is what these tests check."""
+    config = server.parent.parent / "trusting.toml"
+    config.write_text(f'[gate]\nserver_interpreters = ["{server.parent / "venv" / "bin" / "python"}"]\n')
+    return config
+
+
 # --- hole 1: the server's first line and its .pth files choose no bind ----------------------------------
 
 
@@ -95,7 +103,7 @@ def test_a_checkout_venv_and_its_pth_lines_bind_nothing_of_the_runners(tmp_path:
     then = attempts(attacks) + f'shift\nexec {shlex.quote(sys.executable)} -m ds4ci.simulator "$@"'
     server = venv_checkout(tmp_path, [line.format(home=home)], then)
     ws = Workspace.create(tmp_path, server=server)
-    run = ws.gate(widths="2", env=ws.env(HOME=str(home)))
+    run = ws.gate(widths="2", env=ws.env(HOME=str(home)), config=trusting(server))
     assert run.code == 0, run.stdout + run.stderr
     assert run.results is not None and run.results["containment"] == "sandbox"
     (attempt,) = (ws.root / "evidence" / "runs").iterdir()
@@ -111,7 +119,7 @@ def test_a_pth_that_is_a_fifo_or_dev_zero_neither_hangs_nor_breaks_the_gate(tmp_
     os.mkfifo(site / "fifo.pth")
     (site / "zero.pth").symlink_to("/dev/zero")
     ws = Workspace.create(tmp_path, server=server)
-    run = ws.gate(widths="2", timeout=120)
+    run = ws.gate(widths="2", timeout=120, config=trusting(server))
     assert run.code == 0, run.stdout + run.stderr
     assert "internal error" not in run.stderr.lower()
 

@@ -105,7 +105,9 @@ def test_the_gates_server_reaches_no_host_service_and_the_gate_still_reaches_it(
     server.chmod(0o755)
     ws = Workspace.create(tmp_path, server=server)
     before = list(host_services.connected)
-    run = ws.gate(widths="2")
+    config = tmp_path / "ds4ci.toml"  # the trusted config lets a server script name this interpreter
+    config.write_text(f'[gate]\nserver_interpreters = ["{sys.executable}"]\n')
+    run = ws.gate(widths="2", config=config)
     assert run.code == 0, run.stdout + run.stderr  # the gate talked to the simulator through the namespace
     assert "(containment: sandbox, its own network namespace)" in run.stderr
     (attempt,) = (ws.root / "evidence" / "runs").iterdir()

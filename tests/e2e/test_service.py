@@ -548,3 +548,30 @@ def test_a_trusted_config_that_binds_the_service_state_is_refused_and_the_record
             assert "sandbox.rw_paths" in proc.stderr and "the gate service's state folder" in proc.stderr, proc.stderr
         assert earlier.read_bytes() == kept
         assert all(b"tampered" not in p.read_bytes() for p in (svc.state / "requests").iterdir())
+
+
+def test_a_build_that_links_the_server_binary_to_the_service_key_is_refused_and_the_key_stays_unsaid(
+    tmp_path: Path,
+) -> None:
+    """The pull request changes only its build script: out/dflash_server becomes a link to the service's own key.
+    The service's gate (config from the trusted branch) refuses the link before any server starts; no line of the
+    key reaches the caller's output, results.json, the bundle or the service's log."""
+    repo = make_repo(tmp_path)  # its upstream is the trusted repository, whose main is the base
+    key = tmp_path / "keys" / "runner-key.pem"  # where service() makes the key
+    head = branch(repo, "link-key", {"build.sh": f"#!/bin/sh\nmkdir -p out\nln -sf {key} out/dflash_server\n"})
+    with service(tmp_path, repo.ws) as svc:
+        proc = request(svc, repo, head, tmp_path / "out")
+        secret = [line for line in key.read_text().splitlines() if line and not line.startswith("-----")]
+        log = svc.log_text()
+    said = [proc.stdout, proc.stderr, log]
+    results = tmp_path / "out" / "results.json"
+    if results.exists():
+        said.append(results.read_text())
+    bundle = tmp_path / "out" / "bundle.tar.gz"
+    if bundle.exists():
+        with tarfile.open(bundle) as tar:
+            said += [tar.extractfile(m).read().decode(errors="replace")  # type: ignore[union-attr]
+                     for m in tar.getmembers() if m.isfile()]
+    assert secret and not [line for line in secret if any(line in text for text in said)]
+    assert proc.returncode == 3, proc.stdout + proc.stderr
+    assert "out/dflash_server is a symbolic link" in proc.stdout + proc.stderr

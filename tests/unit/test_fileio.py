@@ -1,0 +1,72 @@
+"""fileio.open_regular: a file inside a folder pull-request code wrote is opened below it, no link followed."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import pytest
+
+from ds4ci.fileio import NotOpened, open_regular
+
+
+def tree_with_secret(tmp_path: Path) -> tuple[Path, Path]:
+    secret = tmp_path / "keys" / "key.pem"
+    secret.parent.mkdir()
+    secret.write_text("SECRET\n")
+    tree = tmp_path / "checkout"
+    (tree / "out").mkdir(parents=True)
+    return tree, secret
+
+
+def read(path: Path, trees: tuple[Path, ...]) -> bytes:
+    fd, _ = open_regular(path, trees)
+    with os.fdopen(fd, "rb") as fh:
+        return fh.read()
+
+
+def test_a_regular_file_in_the_tree_is_read_and_its_real_path_given(tmp_path: Path) -> None:
+    tree, _ = tree_with_secret(tmp_path)
+    (tree / "out" / "bin").write_bytes(b"\x7fELF")
+    assert read(tree / "out" / "bin", (tree,)) == b"\x7fELF"
+    fd, real = open_regular(tree / "out" / "bin", (tree,))
+    os.close(fd)
+    assert real == str((tree / "out" / "bin").resolve())
+
+
+@pytest.mark.parametrize(("make", "said"), [
+    (lambda tree, secret: (tree / "out" / "bin").symlink_to(secret), "out/bin is a symbolic link (to {secret})"),
+    (lambda tree, secret: ((tree / "out").rmdir(), (tree / "out").symlink_to(secret.parent),
+                           (secret.parent / "bin").hardlink_to(secret)), "out is a symbolic link (to {folder})"),
+    (lambda tree, secret: (tree / "out" / "bin").symlink_to("bin"), "out/bin is a symbolic link (to bin)"),
+    (lambda tree, secret: os.mkfifo(tree / "out" / "bin"), "is a FIFO, not a regular file"),
+    (lambda tree, secret: (tree / "out" / "bin").mkdir(), "is a directory, not a regular file"),
+    (lambda tree, secret: None, "out/bin does not exist"),
+])
+def test_a_link_a_fifo_a_folder_or_nothing_in_the_tree_is_refused_by_its_kind(tmp_path: Path, make: object, said: str) -> None:
+    tree, secret = tree_with_secret(tmp_path)
+    make(tree, secret)  # type: ignore[operator]
+    with pytest.raises(NotOpened) as refused:
+        read(tree / "out" / "bin", (tree,))
+    assert said.format(secret=secret, folder=secret.parent) in str(refused.value)
+    assert "SECRET" not in str(refused.value)
+
+
+def test_dot_dot_is_taken_lexically_and_never_climbs_out_through_a_link(tmp_path: Path) -> None:
+    tree, secret = tree_with_secret(tmp_path)
+    (tree / "out" / "up").symlink_to(secret.parent)
+    with pytest.raises(NotOpened, match="is a symbolic link"):
+        read(tree / "out" / "up" / "key.pem", (tree,))
+    (tree / "key.pem").write_text("in the tree\n")
+    assert read(tree / "out" / "up" / ".." / ".." / "key.pem", (tree,)) == b"in the tree\n"  # the tree's own, no link
+
+
+def test_a_trusted_path_outside_the_trees_may_use_the_runners_links_and_a_loop_is_said(tmp_path: Path) -> None:
+    tree, secret = tree_with_secret(tmp_path)
+    current = tmp_path / "current"
+    current.symlink_to(secret.parent)
+    assert read(current / "key.pem", (tree,)) == b"SECRET\n"
+    loop = tmp_path / "loop"
+    loop.symlink_to(loop)
+    with pytest.raises(NotOpened, match="symbolic link loop"):
+        read(loop, (tree,))
