@@ -408,13 +408,10 @@ def run_gate(cfg: GateConfig, progress: Progress | Logger | None = None, safe: S
         except Ds4ciError as exc:
             run.doc["reasons"].append(fit_reason(str(exc)))
             progress(f"no verdict: {exc}")
-        except OSError as exc:  # evidence could not be written mid-run (disk full, read-only, ...)
-            run.doc["reasons"].append(f"I/O error during the run: {exc.strerror or exc} ({exc.filename or ''})")
-            progress(f"no verdict: {exc}")
-        except Exception as exc:  # a bug in ds4ci: still no verdict, the attempt kept, never a traceback
-            message = f"internal error (a bug in ds4ci, please report it): {type(exc).__name__}: {exc}"
-            run.doc["reasons"].append(message.splitlines()[0][:1000])
-            progress(f"no verdict: {message.splitlines()[0]}")
+        except Exception as exc:  # evidence not written mid-run (disk full, ...) or a bug: no verdict, never a traceback
+            message = ("I/O error during the run: " if isinstance(exc, OSError) else "") + _detail(exc)
+            run.doc["reasons"].append(message)
+            progress(f"no verdict: {message}")
         finally:
             if run.binary is not None:
                 run.binary.remove()

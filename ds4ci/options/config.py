@@ -37,6 +37,7 @@ from ds4ci.options.values import (
     parse_sha256,
     parse_widths,
     read_toml,
+    under_actions,
 )
 
 __all__ = [
@@ -145,10 +146,6 @@ class GateConfig:
     def server_args_all(self) -> tuple[str, ...]:
         """Every argument after the ones ds4ci owns: the device defaults (or their replacement), then extras."""
         return (*self.device_args, *self.server_args)
-
-
-def under_actions() -> bool:
-    return os.environ.get("GITHUB_ACTIONS") == "true"
 
 
 @dataclass(frozen=True)

@@ -312,3 +312,8 @@ def public_keys(value: Any, where: str) -> tuple[str, ...]:
     if not items:
         raise UsageError(f"{where}: expected a public key line or a list of them, found an empty list")
     return tuple(public_key_line(item, where) for item in items)
+
+
+def under_actions() -> bool:
+    """Is this a GitHub Actions job (its runner sets ``GITHUB_ACTIONS=true``)?"""
+    return os.environ.get("GITHUB_ACTIONS") == "true"

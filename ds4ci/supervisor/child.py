@@ -216,13 +216,23 @@ class Child:
         """
         if self.poll() is not None:
             return False
+        deadline = time.monotonic() + grace_s
         self.send_signal(signal.SIGTERM)
         if self.wait(grace_s) is not None:
+            self._let_the_rest_stop(deadline)
             return False
         self.kill()
         if self.wait(kill_wait_s) is None:
             raise Unkillable(f"{self.argv[0]} (pid {self.pid}) survived SIGKILL for {kill_wait_s:g} s")
         return True
+
+    def _let_the_rest_stop(self, deadline: float) -> None:
+        """The command went at SIGTERM: what it started got the signal too, and the rest of the grace to act on it.
+
+        The keeper ends once nothing of the command is left; ``sweep`` kills whatever is still there at ``deadline``.
+        """
+        while self._proc.poll() is None and time.monotonic() < deadline:
+            time.sleep(_POLL_S)
 
     def sweep(self, kill_wait_s: float = DEFAULT_KILL_WAIT_S) -> list[KilledProcess]:
         """Kill and reap everything left (the command too, if it still runs); return what was killed.

@@ -69,10 +69,11 @@ while True:
     time.sleep(1)
 """
 
-# Writes which signal reached it, then exits 42 (or keeps running if told to ignore SIGTERM).
+# Writes which signal reached it (after argv[4] seconds, if given), then exits 42.
 TERM_AWARE = """
 import signal, sys, time
 def on_term(signum, frame):
+    time.sleep(float(sys.argv[4]) if len(sys.argv) > 4 else 0)
     open(sys.argv[2], "w").write("TERM")
     sys.exit(42)
 signal.signal(signal.SIGTERM, on_term)
@@ -134,7 +135,7 @@ def test_sigterm_reaches_the_command_and_its_helpers(sup: Supervisor, tmp_path: 
     prog.write_text(TERM_AWARE)
     main, helper = tmp_path / "main.sig", tmp_path / "helper.sig"
     script = (
-        f"{sys.executable} {prog} x {helper} {tmp_path / 'helper.up'} & "
+        f"{sys.executable} {prog} x {helper} {tmp_path / 'helper.up'} 1.0 & "  # a helper slow to stop
         f"exec {sys.executable} {prog} x {main} {tmp_path / 'main.up'}"
     )
     child = sup.spawn(["sh", "-c", script])
@@ -147,7 +148,7 @@ def test_sigterm_reaches_the_command_and_its_helpers(sup: Supervisor, tmp_path: 
     finally:
         child.sweep()
     assert main.read_text() == "TERM"
-    wait_for(helper)  # the helper in its group / namespace got SIGTERM too
+    # The helper in its group / namespace got SIGTERM too, and the rest of the grace to act on it.
     assert helper.read_text() == "TERM"
 
 
