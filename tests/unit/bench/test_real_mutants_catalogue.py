@@ -20,7 +20,7 @@ def test_the_catalogue_names_its_engine_commits_and_explains_every_equivalent_mu
     cat = rm.load_catalogue(CATALOGUE)
     assert cat.repository == "Nuked88/lucebox" and all(re.fullmatch(r"[0-9a-f]{40}", c) for c in cat.commits)
     names = [m.name for m in cat.mutants]
-    assert len(names) == len(set(names)) >= 10
+    assert len(names) == len(set(names)) >= 24
     assert sum(1 for m in cat.mutants if not m.equivalent) >= 10
     for m in cat.mutants:
         assert m.file.startswith("src/") and m.summary and all(s.old != s.new for s in m.substitutions)
@@ -89,3 +89,12 @@ def test_the_source_folder_comes_from_the_build_folders_cache(tmp_path: Path) ->
     assert rm.source_dir(build, None) == tmp_path.resolve()
     with pytest.raises(rm.BenchError, match="not the source folder"):
         rm.source_dir(build, tmp_path / "elsewhere")
+
+
+def test_a_rollback_skipped_for_one_accept_length_is_equivalent_exactly_where_that_length_cannot_roll_back() -> None:
+    # accept counts the seed, so at width q a rollback follows accept 1..q-1: skipping accept == k acts at q > k only
+    cat = {m.name: m for m in rm.load_catalogue(CATALOGUE).mutants}
+    for k in (1, 2, 3):
+        m = cat[f"rollback-skipped-at-accept-{k}"]
+        assert m.equivalent_at == tuple(q for q in (2, 3, 4) if q <= k) and (m.equivalent != "") == (k > 1), m.name
+    assert all(set(m.equivalent_at) <= {2, 3, 4} for m in cat.values())

@@ -31,6 +31,14 @@ from ds4ci.tinymodels.bundle import TinySet, write_tiny_set  # noqa: E402
 
 CATALOGUE = ROOT / "bench" / "mutants" / "lucebox-ds4-reference-exact.toml"
 WIDTHS = (2, 3, 4)
+# The catalogue's mutants of 2026-12-05 (one part, one layer or one accept length at a time), which the
+# double does not take yet: the H200 measures them first (issue 39); they follow ENGINE_MUTANTS in its order.
+NOT_MIRRORED = (
+    "attn-compressor-not-restored", "indexer-compressor-not-restored", "n-comp-only-not-restored",
+    "n-index-comp-not-restored", "raw-ring-layer-0-not-restored", "raw-ring-last-layer-not-restored",
+    "compressor-last-layer-not-restored", "rollback-skipped-at-accept-1", "rollback-skipped-at-accept-2",
+    "rollback-skipped-at-accept-3", "replay-drops-last-accepted",
+)
 # What the double does not see with the shipped models (measured by this file; docs/benchmarks.md says why):
 # a mutant missing here at a width must be missed there, and caught at every other width.
 NOT_SEEN = {
@@ -74,8 +82,9 @@ def answers(shipped: TinySet) -> dict[tuple[str | None, int, int], list[int]]:
 def test_the_names_are_the_catalogues() -> None:
     catalogue = tomllib.loads(CATALOGUE.read_text(encoding="utf-8"))
     names = tuple(m["name"] for m in catalogue["mutant"])
-    assert names == ENGINE_MUTANTS
-    assert {m["name"] for m in catalogue["mutant"] if "equivalent" in m} == set(EQUIVALENT)
+    assert names == ENGINE_MUTANTS + NOT_MIRRORED
+    mirrored = [m for m in catalogue["mutant"] if m["name"] in ENGINE_MUTANTS]
+    assert {m["name"] for m in mirrored if "equivalent" in m and not m.get("equivalent_at")} == set(EQUIVALENT)
     assert set(NOT_SEEN) < set(ENGINE_MUTANTS) - set(EQUIVALENT)
     assert read_env({"DS4REF_FAULT": "no-rollback"}).fault == FaultPlan("no-rollback", 0, None)
 
