@@ -228,6 +228,9 @@ def tiny_models(
     kind: Annotated[str, typer.Option(help="successor: the target walks a long cycle of words that the draft "
                                            "partly knows (partial acceptance, rejections at every slot); random: "
                                            "the first random-weight models.")] = "successor",
+    design: Annotated[str | None, typer.Option(help="The successor models' design by name (ds4ci/tinymodels/design.py "
+                                                    "BY_NAME: FOURTH, FIFTH_LOUD, FIFTH_ALIGNED, FIFTH_LOUDER, ...); "
+                                                    "default: the shipped one.")] = None,
 ) -> None:
     """Write tiny DS4 target and DSpark draft GGUF files, prompts and a pinned ds4ci.toml.
 
@@ -238,7 +241,7 @@ def tiny_models(
     """
     from ds4ci.commands.tiny_models import run_tiny_models
 
-    exit_with(lambda: run_tiny_models(folder, seed, kind))
+    exit_with(lambda: run_tiny_models(folder, seed, kind, design))
 
 
 @app.command()

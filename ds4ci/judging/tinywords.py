@@ -42,6 +42,10 @@ KNOWN_TARGETS: dict[str, str] = {
     "e8e6a16ce6caf5323bae5db38bcd970ae29f7b6ef1ffc2ac2f082bd9870b658d": SECOND_SUCCESSOR,
     "e96a205cf3543f561c03a90a3946b0d3e678d00e70231dbee57bd0fe0335b447": FIRST_SUCCESSOR,
     "340fd97fff73dc755f918f8bd0e89ea37b3430c4fb66b81c903e05fd5a40b360": "ds4ci tiny-models --kind random --seed 1",
+    # the 2026-12-05 candidates (ds4ci/tinymodels/design.py); FIFTH_ALIGNED's target is the shipped one (only its
+    # prompts differ), FIFTH_LOUD_ALIGNED's is FIFTH_LOUD's
+    "155283d1ca0a2a93bce1e171ad775736b8d01bff967f930b3b047fa980cd9749": "ds4ci tiny-models --seed 1 --design FIFTH_LOUD",
+    "c8a3d90f4e1a701a8bef63c07b40d25a63829cfac1ec0a67910e46f9c82f5de9": "ds4ci tiny-models --seed 1 --design FIFTH_LOUDER",
 }
 
 

@@ -120,7 +120,8 @@ def write_tiny_set(folder: Path, seed: int, shape: Shape | None = None, draft: D
     target, draft_path = folder / TARGET_FILE, folder / DRAFT_FILE
     st = tiny_structure(seed, shape, design.near_ties) if successor else None
     out_std = design.layer_out_std if successor else WEIGHT_STD
-    vocab = write_target(target, shape, np.random.default_rng([seed, 0]), st, out_std)
+    norm = design.compressor_norm if successor else 1.0
+    vocab = write_target(target, shape, np.random.default_rng([seed, 0]), st, out_std, norm)
     write_draft(draft_path, shape, draft, vocab.special(SPECIALS[-1]), np.random.default_rng([seed, 1]), st, out_std)
     rng = np.random.default_rng([seed, 2])
     prompts = []

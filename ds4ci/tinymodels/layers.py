@@ -34,15 +34,17 @@ def block(sink: TensorSink, s: Shape, il: int, out_std: float = WEIGHT_STD) -> N
     sink.q8(p + "ffn_down_shexp.weight", [s.ff_exp, e], std=out_std)
 
 
-def compressor(sink: TensorSink, s: Shape, il: int, ratio: int) -> None:
-    """A compressed-attention layer's compressor, and for ratio 4 its sparse indexer."""
+def compressor(sink: TensorSink, s: Shape, il: int, ratio: int, norm: float = 1.0) -> None:
+    """A compressed-attention layer's compressor, and for ratio 4 its sparse indexer. ``norm``: the weight of the
+    compressors' output norms (the engine's build_compressor_step multiplies the RMS-normed pooled row by it), so
+    a compressed row, key and value alike, is ``norm`` times as loud as with 1.0."""
     p = f"blk.{il}."
     e, d = s.n_embd, s.head_dim
     width = (2 if ratio == 4 else 1) * d
     sink.f32(p + "attn_compressor_ape.weight", [width, ratio])
     sink.q8(p + "attn_compressor_kv.weight", [e, width])
     sink.q8(p + "attn_compressor_gate.weight", [e, width])
-    sink.const(p + "attn_compressor_norm.weight", [d], 1.0)
+    sink.const(p + "attn_compressor_norm.weight", [d], norm)
     if ratio != 4:
         return
     idx = s.indexer_dim
@@ -51,7 +53,7 @@ def compressor(sink: TensorSink, s: Shape, il: int, ratio: int) -> None:
     sink.f32(p + "indexer_compressor_ape.weight", [2 * idx, 4])
     sink.q8(p + "indexer_compressor_kv.weight", [e, 2 * idx])
     sink.q8(p + "indexer_compressor_gate.weight", [e, 2 * idx])
-    sink.const(p + "indexer_compressor_norm.weight", [idx], 1.0)
+    sink.const(p + "indexer_compressor_norm.weight", [idx], norm)
 
 
 def output_head(sink: TensorSink, s: Shape) -> None:

@@ -30,9 +30,10 @@ def _metadata(w: GGUFWriter, s: Shape, vocab: Vocab, name: str) -> None:
 
 
 def write_target(path: Path, s: Shape, rng: np.random.Generator, st: Structure | None = None,
-                 out_std: float = WEIGHT_STD) -> Vocab:
+                 out_std: float = WEIGHT_STD, compressor_norm: float = 1.0) -> Vocab:
     """Random weights, or with ``st`` the successor structure (``structure``) in the embedding and output head;
-    ``out_std``: std of the layers' output projections (``design.Design.layer_out_std``)."""
+    ``out_std``: std of the layers' output projections (``design.Design.layer_out_std``); ``compressor_norm``:
+    the compressors' output norm weight (``design.Design.compressor_norm``; a constant, so no draw moves)."""
     if len(s.compress_ratios) != s.n_layer or set(s.compress_ratios) - {0, 4, 128}:
         raise ValueError(f"compress_ratios must give 0, 4 or 128 for each of {s.n_layer} layers: {s.compress_ratios}")
     vocab = build_vocab(s.n_vocab)
@@ -50,7 +51,7 @@ def write_target(path: Path, s: Shape, rng: np.random.Generator, st: Structure |
         if il < s.n_hash_layer:
             sink.expert_ids(f"blk.{il}.ffn_gate_tid2eid.weight", s.n_expert_used, s.n_vocab, s.n_expert)
         if s.compress_ratios[il]:
-            layers.compressor(sink, s, il, s.compress_ratios[il])
+            layers.compressor(sink, s, il, s.compress_ratios[il], compressor_norm)
     _finish(w)
     return vocab
 

@@ -20,7 +20,8 @@ def test_every_known_target_is_what_tiny_models_writes_for_its_seed(tmp_path: Pa
         seed = int(words[words.index("--seed") + 1])
         kind = words[words.index("--kind") + 1] if "--kind" in words else "successor"
         earlier = {FIRST_SUCCESSOR: design.FIRST, SECOND_SUCCESSOR: design.SECOND, THIRD_SUCCESSOR: design.THIRD}
-        made = earlier.get(made_by, design.SHIPPED)
+        named = design.BY_NAME[words[words.index("--design") + 1]] if "--design" in words else design.SHIPPED
+        made = earlier.get(made_by, named)
         folder = tmp_path / f"{kind}-{seed}-{len(list(tmp_path.iterdir()))}"
         written = write_tiny_set(folder, seed, kind=kind, design=made).target
         assert hashlib.sha256(written.read_bytes()).hexdigest() == digest, made_by
@@ -33,4 +34,6 @@ def test_only_a_known_digest_is_a_tiny_model() -> None:
     assert known_target("e96a205cf3543f561c03a90a3946b0d3e678d00e70231dbee57bd0fe0335b447") == FIRST_SUCCESSOR
     assert known_target("340fd97fff73dc755f918f8bd0e89ea37b3430c4fb66b81c903e05fd5a40b360") == (
         "ds4ci tiny-models --kind random --seed 1")
+    assert known_target("155283d1ca0a2a93bce1e171ad775736b8d01bff967f930b3b047fa980cd9749") == (
+        "ds4ci tiny-models --seed 1 --design FIFTH_LOUD")
     assert known_target("0" * 64) is None and known_target(None) is None

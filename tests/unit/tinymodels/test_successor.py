@@ -135,8 +135,12 @@ def test_first_eight_steps_exercise_every_minimum_at_every_width(models: Path) -
     every 32nd), simulated over the intended answers, meets every coverage minimum at q=2, 3, 4."""
     st = tiny_structure(1, SHAPE)
     guess = {t: st.guess(t) for t in st.succ}
-    sizes = [len((models / f"prompt-{i}.txt").read_bytes()) for i in (1, 2)]
-    assert sizes == [118, 248]
+    assert [len((models / f"prompt-{i}.txt").read_bytes()) for i in (1, 2)] == [118, 248]
+    for sizes in ([118, 248], list(design.FIFTH_ALIGNED.prompt_bytes)):  # the shipped prompts and the aligned ones
+        _assert_first_eight_steps_cover(st, guess, sizes)
+
+
+def _assert_first_eight_steps_cover(st: structure.Structure, guess: dict[int, int], sizes: list[int]) -> None:
     for start in (256 + SPECIALS.index("</think>"), 256 + SPECIALS.index("<think>")):  # the template's endings
         for skip in (set(), set(st.near_ties)):
             nxt = {t: st.succ[st.succ[t]] if t in skip else st.succ[t] for t in st.succ}
