@@ -13,7 +13,7 @@ from typing import Annotated, Any
 import typer
 
 from ds4ci import __version__
-from ds4ci.commands import app_gate, app_github, app_setup, helptext
+from ds4ci.commands import app_calibrate, app_gate, app_github, app_setup, helptext
 from ds4ci.commands.finish import exit_with
 from ds4ci.commands.flags import table_flags
 from ds4ci.commands.service import service_app
@@ -57,6 +57,7 @@ def _root(
 
 app.command("gate")(app_gate.gate)
 app.command("bisect")(app_gate.bisect)
+app.command("calibrate")(app_calibrate.calibrate)
 app.command("init")(app_setup.init)
 app.command("pin")(app_setup.pin)
 app.add_typer(app_setup.config_app, name="config")
