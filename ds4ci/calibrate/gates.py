@@ -21,6 +21,8 @@ RESULTS = "results.json"
 
 
 def gate_argv(binary: Path, config: Path, runner: str, work: Path, extra: Sequence[str]) -> list[str]:
+    """The gate's command line, every path absolute (it runs in ``work``)."""
+    binary, config, work = binary.resolve(), config.resolve(), work.resolve()
     return [sys.executable, "-m", "ds4ci", "gate", "--config", str(config), "--server-bin", str(binary),
             "--runner", runner, "--evidence-dir", str(work / "evidence"), "--results-out", str(work / RESULTS),
             "--bundle-out", str(work / BUNDLE), *extra]
