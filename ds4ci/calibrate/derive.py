@@ -18,6 +18,7 @@ act caught it; mutants equivalent at every width are reported, not counted.
 from __future__ import annotations
 
 import hashlib
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
@@ -82,7 +83,8 @@ def _mutant_row(root: Path, mutant: Mutant, ran: dict[str, Any], widths: list[in
     return row
 
 
-def _pins(doc: dict[str, Any]) -> dict[str, Any]:
+def pins_of(doc: Mapping[str, Any]) -> dict[str, Any]:
+    """The tiny config's pins a gate ran with (its results): what a report matches a calibration by."""
     ids, settings = doc["identities"], doc["settings"]
     return {"target_sha256": (ids.get("target") or {}).get("sha256"), "draft_sha256": (ids.get("draft") or {}).get("sha256"),
             "prompt_sha256s": [p["sha256"] for p in ids.get("prompts", [])], "widths": settings.get("widths"),
@@ -123,7 +125,7 @@ def derive(root: Path) -> dict[str, Any]:
         "ds4ci_version": inputs.get("ds4ci_version"), "started": inputs.get("started"), "finished": inputs.get("finished"),
         "catalogue": {"sha256": catalogue.sha256, "repository": catalogue.repository, "written": catalogue.written,
                       "mutants": len(catalogue.mutants), "path": inputs.get("catalogue_path")},
-        "pins": _pins(control_doc), "control": control, "mutants": rows,
+        "pins": pins_of(control_doc), "control": control, "mutants": rows,
         "summary": {"caught": caught, "acting": len(acting), "judged": len(rows),
                     "line": summary_line(caught, len(acting)) if not reasons else reasons[0]},
         "builds": inputs.get("builds"), "manifest_sha256": manifest,

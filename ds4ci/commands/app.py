@@ -257,6 +257,10 @@ def report(
     run_url: Annotated[str | None, typer.Option(help="Link to the workflow run, shown in the footer.")] = None,
     bisect: Annotated[Path | None, typer.Option(metavar="PATH", help="A `ds4ci bisect --json` result: rendered as a "
                                                 "section of its own (with every step in a summary).")] = None,
+    calibrations: Annotated[Path | None, typer.Option(
+        metavar="DIR", help="The runners' calibration records (`ds4ci calibrate --out`, or a folder of them): each gate "
+        "runner's section cites the latest that matches its runner and tiny models, or says it was never calibrated."),
+    ] = None,
 ) -> None:
     """Render one or more runners' results.json as Markdown (escaped, size-bounded).
 
@@ -266,7 +270,7 @@ def report(
     from ds4ci.commands.report import run_report
 
     exit_with(lambda: run_report(results, fmt=format, template_dir=template_dir, output=output, run_url=run_url,
-                                 bisect=bisect))
+                                 bisect=bisect, calibrations=calibrations))
 
 
 app.command("publish")(app_github.publish)
