@@ -21,12 +21,17 @@ OnBuilt = Callable[[str, Path, dict[str, Any]], bool]
 BUILDS = "builds.json"
 
 
+def check_ready(source: Path, out: Path, chosen: Sequence[Mutant]) -> None:
+    """Before anything is touched: no change in flight or by anyone else, and every substitution applies."""
+    Workspace(source, out).check_clean()
+    check_applies(source, list(chosen))
+
+
 def build_each(plan: BuildPlan, source: Path, out: Path, chosen: Sequence[Mutant], on_built: OnBuilt,
                say: Callable[[str], None], final_rebuild: bool = True) -> dict[str, dict[str, Any]]:
     """Build the control and each mutant; the build records by name (``build_s`` and ``sha256``, or ``error``)."""
-    check_applies(source, list(chosen))
+    check_ready(source, out, chosen)
     ws = Workspace(source, out)
-    ws.check_clean()
     bins, log = out / "bin", out / "build.log"
     records: dict[str, dict[str, Any]] = {}
 

@@ -20,7 +20,7 @@ from ds4ci.calibrate import record
 from ds4ci.calibrate.build import BuildPlan, require_models
 from ds4ci.calibrate.catalogue import CONTROL, Catalogue, Mutant
 from ds4ci.calibrate.gates import BUNDLE, run_gate
-from ds4ci.calibrate.loop import build_each
+from ds4ci.calibrate.loop import build_each, check_ready
 from ds4ci.calibrate.observe import observe_gpu
 from ds4ci.calibrate.workspace import engine_commit
 from ds4ci.errors import UsageError
@@ -54,6 +54,7 @@ def calibrate(job: Calibration, catalogue: Catalogue, chosen: Sequence[Mutant], 
     """0: the record is written and the unchanged build passed; 1: it did not pass (the record says why)."""
     config = require_models(job.models)
     commit = engine_commit(job.source)
+    check_ready(job.source, job.out, chosen)
     prepare_out(job.out)
     started = _now()
     gates: dict[str, dict[str, Any]] = {}
