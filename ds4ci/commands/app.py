@@ -67,7 +67,8 @@ app.add_typer(app_setup.config_app, name="config")
 def verify(
     bundles: Annotated[
         list[Path], typer.Argument(metavar="BUNDLE...",
-                                   help="Evidence bundles: promoted attempt directories or .tar.gz archives of them.")
+                                   help="Evidence bundles: promoted attempt directories or .tar.gz archives of them; "
+                                   "or calibration records (ds4ci calibrate's OUT/record).")
     ],
     json_out: Annotated[bool, typer.Option("--json", help="Print the recomputed documents as JSON.")] = False,
     expect_config: Annotated[
@@ -97,6 +98,8 @@ def verify(
     with the bundle's, naming the first key path that differs.
     Give the bundle directory (runs/<id> or failed/<id> under --evidence-dir) or the .tar.gz from
     gate --bundle-out; a results.json alone is not a bundle.
+    A calibration record (`ds4ci calibrate`'s OUT/record) is verified the same way: its files against its
+    manifest, its calibration.json derived again from every gate's own bundle, its signature with --key.
 
     Exit codes: 0: every bundle intact, consistent and passing; 1: intact and consistent, some failing;
     4: intact and consistent, but the gate reached no verdict (verdict error); 3: does not verify:
