@@ -162,6 +162,8 @@ def _tree(source: Path) -> dict[str, str]:
 def test_calibration_catches_the_planted_fault_keeps_the_source_and_the_record_verifies(models: Path, tmp_path: Path) -> None:
     source, build, commit = cmake_engine(tmp_path)
     before = _tree(source)
+    key = subprocess.run([*CLI, "runner-key", "init", "--path", str(tmp_path / "config" / "ds4ci" / "runner-key.pem")],
+                         capture_output=True, text=True, check=True, timeout=120).stdout.strip().splitlines()[-1].split('"')[1]
     catalogue = _catalogue(tmp_path / "c.toml", commit, "server.cpp", 'kFault = "{}"')
     done = _calibrate(tmp_path, "--build", str(build), "--models", str(models), "--runner", "cpu-calibrated",
                       "--out", str(tmp_path / "out"), "--catalogue", str(catalogue))
@@ -183,6 +185,14 @@ def test_calibration_catches_the_planted_fault_keeps_the_source_and_the_record_v
                               check=False, timeout=300)
     assert verified.returncode == 0, verified.stdout + verified.stderr
     assert "calibration record intact and consistent; planted faults caught: 1 of 1" in verified.stdout
+    signed = subprocess.run([*CLI, "verify", str(tmp_path / "out" / "record"), "--key", key], capture_output=True,
+                            text=True, check=False, timeout=300)
+    assert signed.returncode == 0, signed.stdout + signed.stderr  # the runner key signed it (the default key path)
+    other = subprocess.run([*CLI, "runner-key", "init", "--path", str(tmp_path / "other.pem")], capture_output=True,
+                           text=True, check=True, timeout=120).stdout.strip().splitlines()[-1].split('"')[1]
+    unsigned = subprocess.run([*CLI, "verify", str(tmp_path / "out" / "record"), "--key", other], capture_output=True,
+                              text=True, check=False, timeout=300)
+    assert unsigned.returncode == 3 and "no signature in attestation.json verifies" in unsigned.stdout
 
     # A report of this runner's gate cites it; another runner's says it was never calibrated.
     bundle = tmp_path / "out" / "gates" / "control" / "bundle.tar.gz"
