@@ -202,6 +202,20 @@ def test_calibration_catches_the_planted_fault_keeps_the_source_and_the_record_v
     day = doc["finished"][:10]
     assert (f"planted faults caught: 1 of 1 at every width where they can act; calibrated {day} on engine "
             f"{commit[:7]}") in cited.stdout
+    # A gate of this runner on the engine's head: the comment, the job summary and the check run cite it.
+    work = tmp_path / "pr-gate"
+    work.mkdir()
+    gated = subprocess.run([*CLI, "gate", "--config", str(models / "ds4ci.toml"), "--server-bin", str(build / "dflash_server"),
+                            "--runner", "cpu-calibrated", "--target-device", "cpu:0", "--source-dir", str(source),
+                            "--evidence-dir", str(work / "ev"), "--bundle-out", str(work / "b.tar.gz")], cwd=work,
+                           capture_output=True, text=True, check=False, timeout=600, env=_env())
+    assert gated.returncode == 0, gated.stderr[-2000:]
+    published = subprocess.run([*CLI, "publish", str(work / "b.tar.gz"), "--dry-run", "--repo", "o/r", "--pr", "5",
+                                "--calibrations", str(tmp_path / "out"), "--dry-run-dir", str(work / "dry")],
+                               cwd=work, capture_output=True, text=True, check=False, timeout=300)
+    assert published.returncode == 0, published.stderr[-2000:]
+    for name in ("comment.md", "summary.md", "check-run-cpu-calibrated.md"):
+        assert f"calibrated {day} on engine {commit[:7]}" in (work / "dry" / name).read_text(encoding="utf-8"), name
     empty = tmp_path / "none"
     empty.mkdir()
     never = subprocess.run([*CLI, "report", str(bundle), "--calibrations", str(empty)], capture_output=True, text=True,
