@@ -10,15 +10,19 @@ are relative to it. The bench only runs ``cmake --build BUILD --target dflash_se
 folder written by ``ds4ci tiny-models`` (its ds4ci.toml pins everything; ``--models`` may be given
 several times to compare model sets side by side).
 
-Steps, every one failing closed:
+Steps 1 to 3 are ds4ci.calibrate's (the library ``ds4ci calibrate`` runs on one runner with one model set,
+docs/calibration.md, and seals as a signed record); this bench adds model sets side by side, gates in
+parallel with the builds, and prebuilt binaries. Steps, every one failing closed:
 1. the catalogue (``bench/mutants/*.toml``) is read and checked: unique names, and every
-   substitution's ``old`` text found exactly once in the source, before any file is touched;
+   substitution's ``old`` text found exactly once in the source, which must be unmodified (git status),
+   before any file is touched;
 2. the unchanged source is built: the control binary;
 3. for each mutant: its substitutions are applied, the build is rerun (incremental: only the changed
    file recompiles), the binary is copied out, and the file is put back byte for byte (also on
    Ctrl-C or SIGTERM; OUT/applied.json records a change in flight, and ``--restore`` puts it back
    after a crash);
-4. ``ds4ci gate --config MODELS/ds4ci.toml --server-bin BINARY`` for the control and each mutant
+4. ``python -m ds4ci gate --config MODELS/ds4ci.toml --server-bin BINARY`` (this interpreter: no ``ds4ci``
+   script is needed beside it) for the control and each mutant
    (``--jobs`` gates at a time), each with its own evidence folder under OUT;
 5. one row per mutant: caught at which widths (a width is caught when its verdict is not pass), the
    first differing position, the gate's time. The control must pass, or no row means anything.
@@ -37,7 +41,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from ds4ci.calibrate.build import DEFAULT_TARGET, cmake_plan
+from ds4ci.calibrate.build import DEFAULT_TARGET, cmake_plan, require_models
 from ds4ci.calibrate.catalogue import CONTROL, Mutant, Substitution, choose, default_folder, load_catalogue, mutate
 from ds4ci.calibrate.gates import run_gate
 from ds4ci.calibrate.loop import build_each
@@ -133,6 +137,17 @@ def table(chosen: list[Mutant], rows: dict[str, Any], models: list[Path]) -> lis
     return lines
 
 
+def check_args(args: argparse.Namespace) -> None:
+    if args.binaries is None and args.build is None:
+        raise BenchError("give --build (to build) or --binaries (binaries built earlier)")
+    if not args.build_only and not args.models:
+        raise BenchError("give --models (a `ds4ci tiny-models` folder) to run the gates, or --build-only")
+    for folder in args.models:
+        require_models(folder)
+    if args.jobs < 1:
+        raise BenchError(f"--jobs must be at least 1, found {args.jobs}")
+
+
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--build", type=Path, help="the engine's configured CMake build folder")
@@ -160,15 +175,7 @@ def main(argv: list[str] | None = None) -> int:
             say(f"restored the file mutant {restored} changed" if restored else "nothing to restore")
             return 0
         chosen = choose(cat, args.only)
-        if args.binaries is None and args.build is None:
-            raise BenchError("give --build (to build) or --binaries (binaries built earlier)")
-        if not args.build_only and not args.models:
-            raise BenchError("give --models (a `ds4ci tiny-models` folder) to run the gates, or --build-only")
-        for folder in args.models:
-            if not (folder / "ds4ci.toml").is_file():
-                raise BenchError(f"--models {folder}: expected a folder with the ds4ci.toml that `ds4ci tiny-models` writes")
-        if args.jobs < 1:
-            raise BenchError(f"--jobs must be at least 1, found {args.jobs}")
+        check_args(args)
         args.out.mkdir(parents=True, exist_ok=True)
         started = dt.datetime.now(dt.timezone.utc).strftime("%Y-%m-%d %H:%M UTC")
         builds: dict[str, Any] = {}
