@@ -23,7 +23,7 @@ from ds4ci.calibrate.gates import BUNDLE, run_gate
 from ds4ci.calibrate.loop import build_each, check_ready
 from ds4ci.calibrate.observe import observe_gpu
 from ds4ci.calibrate.workspace import engine_commit
-from ds4ci.errors import UsageError
+from ds4ci.errors import NoVerdictError, UsageError
 
 RECORD = "record"
 
@@ -41,6 +41,14 @@ class Calibration:
 
 def _now() -> str:
     return dt.datetime.now(dt.timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+def last_line(log: Path) -> str:
+    try:
+        lines = [ln for ln in log.read_text(encoding="utf-8", errors="replace").splitlines() if ln.strip()]
+    except OSError:
+        return "no log"
+    return lines[-1][:300] if lines else "an empty log"
 
 
 def prepare_out(out: Path) -> None:
@@ -66,6 +74,9 @@ def calibrate(job: Calibration, catalogue: Catalogue, chosen: Sequence[Mutant], 
         gates[name] = {"exit_code": row["exit_code"], "wall_s": row["wall_s"]}
         if (work / BUNDLE).is_file():
             bundles[name] = work / BUNDLE
+        elif name == CONTROL:
+            raise NoVerdictError(f"the unchanged build's gate left no evidence bundle (exit {row['exit_code']}): "
+                                 f"{last_line(work / 'gate.log')}; see {work / 'gate.log'}")
         say(f"gated {name}: {row.get('verdict')} (exit {row['exit_code']}, {row['wall_s']} s)")
         return name != CONTROL or row.get("verdict") == "pass"
 

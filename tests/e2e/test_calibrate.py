@@ -325,3 +325,9 @@ def test_an_unchanged_source_that_does_not_build_is_no_calibration(models: Path,
     done = _calibrate(tmp_path, "--engine-config", str(config), "--models", str(models), "--runner", "r",
                       "--catalogue", str(catalogue), "--out", str(tmp_path / "out"))
     assert done.returncode == 3 and "`echo broken >&2; exit 4` exited 4" in done.stderr, done.stderr
+    config.write_text('[build]\ncommand = "sh build.sh"\nserver_bin = "out/dflash_server"\n', encoding="utf-8")
+    _commit_all(source)
+    refused = _calibrate(tmp_path, "--engine-config", str(config), "--models", str(models), "--runner", "r",
+                         "--catalogue", str(catalogue), "--out", str(tmp_path / "out2"), "--gate-arg=--no-such-flag")
+    assert refused.returncode == 3 and "the unchanged build's gate left no evidence bundle (exit 2)" in refused.stderr
+    assert "no-such-flag" in refused.stderr and _git(source, "status", "--porcelain") == ""
