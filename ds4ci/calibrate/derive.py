@@ -12,7 +12,8 @@ derives it again and compares. Each field comes from one sealed file:
 - ``manifest.json``: its SHA-256.
 
 A width is caught when its verdict is not pass. A mutant counts as caught when every width where it can
-act caught it; mutants equivalent at every width are reported, not counted.
+act caught it; mutants equivalent at every width are reported, not counted; a mutant that did not build,
+or whose gate reached no verdict, is named as not judged, neither caught nor missed.
 """
 
 from __future__ import annotations
@@ -91,8 +92,10 @@ def pins_of(doc: Mapping[str, Any]) -> dict[str, Any]:
             "max_tokens": settings.get("max_tokens"), "seed": settings.get("seed"), "repeats": settings.get("repeats")}
 
 
-def summary_line(caught: int, acting: int) -> str:
-    return f"planted faults caught: {caught} of {acting} at every width where they can act"
+def summary_line(caught: int, acting: int, unjudged: int = 0) -> str:
+    """The words a report cites; mutants that could not be judged are named as such, never counted as caught."""
+    line = f"planted faults caught: {caught} of {acting} at every width where they can act"
+    return line + (f" ({unjudged} more not judged: not built, or the gate reached no verdict)" if unjudged else "")
 
 
 def derive(root: Path) -> dict[str, Any]:
@@ -116,7 +119,8 @@ def derive(root: Path) -> dict[str, Any]:
         widths = [w["q"] for w in control["widths"]]
         rows = [_mutant_row(root, m, inputs["gates"].get(m.name, {}), widths) for m in catalogue.mutants
                 if m.name in inputs["gates"]]
-    acting = [r for r in rows if r["acts"]]
+    acting = [r for r in rows if r["acts"] and r["widths"]]
+    unjudged = [r["name"] for r in rows if r["acts"] and not r["widths"]]
     caught = sum(1 for r in acting if r["caught"])
     manifest = hashlib.sha256(confined.read_bytes(root, "manifest.json", MAX_BYTES)).hexdigest()
     return {
@@ -126,7 +130,7 @@ def derive(root: Path) -> dict[str, Any]:
         "catalogue": {"sha256": catalogue.sha256, "repository": catalogue.repository, "written": catalogue.written,
                       "mutants": len(catalogue.mutants), "path": inputs.get("catalogue_path")},
         "pins": pins_of(control_doc), "control": control, "mutants": rows,
-        "summary": {"caught": caught, "acting": len(acting), "judged": len(rows),
-                    "line": summary_line(caught, len(acting)) if not reasons else reasons[0]},
+        "summary": {"caught": caught, "acting": len(acting), "judged": len(rows), "unjudged": unjudged,
+                    "line": summary_line(caught, len(acting), len(unjudged)) if not reasons else reasons[0]},
         "builds": inputs.get("builds"), "manifest_sha256": manifest,
     }

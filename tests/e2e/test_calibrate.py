@@ -165,13 +165,18 @@ def test_calibration_catches_the_planted_fault_keeps_the_source_and_the_record_v
     key = subprocess.run([*CLI, "runner-key", "init", "--path", str(tmp_path / "config" / "ds4ci" / "runner-key.pem")],
                          capture_output=True, text=True, check=True, timeout=120).stdout.strip().splitlines()[-1].split('"')[1]
     catalogue = _catalogue(tmp_path / "c.toml", commit, "server.cpp", 'kFault = "{}"')
+    with catalogue.open("a", encoding="utf-8") as fh:  # a mutant that does not compile is reported, never counted
+        fh.write('\n[[mutant]]\nname = "typo"\nsummary = "does not compile"\nfile = "src/server.cpp"\n'
+                 "substitutions = [{ old = 'return 127;', new = 'return 127' }]\n")
     done = _calibrate(tmp_path, "--build", str(build), "--models", str(models), "--runner", "cpu-calibrated",
                       "--out", str(tmp_path / "out"), "--catalogue", str(catalogue))
     assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
     assert _tree(source) == before and _git(source, "status", "--porcelain") == ""
     doc = json.loads((tmp_path / "out" / "record" / "calibration.json").read_text(encoding="utf-8"))
     assert doc["verdict"] == "pass" and doc["engine"]["commit"] == commit and doc["runner"] == "cpu-calibrated"
-    assert doc["summary"]["line"] == "planted faults caught: 1 of 1 at every width where they can act"
+    assert doc["summary"]["line"] == ("planted faults caught: 1 of 1 at every width where they can act (1 more not "
+                                      "judged: not built, or the gate reached no verdict)")
+    assert doc["summary"]["unjudged"] == ["typo"] and "exited" in {r["name"]: r for r in doc["mutants"]}["typo"]["why"]
     rows = {r["name"]: r for r in doc["mutants"]}
     assert [(w["q"], w["caught"]) for w in rows["no-rollback"]["widths"]] == [(2, True), (3, True), (4, True)]
     assert all(isinstance(w["first_difference"], int) for w in rows["no-rollback"]["widths"])
@@ -184,7 +189,7 @@ def test_calibration_catches_the_planted_fault_keeps_the_source_and_the_record_v
     verified = subprocess.run([*CLI, "verify", str(tmp_path / "out" / "record")], capture_output=True, text=True,
                               check=False, timeout=300)
     assert verified.returncode == 0, verified.stdout + verified.stderr
-    assert "calibration record intact and consistent; planted faults caught: 1 of 1" in verified.stdout
+    assert "calibration record intact and consistent; planted faults caught: 1 of 1 at every" in verified.stdout
     signed = subprocess.run([*CLI, "verify", str(tmp_path / "out" / "record"), "--key", key], capture_output=True,
                             text=True, check=False, timeout=300)
     assert signed.returncode == 0, signed.stdout + signed.stderr  # the runner key signed it (the default key path)
@@ -200,8 +205,8 @@ def test_calibration_catches_the_planted_fault_keeps_the_source_and_the_record_v
                            text=True, check=False, timeout=300)
     assert cited.returncode == 0, cited.stderr
     day = doc["finished"][:10]
-    assert (f"planted faults caught: 1 of 1 at every width where they can act; calibrated {day} on engine "
-            f"{commit[:7]}") in cited.stdout
+    assert (f"planted faults caught: 1 of 1 at every width where they can act (1 more not judged: not built, or the "
+            f"gate reached no verdict); calibrated {day} on engine {commit[:7]}") in cited.stdout
     # A gate of this runner on the engine's head: the comment, the job summary and the check run cite it.
     work = tmp_path / "pr-gate"
     work.mkdir()
