@@ -16,6 +16,7 @@ from pathlib import Path
 from typing import Any
 
 GATE_TIMEOUT_S = 1800.0
+STOP_GRACE_S = 120.0
 BUNDLE = "bundle.tar.gz"
 RESULTS = "results.json"
 
@@ -34,12 +35,16 @@ def run_gate(binary: Path, config: Path, runner: str, work: Path, extra: Sequenc
     work.mkdir(parents=True, exist_ok=False)  # never over earlier evidence
     t0 = time.perf_counter()
     with (work / "gate.log").open("wb") as fh:
+        proc = subprocess.Popen(gate_argv(binary, config, runner, work, extra), stdout=fh, stderr=subprocess.STDOUT,
+                                cwd=work)
         try:
-            proc = subprocess.run(gate_argv(binary, config, runner, work, extra), stdout=fh, stderr=subprocess.STDOUT,
-                                  check=False, timeout=timeout_s, cwd=work)
-            code: int | None = proc.returncode
+            code: int | None = proc.wait(timeout=timeout_s)
         except subprocess.TimeoutExpired:
+            stop(proc)
             code = None
+        except BaseException:  # an interrupt of the calibration: the gate stops its servers as on its own SIGTERM
+            stop(proc)
+            raise
     row: dict[str, Any] = {"exit_code": code, "wall_s": round(time.perf_counter() - t0, 1), "results": str(work / RESULTS)}
     try:
         doc = json.loads((work / RESULTS).read_text(encoding="utf-8"))
@@ -49,6 +54,16 @@ def run_gate(binary: Path, config: Path, runner: str, work: Path, extra: Sequenc
     row.update(verdict=doc.get("verdict"), widths=width_rows(doc), reasons=doc.get("reasons", [])[:3],
                gate_s=(doc.get("timings") or {}).get("total_s"))
     return row
+
+
+def stop(proc: subprocess.Popen[bytes]) -> None:
+    """SIGTERM, the gate's grace to stop its servers and seal, then SIGKILL."""
+    proc.terminate()
+    try:
+        proc.wait(timeout=STOP_GRACE_S)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        proc.wait()
 
 
 def first_difference(width: dict[str, Any]) -> int | None:

@@ -336,3 +336,23 @@ def test_an_unchanged_source_that_does_not_build_is_no_calibration(models: Path,
                          "--catalogue", str(catalogue), "--out", str(tmp_path / "out2"), "--gate-arg=--no-such-flag")
     assert refused.returncode == 3 and "the unchanged build's gate left no evidence bundle (exit 2)" in refused.stderr
     assert "no-such-flag" in refused.stderr and _git(source, "status", "--porcelain") == ""
+
+
+def test_sigterm_during_a_gate_stops_the_gate_and_applies_nothing(shell_models: Path, tmp_path: Path) -> None:
+    source, config, commit = shell_engine(tmp_path)
+    catalogue = _catalogue(tmp_path / "c.toml", commit, "server.sh", 'FAULT="{}"')
+    argv = [*CLI, "calibrate", "--engine-config", str(config), "--models", str(shell_models), "--runner", "r",
+            "--out", str(tmp_path / "out"), "--catalogue", str(catalogue), "--gate-arg=--target-device",
+            "--gate-arg=cpu:0"]
+    env = _env(XDG_CONFIG_HOME=str(tmp_path / "config"), DS4_PYTHON=sys.executable)
+    proc = subprocess.Popen(argv, cwd=tmp_path, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=env)
+    log = tmp_path / "out" / "gates" / "control" / "gate.log"
+    while not log.exists() or log.stat().st_size == 0:  # the unchanged build's gate has started
+        assert proc.poll() is None, proc.communicate()[0][-3000:]
+        time.sleep(0.2)
+    proc.send_signal(signal.SIGTERM)
+    out, _ = proc.communicate(timeout=300)
+    assert proc.returncode == 3 and "no mutant was applied" in out and "Traceback" not in out, out[-3000:]
+    assert _git(source, "status", "--porcelain") == "" and not (tmp_path / "out" / "record").exists()
+    assert not (tmp_path / "out" / "gates" / "no-rollback").exists()
+    assert "interrupted by SIGTERM" in log.read_text(encoding="utf-8")  # the gate stopped its servers and sealed
