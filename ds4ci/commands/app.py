@@ -13,7 +13,7 @@ from typing import Annotated, Any
 import typer
 
 from ds4ci import __version__
-from ds4ci.commands import app_gate, app_github, app_setup, helptext
+from ds4ci.commands import app_calibrate, app_gate, app_github, app_setup, helptext
 from ds4ci.commands.finish import exit_with
 from ds4ci.commands.flags import table_flags
 from ds4ci.commands.service import service_app
@@ -57,6 +57,7 @@ def _root(
 
 app.command("gate")(app_gate.gate)
 app.command("bisect")(app_gate.bisect)
+app.command("calibrate")(app_calibrate.calibrate)
 app.command("init")(app_setup.init)
 app.command("pin")(app_setup.pin)
 app.add_typer(app_setup.config_app, name="config")
@@ -66,7 +67,8 @@ app.add_typer(app_setup.config_app, name="config")
 def verify(
     bundles: Annotated[
         list[Path], typer.Argument(metavar="BUNDLE...",
-                                   help="Evidence bundles: promoted attempt directories or .tar.gz archives of them.")
+                                   help="Evidence bundles: promoted attempt directories or .tar.gz archives of them; "
+                                   "or calibration records (ds4ci calibrate's OUT/record).")
     ],
     json_out: Annotated[bool, typer.Option("--json", help="Print the recomputed documents as JSON.")] = False,
     expect_config: Annotated[
@@ -96,6 +98,8 @@ def verify(
     with the bundle's, naming the first key path that differs.
     Give the bundle directory (runs/<id> or failed/<id> under --evidence-dir) or the .tar.gz from
     gate --bundle-out; a results.json alone is not a bundle.
+    A calibration record (`ds4ci calibrate`'s OUT/record) is verified the same way: its files against its
+    manifest, its calibration.json derived again from every gate's own bundle, its signature with --key.
 
     Exit codes: 0: every bundle intact, consistent and passing; 1: intact and consistent, some failing;
     4: intact and consistent, but the gate reached no verdict (verdict error); 3: does not verify:
@@ -259,6 +263,10 @@ def report(
     run_url: Annotated[str | None, typer.Option(help="Link to the workflow run, shown in the footer.")] = None,
     bisect: Annotated[Path | None, typer.Option(metavar="PATH", help="A `ds4ci bisect --json` result: rendered as a "
                                                 "section of its own (with every step in a summary).")] = None,
+    calibrations: Annotated[Path | None, typer.Option(
+        metavar="DIR", help="The runners' calibration records (`ds4ci calibrate --out`, or a folder of them): each gate "
+        "runner's section cites the latest that matches its runner and tiny models, or says it was never calibrated."),
+    ] = None,
 ) -> None:
     """Render one or more runners' results.json as Markdown (escaped, size-bounded).
 
@@ -268,7 +276,7 @@ def report(
     from ds4ci.commands.report import run_report
 
     exit_with(lambda: run_report(results, fmt=format, template_dir=template_dir, output=output, run_url=run_url,
-                                 bisect=bisect))
+                                 bisect=bisect, calibrations=calibrations))
 
 
 app.command("publish")(app_github.publish)

@@ -87,6 +87,11 @@ _MergeConfig = Annotated[
     ),
 ]
 
+_Calibrations = Annotated[Path | None, typer.Option(
+    metavar="DIR", help="The runners' calibration records (`ds4ci calibrate --out`, or a folder of them): each gate "
+    "runner's section cites the latest that matches its runner and tiny models, after verifying it, or says it was "
+    "never calibrated.")]
+
 
 def publish(
     results: _Results = None,
@@ -113,6 +118,7 @@ def publish(
     merge_config: _MergeConfig = None,
     expect_config: _ExpectConfig = None,
     check_runs: _CheckRuns = None,
+    calibrations: _Calibrations = None,
 ) -> None:
     """Post the sticky PR comment and one commit status per runner (context ds4ci/<runner>), and a check run
     of the same name from the same verified result (unless --no-check-runs).
@@ -132,7 +138,7 @@ def publish(
         no_comment=no_comment, no_status=no_status, template_dir=template_dir, summary_file=summary_file,
         comment_author=comment_author, allow_focused=allow_focused_reruns, merge_config=merge_config,
         expect_runners=tuple(expect_runner or ()), expect_config=expect_config, check_runs=check_runs,
-        dry_run_dir=dry_run_dir,
+        dry_run_dir=dry_run_dir, calibrations=calibrations,
     )
     exit_with(
         lambda: run_publish(results or [], request, pending=pending, runner=runner, unverified=unverified)

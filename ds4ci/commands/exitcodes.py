@@ -42,6 +42,12 @@ COMMANDS: Final[dict[str, tuple[tuple[int, str], ...]]] = {
                (2, "usage or configuration error (a bad flag, config or ref; nothing ran)"),
                (3, "no verdict: only skipped commits left where the culprit is, an end that cannot be judged, a step "
                    "the gate refused, an interrupt")),
+    "calibrate": ((0, "calibrated: the record is written and the unchanged build passed"),
+                  (1, "the unchanged build did not pass the gate: the record is written and says why, no mutant ran"),
+                  (2, "usage or a refusal before anything is touched: a modified source tree, a substitution that does "
+                      "not find its text exactly once, a change of an earlier run still in flight (--restore)"),
+                  (3, "no calibration: the unchanged source does not build, an interrupt (the source is put back), "
+                      "an internal error")),
     "demo": ((0, "the pass passed and the leak was caught"), (1, "either did not happen"),
              (2, "usage (--keep exists)"), (3, "internal error")),
     "selftest": ((0, "both outcomes as expected"), (1, "one is not"), (2, "usage"),

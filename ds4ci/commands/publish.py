@@ -62,6 +62,13 @@ class PublishRequest:
     expect_config: Path | None = None  # the trusted ds4ci.toml every bundle's settings must match
     check_runs: bool | None = None  # None: [publish] check_runs of the trusted config (default true)
     dry_run_dir: Path | None = None  # with dry_run: where the Markdown files go (default ./ds4ci-dry-run)
+    calibrations: Path | None = None  # where the runners' calibration records are (the report cites them)
+
+    def cited(self, docs: list[Results]) -> dict[str, str]:
+        """Each gate runner's calibration line (``ds4ci.calibrate.latest``); {} without --calibrations."""
+        from ds4ci.calibrate.latest import cite_all
+
+        return cite_all(self.calibrations, docs)
 
 
 def run_publish(
@@ -105,7 +112,9 @@ def publish_documents(published: list[Published], request: PublishRequest) -> in
     r = request
     publish.validate_target(r.repo, r.pr, r.sha, r.dry_run)
     docs = render.unique_runners([p.doc for p in published])
-    summary, _ = render.render(docs, kind="summary", run_url=r.target_url, template_dir=r.template_dir)
+    cited = r.cited(docs)
+    summary, _ = render.render(docs, kind="summary", run_url=r.target_url, template_dir=r.template_dir,
+                               calibrations=cited)
     _write_summary(summary, r.summary_file)
 
     head = publish.results_head(docs, r.sha)
@@ -146,7 +155,7 @@ def publish_documents(published: list[Published], request: PublishRequest) -> in
         merge_status = _merge_status(client, r.pr, r.merge_config, r.api_url, r.token_env) if r.merge_config else []
         missing = _needs_hardware(client, r.pr, head, docs, r.expect_runners, r.template_dir, author)
         build = publish.BodyBuilder(docs, run_url=r.target_url, template_dir=r.template_dir, predecessors=predecessors,
-                                    merge_status=merge_status, extra=missing)
+                                    merge_status=merge_status, extra=missing, calibrations=cited)
         outcome = publish.upsert_comment(client, r.pr, author, build)
         print(f"ds4ci: comment {outcome.comment_id} {outcome.action} on #{r.pr}", file=sys.stderr)
     return 0
@@ -164,8 +173,10 @@ def _dry_run(published: list[Published], plans: list[publish.StatusPlan], r: Pub
 
     docs = [p.doc for p in published]
     runs = _check_run_plans(published, plans, r, head, {}) if check_runs else []
-    body, _ = render.render(docs, kind="comment", run_url=r.target_url, template_dir=r.template_dir)
-    summary, _ = render.render(docs, kind="summary", run_url=r.target_url, template_dir=r.template_dir)
+    cited = r.cited(docs)
+    body, _ = render.render(docs, kind="comment", run_url=r.target_url, template_dir=r.template_dir, calibrations=cited)
+    summary, _ = render.render(docs, kind="summary", run_url=r.target_url, template_dir=r.template_dir,
+                               calibrations=cited)
     folder = r.dry_run_dir or DRY_RUN_DIR
     if folder.exists() and not folder.is_dir():
         raise UsageError(f"--dry-run-dir {folder}: expected a folder, found a file")
@@ -225,10 +236,12 @@ def _check_run_plans(
 
     env = render.environment(r.template_dir)
     by_context = {f"ds4ci/{p.doc['runner']['name']}": p for p in published if p.may_set_status}
+    cited = r.cited([p.doc for p in by_context.values()])
     return [
         checkruns.plan(by_context[plan.context].doc, plan.state, plan.description, head, env=env,
                        run_url=r.target_url, predecessor=predecessors.get(plan.context.removeprefix("ds4ci/")),
-                       signature=by_context[plan.context].signature)
+                       signature=by_context[plan.context].signature,
+                       calibration=cited.get(plan.context.removeprefix("ds4ci/")))
         for plan in plans
     ]
 

@@ -16,7 +16,9 @@ def run_report(
     output: Path | None = None,
     run_url: str | None = None,
     bisect: Path | None = None,
+    calibrations: Path | None = None,
 ) -> int:
+    from ds4ci.calibrate.latest import cite_all
     from ds4ci.report import render
 
     if fmt not in ("comment", "summary"):
@@ -28,7 +30,10 @@ def run_report(
 
         extra.append(bisect_section.section(render.environment(template_dir), bisect_section.load(bisect),
                                             run_url=run_url, kind=fmt))
-    body, _ = render.render(docs, kind=fmt, run_url=run_url, template_dir=template_dir, extra=extra)
+    if calibrations is not None and not calibrations.is_dir():
+        raise UsageError(f"--calibrations {calibrations}: expected a folder of calibration records, found none")
+    cited = cite_all(calibrations, [dict(d) for d in docs])
+    body, _ = render.render(docs, kind=fmt, run_url=run_url, template_dir=template_dir, extra=extra, calibrations=cited)
     if output is None:  # printed in a job's log: no line of it may run a workflow command
         sys.stdout.write(neutralise(body))
         sys.stdout.flush()

@@ -154,8 +154,9 @@ def _recorded(root: Path, manifest_bytes: bytes, problems: list[str]) -> Results
     return recorded
 
 
-def check_integrity(root: Path) -> tuple[list[str], Results | None]:
-    """Problems with the bundle's files, and its results.json when it could be read."""
+def check_files(root: Path, beside: Sequence[str] = _SEALED) -> tuple[list[str], bytes | None]:
+    """Problems with a sealed folder's files against its manifest (``beside``: the files written after it), and the
+    manifest's bytes when it could be read."""
     files, problems = regular_files(root)
     found = _manifest(root, problems)
     if found is None:
@@ -166,9 +167,15 @@ def check_integrity(root: Path) -> tuple[list[str], Results | None]:
             problems.append(f"{path} is listed in the manifest but missing (or not a regular file)")
         elif (why := _matches(root, path, entry)) is not None:
             problems.append(why)
-    for path in sorted(set(files) - set(listed) - set(_SEALED)):
+    for path in sorted(set(files) - set(listed) - set(beside)):
         problems.append(f"{path} is not listed in the manifest (added after sealing)")
-    return problems, _recorded(root, found[1], problems)
+    return problems, found[1]
+
+
+def check_integrity(root: Path) -> tuple[list[str], Results | None]:
+    """Problems with the bundle's files, and its results.json when it could be read."""
+    problems, manifest = check_files(root)
+    return problems, (None if manifest is None else _recorded(root, manifest, problems))
 
 
 def recompute(derived: Results) -> Recomputed:

@@ -146,12 +146,14 @@ def _fit(text: str, more: str) -> str:
     return text[: MAX_CHARS - len(more) - 1] + markdown.ELLIPSIS + more
 
 
-def summary(doc: Results, env: Any, run_url: str | None, predecessor: str | None, left: int) -> str:
+def summary(doc: Results, env: Any, run_url: str | None, predecessor: str | None, left: int,
+            calibration: str | None = None) -> str:
     """The runner's comment section, at the most detail that fits GitHub's limit."""
     note = f"\n\n{left} more error location(s) in the logs than the 50 annotations shown." if left else ""
     body = ""
     for detail in render.LEVELS:
-        body = render.render_section(env, doc, detail, run_url=run_url, predecessor=predecessor, kind="check").body
+        body = render.render_section(env, doc, detail, run_url=run_url, predecessor=predecessor, kind="check",
+                                     calibration=calibration).body
         if len(body) + len(note) <= MAX_CHARS:
             return body + note
     return _fit(body + note, "")
@@ -191,7 +193,7 @@ def title(doc: Results, state: str, description: str, head: str) -> str:
 
 
 def plan(doc: Results, state: str, description: str, head: str, *, env: Any, run_url: str | None,
-         predecessor: str | None, signature: str) -> CheckRunPlan:
+         predecessor: str | None, signature: str, calibration: str | None = None) -> CheckRunPlan:
     """What one runner's check run says, from the document and status decision the commit status uses."""
     notes, left = find_annotations(doc)
     return CheckRunPlan(
@@ -199,7 +201,7 @@ def plan(doc: Results, state: str, description: str, head: str, *, env: Any, run
         head_sha=head,
         conclusion=conclusion(doc, state),
         title=title(doc, state, description, head),
-        summary=summary(doc, env, run_url, predecessor, left),
+        summary=summary(doc, env, run_url, predecessor, left, calibration),
         text=text(doc, signature),
         details_url=run_url,
         annotations=tuple(notes),

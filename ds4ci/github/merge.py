@@ -9,6 +9,7 @@ the PR is ready only when every condition holds). Fetching lives in ``ds4ci.gith
 
 from __future__ import annotations
 
+import datetime as dt
 import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
@@ -51,6 +52,7 @@ class Requirements:
     publisher: str = DEFAULT_PUBLISHER  # the only account whose ds4ci/<runner> statuses count
     sources: tuple[CheckSource, ...] = ()  # per-check sources; a check not listed: CheckSource(name)
     workflow: str = DEFAULT_WORKFLOW  # a gate status counts only when it links a run of this file (provenance)
+    calibration_max_age_days: int = 0  # above 0: each gate runner's own check run must cite a calibration this recent
 
     def source(self, check: str) -> CheckSource:
         return next((s for s in self.sources if s.name == check), CheckSource(check))
@@ -78,6 +80,7 @@ class CheckRun:
     app: str = DEFAULT_CHECK_APP  # app.slug: the GitHub App that created it
     id: int = 0
     title: str = ""  # output.title (ds4ci's own check runs: the status description)
+    summary: str = ""  # output.summary (ds4ci's own: the runner's section, with the calibration it cites)
 
 
 @dataclass(frozen=True)
@@ -112,6 +115,7 @@ class MergeFacts:
     # runner -> the newest older PR commit whose ds4ci/<runner> is success (only for runners
     # that are not green on the head)
     gate_green_on: Mapping[str, str] = field(default_factory=dict)
+    today: str = ""  # YYYY-MM-DD (UTC) when the facts were fetched: the age of a cited calibration
 
 
 @dataclass(frozen=True)
@@ -250,6 +254,24 @@ def _check_condition(source: CheckSource, head: str, found: Sequence[Status], pu
     return Condition(name, True, _with(f"success on the head {_short(head)}", ignored))
 
 
+def _calibration_condition(runner: str, facts: MergeFacts, need: Requirements) -> Condition:
+    """The publisher's own check run of ds4ci/<runner> on the head must cite a calibration at most N days old."""
+    from ds4ci.calibrate.latest import cited_day
+
+    name, limit = f"calibration of {runner}", need.calibration_max_age_days
+    run = own_run(facts.check_runs, GATE_CONTEXT.format(runner=runner), facts.pull.head, app_of(need.publisher))
+    day = cited_day(run.summary) if run is not None else None
+    if day is None:
+        return Condition(name, False, f"the gate's check run on the head cites no calibration (the runner was never "
+                                      f"calibrated, or publish ran without --calibrations); merge.calibration_max_age_days "
+                                      f"requires one from the last {limit} days")
+    age = (dt.date.fromisoformat(facts.today or dt.date.today().isoformat()) - day).days
+    if age > limit:
+        return Condition(name, False, f"calibrated {day.isoformat()}, {age} days ago: older than the {limit} days "
+                                      "merge.calibration_max_age_days allows; calibrate the runner again")
+    return Condition(name, True, f"calibrated {day.isoformat()} ({age} days ago, at most {limit})")
+
+
 def _latest_verdicts(reviews: Sequence[Review]) -> dict[str, Review]:
     latest: dict[str, Review] = {}
     for review in reviews:  # chronological: a later decisive review replaces an earlier one
@@ -307,6 +329,8 @@ def evaluate(facts: MergeFacts, requirements: Requirements) -> MergeReport:
                    for r in need.runners]
     conditions += [_check_condition(need.source(c), head, facts.statuses, need.publisher, facts.check_runs)
                    for c in need.checks]
+    if need.calibration_max_age_days > 0:
+        conditions += [_calibration_condition(r, facts, need) for r in need.runners]
     conditions += _review_conditions(facts.reviews, head, requirements.approvals)
     conditions += _thread_conditions(facts.threads)
     return MergeReport(facts.pull.number, head, tuple(conditions))

@@ -108,4 +108,7 @@ def requirements(
     assert flow.check is not None
     path = flow.check(workflow, "--trusted-workflow") if workflow is not None else flow.check(
         table.get("workflow", flow.default), "merge.workflow")
-    return Requirements(run, chk, need, login, sources, path)
+    age = options.get("merge", "calibration_max_age_days")
+    assert age.check is not None
+    days = age.check(table.get("calibration_max_age_days", age.default), "merge.calibration_max_age_days")
+    return Requirements(run, chk, need, login, sources, path, days)

@@ -240,4 +240,5 @@ def gather(
         raise PublishError(
             f"pull request #{number} moved from {head} to {now.head} while it was being checked; run merge-check again"
         )
-    return merge.MergeFacts(pull, found_statuses, runs, found_reviews, threads, green_on)
+    today = time.strftime("%Y-%m-%d", time.gmtime())
+    return merge.MergeFacts(pull, found_statuses, runs, found_reviews, threads, green_on, today)

@@ -14,7 +14,7 @@ from __future__ import annotations
 import random
 import re
 import time
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, replace
 from pathlib import Path
 
@@ -269,8 +269,10 @@ class BodyBuilder:
         predecessors: dict[str, str],
         extra: Sequence[Section] = (),
         merge_status: Sequence[str] = (),
+        calibrations: Mapping[str, str] | None = None,
     ) -> None:
         self.docs = list(docs)
+        self.calibrations = dict(calibrations or {})
         self.merge_status = list(merge_status)
         self.run_url = run_url
         self.template_dir = template_dir
@@ -288,6 +290,7 @@ class BodyBuilder:
             existing=existing,
             extra=self.extra,
             merge_status=self.merge_status,
+            calibrations=self.calibrations,
         )
 
 

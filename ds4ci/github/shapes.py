@@ -41,6 +41,8 @@ def check_runs(items: list[Any], sha: str) -> tuple[merge.CheckRun, ...]:
             id=get(item, "id", int, what),
             title=str(get(get(item, "output", dict, what, nullable=True) or {}, "title", str, what, nullable=True)
                       or ""),
+            summary=str(get(get(item, "output", dict, what, nullable=True) or {}, "summary", str, what, nullable=True)
+                        or ""),
         )
         for item in items
     )

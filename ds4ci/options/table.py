@@ -324,6 +324,9 @@ OPTIONS: tuple[Option, ...] = (
            "(target_url) a run that GitHub says ran this file from pull_request_target, or from workflow_dispatch on "
            "the base branch, for the head; any other is listed as ignored (docs/security.md).", check=v.text,
            default=".github/workflows/gate.yml", flag="--trusted-workflow", command="merge-check", metavar="PATH"),
+    Option("merge", "calibration_max_age_days", "When above 0: each gate runner's check run must cite a calibration "
+           "(`ds4ci publish --calibrations`, docs/calibration.md) no older than this many days; 0 requires none.",
+           check=v.integer(0), default=0, toml_type="integer"),
     Option("merge.checks", "name", "The check run's name or the commit status context (required).", check=v.text),
     Option("merge.checks", "app", "The GitHub App (app.slug) whose check runs of this name count.", check=v.text,
            default=DEFAULT_CHECK_APP),

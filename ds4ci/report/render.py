@@ -148,8 +148,10 @@ def render_section(
     run_url: str | None = None,
     predecessor: str | None = None,
     kind: str = "comment",
+    calibration: str | None = None,
 ) -> Section:
-    context = views.runner_context(doc, detail, run_url, predecessor, kind)
+    """``calibration``: how strong the proof is on this runner (``ds4ci.calibrate.latest.cite``), shown when given."""
+    context = {**views.runner_context(doc, detail, run_url, predecessor, kind), "calibration": calibration}
     body = render_template(env, "runner.md.j2", context)
     return Section(
         runner=doc["runner"]["name"],
@@ -258,6 +260,7 @@ def render(
     extra: Sequence[Section] = (),
     limit: int | None = None,
     merge_status: Sequence[str] = (),
+    calibrations: Mapping[str, str] | None = None,
 ) -> tuple[str, list[Section]]:
     """Render ``docs`` (plus sections kept from an existing comment) within the size limit.
 
@@ -284,6 +287,7 @@ def render(
                 run_url=run_url,
                 predecessor=predecessors.get(doc["runner"]["name"]) or _recorded_predecessor(doc),
                 kind=kind,
+                calibration=(calibrations or {}).get(doc["runner"]["name"]),
             )
             for doc in docs
         ]
