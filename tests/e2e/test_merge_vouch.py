@@ -106,8 +106,8 @@ def test_a_run_of_another_workflow_file_is_not_counted(fake: FakeGitHub) -> None
     fake.add_status(HEAD, "ds4ci/sm86", "success", "pass", target_url=url)
     proc = merge_check(fake)
     assert proc.returncode == 1, proc.stdout + proc.stderr
-    assert ("ds4ci/sm86 success not counted: run 705 is .github/workflows/other.yml, not the trusted gate "
-            f"({GATE})") in gate_line(proc)
+    assert ("gate ds4ci/sm86: success on the current head 111111111111 not counted: run 705 is "
+            f".github/workflows/other.yml, not the trusted gate ({GATE})") in gate_line(proc)
 
 
 @pytest.mark.parametrize("verdict", ["cancelled", "skipped", "in_progress"])
