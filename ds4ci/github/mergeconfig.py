@@ -104,20 +104,20 @@ def requirements(
     assert who.check is not None
     login = who.check(publisher, "--publisher") if publisher is not None else who.check(
         table.get("publisher", DEFAULT_PUBLISHER), "merge.publisher")
-    flow = options.get("merge", "workflow")
-    assert flow.check is not None
+    trust = trusted_gate(table, login, workflow)
+    return Requirements(run, chk, need, login, sources, trust.workflow, trust.vouch, trust.vouch_app_id)
+
+
+def trusted_gate(table: dict[str, Any], publisher: str, workflow: str | None = None) -> Requirements:
+    """What vouches for a green gate: ``merge.workflow`` (``--trusted-workflow`` wins), ``merge.vouch`` and, for
+    "publisher", the GitHub App's id (required: no app, no vouch). The runners are not read here."""
+    flow, kind, app = options.get("merge", "workflow"), options.get("merge", "vouch"), options.get("merge", "vouch_app_id")
+    assert flow.check is not None and kind.check is not None and app.check is not None
     path = flow.check(workflow, "--trusted-workflow") if workflow is not None else flow.check(
         table.get("workflow", flow.default), "merge.workflow")
-    return Requirements(run, chk, need, login, sources, path, *_vouch(table))
-
-
-def _vouch(table: dict[str, Any]) -> tuple[str, int | None]:
-    """``merge.vouch`` and, for "publisher", the GitHub App's id (required: no app, no vouch)."""
-    kind, app = options.get("merge", "vouch"), options.get("merge", "vouch_app_id")
-    assert kind.check is not None and app.check is not None
     how = kind.check(table.get("vouch", kind.default), "merge.vouch")
     app_id = app.check(table["vouch_app_id"], "merge.vouch_app_id") if "vouch_app_id" in table else None
     if how == "publisher" and app_id is None:
         raise UsageError('merge.vouch_app_id: vouch = "publisher" needs the id of the GitHub App whose check runs '
                          "vouch (its app.id, an integer), found none")
-    return how, app_id
+    return Requirements((), publisher=publisher, workflow=path, vouch=how, vouch_app_id=app_id)
