@@ -337,11 +337,14 @@ def evaluate(facts: MergeFacts, requirements: Requirements) -> MergeReport:
 
 
 def render_text(report: MergeReport) -> str:
-    """The terminal view: a verdict line, then one line per unmet condition."""
+    """The terminal view: a verdict line, one line per unmet condition, then what vouched for each green gate."""
     if report.ready:
-        return f"#{report.pr} at {report.head}: ready to merge ({len(report.conditions)} conditions hold)\n"
-    lines = [f"#{report.pr} at {report.head}: not ready ({len(report.unmet)} of {len(report.conditions)} conditions unmet)"]
-    lines += [f"  - {c.name}: {c.detail}" for c in report.unmet]
+        lines = [f"#{report.pr} at {report.head}: ready to merge ({len(report.conditions)} conditions hold)"]
+    else:
+        lines = [f"#{report.pr} at {report.head}: not ready ({len(report.unmet)} of {len(report.conditions)} "
+                 "conditions unmet)"]
+        lines += [f"  - {c.name}: {c.detail}" for c in report.unmet]
+    lines += [f"  + {c.name}: {c.detail}" for c in report.conditions if c.ok and c.name.startswith("gate ")]
     return neutralise("\n".join(lines)) + "\n"  # details quote GitHub statuses: anyone's text
 
 

@@ -205,7 +205,11 @@ def test_text_has_one_line_per_unmet_condition() -> None:
     lines = text.splitlines()
     assert lines[0] == f"#42 at {HEAD}: not ready (2 of 10 conditions unmet)"
     assert lines[1:] == ["  - approvals: 0 of 1 required approval(s) on the head 111111111111",
-                         "  - review thread src/b.py:12: unresolved review thread"]
+                         "  - review thread src/b.py:12: unresolved review thread",
+                         # each green gate, with the record that vouched for it
+                         f"  + gate ds4ci/sm86: success on the head 111111111111, vouched for by {VOUCHED['sm86'].detail}",
+                         f"  + gate ds4ci/gfx1151: success on the head 111111111111, vouched for by "
+                         f"{VOUCHED['gfx1151'].detail}"]
 
 
 # ----- the checklist for a PR comment ----------------------------------------------------------
