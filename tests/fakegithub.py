@@ -191,13 +191,13 @@ class FakeGitHub:
             self.pulls[number]["commits"].append(sha)
 
     def add_check_run(self, sha: str, name: str, status: str = "completed", conclusion: str | None = "success",
-                      app: str = "github-actions", title: str | None = None) -> int:
+                      app: str = "github-actions", title: str | None = None, details_url: str | None = None) -> int:
         with self.lock:
             self._next_id += 1
             self._check_runs.append({"id": self._next_id, "sha": sha, "name": name, "status": status,
                                      "conclusion": conclusion if status == "completed" else None, "app": app,
                                      "output": {"title": title, "summary": None, "text": None}, "annotations": [],
-                                     "details_url": None, "external_id": ""})
+                                     "details_url": details_url, "external_id": ""})
             return self._next_id
 
     def check_runs(self, sha: str | None = None) -> list[dict[str, Any]]:

@@ -81,6 +81,7 @@ class CheckRun:
     id: int = 0
     app_id: int = 0  # app.id: the GitHub App that created it (what vouch = "publisher" names)
     title: str = ""  # output.title (ds4ci's own check runs: the status description)
+    details_url: str = ""  # ds4ci's own check runs: the gate run's URL, like a status's target_url
 
 
 @dataclass(frozen=True)

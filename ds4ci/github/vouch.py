@@ -23,6 +23,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 from ds4ci.github import provenance, statuses
+from ds4ci.github.checkruns import app_of
 from ds4ci.github.client import Client
 from ds4ci.github.merge import GATE_CONTEXT, CheckRun, Requirements, Vouch
 from ds4ci.github.shapes import check_runs
@@ -47,7 +48,11 @@ class Voucher:
         """Does a record of GitHub's vouch for ``runner``'s green on ``head``? ``found``/``runs``: head's."""
         if self._need.vouch == "publisher":
             return self._by_app(head, runner, runs)
-        return self._by_workflow(head, runner, found)
+        context, app = GATE_CONTEXT.format(runner=runner), app_of(self._need.publisher)
+        links = [(s.state, s.target_url) for s in found if s.context == context and s.creator == self._need.publisher]
+        links += [(r.conclusion or r.status, r.details_url) for r in runs
+                  if r.name == context and r.head_sha == head and r.app == app]
+        return self._by_workflow(head, context, runner, links)
 
     def judge_commit(self, sha: str, runner: str) -> Vouch:
         """The same for a commit whose statuses and check runs are not read yet (a predecessor)."""
@@ -69,21 +74,20 @@ class Voucher:
 
     # ----- vouch = "workflow" --------------------------------------------------------------------------------------
 
-    def _by_workflow(self, head: str, runner: str, found: Sequence[Status]) -> Vouch:
-        context = GATE_CONTEXT.format(runner=runner)
-        ours = [s for s in found if s.context == context and s.creator == self._need.publisher]
+    def _by_workflow(self, head: str, context: str, runner: str, links: Sequence[tuple[str, str | None]]) -> Vouch:
+        """``links``: (state, URL) of the publisher's statuses and its app's check runs named ``context``."""
         reasons: list[str] = []
         trusted: dict[int, provenance.RunRecord] = {}
-        for status in ours:  # newest first
-            run_id = provenance.run_id(status.target_url, self._repo)
-            why = (f"its link {(status.target_url or '')[:120]!r} names no workflow run of {self._repo}"
+        for state, url in links:
+            run_id = provenance.run_id(url, self._repo)
+            why = (f"its link {(url or '')[:120]!r} names no workflow run of {self._repo}"
                    if run_id is None else self._untrusted(run_id, head))
             if why is None and run_id is not None:
                 trusted[run_id] = self._runs[run_id]
-            elif why is not None and status.state == "success" and why not in reasons:
+            elif why is not None and state == "success" and why not in reasons:
                 reasons.append(why)
         if not trusted:
-            return Vouch(False, "; ".join(reasons) or f"no status {context} links a run of the trusted gate")
+            return Vouch(False, "; ".join(reasons) or f"no status or check run {context} links a run of the trusted gate")
         newest = max(trusted.values(), key=lambda r: (r.started, r.id))
         return self._verdict(newest, runner)
 
