@@ -119,6 +119,9 @@ def publish(
     expect_config: _ExpectConfig = None,
     check_runs: _CheckRuns = None,
     calibrations: _Calibrations = None,
+    verdicts_out: Annotated[Path | None, typer.Option(metavar="FILE", help="After everything was posted, write "
+                            "each runner's decided state as one JSON line {runner: state} (gate.yml's job `verdict "
+                            "<runner>` succeeds only on success). Nothing is written when publish fails.")] = None,
 ) -> None:
     """Post the sticky PR comment and one commit status per runner (context ds4ci/<runner>), and a check run
     of the same name from the same verified result (unless --no-check-runs).
@@ -138,7 +141,7 @@ def publish(
         no_comment=no_comment, no_status=no_status, template_dir=template_dir, summary_file=summary_file,
         comment_author=comment_author, allow_focused=allow_focused_reruns, merge_config=merge_config,
         expect_runners=tuple(expect_runner or ()), expect_config=expect_config, check_runs=check_runs,
-        dry_run_dir=dry_run_dir, calibrations=calibrations,
+        dry_run_dir=dry_run_dir, calibrations=calibrations, verdicts_out=verdicts_out,
     )
     exit_with(
         lambda: run_publish(results or [], request, pending=pending, runner=runner, unverified=unverified)

@@ -22,6 +22,8 @@ from ds4ci.options.table import DEFAULT_WIDTHS
 
 if TYPE_CHECKING:
     from ds4ci.github.client import Client
+    from ds4ci.github.merge import Vouch
+    from ds4ci.github.publish import Vouched
     from ds4ci.github.verified import Published
     from ds4ci.records import Results
     from ds4ci.report.sections import Section
@@ -61,6 +63,7 @@ class PublishRequest:
     expect_runners: tuple[str, ...] = ()
     expect_config: Path | None = None  # the trusted ds4ci.toml every bundle's settings must match
     check_runs: bool | None = None  # None: [publish] check_runs of the trusted config (default true)
+    verdicts_out: Path | None = None  # where each runner's decided state goes, as JSON (gate.yml's verdict jobs)
     dry_run_dir: Path | None = None  # with dry_run: where the Markdown files go (default ./ds4ci-dry-run)
     calibrations: Path | None = None  # where the runners' calibration records are (the report cites them)
 
@@ -125,7 +128,8 @@ def publish_documents(published: list[Published], request: PublishRequest) -> in
     # Whose statuses count in the history (predecessors, an ancestor's full pass): our own identity's.
     needs_history = not r.no_comment or any(d["settings"].get("scope") == "focused" for d in docs)
     publisher = client.identity(r.comment_author) if client is not None and r.pr is not None and needs_history else None
-    plans = _focused(plans, docs, client, r.pr, head, r.allow_focused, publisher)
+    vouched = _voucher(client, r.pr, publisher, r.merge_config or r.expect_config)
+    plans = _focused(plans, docs, client, r.pr, head, r.allow_focused, publisher, vouched)
     for p in published:
         if not p.may_set_status:
             print(f"ds4ci: no status for {p.doc['runner']['name']}: its result is unverified", file=sys.stderr)
@@ -144,7 +148,8 @@ def publish_documents(published: list[Published], request: PublishRequest) -> in
             )
         if not r.no_comment:
             author = publisher
-    predecessors = _predecessors(client, r.pr, head, docs, author) if author is not None and r.pr is not None else {}
+    predecessors = (_predecessors(client, r.pr, head, docs, author, vouched) if author is not None and r.pr is not None
+                    else {})
     for plan in [] if r.no_status else plans:
         client.create_status(plan.sha, plan.state, plan.context, plan.description, plan.target_url)
         print(f"ds4ci: status {plan.context}={plan.state} on {plan.sha}", file=sys.stderr)
@@ -153,12 +158,25 @@ def publish_documents(published: list[Published], request: PublishRequest) -> in
         _post_check_runs(client, runs, head, publisher or _identity_or_none(client, r.comment_author))
     if author is not None and r.pr is not None:
         merge_status = _merge_status(client, r.pr, r.merge_config, r.api_url, r.token_env) if r.merge_config else []
-        missing = _needs_hardware(client, r.pr, head, docs, r.expect_runners, r.template_dir, author)
+        missing = _needs_hardware(client, r.pr, head, docs, r.expect_runners, r.template_dir, author, vouched)
         build = publish.BodyBuilder(docs, run_url=r.target_url, template_dir=r.template_dir, predecessors=predecessors,
                                     merge_status=merge_status, extra=missing, calibrations=cited)
         outcome = publish.upsert_comment(client, r.pr, author, build)
         print(f"ds4ci: comment {outcome.comment_id} {outcome.action} on #{r.pr}", file=sys.stderr)
+    if r.verdicts_out is not None:  # last: a publish that failed on the way leaves no verdict (fail closed)
+        _write_verdicts(r.verdicts_out, plans)
     return 0
+
+
+def _write_verdicts(path: Path, plans: list[publish.StatusPlan]) -> None:
+    """{runner: state} as one JSON line: what gate.yml's job `verdict <runner>` succeeds or fails on."""
+    import json
+
+    states = {plan.context.removeprefix("ds4ci/"): plan.state for plan in plans}
+    try:
+        path.write_text(json.dumps(states, sort_keys=True) + "\n", encoding="utf-8")
+    except OSError as exc:
+        raise UsageError(f"--verdicts-out {path}: cannot write it: {exc.strerror or exc}") from exc
 
 
 DRY_RUN_DIR = Path("ds4ci-dry-run")
@@ -205,12 +223,30 @@ def _dry_run(published: list[Published], plans: list[publish.StatusPlan], r: Pub
     return 0
 
 
-def _predecessors(client: Client, pr: int, head: str, docs: list[Results], publisher: str) -> dict[str, str]:
+def _voucher(client: Client | None, pr: int | None, publisher: str | None, config: Path | None) -> Vouched | None:
+    """What vouches for an older commit's green (ds4ci.github.vouch), as the trusted config's [merge] table says."""
+    from ds4ci.github import mergeconfig, mergefacts, vouch
+
+    if client is None or pr is None or publisher is None:
+        return None
+    need = mergeconfig.trusted_gate(mergeconfig.load_merge_table(config) if config is not None else {}, publisher)
+    made: list[vouch.Voucher] = []
+
+    def judged(sha: str, runner: str) -> Vouch:  # the PR's base branch is read only when a green is judged
+        if not made:
+            made.append(vouch.Voucher(client, client.repo, need, mergefacts.pull_facts(pr, client.pull(pr)).base_ref))
+        return made[0].judge_commit(sha, runner)
+
+    return judged
+
+
+def _predecessors(client: Client, pr: int, head: str, docs: list[Results], publisher: str,
+                  vouched: Vouched | None) -> dict[str, str]:
     """runner -> its last hardware-validated predecessor, for each runner that did not pass."""
     found = {}
     for doc in docs:
         if doc["verdict"] != "pass":
-            older = publish.last_validated_predecessor(client, pr, head, doc["runner"]["name"], publisher)
+            older = publish.last_validated_predecessor(client, pr, head, doc["runner"]["name"], publisher, vouched)
             if older:
                 found[doc["runner"]["name"]] = older
     return found
@@ -283,7 +319,7 @@ def _post_check_runs(client: Client, runs: list[checkruns.CheckRunPlan], head: s
 
 def _focused(
     plans: list[publish.StatusPlan], docs: list[Results], client: Client | None, pr: int | None, head: str,
-    allowed: bool, publisher: str | None,
+    allowed: bool, publisher: str | None, vouched: Vouched | None = None,
 ) -> list[publish.StatusPlan]:
     """Focused reruns: green only on top of a full pass on an ancestor where allowed; the comment says which."""
     by_context = {f"ds4ci/{d['runner']['name']}": d for d in docs}
@@ -296,7 +332,7 @@ def _focused(
         runner = doc["runner"]["name"]
         full = None
         if client is not None and pr is not None and publisher is not None:
-            full = publish.last_full_pass(client, pr, head, runner, publisher)
+            full = publish.last_full_pass(client, pr, head, runner, publisher, vouched)
         decided = publish.focused_plan(plan, doc, full, allowed)
         doc.setdefault("warnings", []).insert(0, f"focused rerun: status {decided.state}: {decided.description}")
         out.append(decided)
@@ -305,7 +341,7 @@ def _focused(
 
 def _needs_hardware(
     client: Client, pr: int, head: str, docs: list[Results], expected: Sequence[str], template_dir: Path | None,
-    publisher: str,
+    publisher: str, vouched: Vouched | None = None,
 ) -> list[Section]:
     """A section for every expected runner without a result on this head (busy or offline)."""
     from ds4ci.report import render
@@ -319,7 +355,7 @@ def _needs_hardware(
             continue
         if not publish.RUNNER_RE.match(runner):
             raise UsageError(f"--expect-runner {runner!r}: expected letters, digits, '.', '_' or '-'")
-        predecessor = publish.last_validated_predecessor(client, pr, head, runner, publisher)
+        predecessor = publish.last_validated_predecessor(client, pr, head, runner, publisher, vouched)
         commits, files = client.compare(predecessor, head) if predecessor else ([], [])
         sections.append(render.needs_hardware_section(env, runner, head, widths, predecessor, commits, files))
     return sections

@@ -53,6 +53,8 @@ class Requirements:
     sources: tuple[CheckSource, ...] = ()  # per-check sources; a check not listed: CheckSource(name)
     workflow: str = DEFAULT_WORKFLOW  # a gate status counts only when it links a run of this file (provenance)
     calibration_max_age_days: int = 0  # above 0: each gate runner's own check run must cite a calibration this recent
+    vouch: str = "workflow"  # which record vouches for a green gate (ds4ci.github.vouch)
+    vouch_app_id: int | None = None  # vouch "publisher": the GitHub App whose check runs vouch
 
     def source(self, check: str) -> CheckSource:
         return next((s for s in self.sources if s.name == check), CheckSource(check))
@@ -79,8 +81,10 @@ class CheckRun:
     head_sha: str
     app: str = DEFAULT_CHECK_APP  # app.slug: the GitHub App that created it
     id: int = 0
+    app_id: int = 0  # app.id: the GitHub App that created it (what vouch = "publisher" names)
     title: str = ""  # output.title (ds4ci's own check runs: the status description)
     summary: str = ""  # output.summary (ds4ci's own: the runner's section, with the calibration it cites)
+    details_url: str = ""  # ds4ci's own check runs: the gate run's URL, like a status's target_url
 
 
 @dataclass(frozen=True)
@@ -106,6 +110,17 @@ class ReviewThread:
 
 
 @dataclass(frozen=True)
+class Vouch:
+    """Whether a record of GitHub's ties a runner's green to the trusted gate (ds4ci.github.vouch), and which."""
+
+    green: bool
+    detail: str  # the record that vouched, or why none did
+
+
+NOT_VOUCHED = Vouch(False, "no record of GitHub's was read for it")
+
+
+@dataclass(frozen=True)
 class MergeFacts:
     pull: PullFacts
     statuses: tuple[Status, ...] = ()  # every status of the head, newest first, with its creator
@@ -116,6 +131,7 @@ class MergeFacts:
     # that are not green on the head)
     gate_green_on: Mapping[str, str] = field(default_factory=dict)
     today: str = ""  # YYYY-MM-DD (UTC) when the facts were fetched: the age of a cited calibration
+    vouches: Mapping[str, Vouch] = field(default_factory=dict)  # runner -> what vouched for (or against) it
 
 
 @dataclass(frozen=True)
@@ -189,11 +205,12 @@ def _with(detail: str, ignored: str) -> str:
 
 
 def _gate_condition(runner: str, head: str, found: Sequence[Status], publisher: str, green_on: str | None,
-                    all_runs: Sequence[CheckRun] = ()) -> Condition:
+                    all_runs: Sequence[CheckRun] = (), vouch: Vouch = NOT_VOUCHED) -> Condition:
     """Only the publisher's newest ds4ci/<runner> status and its app's check run of that name count.
 
     Either may stand alone (statuses, or check runs only); where both are on the head, both must be
-    success. Anyone else's status or check run is listed as ignored.
+    success. Anyone else's status or check run is listed as ignored. A success counts only when a record
+    of GitHub's vouches for it (``vouch``); the detail says which, or why it was not counted.
     """
     context = GATE_CONTEXT.format(runner=runner)
     name = f"gate {context}"
@@ -208,7 +225,12 @@ def _gate_condition(runner: str, head: str, found: Sequence[Status], publisher: 
     if (status is not None or run is not None) and (status is None or status.state == "success") and (
             run is None or run_ok):
         what = "" if run is None else (" (status and check run)" if status is not None else " (check run)")
-        return Condition(name, True, _with(f"success on the head {_short(head)}{what}", ignored))
+        if vouch.green:
+            return Condition(name, True, _with(f"success on the head {_short(head)}{what}, vouched for by "
+                                               f"{vouch.detail}", ignored))
+        older = f"; it was success only on the older head {green_on}" if green_on else ""
+        return Condition(name, False, _with(
+            f"success on the current head {_short(head)} not counted: {vouch.detail}{older}", ignored))
     parts = []
     if status is not None:
         parts.append(status.state + (f" ({status.description})" if status.description else ""))
@@ -325,7 +347,7 @@ def evaluate(facts: MergeFacts, requirements: Requirements) -> MergeReport:
     head, need = facts.pull.head, requirements
     conditions = _pull_conditions(facts.pull)
     conditions += [_gate_condition(r, head, facts.statuses, need.publisher, facts.gate_green_on.get(r),
-                                   facts.check_runs)
+                                   facts.check_runs, facts.vouches.get(r, NOT_VOUCHED))
                    for r in need.runners]
     conditions += [_check_condition(need.source(c), head, facts.statuses, need.publisher, facts.check_runs)
                    for c in need.checks]
@@ -340,11 +362,14 @@ def evaluate(facts: MergeFacts, requirements: Requirements) -> MergeReport:
 
 
 def render_text(report: MergeReport) -> str:
-    """The terminal view: a verdict line, then one line per unmet condition."""
+    """The terminal view: a verdict line, one line per unmet condition, then what vouched for each green gate."""
     if report.ready:
-        return f"#{report.pr} at {report.head}: ready to merge ({len(report.conditions)} conditions hold)\n"
-    lines = [f"#{report.pr} at {report.head}: not ready ({len(report.unmet)} of {len(report.conditions)} conditions unmet)"]
-    lines += [f"  - {c.name}: {c.detail}" for c in report.unmet]
+        lines = [f"#{report.pr} at {report.head}: ready to merge ({len(report.conditions)} conditions hold)"]
+    else:
+        lines = [f"#{report.pr} at {report.head}: not ready ({len(report.unmet)} of {len(report.conditions)} "
+                 "conditions unmet)"]
+        lines += [f"  - {c.name}: {c.detail}" for c in report.unmet]
+    lines += [f"  + {c.name}: {c.detail}" for c in report.conditions if c.ok and c.name.startswith("gate ")]
     return neutralise("\n".join(lines)) + "\n"  # details quote GitHub statuses: anyone's text
 
 

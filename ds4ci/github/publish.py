@@ -14,9 +14,10 @@ from __future__ import annotations
 import random
 import re
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, replace
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from ds4ci.errors import PublishError, UsageError
 from ds4ci.github import statuses
@@ -25,6 +26,11 @@ from ds4ci.judging.tree import tree_note
 from ds4ci.records import Results
 from ds4ci.report import markdown, render, views
 from ds4ci.report.sections import MARKER, Section, head_sha, parse_sections
+
+if TYPE_CHECKING:
+    from ds4ci.github.merge import Vouch
+
+    Vouched = Callable[[str, str], Vouch]  # (commit, runner) -> whether a record of GitHub's vouches for its green
 
 SHA_RE = re.compile(r"^[0-9a-f]{40}$")
 REPO_RE = re.compile(r"^[A-Za-z0-9_.-]+/[A-Za-z0-9_.-]+$")
@@ -158,11 +164,13 @@ def _publisher_run(client: Client, sha: str, context: str, publisher: str) -> tu
     return None if run is None or run.status != "completed" else (str(run.conclusion), run.title)
 
 
-def _walk(client: Client, pr: int, head: str, runner: str, publisher: str, full_only: bool) -> str | None:
+def _walk(client: Client, pr: int, head: str, runner: str, publisher: str, full_only: bool,
+          vouched: Vouched | None = None) -> str | None:
     """The newest PR commit before ``head`` whose ds4ci/<runner> success was posted by ``publisher``.
 
     The publisher's status decides; a commit without one counts by the publisher app's check run of that name
-    (a repository that publishes check runs only), never by anyone else's.
+    (a repository that publishes check runs only), never by anyone else's. With ``vouched`` (ds4ci.github.vouch),
+    a success counts only where a record of GitHub's vouches for it on that commit.
     """
     commits = client.pr_commits(pr)
     if head in commits:
@@ -177,14 +185,16 @@ def _walk(client: Client, pr: int, head: str, runner: str, publisher: str, full_
             if run is None:
                 continue
             state, text = run
-        if state == "success" and not (full_only and text.startswith(FOCUSED_PREFIX)):
+        if state == "success" and not (full_only and text.startswith(FOCUSED_PREFIX)) and (
+                vouched is None or vouched(sha, runner).green):
             return sha
     return None
 
 
-def last_full_pass(client: Client, pr: int, head: str, runner: str, publisher: str) -> str | None:
+def last_full_pass(client: Client, pr: int, head: str, runner: str, publisher: str,
+                   vouched: Vouched | None = None) -> str | None:
     """The newest PR commit before ``head`` (so an ancestor) with a full (not focused) ds4ci/<runner> pass."""
-    return _walk(client, pr, head, runner, publisher, full_only=True)
+    return _walk(client, pr, head, runner, publisher, full_only=True, vouched=vouched)
 
 
 def focused_plan(plan: StatusPlan, doc: Results, full_pass: str | None, allowed: bool) -> StatusPlan:
@@ -199,9 +209,10 @@ def focused_plan(plan: StatusPlan, doc: Results, full_pass: str | None, allowed:
     return replace(plan, state="pending", description=_fit(doc, f"{FOCUSED_PREFIX} at q={widths}; full run required: {why}"))
 
 
-def last_validated_predecessor(client: Client, pr: int, head: str, runner: str, publisher: str) -> str | None:
+def last_validated_predecessor(client: Client, pr: int, head: str, runner: str, publisher: str,
+                               vouched: Vouched | None = None) -> str | None:
     """The newest PR commit before ``head`` whose ds4ci/<runner> status from ``publisher`` is success."""
-    return _walk(client, pr, head, runner, publisher, full_only=False)
+    return _walk(client, pr, head, runner, publisher, full_only=False, vouched=vouched)
 
 
 def _ours(comments: Sequence[Comment], identity: str) -> list[Comment]:

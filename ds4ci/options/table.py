@@ -21,6 +21,7 @@ DEFAULT_STALE_OVERRIDE_FILES = ("/tmp/ds4_spec_q", "/tmp/ds4_awidth")  # noqa: S
 DEFAULT_EVIDENCE_DIR = "ds4ci-evidence"
 SERVER_KINDS = ("program", "simulator")  # gate.server: the configured binary, or ds4ci's bundled simulator
 SIGNING_KINDS = ("service", "job-key")  # gate.signing: whose key may sign under GitHub Actions
+VOUCH_KINDS = ("workflow", "publisher")  # merge.vouch: which of GitHub's records vouches for a green gate
 # The interpreters a server that is a script may name: the system's shell and env (a test server, a wrapper).
 DEFAULT_SERVER_INTERPRETERS = ("/bin/sh", "/usr/bin/sh", "/usr/bin/env")
 DEFAULT_CONFIG = "ds4ci.toml"  # read from the working directory by `gate` and `config check` when no --config
@@ -327,6 +328,15 @@ OPTIONS: tuple[Option, ...] = (
     Option("merge", "calibration_max_age_days", "When above 0: each gate runner's check run must cite a calibration "
            "(`ds4ci publish --calibrations`, docs/calibration.md) no older than this many days; 0 requires none.",
            check=v.integer(0), default=0, toml_type="integer"),
+    Option("merge", "vouch", "Which of GitHub's records vouches for a ds4ci/<runner> success (docs/merging.md): "
+           "\"workflow\" (the run of merge.workflow that the status links, looked up: pull_request_target or "
+           "workflow_dispatch on the base branch, from a commit of that branch, titled with the head, its job `verdict "
+           "<runner>` concluded success in its latest attempt; the newest such run decides) or \"publisher\" (a check "
+           "run ds4ci/<runner> created by the GitHub App merge.vouch_app_id, whose key no job holds).",
+           check=v.one_of(VOUCH_KINDS), default="workflow"),
+    Option("merge", "vouch_app_id", "With vouch = \"publisher\": the app.id of the GitHub App whose check runs "
+           "vouch (its private key kept by the gate service, out of every job's reach).", check=v.integer(1),
+           toml_type="integer"),
     Option("merge.checks", "name", "The check run's name or the commit status context (required).", check=v.text),
     Option("merge.checks", "app", "The GitHub App (app.slug) whose check runs of this name count.", check=v.text,
            default=DEFAULT_CHECK_APP),

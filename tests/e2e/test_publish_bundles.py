@@ -183,14 +183,16 @@ def test_the_comment_carries_the_review_and_merge_status_after_this_runs_statuse
     fake.add_check_run(runs["head"], "build")
     fake.add_review(42, "alice", "APPROVED", runs["head"])
     fake.add_thread(42, "server/src/spec.cpp", 311)
-    # the statuses link this run of the trusted gate, as the publish job's do; merge-check counts no other
-    run = fake.add_run(4243, title=f"ds4ci gate {runs['head']}")
+    # the statuses link this run of the trusted gate, as the publish job's do; merge-check counts no other, and
+    # only once the run's own job `verdict <runner>` (it runs after publish) has succeeded
+    run = fake.add_run(4243, title=f"ds4ci gate {runs['head']}", jobs={f"verdict {RUNNER}": "queued"})
     proc = publish(fake, runs["pass"], "--merge-config", str(config), "--target-url", run)
     assert proc.returncode == 0, proc.stderr
     (comment,) = fake.comments(42)
     body = comment["body"]
-    assert "**Review and merge status**" in body and "not ready: 1 condition(s) unmet" in body
-    assert f"- [x] gate ds4ci/{RUNNER}" in body  # green from the status this very publish set
+    assert "**Review and merge status**" in body and "not ready: 2 condition(s) unmet" in body
+    assert f"- [ ] gate ds4ci/{RUNNER}: success on the current head" in body  # the status this very publish set
+    assert f"run 4243's job 'verdict {RUNNER}' has not finished (queued)" in body.replace("&#95;", "_")
     assert "- [ ] review thread server/src/spec.cpp:311" in body
 
 
