@@ -56,9 +56,9 @@ NOT_SEEN = {
     # nearest margin it meets is 0.021
     "raw-ring-layer-0-not-restored": {2, 3, 4},
     "raw-ring-last-layer-not-restored": {2, 3, 4},
-    # the last layer's ratio-128 compressor: where a rejected draft's slot reaches a flush (the verifies from 126 at
-    # q=3 and 4 in prompt 0, from 255 at q=3 in prompt 1), it is one of the 128 rows the compressed row averages:
-    # 0.04 logits at most, no near-tie that close
+    # the last layer's ratio-128 compressor: where a rejected draft's slot reaches a flush (around 127 in prompt 0 at
+    # q=3 and 4, 255 in prompt 1 at q=3: a rejected boundary, or a replayed seed on one), it is one of the 128 rows
+    # the compressed row averages: 0.04 logits at most, no near-tie that close
     "compressor-last-layer-not-restored": {3, 4},
     # at q=4 accept 3 rejects only the last draft: last-slot-not-rolled-back there, with its reason
     "rollback-skipped-at-accept-3": {4},
