@@ -59,7 +59,7 @@ NOT_SEEN = {
     # the last layer's ratio-128 compressor: where a rejected draft's slot reaches a flush (around 127 in prompt 0 at
     # q=3 and 4, 255 in prompt 1 at q=3: a rejected boundary, or a replayed seed on one), it is one of the 128 rows
     # the compressed row averages: 0.04 logits at most, no near-tie that close
-    "compressor-last-layer-not-restored": {3, 4},
+    "compressor-last-layer-not-restored": {2, 3, 4},
     # at q=4 accept 3 rejects only the last draft: last-slot-not-rolled-back there, with its reason
     "rollback-skipped-at-accept-3": {4},
 }
