@@ -58,6 +58,7 @@ def _root(
 app.command("gate")(app_gate.gate)
 app.command("bisect")(app_gate.bisect)
 app.command("init")(app_setup.init)
+app.command("upgrade")(app_setup.upgrade)
 app.command("pin")(app_setup.pin)
 app.add_typer(app_setup.config_app, name="config")
 

@@ -11,7 +11,8 @@ this machine's, so the workflows run them too when ``act`` runs them here). ``[m
 runner's status. The workflows are the ones this ds4ci ships (``gate.yml``,
 ``report.yml``), with one line filled in: ``DS4CI_REF``, the ds4ci they install and whose action they
 use (``--ds4ci-ref``, else a placeholder that ``config check`` and ``preflight`` point out).
-Nothing is overwritten without ``--force``.
+Nothing is overwritten without ``--force``, and ``--force`` never drops a key of ``ds4ci.toml`` that init did not
+write (``initkeep``); ``ds4ci upgrade`` moves the workflows alone.
 """
 
 from __future__ import annotations
@@ -23,7 +24,7 @@ import sys
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from ds4ci.commands import repofiles
+from ds4ci.commands import initkeep, repofiles
 from ds4ci.commands.buildguess import BuildGuess, guess
 from ds4ci.commands.demo import DEMO_PROMPT
 from ds4ci.commands.repofiles import build_folder
@@ -274,16 +275,18 @@ def run_init(req: InitRequest) -> int:
         raise UsageError(f"{', '.join(present)} already exist(s); keep them, or pass --force to overwrite")
     ignored = _ignored_entries(req, _build(req))
     req.directory.mkdir(parents=True, exist_ok=True)
+    text = initkeep.stamped(config_text(req), CONFIG_NAME)
+    initkeep.refuse_discarding(config, text)
     written: list[str] = []
-    _write_new(config, config_text(req), True, written)
+    _write_new(config, text, True, written)
     repofiles.ignore(req.directory, ignored, written)
     for path, text in flows.items():
         _write_new(path, text, True, written)
     print("wrote:\n" + "\n".join(f"  {w}" for w in written))
     if flows and req.ds4ci_ref is None:
         print(f"placeholder: DS4CI_REF in {', '.join(str(p) for p in flows)} names the ds4ci the workflows run; "
-              "set it to ds4ci's repository and a tag or commit (OWNER/NAME@v0.1.0), or run init again with "
-              "--ds4ci-ref OWNER/NAME@REF --force")
+              "set it to ds4ci's repository and a tag or commit (OWNER/NAME@v0.1.0): run "
+              "`ds4ci upgrade --ds4ci-ref OWNER/NAME@REF` (it never touches ds4ci.toml)")
     named = f" --config {config}" if req.directory.absolute() != Path.cwd() else ""
     gates = [f"ds4ci gate{named} --runner {r}" for r in req.runners] or [f"ds4ci gate{named}"]
     print("\n      ".join([f"next: ds4ci config check{named}", *gates]), file=sys.stdout)

@@ -57,3 +57,54 @@ def test_init_refuses_a_build_folder_git_tracks_and_writes_nothing(tmp_path: Pat
                   cwd=repo, env=clean_env(tmp_path))
     assert named.returncode == 0, named.stderr  # a folder of its own is fine
     assert "/out/" in (repo / ".gitignore").read_text().splitlines()
+
+
+HAND_EDITS = ('\n[runners.sm86]\nlabels = ["self-hosted", "sm86"]\ntarget_device = "cuda:0"\n'
+              'public_key = "ed25519:AAECAwQFBgcICQoLDA0ODxAREhMUFRYXGBkaGxwdHh8="\n')
+
+
+def test_upgrade_moves_the_workflows_and_keeps_ds4ci_toml_byte_for_byte(tmp_path: Path) -> None:
+    repo = git_init(tmp_path / "engine")
+    env = clean_env(tmp_path)
+    assert ds4ci("init", "--simulator", "--runner", "local", "--ds4ci-ref", "acme/ds4ci@v0.1.0", cwd=repo,
+                 env=env).returncode == 0
+    config = repo / "ds4ci.toml"
+    edited = config.read_text().replace("approvals = 1", "approvals = 2") + HAND_EDITS
+    config.write_text(edited)
+    before = config.read_bytes()
+    gate_yml = repo / ".github" / "workflows" / "gate.yml"
+    gate_yml.write_text(gate_yml.read_text().replace("runs-on:", "runs-on:  ", 1))  # an old workflow's line
+    up = ds4ci("upgrade", "--ds4ci-ref", "acme/ds4ci@v0.2.0", cwd=repo, env=env)
+    assert up.returncode == 0, up.stderr
+    assert config.read_bytes() == before
+    for name in ("gate.yml", "report.yml"):
+        text = (repo / ".github" / "workflows" / name).read_text()
+        assert '  DS4CI_REF: "acme/ds4ci@v0.2.0"' in text.splitlines() and "acme/ds4ci@v0.1.0" not in text
+    assert "'acme/ds4ci@v0.1.0' -> 'acme/ds4ci@v0.2.0'; 2 other line(s)" in up.stdout, up.stdout
+    assert "not touched" in up.stdout
+    check = ds4ci("config", "check", cwd=repo, env=env)
+    assert check.returncode == 0 and "placeholder" not in check.stderr, check.stderr
+    bad = ds4ci("upgrade", "--ds4ci-ref", "acme/ds4ci@main", cwd=repo, env=env)
+    assert bad.returncode == 2 and "v0.1.0" in bad.stderr and "Traceback" not in bad.stderr, bad.stderr
+    empty = git_init(tmp_path / "empty")
+    none = ds4ci("upgrade", "--ds4ci-ref", "acme/ds4ci@v0.2.0", cwd=empty, env=env)
+    assert none.returncode == 2 and "ds4ci init" in none.stderr and not (empty / ".github").exists(), none.stderr
+
+
+def test_init_force_refuses_to_discard_keys_it_did_not_write(tmp_path: Path) -> None:
+    repo = git_init(tmp_path / "engine")
+    env = clean_env(tmp_path)
+    assert ds4ci("init", "--simulator", "--runner", "local", cwd=repo, env=env).returncode == 0
+    config = repo / "ds4ci.toml"
+    untouched = ds4ci("init", "--simulator", "--runner", "local", "--runner", "sm90", "--force", cwd=repo, env=env)
+    assert untouched.returncode == 0, untouched.stderr  # every key in it was init's: replaced
+    assert "[runners.sm90]" in config.read_text()
+    edited = config.read_text().replace("approvals = 1", "approvals = 2") + HAND_EDITS
+    config.write_text(edited)
+    refused = ds4ci("init", "--simulator", "--runner", "local", "--force", cwd=repo, env=env)
+    assert refused.returncode == 2, refused.stdout
+    for key in ("merge.approvals = 2 (init writes 1)", "runners.sm86.public_key (init does not write it)",
+                "runners.sm90.labels"):
+        assert key in refused.stderr, refused.stderr
+    assert "ds4ci upgrade" in refused.stderr and "Traceback" not in refused.stderr
+    assert config.read_text() == edited
