@@ -249,6 +249,9 @@ OPTIONS: tuple[Option, ...] = (
            flag="--no-build", switch=True, cli_type=bool),
     Option(CLI, "json", "Print a JSON summary (verdict, exit code, evidence, per-width verdicts) on stdout; "
            "the table and progress go to stderr.", flag="--json", switch=True, cli_type=bool),
+    Option(CLI, "junit_xml", "Also write the run as JUnit XML here (one testcase per width and prompt, plus the build, "
+           "each check and the verdict; the reason is the failure message), for dorny/test-reporter or "
+           "EnricoMi/publish-unit-test-result-action.", flag="--junit-xml", cli_type=Path, metavar="PATH"),
     Option("runner", "name", "This runner's name (the gate's --runner and gate.runner win).", check=v.runner_name,
            default_doc="the host name"),
     Option("runner", "role", "gate: prove parity; negative-control: run the extra checks only (no models).",

@@ -53,9 +53,10 @@ def loads_toml(text: str, where: str) -> dict[str, Any]:
     else:  # pragma: no cover - exercised on 3.10 only
         import tomli as tomllib  # type: ignore[import-not-found, unused-ignore]
     try:
-        return tomllib.loads(text)
+        loaded: dict[str, Any] = tomllib.loads(text)
     except tomllib.TOMLDecodeError as exc:
         raise UsageError(f"{where} is not valid TOML: {exc}") from exc
+    return loaded
 
 
 def read_toml(path: Path) -> dict[str, Any]:
