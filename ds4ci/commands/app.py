@@ -250,7 +250,8 @@ def report(
                        "directory or the gate's --bundle-out .tar.gz)."),
     ],
     format: Annotated[
-        str, typer.Option("--format", help="comment (PR comment, <= 60,000 bytes) or summary (job summary).")
+        str, typer.Option("--format", help="comment (PR comment, <= 60,000 bytes), summary (job summary) or junit (JUnit XML: "
+                          "one testsuite per runner, one testcase per width and prompt).")
     ] = "comment",
     template_dir: Annotated[Path | None, typer.Option(help="Directory of Jinja2 templates overriding the bundled ones.")] = None,
     output: Annotated[Path | None, typer.Option(help="Write here instead of standard output.")] = None,

@@ -78,6 +78,11 @@ _CheckRuns = Annotated[
         show_default=False,
     ),
 ]
+_CommentMode = Annotated[
+    str | None,
+    typer.Option("--comment-mode", metavar="MODE", help=table.get("publish", "comment_mode").flag_help(),
+                 show_default=False),
+]
 _MergeConfig = Annotated[
     Path | None,
     typer.Option(
@@ -113,6 +118,7 @@ def publish(
     merge_config: _MergeConfig = None,
     expect_config: _ExpectConfig = None,
     check_runs: _CheckRuns = None,
+    comment_mode: _CommentMode = None,
 ) -> None:
     """Post the sticky PR comment and one commit status per runner (context ds4ci/<runner>), and a check run
     of the same name from the same verified result (unless --no-check-runs).
@@ -132,7 +138,7 @@ def publish(
         no_comment=no_comment, no_status=no_status, template_dir=template_dir, summary_file=summary_file,
         comment_author=comment_author, allow_focused=allow_focused_reruns, merge_config=merge_config,
         expect_runners=tuple(expect_runner or ()), expect_config=expect_config, check_runs=check_runs,
-        dry_run_dir=dry_run_dir,
+        dry_run_dir=dry_run_dir, comment_mode=comment_mode,
     )
     exit_with(
         lambda: run_publish(results or [], request, pending=pending, runner=runner, unverified=unverified)

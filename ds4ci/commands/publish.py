@@ -7,6 +7,7 @@ results, bad flags, no token); 3 GitHub failed or refused (read-only token, outa
 
 from __future__ import annotations
 
+import dataclasses
 import os
 import sys
 from collections.abc import Sequence
@@ -14,6 +15,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from ds4ci.commands import commentmode
 from ds4ci.errors import PublishError, UsageError
 from ds4ci.github import checkruns, publish
 from ds4ci.github.client import ReadOnlyTokenError
@@ -61,6 +63,7 @@ class PublishRequest:
     expect_runners: tuple[str, ...] = ()
     expect_config: Path | None = None  # the trusted ds4ci.toml every bundle's settings must match
     check_runs: bool | None = None  # None: [publish] check_runs of the trusted config (default true)
+    comment_mode: str | None = None  # None: [publish] comment_mode of the trusted config (default always)
     dry_run_dir: Path | None = None  # with dry_run: where the Markdown files go (default ./ds4ci-dry-run)
 
 
@@ -102,9 +105,11 @@ def publish_documents(published: list[Published], request: PublishRequest) -> in
     """Comment and statuses for documents the trust step (``verified.load``) has already judged."""
     from ds4ci.report import render
 
-    r = request
+    mode = commentmode.resolve(request.comment_mode, request.no_comment, request.expect_config)
+    r = dataclasses.replace(request, no_comment=mode == commentmode.OFF)
     publish.validate_target(r.repo, r.pr, r.sha, r.dry_run)
     docs = render.unique_runners([p.doc for p in published])
+    update_only = commentmode.update_only(mode, docs)
     summary, _ = render.render(docs, kind="summary", run_url=r.target_url, template_dir=r.template_dir)
     _write_summary(summary, r.summary_file)
 
@@ -122,7 +127,8 @@ def publish_documents(published: list[Published], request: PublishRequest) -> in
             print(f"ds4ci: no status for {p.doc['runner']['name']}: its result is unverified", file=sys.stderr)
     check_runs = _wants_check_runs(r)
     if client is None:
-        return _dry_run(published, plans, r, head, check_runs)
+        return _dry_run(published, plans, dataclasses.replace(r, no_comment=r.no_comment or update_only), head,
+                        check_runs)
 
     # Every precondition before the first write: the PR's head, and whose comment to look for.
     author: str | None = None
@@ -133,8 +139,11 @@ def publish_documents(published: list[Published], request: PublishRequest) -> in
                 f"pull request #{r.pr} is now at {current} but the results are for {head}: refusing to publish "
                 "stale results (re-run the gate on the new head)"
             )
-        if not r.no_comment:
+        if not r.no_comment and (not update_only or publish.has_own_comment(client, r.pr, publisher)):
             author = publisher
+        elif update_only:
+            print(f"ds4ci: no comment on #{r.pr}: every runner's status is success (comment_mode = failures)",
+                  file=sys.stderr)
     predecessors = _predecessors(client, r.pr, head, docs, author) if author is not None and r.pr is not None else {}
     for plan in [] if r.no_status else plans:
         client.create_status(plan.sha, plan.state, plan.context, plan.description, plan.target_url)

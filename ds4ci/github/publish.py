@@ -209,6 +209,11 @@ def _ours(comments: Sequence[Comment], identity: str) -> list[Comment]:
     return sorted(mine, key=lambda c: (c.created_at, c.id))
 
 
+def has_own_comment(client: Client, pr: int, identity: str | None) -> bool:
+    """Whether ``identity`` has posted the ds4ci comment on the pull request."""
+    return identity is not None and bool(_ours(client.list_comments(pr), identity))
+
+
 def _landed(body: str, wanted: Sequence[Section]) -> bool:
     present = {(s.runner, s.state, s.digest) for s in parse_sections(body)}
     return all((s.runner, s.state, s.digest) in present for s in wanted)

@@ -20,6 +20,7 @@ DEFAULT_WIDTHS = (2, 3, 4)
 DEFAULT_STALE_OVERRIDE_FILES = ("/tmp/ds4_spec_q", "/tmp/ds4_awidth")  # noqa: S108 - the server reads these
 DEFAULT_EVIDENCE_DIR = "ds4ci-evidence"
 SERVER_KINDS = ("program", "simulator")  # gate.server: the configured binary, or ds4ci's bundled simulator
+COMMENT_MODES = ("always", "failures", "off")  # publish.comment_mode
 SIGNING_KINDS = ("service", "job-key")  # gate.signing: whose key may sign under GitHub Actions
 # The interpreters a server that is a script may name: the system's shell and env (a test server, a wrapper).
 DEFAULT_SERVER_INTERPRETERS = ("/bin/sh", "/usr/bin/sh", "/usr/bin/env")
@@ -336,6 +337,10 @@ OPTIONS: tuple[Option, ...] = (
            "name per runner (the Checks tab: summary, annotations on the PR's own files). Needs the permission "
            "`checks: write` and a GitHub App token (the Actions GITHUB_TOKEN is one).", check=v.boolean, default=True,
            toml_type="boolean"),
+    Option("publish", "comment_mode", "When the sticky pull-request comment is written: \"always\"; \"failures\" (created "
+           "only when a runner's status is not success; one that exists is still updated, so it never keeps an old "
+           "failure); \"off\" (never, as --no-comment). The statuses and check runs are set either way.",
+           check=v.one_of(COMMENT_MODES), default="always", flag="--comment-mode", command="publish", metavar="MODE"),
     Option("preflight", "busy_wait", "Seconds to wait for a GPU busy with another process to become free.",
            check=v.wait_seconds, default=0.0, toml_type="number", flag="--busy-wait", command="preflight",
            cli_type=float),

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import re
 import xml.etree.ElementTree as ET
+from collections.abc import Sequence
 from pathlib import Path
 
 from ds4ci.records import Results
@@ -36,13 +37,12 @@ def _case(suite: ET.Element, classname: str, name: str, verdict: str, reasons: l
     outcome.text = _text("\n".join(said))
 
 
-def render(doc: Results) -> str:
+def _suite(suites: ET.Element, doc: Results) -> ET.Element:
     runner = doc["runner"]["name"]
     classname = f"ds4ci.{runner}"
-    suites = ET.Element("testsuites", name="ds4ci")
     suite = ET.SubElement(suites, "testsuite", name=f"ds4ci/{runner}", timestamp=doc["started_at"],
                           time=f"{doc['timings']['total_s']:.3f}")
-    build = doc["build"]
+    build = doc.get("build")
     if build is not None:
         _case(suite, classname, "build", build["status"], [build["summary"]], build["duration_s"])
     for check in doc["checks"]:
@@ -57,15 +57,29 @@ def render(doc: Results) -> str:
             _case(suite, classname, f"q={width['q']} prompt {cell['prompt_index']}", cell["verdict"],
                   cell["reasons"] or width["reasons"])
     _case(suite, classname, "verdict", doc["verdict"], doc["reasons"])
-    cases = suite.findall("testcase")
+    return suite
+
+
+def _count(element: ET.Element, cases: list[ET.Element]) -> None:
     counts = {"tests": len(cases), "failures": sum(1 for c in cases if c.find("failure") is not None),
               "errors": sum(1 for c in cases if c.find("error") is not None), "skipped": 0}
     for key, value in counts.items():
-        suite.set(key, str(value))
-        suites.set(key, str(value))
+        element.set(key, str(value))
+
+
+def render(docs: Sequence[Results]) -> str:
+    """One testsuite per runner's document, in one testsuites element."""
+    suites = ET.Element("testsuites", name="ds4ci")
+    every: list[ET.Element] = []
+    for doc in docs:
+        suite = _suite(suites, doc)
+        cases = suite.findall("testcase")
+        _count(suite, cases)
+        every += cases
+    _count(suites, every)
     ET.indent(suites)
     return '<?xml version="1.0" encoding="UTF-8"?>\n' + ET.tostring(suites, encoding="unicode") + "\n"
 
 
 def write(doc: Results, path: Path) -> None:
-    path.write_text(render(doc), encoding="utf-8")
+    path.write_text(render([doc]), encoding="utf-8")
