@@ -55,7 +55,8 @@ def init(
     force: Annotated[bool, typer.Option("--force", help=_FORCE_HELP)] = False,
     ds4ci_ref: Annotated[
         str | None,
-        typer.Option("--ds4ci-ref", help="The ds4ci the workflows install and whose action they use: OWNER/NAME@REF "
+        typer.Option("--ds4ci-ref", metavar="OWNER/NAME@REF", help="The ds4ci the workflows install and whose action "
+                     "they use: OWNER/NAME@REF "
                      "of ds4ci's repository, REF a tag (v0.1.0) or a full commit. Without it the workflows hold "
                      "a placeholder that `ds4ci config check` and `ds4ci preflight` point out."),
     ] = None,
@@ -104,7 +105,8 @@ def upgrade(
 def config_check(
     config: Annotated[Path | None, typer.Option(help="The file to check. Default: ./ds4ci.toml.")] = None,
     runner: Annotated[
-        str | None, typer.Option(help="Check for this runner only. Default: every [runners.<name>] in the file.")
+        str | None, typer.Option(metavar="NAME", help="Check for this runner only. Default: every [runners.<name>] in "
+                                 "the file.")
     ] = None,
 ) -> None:
     """Validate a ds4ci.toml offline, as the gate would read it, without the model files.
