@@ -17,10 +17,11 @@ from ds4ci.options.values import ds4ci_ref
 
 
 def _changed_lines(old: str, new: str) -> int:
-    """Lines that differ between the two texts, the DS4CI_REF line left out."""
-    diff = difflib.unified_diff(old.splitlines(), new.splitlines(), lineterm="", n=0)
-    return sum(1 for line in diff if line[:1] in "+-" and not line.startswith(("+++", "---"))
-               and "DS4CI_REF:" not in line)
+    """Lines changed, added or removed between the two texts, the DS4CI_REF line left out."""
+    before = [line for line in old.splitlines() if "DS4CI_REF:" not in line]
+    after = [line for line in new.splitlines() if "DS4CI_REF:" not in line]
+    matcher = difflib.SequenceMatcher(a=before, b=after, autojunk=False)
+    return sum(max(i2 - i1, j2 - j1) for tag, i1, i2, j1, j2 in matcher.get_opcodes() if tag != "equal")
 
 
 def run_upgrade(directory: Path, ref: str) -> int:
