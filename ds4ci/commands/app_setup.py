@@ -61,9 +61,9 @@ def init(
                      "a placeholder that `ds4ci config check` and `ds4ci preflight` point out."),
     ] = None,
 ) -> None:
-    """Write a starter ds4ci.toml (pins computed from the files named), a .gitignore entry for the evidence
-    folder, and the workflows this ds4ci ships (.github/workflows/gate.yml, report.yml), set to run the
-    ds4ci named by --ds4ci-ref.
+    """Write a starter ds4ci.toml (pins computed from the files named), .gitignore entries for the evidence
+    folder and the folder its [build] writes, and the workflows this ds4ci ships (.github/workflows/gate.yml,
+    report.yml), set to run the ds4ci named by --ds4ci-ref.
 
     A file that is not on this machine (a model staged on the runner only) gets a TODO pin that
     `ds4ci config check` and `ds4ci preflight` explain. Nothing is overwritten without --force.
