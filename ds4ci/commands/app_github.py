@@ -148,8 +148,7 @@ def publish(
 def dispatch_check(
     pr: Annotated[str, typer.Option(metavar="N", help="Pull request number (required for workflow_dispatch).")] = "",
     head_sha: Annotated[
-        str, typer.Option(metavar="SHA", help="Full 40-hex head SHA the maintainer reviewed; the run is refused if the "
-                          "PR moved.")
+        str, typer.Option(metavar="SHA", help="Full 40-hex head SHA the maintainer reviewed; refused if the PR moved.")
     ] = "",
     widths: Annotated[str, typer.Option(metavar="Q,Q",
                                         help="Comma-separated widths, e.g. 2,3,4; empty: those of ds4ci.toml.")] = "",

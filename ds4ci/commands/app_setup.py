@@ -62,8 +62,7 @@ def init(
     ] = None,
 ) -> None:
     """Write a starter ds4ci.toml (pins computed from the files named), .gitignore entries for the evidence
-    folder and the folder its [build] writes, and the workflows this ds4ci ships (.github/workflows/gate.yml,
-    report.yml), set to run the ds4ci named by --ds4ci-ref.
+    folder and its [build]'s output, and the workflows this ds4ci ships, set to run --ds4ci-ref's ds4ci.
 
     A file that is not on this machine (a model staged on the runner only) gets a TODO pin that
     `ds4ci config check` and `ds4ci preflight` explain. Nothing is overwritten without --force.
