@@ -29,7 +29,10 @@ SHARED: Final = (
 
 # command -> (code, what it means for that command); the codes a command can return, no other.
 COMMANDS: Final[dict[str, tuple[tuple[int, str], ...]]] = {
-    "init": ((0, "written"), (2, "refused: a file exists (without --force) or a bad name; nothing is written")),
+    "init": ((0, "written"), (2, "refused: a file exists (without --force), ds4ci.toml holds a key init did not write "
+                                  "(with --force), the build's output folder holds tracked files, or a bad name; "
+                                  "nothing is written")),
+    "upgrade": ((0, "the workflows written"), (2, "refused: a bad ref, or no workflows here; nothing is written")),
     "pin": ((0, "written, or nothing to change"),
             (2, "the file is missing or invalid, or a pin is not on one line of its table; nothing is written")),
     "config check": ((0, "valid"), (2, "invalid: each problem is listed once, every TODO pin named")),

@@ -7,6 +7,7 @@ results, bad flags, no token); 3 GitHub failed or refused (read-only token, outa
 
 from __future__ import annotations
 
+import dataclasses
 import os
 import sys
 from collections.abc import Sequence
@@ -14,6 +15,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from ds4ci.commands import commentmode
 from ds4ci.errors import PublishError, UsageError
 from ds4ci.github import checkruns, publish
 from ds4ci.github.client import ReadOnlyTokenError
@@ -64,6 +66,7 @@ class PublishRequest:
     expect_config: Path | None = None  # the trusted ds4ci.toml every bundle's settings must match
     check_runs: bool | None = None  # None: [publish] check_runs of the trusted config (default true)
     verdicts_out: Path | None = None  # where each runner's decided state goes, as JSON (gate.yml's verdict jobs)
+    comment_mode: str | None = None  # None: [publish] comment_mode of the trusted config (default always)
     dry_run_dir: Path | None = None  # with dry_run: where the Markdown files go (default ./ds4ci-dry-run)
     calibrations: Path | None = None  # where the runners' calibration records are (the report cites them)
 
@@ -112,10 +115,12 @@ def publish_documents(published: list[Published], request: PublishRequest) -> in
     """Comment and statuses for documents the trust step (``verified.load``) has already judged."""
     from ds4ci.report import render
 
-    r = request
+    mode = commentmode.resolve(request.comment_mode, request.no_comment, request.expect_config)
+    r = dataclasses.replace(request, no_comment=mode == commentmode.OFF)
     publish.validate_target(r.repo, r.pr, r.sha, r.dry_run)
     docs = render.unique_runners([p.doc for p in published])
     cited = r.cited(docs)
+    update_only = commentmode.update_only(mode, docs)
     summary, _ = render.render(docs, kind="summary", run_url=r.target_url, template_dir=r.template_dir,
                                calibrations=cited)
     _write_summary(summary, r.summary_file)
@@ -135,21 +140,11 @@ def publish_documents(published: list[Published], request: PublishRequest) -> in
             print(f"ds4ci: no status for {p.doc['runner']['name']}: its result is unverified", file=sys.stderr)
     check_runs = _wants_check_runs(r)
     if client is None:
-        return _dry_run(published, plans, r, head, check_runs)
+        return _dry_run(published, plans, dataclasses.replace(r, no_comment=r.no_comment or update_only), head,
+                        check_runs)
 
-    # Every precondition before the first write: the PR's head, and whose comment to look for.
-    author: str | None = None
-    if r.pr is not None:
-        current = client.pr_head(r.pr)
-        if current != head:
-            raise publish.StaleResultsError(
-                f"pull request #{r.pr} is now at {current} but the results are for {head}: refusing to publish "
-                "stale results (re-run the gate on the new head)"
-            )
-        if not r.no_comment:
-            author = publisher
-    predecessors = (_predecessors(client, r.pr, head, docs, author, vouched) if author is not None and r.pr is not None
-                    else {})
+    author = _comment_author(client, r, head, publisher, update_only) if r.pr is not None else None
+    predecessors = _predecessors(client, r.pr, head, docs, author, vouched) if author and r.pr is not None else {}
     for plan in [] if r.no_status else plans:
         client.create_status(plan.sha, plan.state, plan.context, plan.description, plan.target_url)
         print(f"ds4ci: status {plan.context}={plan.state} on {plan.sha}", file=sys.stderr)
@@ -164,19 +159,27 @@ def publish_documents(published: list[Published], request: PublishRequest) -> in
         outcome = publish.upsert_comment(client, r.pr, author, build)
         print(f"ds4ci: comment {outcome.comment_id} {outcome.action} on #{r.pr}", file=sys.stderr)
     if r.verdicts_out is not None:  # last: a publish that failed on the way leaves no verdict (fail closed)
-        _write_verdicts(r.verdicts_out, plans)
+        publish.write_verdicts(r.verdicts_out, plans)
     return 0
 
 
-def _write_verdicts(path: Path, plans: list[publish.StatusPlan]) -> None:
-    """{runner: state} as one JSON line: what gate.yml's job `verdict <runner>` succeeds or fails on."""
-    import json
-
-    states = {plan.context.removeprefix("ds4ci/"): plan.state for plan in plans}
-    try:
-        path.write_text(json.dumps(states, sort_keys=True) + "\n", encoding="utf-8")
-    except OSError as exc:
-        raise UsageError(f"--verdicts-out {path}: cannot write it: {exc.strerror or exc}") from exc
+def _comment_author(client: Client, r: PublishRequest, head: str, publisher: str | None,
+                    update_only: bool) -> str | None:
+    """Every precondition before the first write: the PR still at the results' head; whose comment to update
+    (None: no comment, by --no-comment, comment_mode, or no earlier comment to update)."""
+    assert r.pr is not None
+    current = client.pr_head(r.pr)
+    if current != head:
+        raise publish.StaleResultsError(
+            f"pull request #{r.pr} is now at {current} but the results are for {head}: refusing to publish "
+            "stale results (re-run the gate on the new head)"
+        )
+    if not r.no_comment and (not update_only or publish.has_own_comment(client, r.pr, publisher)):
+        return publisher
+    if update_only:
+        print(f"ds4ci: no comment on #{r.pr}: every runner's status is success (comment_mode = failures)",
+              file=sys.stderr)
+    return None
 
 
 DRY_RUN_DIR = Path("ds4ci-dry-run")

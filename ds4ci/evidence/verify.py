@@ -281,6 +281,14 @@ def _for_runner(expected: Mapping[str, Any], runner: str) -> dict[str, Any]:
     return {**{k: val for k, val in expected.items() if k != "runners"}, **own}
 
 
+def never_hashed(recorded: Results) -> bool:
+    """The run stopped before it hashed any input (its build failed, its tree was refused): its identities were
+    never reached, so they are no mismatch with a trusted config. A pass always hashed them."""
+    ids = recorded["identities"]
+    return (recorded["verdict"] != "pass" and not ids["prompts"]
+            and all(ids[role] is None for role in ("target", "draft", "server_bin")))
+
+
 def expectation_mismatches(
     found: Verification, expected: Mapping[str, Any], *, focused: bool = False
 ) -> list[tuple[str, object, object]]:
@@ -316,6 +324,8 @@ def expectation_mismatches(
             and want.get("allow_dirty_tree") is not True):
         out.append(("allow_dirty_tree", True, False))
     ids = recorded["identities"]
+    if never_hashed(recorded):  # stopped before any input was hashed (a failed build): nothing ran to compare
+        return out
     for role_name, identity in (("target", ids["target"]), ("draft", ids["draft"]), ("server_bin", ids["server_bin"])):
         have = identity["sha256"] if identity is not None else None
         if want.get(f"{role_name}_sha256") not in (None, have):

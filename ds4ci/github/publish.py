@@ -220,6 +220,11 @@ def _ours(comments: Sequence[Comment], identity: str) -> list[Comment]:
     return sorted(mine, key=lambda c: (c.created_at, c.id))
 
 
+def has_own_comment(client: Client, pr: int, identity: str | None) -> bool:
+    """Whether ``identity`` has posted the ds4ci comment on the pull request."""
+    return identity is not None and bool(_ours(client.list_comments(pr), identity))
+
+
 def _landed(body: str, wanted: Sequence[Section]) -> bool:
     present = {(s.runner, s.state, s.digest) for s in parse_sections(body)}
     return all((s.runner, s.state, s.digest) in present for s in wanted)
@@ -316,3 +321,15 @@ def validate_target(repo: str | None, pr: int | None, sha: str | None, dry_run: 
         raise UsageError(f"--pr {pr}: expected a pull request number >= 1")
     if sha is not None and not SHA_RE.match(sha):
         raise UsageError(f"--sha {sha!r}: expected a full 40-hex lowercase commit SHA")
+
+
+def write_verdicts(path: Path, plans: list[StatusPlan]) -> None:
+    """{runner: state} as one JSON line: what gate.yml's job `verdict <runner>` succeeds or fails on."""
+    import json
+
+    states = {plan.context.removeprefix("ds4ci/"): plan.state for plan in plans}
+    try:
+        path.write_text(json.dumps(states, sort_keys=True) + "\n", encoding="utf-8")
+    except OSError as exc:
+        raise UsageError(f"--verdicts-out {path}: cannot write it: {exc.strerror or exc}") from exc
+

@@ -115,6 +115,8 @@ ELSEWHERE = {
     ("merge-check", 2): "test_merge_check.py::test_usage_errors_exit_2",
     ("merge-check", 3): "test_merge_check.py::test_github_errors_exit_3_with_a_message",
     ("hash-cache add", 3): "../unit/runner/test_identity.py::test_change_while_hashing_is_no_verdict",
+    ("upgrade", 0): "test_init_repo.py::test_upgrade_moves_the_workflows_and_keeps_ds4ci_toml_byte_for_byte",
+    ("upgrade", 2): "test_init_repo.py::test_upgrade_moves_the_workflows_and_keeps_ds4ci_toml_byte_for_byte",
     ("pin", 0): "test_adoption_week.py::test_pin_refreshes_only_the_pins_and_keeps_everything_else",
     ("pin", 2): "test_adoption_week.py::test_pin_refuses_a_missing_config_and_writes_nothing",
     ("config runners", 0): "test_workflow_pin.py::test_config_runners_prints_each_runner_s_labels_and_role",
