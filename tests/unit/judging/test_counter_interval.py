@@ -62,7 +62,8 @@ def test_the_real_192_token_summary_allows_79_to_80_and_the_safe_bound_proves_32
     # 79/112 and 80/112 both print as 0.71; gen=191 <= matched + 112 <= 192 allows both too
     assert (found.matched, found.matched_min, found.matched_max, found.offered) == (None, 79, 80, 112)
     assert "allow matched = 79..80" in found.allowed
-    assert 112 - 80 == 32  # offered - matched_max: the fewest rejected drafts the evidence proves (the cell's below)
+    assert found.offered is not None and found.matched_max is not None
+    assert found.offered - found.matched_max == 32  # the fewest rejected drafts the evidence proves
 
 
 def _request(repeat: int, line: str = SUMMARY_192) -> Observed:
