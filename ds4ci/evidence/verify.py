@@ -172,7 +172,9 @@ def _recorded(root: Path, manifest: tuple[dict[str, Any], bytes], found: Verific
         recorded, found.sealed_schema = results.sealed(
             confined.read_bytes(root, RESULTS, results.MAX_RESULTS_BYTES), RESULTS)
     except convert.UnreadableSchema as exc:
-        found.unreadable = str(exc)
+        why = _versions_agree(manifest[0], exc.version)
+        found.problems += [why] if why is not None else []
+        found.unreadable = str(exc) if why is None else None
         return None
     except (confined.ConfinedError, ResultsError) as exc:
         found.problems.append(f"results.json cannot be used: {exc}")
