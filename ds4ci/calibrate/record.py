@@ -21,8 +21,9 @@ from typing import Any
 from ds4ci import __version__
 from ds4ci.calibrate.derive import CALIBRATION, CATALOGUE, GATES, INPUTS, DeriveError, derive, read_json
 from ds4ci.evidence import attestation
+from ds4ci.evidence.differ import first_difference
 from ds4ci.evidence.store import MANIFEST, build_manifest, write_json
-from ds4ci.evidence.verify import check_files, first_difference
+from ds4ci.evidence.verify import check_files
 from ds4ci.fileio import write_text_atomic
 from ds4ci.judging import strictjson
 

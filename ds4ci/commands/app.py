@@ -102,10 +102,16 @@ def verify(
     A calibration record (`ds4ci calibrate`'s OUT/record) is verified the same way: its files against its
     manifest, its calibration.json derived again from every gate's own bundle, its signature with --key.
 
+    A bundle sealed by an older ds4ci (an older evidence schema, docs/results.md) is re-derived with
+    today's rules: its files and copied fields must still match, and the note says whether the
+    verdicts agree ("sealed by ds4ci A (schema N); re-derived by ds4ci B (schema M)"); a difference
+    is a finding, not tampering, and the exit code is the re-derived verdict's.
+
     Exit codes: 0: every bundle intact, consistent and passing; 1: intact and consistent, some failing;
     4: intact and consistent, but the gate reached no verdict (verdict error); 3: does not verify:
-    tampered, unreadable or not a bundle (the message says what); 2: a path that does not exist, or a
-    bad flag. With several bundles the most severe code wins, in the order 3, 4, 1, 0.
+    tampered, unreadable or not a bundle (the message says what); 5: intact, but of an evidence schema
+    this ds4ci cannot read (the message names the `pip install ds4ci==VERSION` that can); 2: a path that
+    does not exist, or a bad flag. With several bundles the most severe code wins, in the order 3, 5, 4, 1, 0.
     """
     from ds4ci.commands.verify import run_verify
 

@@ -3,7 +3,7 @@
 command to each code it can cheaply reach and checks that its ``--help`` states the same codes.
 
 The meaning is shared (``ds4ci.errors``): 0 pass, 1 fail, 2 usage or configuration error found
-before any work, 3 no verdict. Only 0 may ever turn a status green. ``verify`` alone adds 4.
+before any work, 3 no verdict. Only 0 may ever turn a status green. ``verify`` alone adds 4 and 5.
 """
 
 from __future__ import annotations
@@ -60,7 +60,9 @@ COMMANDS: Final[dict[str, tuple[tuple[int, str], ...]]] = {
     "verify": ((0, "every bundle intact, consistent and passing"), (1, "intact and consistent, some failing"),
                (2, "a path that does not exist, or a bad flag"),
                (3, "error: the bundle does not verify (tampered, unreadable, malformed or not a bundle)"),
-               (4, "intact and consistent, but the gate reached no verdict (verdict error)")),
+               (4, "intact and consistent, but the gate reached no verdict (verdict error)"),
+               (5, "intact, but sealed with an evidence schema this ds4ci cannot read: the message names the "
+                   "`pip install ds4ci==VERSION` that can")),
     "publish": ((0, "published (a failing gate published correctly is 0 too)"),
                 (2, "refused input: nothing is posted"), (3, "error: GitHub failed or refused")),
     "preflight": ((0, "ready"), (2, "usage, or a config file that is invalid (a TODO pin included)"),
@@ -85,12 +87,12 @@ COMMANDS: Final[dict[str, tuple[tuple[int, str], ...]]] = {
                         (3, "no verdict: busy (the runner's queue is full), the service unreachable, a broken "
                             "answer, or the gate's own 3")),
 }
-VERIFY_ORDER: Final = "With several bundles the most severe code wins, in the order 3, 4, 1, 0."
+VERIFY_ORDER: Final = "With several bundles the most severe code wins, in the order 3, 5, 4, 1, 0."
 
 
 SHARED_SHORT: Final = ("0 pass (yes); 1 fail (a verdict, and it is no); 2 usage or configuration error (nothing was run); "
                        "3 error, no verdict (not ready, a crash or hang, GitHub, evidence that does not verify); "
-                       "`verify` alone adds 4 (intact, but no verdict)")
+                       "`verify` alone adds 4 (intact, but no verdict) and 5 (an evidence schema it cannot read)")
 
 
 def epilog() -> str:
@@ -118,8 +120,9 @@ def render() -> str:
         shared_table(),
         "",
         "Only 0 may ever turn a status green. `ds4ci verify` keeps 0, 1 and 2 and splits the rest, so a script "
-        "can tell a bundle that was tampered with (3) from one that is intact but records no verdict (4). "
-        + VERIFY_ORDER,
+        "can tell a bundle that was tampered with (3) from one that is intact but records no verdict (4) and from one "
+        "sealed with an evidence schema this ds4ci cannot read (5; a bundle of an older schema it can read exits by "
+        "its re-derived verdict, with a note; docs/results.md). " + VERIFY_ORDER,
         "",
         "| command | codes |",
         "| --- | --- |",

@@ -1,8 +1,9 @@
 """``ds4ci verify``: bundles in, one line (or JSON) per bundle, the worst exit code out.
 
 Exit codes: 0 every bundle intact and pass; 1 intact, a fail; 4 intact, a verdict error (the gate
-reached no verdict); 3 a bundle does not verify (tampered, unreadable, not a bundle); 2 a path
-that does not exist or a bad flag. With several bundles the most severe wins (3, 4, 1, 0).
+reached no verdict); 3 a bundle does not verify (tampered, unreadable, not a bundle); 5 intact, but of
+an evidence schema this ds4ci cannot read; 2 a path that does not exist or a bad flag. With several
+bundles the most severe wins (3, 5, 4, 1, 0).
 """
 
 from __future__ import annotations

@@ -3,7 +3,8 @@
 Written by the gate after sealing, next to ``manifest.json`` and ``results.json`` (outside the
 manifest, like ``results.json``). The statement's subject is the manifest's SHA-256, so it covers
 every sealed file; its predicate repeats what a reader must not be able to change: the head and
-base commits, the runner, the digest of the recorded settings, the ds4ci version and the verdict.
+base commits, the runner, the digest of the recorded settings, the ds4ci version, the verdict and
+(from schema 3) the evidence schema version.
 
 ``check`` is the one function ``verify`` and ``publish`` call: with the runner's trusted public
 key, a bundle edited and re-sealed by anyone without the private key does not pass.
@@ -54,10 +55,13 @@ def predicate(doc: dict[str, Any]) -> dict[str, Any]:
     """What the attestation vouches for, taken from a bundle's results.json."""
     revisions = doc.get("revisions") or {}
     head, base = revisions.get("head") or {}, revisions.get("base") or {}
-    return {
+    found = {
         "head": head.get("sha"), "base": base.get("sha"), "runner": (doc.get("runner") or {}).get("name"),
         "config_sha256": settings_digest(doc), "ds4ci_version": doc.get("ds4ci_version"), "verdict": doc.get("verdict"),
     }
+    if "schema_version" in doc:  # recorded since schema 3: the statements of older evidence do not name it
+        found["schema_version"] = doc["schema_version"]
+    return found
 
 
 def _bundle(directory: Path) -> tuple[str, dict[str, Any]]:

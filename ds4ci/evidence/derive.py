@@ -107,7 +107,7 @@ def _head(root: Path) -> Results:
     run = _object(sealed_json(root, RUN), RUN)
     manifest = root / MANIFEST
     doc: dict[str, Any] = {
-        "schema": results.SCHEMA_ID,
+        "schema": results.SCHEMA_ID, "schema_version": results.SCHEMA_VERSION,
         "ds4ci_version": attempt.get("ds4ci_version"),
         "runner": attempt.get("runner"),
         "started_at": attempt.get("started_at"),

@@ -21,6 +21,7 @@ from ds4ci import __version__
 from ds4ci.errors import UsageError
 from ds4ci.records import Results
 from ds4ci.report import markdown, views
+from ds4ci.report.glance import matched_span
 from ds4ci.report.sections import BISECT, MARKER, Section, head_sha, merge_sections
 from ds4ci.report.views import Detail, state_label
 
@@ -121,6 +122,7 @@ def environment(template_dir: Path | None = None) -> Any:
             "short": views.short,
             "bytes": views.size_bytes,
             "num": views.fmt_int,
+            "matched": lambda cell: matched_span([cell]) or views.fmt_int(None),
             "yesno": views.yes_no,
             "claimed": views.claimed,
             "state": state_label,

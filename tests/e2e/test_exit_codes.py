@@ -101,6 +101,7 @@ ELSEWHERE = {
     ("verify", 2): "test_verify_reading.py::test_a_missing_path_is_a_usage_error",
     ("verify", 3): "test_verify_reading.py::test_exit_codes_are_distinct_for_pass_no_verdict_and_tampering",
     ("verify", 4): "test_verify_reading.py::test_exit_codes_are_distinct_for_pass_no_verdict_and_tampering",
+    ("verify", 5): "test_verify_versions.py::test_a_future_schema_exits_5_naming_the_pip_install_and_its_tampering_3",
     ("publish", 0): "test_publish.py::test_first_publish_then_rerun_updates_same_comment",
     ("publish", 2): "test_publish.py::test_malformed_results_exit_2_and_post_nothing",
     ("publish", 3): "test_publish.py::test_persistent_server_errors_exit_3",
