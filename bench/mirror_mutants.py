@@ -28,7 +28,7 @@ from ds4ci.refserver.tinydouble import TinyDraft, TinyTarget, chat_tokens, tiny_
 from ds4ci.tinymodels import design
 from ds4ci.tinymodels.bundle import write_tiny_set
 
-CATALOGUE = Path(__file__).resolve().parent / "mutants" / "lucebox-ds4-reference-exact.toml"
+CATALOGUE = Path(__file__).resolve().parents[1] / "ds4ci" / "mutants" / "lucebox-ds4-reference-exact.toml"
 
 
 def _label(name: str | None, equivalent_at: dict[str, list[int]]) -> str:

@@ -13,7 +13,7 @@ several times to compare model sets side by side).
 Steps 1 to 3 are ds4ci.calibrate's (the library ``ds4ci calibrate`` runs on one runner with one model set,
 docs/calibration.md, and seals as a signed record); this bench adds model sets side by side, gates in
 parallel with the builds, and prebuilt binaries. Steps, every one failing closed:
-1. the catalogue (``bench/mutants/*.toml``) is read and checked: unique names, and every
+1. the catalogue (``ds4ci/mutants/*.toml``) is read and checked: unique names, and every
    substitution's ``old`` text found exactly once in the source, which must be unmodified (git status),
    before any file is touched;
 2. the unchanged source is built: the control binary;

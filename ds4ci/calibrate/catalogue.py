@@ -1,7 +1,7 @@
 """The catalogue of planted faults: short, exact source substitutions in an engine checkout (``mutants/*.toml``).
 
-One location: ``bench/mutants/`` in the repository, shipped in the wheel as ``ds4ci/mutants`` (pyproject's
-force-include), read through :func:`default_catalogue`. Each mutant names a file (relative to the engine's
+One location: ``ds4ci/mutants/``, package data (in the repository and in the wheel alike; the bench reads it
+too), read through :func:`default_catalogue`. Each mutant names a file (relative to the engine's
 source folder) and substitutions whose ``old`` text must occur exactly once; ``equivalent`` says why a mutant
 cannot change any answer, ``equivalent_at`` at which widths (all widths when ``equivalent`` is given alone).
 """
@@ -64,11 +64,8 @@ class Catalogue:
 
 
 def default_folder() -> Path:
-    """The shipped catalogues: ds4ci/mutants in the wheel, else the repository's bench/mutants."""
-    packaged = Path(str(resources.files("ds4ci").joinpath("mutants")))
-    if packaged.is_dir():
-        return packaged
-    return Path(__file__).resolve().parents[2] / "bench" / "mutants"
+    """The shipped catalogues: ``ds4ci/mutants``, package data (in the repository and in the wheel alike)."""
+    return Path(str(resources.files("ds4ci").joinpath("mutants")))
 
 
 def default_catalogue() -> Path:

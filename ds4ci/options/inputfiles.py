@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import os
 from collections.abc import Mapping, Sequence
+from pathlib import Path
 from typing import Any
 
 from ds4ci.errors import NoVerdictError, UsageError
@@ -37,8 +38,7 @@ def check_given(prompts: Sequence[PinnedFile], pinned: Sequence[PinnedFile], ser
         flag = _flag(item, overrides)
         if flag is not None and not item.path.is_file():
             what = "a prompt" if flag == "--prompt-file" else f"the {item.role}"
-            raise UsageError(f"{flag} {item.path}: expected {what} file, found "
-                             f"{'a folder' if item.path.is_dir() else 'nothing'} there")
+            raise UsageError(f"{flag} {item.path}: expected {what} file, found {_found(item.path)} there")
     source = overrides.get("source_dir")
     if source is not None and not source.is_dir():
         raise UsageError(f"--source-dir {source}: expected the git checkout of the server's source, found "
@@ -64,3 +64,12 @@ def require_present(prompts: Sequence[PinnedFile], pinned: Sequence[PinnedFile],
             prompt.path.read_bytes()
         except OSError as exc:
             raise NoVerdictError(f"{prompt.role} file {prompt.path} cannot be read: {exc.strerror or exc}") from exc
+
+
+def _found(path: Path) -> str:
+    """What stands at a path that is not a regular file, in words."""
+    if path.is_dir():
+        return "a folder"
+    if path.is_symlink():
+        return "a link that leads to no file (a loop, or a link to nothing)"
+    return "something that is not a regular file" if path.exists() else "nothing"

@@ -17,7 +17,7 @@ repeats of one prompt fault identically):
   replay appends after what the rejected batch wrote.
 
 The engine mutants (``ENGINE_MUTANTS``) carry the names of the real-engine catalogue
-(``bench/mutants/lucebox-ds4-reference-exact.toml``, one planted fault per source substitution in
+(``ds4ci/mutants/lucebox-ds4-reference-exact.toml``, one planted fault per source substitution in
 the lucebox engine's reference-exact loop and its snapshot restore) and act as that substitution
 does, at every step from the first (the seed is not used): the reference-exact loop in
 ``refserver.decoding`` says what each one changes there, and ``EQUIVALENT`` why five of them change

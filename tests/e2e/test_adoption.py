@@ -277,7 +277,8 @@ def test_the_wheel_ships_templates_schema_and_workflows(tmp_path: Path) -> None:
     (wheel,) = (tmp_path / "dist").glob("*.whl")
     names = set(zipfile.ZipFile(wheel).namelist())
     for needed in ("ds4ci/templates/comment.md.j2", "ds4ci/evidence/schema/result-v1.json", "ds4ci/workflows/gate.yml",
-                   "ds4ci/workflows/report.yml", "ds4ci/__main__.py", "ds4ci/py.typed"):
+                   "ds4ci/workflows/report.yml", "ds4ci/__main__.py", "ds4ci/py.typed",
+                   "ds4ci/mutants/lucebox-ds4-reference-exact.toml"):
         assert needed in names, needed
     entry_points = next(n for n in names if n.endswith("entry_points.txt"))
     assert "ds4ci = ds4ci.cli:main" in zipfile.ZipFile(wheel).read(entry_points).decode()

@@ -142,8 +142,9 @@ def test_a_prebuilt_link_loop_is_a_clear_refusal(root: Path) -> None:
     loop = root / "dflash_server"
     loop.symlink_to(loop)
     run = ws.gate(widths="2", server_bin=loop)
-    assert run.code == 3, run.stdout + run.stderr
+    assert run.code == 2, run.stdout + run.stderr  # a flag naming no file: a usage error, before any run
     assert "internal error" not in run.stderr and str(loop) in run.stderr
+    assert "a link that leads to no file (a loop" in run.stderr
 
 
 def test_a_built_file_that_is_no_program_is_refused_before_it_runs_without_quoting_it(root: Path) -> None:

@@ -30,7 +30,7 @@ from ds4ci.tinymodels import design  # noqa: E402
 from ds4ci.tinymodels.bundle import TinySet, write_tiny_set  # noqa: E402
 from ds4ci.tinymodels.shapes import Shape  # noqa: E402
 
-CATALOGUE = ROOT / "bench" / "mutants" / "lucebox-ds4-reference-exact.toml"
+CATALOGUE = ROOT / "ds4ci" / "mutants" / "lucebox-ds4-reference-exact.toml"
 WIDTHS = (2, 3, 4)
 RATIOS = Shape().compress_ratios  # the tiny models' layers: 0, 0, 4, 128
 # The catalogue's mutants the double does not take, in its order after ENGINE_MUTANTS: none. The two that act
