@@ -3,9 +3,10 @@
 A width that meets every minimum has shown the cases where exactness bugs live: a rejection at
 every draft slot and a fully accepted batch (so partial acceptances had to be rolled back and
 replayed), a batch whose rejected drafts lay across a ratio-4 compressor boundary, and batches at the
-ratio-128 boundary and the sliding window's wrap. An unmet minimum is a failure of the width, with a
-reason that names what was not exercised; evidence too weak to tell (a summary only, positions not
-fixed) is unmet too, never assumed.
+ratio-128 boundary and the sliding window's wrap. An unmet minimum leaves the width without a verdict
+(error, never fail: fail means the answers differ, and an unmet minimum says only that the proof was
+not shown), with a reason that names what was not exercised; evidence too weak to tell (a summary only,
+positions not fixed) is unmet too, never assumed.
 """
 
 from __future__ import annotations
@@ -13,7 +14,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 from ds4ci.judging.coverage import RATIO4, RATIO128, WINDOW, RequestSteps, WidthCoverage, width_coverage
-from ds4ci.judging.verdict import FAIL, PASS
+from ds4ci.judging.verdict import ERROR, PASS
 from ds4ci.records import WidthResult
 
 PER_STEP = "per-step evidence"
@@ -49,12 +50,12 @@ def unmet(cov: WidthCoverage) -> list[str]:
 
 def apply(width: WidthResult, requests: Sequence[RequestSteps], required: bool) -> None:
     """The width's coverage record into its results entry; with ``required`` an unmet minimum turns a
-    passing width into a failing one, its reasons naming what was not exercised (a width that already
-    failed or could not be judged keeps its verdict and gains the reasons)."""
+    passing width into one without a verdict (error), its reasons naming what was not exercised (a width that
+    already failed or could not be judged keeps its verdict and gains the reasons)."""
     cov = width_coverage(width["q"], requests)
     missing = unmet(cov)
     width["coverage"] = cov.to_json(missing)
     if required and missing:
         width["reasons"] = [*width["reasons"], *missing]
         if width["verdict"] == PASS:
-            width["verdict"] = FAIL
+            width["verdict"] = ERROR
