@@ -24,7 +24,10 @@ from __future__ import annotations
 
 import base64
 import json
+import os
 import re
+import subprocess
+import sys
 import threading
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -717,3 +720,12 @@ class FakeGitHub:
                 self._page(h, path, query, simple, list_item="statuses", extra={"state": overall, "sha": sha})
             return
         self._send(h, 404, {"message": "Not Found", "path": path})
+
+
+def publish_cli(fake: FakeGitHub, *args: str, pr: str = "42") -> subprocess.CompletedProcess[str]:
+    """``python -m ds4ci publish ARGS`` against the fake for acme/engine#PR, with a write token and no Actions env."""
+    env = dict(os.environ, GITHUB_TOKEN=WRITE_TOKEN, DS4CI_GITHUB_THROTTLE="0")
+    for name in ("GITHUB_STEP_SUMMARY", "GITHUB_ACTIONS"):
+        env.pop(name, None)
+    return subprocess.run([sys.executable, "-m", "ds4ci", "publish", *args, "--repo", "acme/engine", "--pr", pr,
+                           "--api-url", fake.url], capture_output=True, text=True, env=env, check=False, timeout=120)

@@ -211,17 +211,7 @@ class Client:
 
     def workflow_run(self, run_id: int) -> Any:
         """GitHub's record of one workflow run of this repository; None when GitHub has no such run (404)."""
-
-        def call() -> Any:
-            try:
-                _, data = self._gh.requester.requestJsonAndCheck("GET", f"{self._base}/actions/runs/{run_id}")
-            except GithubException as exc:
-                if exc.status == 404:
-                    return None
-                raise
-            return data
-
-        return _call(f"read workflow run {run_id}", call)
+        return self._get_or_none(f"{self._base}/actions/runs/{run_id}", f"read workflow run {run_id}")
 
     def run_jobs(self, run_id: int, attempt: int) -> list[Any]:
         """The jobs of one attempt of a workflow run (every page), as GitHub recorded them."""
@@ -230,18 +220,23 @@ class Client:
 
     def compare_status(self, base: str, head: str) -> str:
         """GitHub's ``status`` of compare base...head (identical, behind, ahead, diverged); "unknown" on 404."""
+        data = self._get_or_none(f"{self._base}/compare/{base}...{head}", f"compare {base[:40]}...{head[:12]}")
+        found = data.get("status") if isinstance(data, dict) else "unknown"
+        return found if isinstance(found, str) and found else "unknown"
+
+    def _get_or_none(self, url: str, action: str) -> Any:
+        """One GET's JSON, or None when GitHub answers 404 (no such thing); every other failure is raised."""
+
         def call() -> Any:
             try:
-                _, data = self._gh.requester.requestJsonAndCheck("GET", f"{self._base}/compare/{base}...{head}")
+                _, data = self._gh.requester.requestJsonAndCheck("GET", url)
             except GithubException as exc:
                 if exc.status == 404:
                     return None
                 raise
             return data
 
-        data = _call(f"compare {base[:40]}...{head[:12]}", call)
-        found = data.get("status") if isinstance(data, dict) else "unknown"
-        return found if isinstance(found, str) and found else "unknown"
+        return _call(action, call)
 
     def _pages(self, url: str, action: str, list_item: str | None = None) -> list[Any]:
         def call() -> list[Any]:

@@ -172,7 +172,8 @@ OPTIONS: tuple[Option, ...] = (
           toml_type="integer", cli_type=int, recorded="seed", attr="seed", reproduce=True),
     _gate("repeats", "Requests per prompt on every server (lifecycle check).", check=v.integer(1), default=2,
           toml_type="integer", cli_type=int, recorded="repeats", attr="repeats", reproduce=True),
-    _gate("require_coverage", "Give no verdict (error, never a pass) for a width whose run did not exercise the proof's named minimums (per-step "
+    _gate("require_coverage", "Give no verdict (error, never a pass) for a width whose run did not exercise the "
+          "proof's named minimums (per-step "
           "evidence, every accept length, a rollback across a ratio-4 boundary, ratio-128 and sliding-window "
           "batches; docs/results.md). On in the config of `ds4ci tiny-models`.", check=v.boolean, default=False,
           toml_type="boolean", flag=None, recorded="require_coverage", attr="require_coverage"),

@@ -3,24 +3,16 @@ always | failures | off, walked with real gate bundles and the fake GitHub API o
 
 from __future__ import annotations
 
-import os
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
-from fakegithub import WRITE_TOKEN, FakeGitHub
+from fakegithub import FakeGitHub
+from fakegithub import publish_cli as publish
 from gatekit import Workspace, git_repo
 
 pytestmark = pytest.mark.e2e
 
 
-def publish(fake: FakeGitHub, *args: str) -> subprocess.CompletedProcess[str]:
-    env = dict(os.environ, GITHUB_TOKEN=WRITE_TOKEN, DS4CI_GITHUB_THROTTLE="0")
-    for name in ("GITHUB_STEP_SUMMARY", "GITHUB_ACTIONS"):
-        env.pop(name, None)
-    return subprocess.run([sys.executable, "-m", "ds4ci", "publish", *args, "--repo", "acme/engine", "--pr", "42",
-                           "--api-url", fake.url], capture_output=True, text=True, env=env, check=False, timeout=120)
 
 
 def test_failures_comments_only_on_a_failure_and_keeps_an_existing_comment_current(tmp_path: Path) -> None:

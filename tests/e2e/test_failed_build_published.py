@@ -7,13 +7,11 @@ settings that were never reached are not a mismatch with the trusted config.
 
 from __future__ import annotations
 
-import os
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
-from fakegithub import WRITE_TOKEN, FakeGitHub
+from fakegithub import FakeGitHub
+from fakegithub import publish_cli as publish
 from gatekit import Workspace, sha256
 from test_build import build_config
 
@@ -30,12 +28,6 @@ def trusted_config(ws: Workspace, steps: int, fail_at: int | None) -> Path:
     return config
 
 
-def publish(fake: FakeGitHub, *args: str) -> subprocess.CompletedProcess[str]:
-    env = dict(os.environ, GITHUB_TOKEN=WRITE_TOKEN, DS4CI_GITHUB_THROTTLE="0")
-    for name in ("GITHUB_STEP_SUMMARY", "GITHUB_ACTIONS"):
-        env.pop(name, None)
-    return subprocess.run([sys.executable, "-m", "ds4ci", "publish", *args, "--repo", "acme/engine", "--pr", "42",
-                           "--api-url", fake.url], capture_output=True, text=True, env=env, check=False, timeout=120)
 
 
 def test_a_failed_build_is_published_as_a_failed_build_with_the_trusted_config(tmp_path: Path) -> None:
