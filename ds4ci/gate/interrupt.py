@@ -9,7 +9,7 @@ from __future__ import annotations
 import contextlib
 import signal
 import sys
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from types import FrameType
 from typing import Protocol
 
@@ -57,24 +57,44 @@ class GateInterrupted(NoVerdictError):
 
 
 @contextlib.contextmanager
-def signals_raise() -> Iterator[None]:
-    """Turn SIGTERM/SIGINT into an exception so every server is stopped on the way out."""
+def signals_raise(*, held: bool = False) -> Iterator[Callable[[], None]]:
+    """Turn SIGTERM/SIGINT into an exception so every server is stopped on the way out.
+
+    With ``held``, a signal is kept until the ``deliver`` this yields is called (it raises there, inside the
+    caller's ``try``; at once for every signal after), so one that comes while the attempt is being created
+    still stops the run through its cleanup. One kept and never delivered raises on the way out.
+    """
 
     fired: list[int] = []
+    kept: list[int] = []
+    live = [not held]
+
+    def interrupted(signum: int) -> GateInterrupted:
+        fired.append(signum)
+        return GateInterrupted(f"{INTERRUPTED}{signal.Signals(signum).name}; no verdict")
 
     def handler(signum: int, _frame: FrameType | None) -> None:
         if fired:  # already unwinding: the cleanup that is running finishes, without waiting on a server
             fired.append(signum)
             _hurry(signum)
             return
-        fired.append(signum)
-        raise GateInterrupted(f"{INTERRUPTED}{signal.Signals(signum).name}; no verdict")
+        if not live[0]:
+            kept.append(signum)
+            return
+        raise interrupted(signum)
+
+    def deliver() -> None:
+        live[0] = True
+        if kept and not fired:
+            raise interrupted(kept[0])
 
     _HURRIED.clear()
     previous = {s: signal.signal(s, handler) for s in (signal.SIGTERM, signal.SIGINT)}
     try:
-        yield
+        yield deliver
     finally:
         _HURRIED.clear()
         for sig, old in previous.items():
             signal.signal(sig, old)
+    if kept and not live[0]:
+        raise interrupted(kept[0])

@@ -383,16 +383,17 @@ def run_gate(cfg: GateConfig, progress: Progress | Logger | None = None, safe: S
     Progress goes to *progress* (default: ``Logger.from_env()`` on stderr): one group per server, build and check.
     """
     progress = Logger.from_env() if progress is None else as_logger(progress)
-    attempt = store.start_attempt(cfg.evidence_dir, cfg.runner)
-    progress(f"attempt {attempt.attempt_id} in {attempt.path}")
-    run = _Run(cfg, attempt, progress, safe)
-    store.write_json(attempt.path / "attempt.json", {
-        "ds4ci_version": __version__, "argv": sys.argv, "started_at": run.started_at,
-        "settings": run.doc["settings"], "runner": run.doc["runner"], "reproduce": run.doc["reproduce"],
-        "notes": run.doc.get("warnings", []),
-    })
-    with signals_raise():
+    with signals_raise(held=True) as deliver:  # a signal while the attempt is created stops it in the try below
+        attempt = store.start_attempt(cfg.evidence_dir, cfg.runner)
+        progress(f"attempt {attempt.attempt_id} in {attempt.path}")
+        run = _Run(cfg, attempt, progress, safe)
+        store.write_json(attempt.path / "attempt.json", {
+            "ds4ci_version": __version__, "argv": sys.argv, "started_at": run.started_at,
+            "settings": run.doc["settings"], "runner": run.doc["runner"], "reproduce": run.doc["reproduce"],
+            "notes": run.doc.get("warnings", []),
+        })
         try:
+            deliver()
             ready.prepare(cfg, progress)  # a pinned file missing, [sandbox] require: stops here, before any PR process
             preload()  # everything ds4ci imports later is loaded before PR code runs
             run.record_revisions()  # before any PR process: git never runs on a .git the build wrote
