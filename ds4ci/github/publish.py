@@ -81,7 +81,8 @@ def status_state(doc: Results) -> str:
     return "failure" if verdict == "fail" else "error"
 
 
-def _description(doc: Results, state: str) -> str:
+def describe(doc: Results, state: str) -> str:
+    """The status description of a runner whose status is ``state``."""
     control = doc["runner"]["role"] == "negative-control"
     prefix = "negative control: " if control else ""
     if state == "success" and control:
@@ -94,6 +95,9 @@ def _description(doc: Results, state: str) -> str:
     else:
         text = f"{doc['verdict'].replace('_', ' ')}: {views.headline(doc)}"
     return _fit(doc, prefix + text)
+
+
+_description = describe
 
 
 def _fit(doc: Results, text: str) -> str:
@@ -134,7 +138,7 @@ def plan_statuses(docs: Sequence[Results], head: str, target_url: str | None) ->
     for doc in docs:
         state = status_state(doc)
         plans.append(
-            StatusPlan(head, f"ds4ci/{doc['runner']['name']}", state, _description(doc, state), target_url)
+            StatusPlan(head, f"ds4ci/{doc['runner']['name']}", state, describe(doc, state), target_url)
         )
     return plans
 

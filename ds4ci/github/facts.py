@@ -1,0 +1,177 @@
+"""What publishing reads from GitHub, read once and before any write: the facts a :class:`PublishPlan` is made from.
+
+Every read happens here (the publisher's identity, the pull request's head, the publisher's statuses and check
+runs on the head, the sticky comment, the history a focused rerun or a failing runner needs, the review state
+for the merge checklist); the plan (``ds4ci.github.plan``) is a pure function of these facts and the verified
+documents, and ``ds4ci.github.apply`` only writes.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from ds4ci.errors import PublishError, UsageError
+from ds4ci.github import checkruns, publish, statuses
+from ds4ci.github.client import Client, Comment
+from ds4ci.github.merge import MergeFacts, Requirements
+from ds4ci.report.sections import MARKER
+
+
+@dataclass(frozen=True)
+class Facts:
+    """GitHub as the publisher found it. The default (nothing read) is a dry run's: a first publish."""
+
+    publisher: str | None = None  # whose statuses, check runs and comment are ours
+    app: str | None = None  # the publisher's GitHub App (check runs); None: a person's token
+    own_statuses: Mapping[str, statuses.Status] | None = None  # context -> our newest on the head; None: not read
+    own_runs: Mapping[str, Mapping[str, Any]] = field(default_factory=dict)  # name -> our newest check run (JSON)
+    comments: tuple[Comment, ...] = ()  # our sticky comments, oldest first
+    seen_until: str | None = None  # the newest updated_at of all the comments read
+    full_passes: Mapping[str, str | None] = field(default_factory=dict)  # focused runner -> ancestor's full pass
+    predecessors: Mapping[str, str] = field(default_factory=dict)  # runner -> last hardware-validated commit
+    missing: Mapping[str, tuple[str | None, tuple[str, ...], tuple[str, ...]]] = field(default_factory=dict)
+    merge: tuple[MergeFacts, Requirements] | None = None
+
+
+@dataclass(frozen=True)
+class Wants:
+    """What the publish asks for (the CLI's options): which facts are needed."""
+
+    pr: int | None
+    comment: bool
+    status: bool
+    check_runs: bool
+    comment_author: str | None
+    expect_runners: tuple[str, ...] = ()
+    merge_config: Path | None = None
+    api_url: str | None = None
+    token_env: str = "GITHUB_TOKEN"  # noqa: S105 - the name of the variable, not a token
+
+
+class Reads(Client):
+    """A client that reads each commit's statuses and check runs and the PR's commits once per publish."""
+
+    def __init__(self, client: Client) -> None:
+        super().__init__(client._gh, client.repo)
+        self._memo: dict[tuple[str, str], Any] = {}
+
+    def _once(self, key: tuple[str, str], read: Any) -> Any:
+        if key not in self._memo:
+            self._memo[key] = read()
+        return self._memo[key]
+
+    def pr_commits(self, number: int) -> list[str]:
+        return list(self._once(("commits", str(number)), lambda: super(Reads, self).pr_commits(number)))
+
+    def commit_statuses(self, sha: str) -> list[Any]:
+        return list(self._once(("statuses", sha), lambda: super(Reads, self).commit_statuses(sha)))
+
+    def check_runs(self, sha: str) -> list[Any]:
+        return list(self._once(("runs", sha), lambda: super(Reads, self).check_runs(sha)))
+
+
+def _identity_or_none(client: Client, comment_author: str | None) -> str | None:
+    try:
+        return client.identity(comment_author)
+    except PublishError:
+        return None  # an app token outside Actions: its check runs are created, never looked up
+
+
+def _own_runs(client: Client, head: str, app: str | None) -> dict[str, Mapping[str, Any]]:
+    if app is None:
+        return {}
+    raw = client.check_runs(head)
+    from ds4ci.github import shapes
+
+    newest: dict[str, Any] = {}
+    for run in shapes.check_runs(raw, head):
+        mine = checkruns.own_run([run], run.name, head, app)
+        if mine is not None and (run.name not in newest or run.id > newest[run.name].id):
+            newest[run.name] = mine
+    by_id = {item["id"]: item for item in raw if isinstance(item, dict)}
+    return {name: by_id[run.id] for name, run in newest.items()}
+
+
+def _comments(client: Client, pr: int, publisher: str) -> tuple[tuple[Comment, ...], str | None]:
+    every = client.list_comments(pr)
+    mine = sorted((c for c in every if c.author == publisher and c.body.startswith(MARKER)),
+                  key=lambda c: (c.created_at, c.id))
+    return tuple(mine), max((c.updated_at for c in every if c.updated_at), default=None)
+
+
+def gather(client: Client, wants: Wants, docs: Sequence[Any], head: str, trusted: Sequence[str]) -> Facts:
+    """Every read, before any write; refuses stale results (the PR moved on) before anything is planned.
+
+    ``docs`` are the documents to publish, ``trusted`` the runners that get a status and a check run.
+    """
+    reads = Reads(client)
+    pr = wants.pr
+    focused = [d["runner"]["name"] for d in docs if d["settings"].get("scope") == "focused"]
+    history = pr is not None and (wants.comment or bool(focused))
+    publisher = client.identity(wants.comment_author) if history else None
+    if pr is not None:
+        current = client.pr_head(pr)
+        if current != head:
+            raise publish.StaleResultsError(
+                f"pull request #{pr} is now at {current} but the results are for {head}: refusing to publish "
+                "stale results (re-run the gate on the new head)"
+            )
+    checks = wants.check_runs and bool(trusted)
+    identity = publisher or (_identity_or_none(client, wants.comment_author) if checks else None)
+    app = checkruns.app_of(identity) if checks else None
+    own = None
+    if wants.status and trusted and identity is not None:
+        own = statuses.from_creator(statuses.parse(reads.commit_statuses(head), head), identity)
+    full = {r: publish.last_full_pass(reads, pr, head, r, publisher)
+            for r in focused if r in trusted and pr is not None and publisher is not None}
+    facts = Facts(publisher=identity, app=app, own_statuses=own, own_runs=_own_runs(reads, head, app),
+                  full_passes=full)
+    if pr is None or not wants.comment or publisher is None:
+        return facts
+    return _comment_facts(reads, wants, facts, docs, head, publisher)
+
+
+def _comment_facts(client: Client, wants: Wants, facts: Facts, docs: Sequence[Any], head: str,
+                   publisher: str) -> Facts:
+    """The sticky comment, each failing runner's predecessor, the runners without a result, the merge state."""
+    assert wants.pr is not None
+    pr = wants.pr
+    predecessors = {}
+    for doc in docs:
+        if doc["verdict"] != "pass":
+            older = publish.last_validated_predecessor(client, pr, head, doc["runner"]["name"], publisher)
+            if older:
+                predecessors[doc["runner"]["name"]] = older
+    present = {d["runner"]["name"] for d in docs}
+    missing = {}
+    for runner in wants.expect_runners:
+        if runner in present:
+            continue
+        if not publish.RUNNER_RE.match(runner):
+            raise UsageError(f"--expect-runner {runner!r}: expected letters, digits, '.', '_' or '-'")
+        older = publish.last_validated_predecessor(client, pr, head, runner, publisher)
+        commits, files = client.compare(older, head) if older else ([], [])
+        missing[runner] = (older, tuple(commits), tuple(files))
+    comments, seen = _comments(client, pr, publisher)
+    merge = _merge_facts(client, pr, wants) if wants.merge_config is not None else None
+    return Facts(publisher=facts.publisher, app=facts.app, own_statuses=facts.own_statuses, own_runs=facts.own_runs,
+                 comments=comments, seen_until=seen, full_passes=facts.full_passes, predecessors=predecessors,
+                 missing=missing, merge=merge)
+
+
+def _merge_facts(client: Client, pr: int, wants: Wants) -> tuple[MergeFacts, Requirements]:
+    """The review and merge state, read before the writes (the plan lays this run's statuses over it)."""
+    from ds4ci.github import mergeconfig, mergefacts
+    from ds4ci.github.client import DEFAULT_API_URL, THROTTLE_ENV
+
+    assert wants.merge_config is not None
+    need = mergeconfig.requirements(wants.merge_config, None, None, None)  # the publisher: merge.publisher
+    url = (wants.api_url or os.environ.get("GITHUB_API_URL") or DEFAULT_API_URL).rstrip("/")
+    polite = os.environ.get(THROTTLE_ENV, "1") != "0"
+    gql = mergefacts.GraphQL(mergefacts.graphql_url(url), os.environ.get(wants.token_env, ""),
+                             backoff_s=1.0 if polite else 0.0)
+    return mergefacts.gather(client, gql, client.repo, pr, need, mergeable_delay_s=2.0 if polite else 0.0), need

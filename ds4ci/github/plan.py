@@ -1,0 +1,188 @@
+"""The publish plan: every status, check run, comment and job summary, as one value made without writing.
+
+:func:`make` is pure: from the verified documents (their :class:`~ds4ci.github.runnerview.RunnerView`) and the
+:class:`~ds4ci.github.facts.Facts` read from GitHub it decides and renders everything publish sends. A dry run
+prints the plan made from no facts (a first publish); ``ds4ci.github.apply`` carries a plan out, writing only
+what differs from what the facts found (so the same plan applied twice changes nothing).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass, replace
+from pathlib import Path
+from typing import Any
+
+from ds4ci.github import checkruns, merge, publish, statuses
+from ds4ci.github.client import Comment
+from ds4ci.github.facts import Facts
+from ds4ci.github.runnerview import RunnerView
+from ds4ci.options.table import DEFAULT_WIDTHS
+from ds4ci.report import render
+from ds4ci.report.sections import Section, parse_sections
+
+# Pending first, green last: a publish cut short never leaves a runner green beside a verdict not yet written.
+_ORDER = {"pending": 0, "error": 1, "failure": 1, "success": 2}
+
+
+@dataclass(frozen=True)
+class Settings:
+    """The plan's inputs from the CLI (besides the documents and the facts)."""
+
+    repo: str | None = None
+    pr: int | None = None
+    target_url: str | None = None
+    template_dir: Path | None = None
+    comment: bool = True
+    status: bool = True
+    check_runs: bool = True
+    expect_runners: tuple[str, ...] = ()
+
+
+@dataclass(frozen=True)
+class CheckRunAction:
+    run: checkruns.CheckRunPlan
+    existing: int | None  # the id of our check run of that name on the head (updated), else created
+    unchanged: bool = False  # it says exactly this already: nothing is sent
+
+
+@dataclass(frozen=True)
+class CommentPlan:
+    pr: int
+    author: str
+    body: str
+    action: str  # created | updated | unchanged
+    keeper: Comment | None
+    duplicates: tuple[int, ...]
+    seen_until: str | None
+    build: publish.BodyBuilder  # re-merges what a concurrent publisher wrote (apply retries)
+    sections: tuple[Section, ...] = ()  # the sections of body
+
+
+@dataclass(frozen=True)
+class PublishPlan:
+    head: str
+    repo: str | None
+    pr: int | None
+    statuses: tuple[publish.StatusPlan, ...]  # to send, in this order
+    unchanged: tuple[publish.StatusPlan, ...]  # the publisher's status on the head says this already
+    check_runs: tuple[CheckRunAction, ...]
+    comment: CommentPlan | None
+    comment_body: str | None  # the comment as rendered (also where it is not sent: no PR, or --no-comment)
+    summary: str
+    notes: tuple[str, ...]  # what publish says on stderr before writing
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "head": self.head,
+            "statuses": [vars(s) for s in self.statuses],
+            "unchanged_statuses": [s.context for s in self.unchanged],
+            "check_runs": [{"name": a.run.name, "head_sha": a.run.head_sha, "conclusion": a.run.conclusion,
+                            "details_url": a.run.details_url, "output": a.run.output(),
+                            "action": "unchanged" if a.unchanged else "updated" if a.existing else "created"}
+                           for a in self.check_runs],
+            "comment": None if self.comment is None else {"pr": self.comment.pr, "action": self.comment.action,
+                                                          "body": self.comment.body},
+            "summary": self.summary,
+        }
+
+
+def _status_plans(views: Sequence[RunnerView], settings: Settings, facts: Facts
+                  ) -> tuple[tuple[publish.StatusPlan, ...], tuple[publish.StatusPlan, ...]]:
+    wanted = [publish.StatusPlan(v.head, v.context, v.state, v.description, settings.target_url)
+              for v in views if v.may_set_status] if settings.status else []
+    found = facts.own_statuses or {}
+
+    def same(p: publish.StatusPlan, s: statuses.Status | None) -> bool:
+        return s is not None and (s.state, s.description, s.target_url) == (p.state, p.description, p.target_url or "")
+
+    send = sorted((p for p in wanted if not same(p, found.get(p.context))), key=lambda p: _ORDER.get(p.state, 1))
+    return tuple(send), tuple(p for p in wanted if same(p, found.get(p.context)))
+
+
+def _check_runs(views: Sequence[RunnerView], settings: Settings, facts: Facts) -> tuple[CheckRunAction, ...]:
+    if not settings.check_runs:
+        return ()
+    env = render.environment(settings.template_dir)
+    out = []
+    for v in (v for v in views if v.may_set_status):
+        run = checkruns.plan(v.doc, v.state, v.description, v.head, env=env, run_url=settings.target_url,
+                             predecessor=facts.predecessors.get(v.name), signature=v.signature)
+        mine = facts.own_runs.get(run.name)
+        out.append(CheckRunAction(run, int(mine["id"]) if mine else None, _says(mine, run)))
+    return tuple(out)
+
+
+def _says(found: Any, run: checkruns.CheckRunPlan) -> bool:
+    """Whether our check run on the head already says exactly ``run``."""
+    if not found:
+        return False
+    output = found.get("output") or {}
+    return (found.get("status"), found.get("conclusion"), found.get("details_url"), output.get("title"),
+            output.get("summary"), output.get("text"), output.get("annotations_count")) == (
+        "completed", run.conclusion, run.details_url, run.title, run.summary, run.text, len(run.annotations))
+
+
+def _needs_hardware(views: Sequence[RunnerView], settings: Settings, facts: Facts, head: str) -> list[Section]:
+    present = {v.name for v in views}
+    widths = next((w for v in views if (w := v.doc["settings"].get("configured_widths"))), list(DEFAULT_WIDTHS))
+    env = render.environment(settings.template_dir)
+    out = []
+    for runner in settings.expect_runners:
+        if runner in present:
+            continue
+        if not publish.RUNNER_RE.match(runner):
+            from ds4ci.errors import UsageError
+
+            raise UsageError(f"--expect-runner {runner!r}: expected letters, digits, '.', '_' or '-'")
+        older, commits, files = facts.missing.get(runner, (None, (), ()))
+        out.append(render.needs_hardware_section(env, runner, head, widths, older, commits, files))
+    return out
+
+
+def _merge_status(plan_statuses: Sequence[publish.StatusPlan], runs: Sequence[CheckRunAction], facts: Facts,
+                  head: str) -> list[str]:
+    """The merge checklist as it will be once this plan is applied: its statuses and check runs laid on top."""
+    if facts.merge is None:
+        return []
+    found, need = facts.merge
+    creator = facts.publisher or ""
+    new = tuple(statuses.Status(p.context, p.state, p.description, creator, p.target_url or "") for p in plan_statuses)
+    ran = tuple(merge.CheckRun(a.run.name, "completed", a.run.conclusion, head, facts.app or "", a.existing or 0,
+                               a.run.title) for a in runs if facts.app is not None)
+    kept = tuple(r for r in found.check_runs if not any(n.name == r.name and n.app == r.app for n in ran))
+    return merge.checklist_markdown(merge.evaluate(replace(found, statuses=new + found.statuses,
+                                                           check_runs=ran + kept), need))
+
+
+def _comment(build: publish.BodyBuilder, settings: Settings, facts: Facts) -> CommentPlan | None:
+    if settings.pr is None or not settings.comment or facts.publisher is None:
+        return None
+    ours = facts.comments
+    body, sections = build([s for c in ours for s in parse_sections(c.body)])
+    keeper = ours[0] if ours else None
+    action = "created" if keeper is None else "unchanged" if keeper.body == body and len(ours) == 1 else "updated"
+    return CommentPlan(settings.pr, facts.publisher, body, action, keeper, tuple(c.id for c in ours[1:]),
+                       facts.seen_until, build, tuple(sections))
+
+
+def make(views: Sequence[RunnerView], settings: Settings, facts: Facts) -> PublishPlan:
+    """Everything publish would send for ``views`` on their head, given ``facts``."""
+    head = views[0].head
+    docs = [v.doc for v in views]
+    send, unchanged = _status_plans(views, settings, facts)
+    runs = _check_runs(views, settings, facts)
+    notes = [f"no status for {v.name}: its result is unverified" for v in views if not v.may_set_status]
+    if runs and facts.publisher is not None and facts.app is None:
+        notes.append(f"no check runs: {facts.publisher} is not a GitHub App's account (a personal token cannot "
+                     "create check runs; the statuses were set); set [publish] check_runs = false to stop this note")
+        runs = ()
+    summary, _ = render.render(docs, kind="summary", run_url=settings.target_url, template_dir=settings.template_dir)
+    build = publish.BodyBuilder(docs, run_url=settings.target_url, template_dir=settings.template_dir,
+                                predecessors=dict(facts.predecessors),
+                                merge_status=_merge_status((*send, *unchanged), runs, facts, head),
+                                extra=_needs_hardware(views, settings, facts, head))
+    comment = _comment(build, settings, facts)
+    shown = comment.body if comment is not None else (build([])[0] if settings.pr is not None and settings.comment
+                                                       else None)
+    return PublishPlan(head, settings.repo, settings.pr, send, unchanged, runs, comment, shown, summary, tuple(notes))
