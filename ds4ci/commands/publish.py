@@ -13,7 +13,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from ds4ci.errors import UsageError
+from ds4ci.errors import PublishError, UsageError
 from ds4ci.github import publish
 from ds4ci.options import table as options
 
@@ -107,15 +107,20 @@ def publish_documents(published: list[Published], request: PublishRequest) -> in
     settings = plan.Settings(repo=r.repo, pr=r.pr, target_url=r.target_url, template_dir=r.template_dir,
                              comment=not r.no_comment, status=not r.no_status, check_runs=_wants_check_runs(r),
                              expect_runners=r.expect_runners)
-    found = facts.Facts()
-    client = None if r.dry_run else _client(r.repo, r.api_url, r.token_env)
-    if client is not None:
-        wants = facts.Wants(pr=r.pr, comment=not r.no_comment, status=not r.no_status,
-                            check_runs=settings.check_runs, comment_author=r.comment_author,
-                            expect_runners=r.expect_runners, merge_config=r.merge_config, api_url=r.api_url,
-                            token_env=r.token_env)
-        trusted = [p.doc["runner"]["name"] for p in published if p.may_set_status]
-        found = facts.gather(client, wants, [p.doc for p in published], head, trusted)
+    found, client = facts.Facts(), None
+    try:
+        if not r.dry_run:
+            client = _client(r.repo, r.api_url, r.token_env)
+            wants = facts.Wants(pr=r.pr, comment=not r.no_comment, status=not r.no_status,
+                                check_runs=settings.check_runs, comment_author=r.comment_author,
+                                expect_runners=r.expect_runners, merge_config=r.merge_config, api_url=r.api_url,
+                                token_env=r.token_env)
+            trusted = [p.doc["runner"]["name"] for p in published if p.may_set_status]
+            found = facts.gather(client, wants, [p.doc for p in published], head, trusted)
+    except (UsageError, PublishError):  # the job summary still shows the results GitHub was not told
+        _write_summary(plan.job_summary(runnerview.views_of(published, head, {}, r.allow_focused), settings),
+                       r.summary_file)
+        raise
     views = runnerview.views_of(published, head, found.full_passes, r.allow_focused)
     made = plan.make(views, settings, found)
     _write_summary(made.summary, r.summary_file)
@@ -196,32 +201,24 @@ def _client(repo: str | None, api_url: str | None, token_env: str) -> Client:
 
 
 def _run_pending(results: list[Path], request: PublishRequest, runner: str | None) -> int:
-    from ds4ci.report import render
+    from ds4ci.github import apply, facts, plan
 
     r = request
     sha = r.sha
-
     if results:
         raise UsageError("--pending posts a status for a gate that has not finished: give no results files")
     if runner is None or not publish.RUNNER_RE.match(runner):
         raise UsageError(f"--pending needs --runner NAME (letters, digits, . _ -); found {runner!r}")
     if sha is None:
         raise UsageError("--pending needs --sha: the full commit SHA the gate is running on")
-    context = f"ds4ci/{runner}"
-    description = f"running the parity gate on {runner}"
+    settings = plan.Settings(repo=r.repo, pr=r.pr, target_url=r.target_url, template_dir=r.template_dir,
+                             comment=not r.no_comment)
     if r.dry_run:
-        print(f"--- would set status {context}=pending on {sha}: {description}")
+        for status in plan.pending(runner, sha, settings, facts.Facts()).statuses:
+            print(f"--- would set status {status.context}={status.state} on {status.sha}: {status.description}")
         print("--- dry run: nothing was sent ---")
         return 0
     client = _client(r.repo, r.api_url, r.token_env)
-    if r.pr is not None and client.pr_head(r.pr) != sha:
-        raise publish.StaleResultsError(f"--sha {sha} is not the current head of pull request #{r.pr}")
-    author = client.identity(r.comment_author) if r.pr is not None and not r.no_comment else None  # before any write
-    client.create_status(sha, "pending", context, description, r.target_url)
-    if author is not None and r.pr is not None:
-        env = render.environment(r.template_dir)
-        section = render.pending_section(env, runner, sha, r.target_url)
-        build = publish.BodyBuilder([], run_url=r.target_url, template_dir=r.template_dir, predecessors={},
-                                    extra=[section])
-        publish.upsert_comment(client, r.pr, author, build)
+    found = facts.for_pending(client, r.pr, sha, not r.no_comment, r.comment_author)  # every read before a write
+    apply.apply(plan.pending(runner, sha, settings, found), client)
     return 0

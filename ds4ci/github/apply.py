@@ -12,13 +12,22 @@ from __future__ import annotations
 import random
 import sys
 import time
+from dataclasses import dataclass
 from datetime import datetime, timedelta
 
 from ds4ci.errors import PublishError
-from ds4ci.github import publish
 from ds4ci.github.client import Client, Comment, ReadOnlyTokenError
 from ds4ci.github.plan import CommentPlan, PublishPlan
 from ds4ci.report.sections import MARKER, Section, parse_sections
+
+UPSERT_ATTEMPTS = 6
+
+
+@dataclass(frozen=True)
+class UpsertOutcome:
+    comment_id: int
+    action: str  # "created", "updated" or "unchanged"
+    deleted: int
 
 
 def _say(text: str) -> None:
@@ -87,13 +96,13 @@ def _write(client: Client, comment: CommentPlan, ours: list[Comment], body: str)
     return keeper, "updated", len(ours) - 1
 
 
-def upsert(client: Client, comment: CommentPlan) -> publish.UpsertOutcome:
+def upsert(client: Client, comment: CommentPlan) -> UpsertOutcome:
     """Create or edit the one sticky comment as planned; converge on races (see the module's docstring)."""
     ours = [] if comment.keeper is None else [comment.keeper]
     ours += [Comment(d, comment.author, MARKER, "") for d in comment.duplicates]
     body, sections = comment.body, list(comment.sections)
     action, deleted = "unchanged", 0
-    for attempt in range(publish.UPSERT_ATTEMPTS):
+    for attempt in range(UPSERT_ATTEMPTS):
         if attempt:
             ours = _ours(client.list_comments(comment.pr), comment.author)
             body, sections = comment.build([s for c in ours for s in parse_sections(c.body)])
@@ -102,16 +111,16 @@ def upsert(client: Client, comment: CommentPlan) -> publish.UpsertOutcome:
         action = how if action in ("unchanged", how) or how == "created" else action
         if wrote is None:
             assert ours
-            return publish.UpsertOutcome(ours[0].id, action, deleted)
+            return UpsertOutcome(ours[0].id, action, deleted)
         wanted = [s for s in sections if s.runner in comment.build.runners]
         since = _before(comment.seen_until) if attempt == 0 and how != "unchanged" else None
         after = _ours(client.list_comments(comment.pr, since=since), comment.author)
         if len(after) == 1 and after[0].id == wrote.id and _landed(after[0].body, wanted):
-            return publish.UpsertOutcome(after[0].id, action, deleted)
+            return UpsertOutcome(after[0].id, action, deleted)
         time.sleep(random.uniform(0.05, 0.3) * (attempt + 1))
     raise PublishError(
         f"the ds4ci comment on #{comment.pr} kept changing under concurrent publishers after "
-        f"{publish.UPSERT_ATTEMPTS} attempts"
+        f"{UPSERT_ATTEMPTS} attempts"
     )
 
 

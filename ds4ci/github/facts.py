@@ -135,6 +135,17 @@ def gather(client: Client, wants: Wants, docs: Sequence[Any], head: str, trusted
     return _comment_facts(reads, wants, facts, docs, head, publisher)
 
 
+def for_pending(client: Client, pr: int | None, sha: str, comment: bool, comment_author: str | None) -> Facts:
+    """What a pending status and its comment placeholder need: the PR still at ``sha``, our sticky comment."""
+    if pr is not None and client.pr_head(pr) != sha:
+        raise publish.StaleResultsError(f"--sha {sha} is not the current head of pull request #{pr}")
+    if pr is None or not comment:
+        return Facts()
+    author = client.identity(comment_author)
+    comments, seen = _comments(client, pr, author)
+    return Facts(publisher=author, comments=comments, seen_until=seen)
+
+
 def _comment_facts(client: Client, wants: Wants, facts: Facts, docs: Sequence[Any], head: str,
                    publisher: str) -> Facts:
     """The sticky comment, each failing runner's predecessor, the runners without a result, the merge state."""

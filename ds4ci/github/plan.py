@@ -18,11 +18,46 @@ from ds4ci.github.client import Comment
 from ds4ci.github.facts import Facts
 from ds4ci.github.runnerview import RunnerView
 from ds4ci.options.table import DEFAULT_WIDTHS
+from ds4ci.records import Results
 from ds4ci.report import render
 from ds4ci.report.sections import Section, parse_sections
 
 # Pending first, green last: a publish cut short never leaves a runner green beside a verdict not yet written.
 _ORDER = {"pending": 0, "error": 1, "failure": 1, "success": 2}
+
+
+class BodyBuilder:
+    """Renders the comment from our results plus the sections found in the existing comment."""
+
+    def __init__(
+        self,
+        docs: Sequence[Results],
+        *,
+        run_url: str | None,
+        template_dir: Path | None,
+        predecessors: dict[str, str],
+        extra: Sequence[Section] = (),
+        merge_status: Sequence[str] = (),
+    ) -> None:
+        self.docs = list(docs)
+        self.merge_status = list(merge_status)
+        self.run_url = run_url
+        self.template_dir = template_dir
+        self.predecessors = predecessors
+        self.extra = list(extra)
+        self.runners = {d["runner"]["name"] for d in docs} | {s.runner for s in extra}
+
+    def __call__(self, existing: Sequence[Section]) -> tuple[str, list[Section]]:
+        return render.render(
+            self.docs,
+            kind="comment",
+            run_url=self.run_url,
+            template_dir=self.template_dir,
+            predecessors=self.predecessors,
+            existing=existing,
+            extra=self.extra,
+            merge_status=self.merge_status,
+        )
 
 
 @dataclass(frozen=True)
@@ -55,7 +90,7 @@ class CommentPlan:
     keeper: Comment | None
     duplicates: tuple[int, ...]
     seen_until: str | None
-    build: publish.BodyBuilder  # re-merges what a concurrent publisher wrote (apply retries)
+    build: BodyBuilder  # re-merges what a concurrent publisher wrote (apply retries)
     sections: tuple[Section, ...] = ()  # the sections of body
 
 
@@ -155,7 +190,7 @@ def _merge_status(plan_statuses: Sequence[publish.StatusPlan], runs: Sequence[Ch
                                                            check_runs=ran + kept), need))
 
 
-def _comment(build: publish.BodyBuilder, settings: Settings, facts: Facts) -> CommentPlan | None:
+def _comment(build: BodyBuilder, settings: Settings, facts: Facts) -> CommentPlan | None:
     if settings.pr is None or not settings.comment or facts.publisher is None:
         return None
     ours = facts.comments
@@ -164,6 +199,13 @@ def _comment(build: publish.BodyBuilder, settings: Settings, facts: Facts) -> Co
     action = "created" if keeper is None else "unchanged" if keeper.body == body and len(ours) == 1 else "updated"
     return CommentPlan(settings.pr, facts.publisher, body, action, keeper, tuple(c.id for c in ours[1:]),
                        facts.seen_until, build, tuple(sections))
+
+
+def job_summary(views: Sequence[RunnerView], settings: Settings) -> str:
+    """The job summary: every runner's document at full detail (written also where GitHub refused the rest)."""
+    body, _ = render.render([v.doc for v in views], kind="summary", run_url=settings.target_url,
+                            template_dir=settings.template_dir)
+    return body
 
 
 def make(views: Sequence[RunnerView], settings: Settings, facts: Facts) -> PublishPlan:
@@ -177,8 +219,8 @@ def make(views: Sequence[RunnerView], settings: Settings, facts: Facts) -> Publi
         notes.append(f"no check runs: {facts.publisher} is not a GitHub App's account (a personal token cannot "
                      "create check runs; the statuses were set); set [publish] check_runs = false to stop this note")
         runs = ()
-    summary, _ = render.render(docs, kind="summary", run_url=settings.target_url, template_dir=settings.template_dir)
-    build = publish.BodyBuilder(docs, run_url=settings.target_url, template_dir=settings.template_dir,
+    summary = job_summary(views, settings)
+    build = BodyBuilder(docs, run_url=settings.target_url, template_dir=settings.template_dir,
                                 predecessors=dict(facts.predecessors),
                                 merge_status=_merge_status((*send, *unchanged), runs, facts, head),
                                 extra=_needs_hardware(views, settings, facts, head))
@@ -186,3 +228,15 @@ def make(views: Sequence[RunnerView], settings: Settings, facts: Facts) -> Publi
     shown = comment.body if comment is not None else (build([])[0] if settings.pr is not None and settings.comment
                                                        else None)
     return PublishPlan(head, settings.repo, settings.pr, send, unchanged, runs, comment, shown, summary, tuple(notes))
+
+
+def pending(runner: str, sha: str, settings: Settings, facts: Facts) -> PublishPlan:
+    """A gate that has started on ``sha`` and not finished: its pending status and its comment placeholder."""
+    status = publish.StatusPlan(sha, f"ds4ci/{runner}", "pending", f"running the parity gate on {runner}",
+                                settings.target_url)
+    section = render.pending_section(render.environment(settings.template_dir), runner, sha, settings.target_url)
+    build = BodyBuilder([], run_url=settings.target_url, template_dir=settings.template_dir, predecessors={},
+                        extra=[section])
+    comment = _comment(build, settings, facts)
+    return PublishPlan(sha, settings.repo, settings.pr, (status,), (), (), comment,
+                       None if comment is None else comment.body, "", ())

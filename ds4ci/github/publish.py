@@ -1,4 +1,4 @@
-"""Publishing: the sticky PR comment and one commit status per runner.
+"""Publishing's decisions: each runner's commit status, a focused rerun's, the predecessors in the PR's history.
 
 Safety rules (each enforced before any request that could turn something green):
 only a result whose verdict is ``pass`` *and* is internally consistent becomes ``success``
@@ -11,26 +11,22 @@ statuses the publisher itself posted count (predecessors, the full pass under a 
 
 from __future__ import annotations
 
-import random
 import re
-import time
 from collections.abc import Sequence
 from dataclasses import dataclass, replace
-from pathlib import Path
 
-from ds4ci.errors import PublishError, UsageError
+from ds4ci.errors import UsageError
 from ds4ci.github import statuses
-from ds4ci.github.client import Client, Comment
+from ds4ci.github.client import Client
 from ds4ci.judging.tree import tree_note
 from ds4ci.records import Results
-from ds4ci.report import markdown, render, views
-from ds4ci.report.sections import MARKER, Section, head_sha, parse_sections
+from ds4ci.report import markdown, views
+from ds4ci.report.sections import head_sha
 
 SHA_RE = re.compile(r"^[0-9a-f]{40}$")
 REPO_RE = re.compile(r"^[A-Za-z0-9_.-]+/[A-Za-z0-9_.-]+$")
 RUNNER_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,62}$")
 PREDECESSOR_WALK = 100  # newest PR commits inspected for the last validated predecessor
-UPSERT_ATTEMPTS = 6
 
 
 class StaleResultsError(UsageError):
@@ -44,13 +40,6 @@ class StatusPlan:
     state: str
     description: str
     target_url: str | None
-
-
-@dataclass(frozen=True)
-class UpsertOutcome:
-    comment_id: int
-    action: str  # "created", "updated" or "unchanged"
-    deleted: int
 
 
 def _consistent_pass(doc: Results) -> bool:
@@ -206,93 +195,6 @@ def focused_plan(plan: StatusPlan, doc: Results, full_pass: str | None, allowed:
 def last_validated_predecessor(client: Client, pr: int, head: str, runner: str, publisher: str) -> str | None:
     """The newest PR commit before ``head`` whose ds4ci/<runner> status from ``publisher`` is success."""
     return _walk(client, pr, head, runner, publisher, full_only=False)
-
-
-def _ours(comments: Sequence[Comment], identity: str) -> list[Comment]:
-    mine = [c for c in comments if c.author == identity and c.body.startswith(MARKER)]
-    return sorted(mine, key=lambda c: (c.created_at, c.id))
-
-
-def _landed(body: str, wanted: Sequence[Section]) -> bool:
-    present = {(s.runner, s.state, s.digest) for s in parse_sections(body)}
-    return all((s.runner, s.state, s.digest) in present for s in wanted)
-
-
-def upsert_comment(
-    client: Client,
-    pr: int,
-    identity: str,
-    build: BodyBuilder,
-    wanted: Sequence[Section] | None = None,
-) -> UpsertOutcome:
-    """Create or edit the one sticky comment, merging other runners' sections; converge on races.
-
-    After every write the comments are read again: duplicates (two publishers creating at
-    once) are folded into the oldest and deleted, and if another publisher's edit replaced
-    our sections the merge is redone.
-    """
-    action = "unchanged"
-    deleted = 0
-    for attempt in range(UPSERT_ATTEMPTS):
-        ours = _ours(client.list_comments(pr), identity)
-        existing = [s for c in ours for s in parse_sections(c.body)]
-        body, sections = build(existing)
-        own = wanted if wanted is not None else [s for s in sections if s.runner in build.runners]
-        if not ours:
-            keeper = client.create_comment(pr, body)
-            action = "created"
-        else:
-            keeper = ours[0]
-            if keeper.body != body:
-                client.edit_comment(keeper.id, body)
-                action = "updated" if action != "created" else action
-            for dup in ours[1:]:
-                client.delete_comment(dup.id)
-                deleted += 1
-            if keeper.body == body and len(ours) == 1:
-                return UpsertOutcome(keeper.id, action, deleted)
-        after = _ours(client.list_comments(pr), identity)
-        if len(after) == 1 and _landed(after[0].body, own):
-            return UpsertOutcome(after[0].id, action, deleted)
-        # Someone else wrote at the same time: back off a little (jitter breaks lock-step) and merge again.
-        time.sleep(random.uniform(0.05, 0.3) * (attempt + 1))
-    raise PublishError(
-        f"the ds4ci comment on #{pr} kept changing under concurrent publishers after {UPSERT_ATTEMPTS} attempts"
-    )
-
-
-class BodyBuilder:
-    """Renders the comment from our results plus the sections found in the existing comment."""
-
-    def __init__(
-        self,
-        docs: Sequence[Results],
-        *,
-        run_url: str | None,
-        template_dir: Path | None,
-        predecessors: dict[str, str],
-        extra: Sequence[Section] = (),
-        merge_status: Sequence[str] = (),
-    ) -> None:
-        self.docs = list(docs)
-        self.merge_status = list(merge_status)
-        self.run_url = run_url
-        self.template_dir = template_dir
-        self.predecessors = predecessors
-        self.extra = list(extra)
-        self.runners = {d["runner"]["name"] for d in docs} | {s.runner for s in extra}
-
-    def __call__(self, existing: Sequence[Section]) -> tuple[str, list[Section]]:
-        return render.render(
-            self.docs,
-            kind="comment",
-            run_url=self.run_url,
-            template_dir=self.template_dir,
-            predecessors=self.predecessors,
-            existing=existing,
-            extra=self.extra,
-            merge_status=self.merge_status,
-        )
 
 
 def validate_target(repo: str | None, pr: int | None, sha: str | None, dry_run: bool) -> None:

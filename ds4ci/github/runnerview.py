@@ -54,8 +54,7 @@ def is_focused(doc: Results) -> bool:
 def view(item: Published, head: str, *, full_pass: str | None, allow_focused: bool) -> RunnerView:
     """The view of one document; ``full_pass``: the ancestor with the publisher's full pass (focused reruns)."""
     doc = item.doc
-    state = publish.status_state(doc)
-    decided = publish.StatusPlan(head, f"ds4ci/{doc['runner']['name']}", state, publish.describe(doc, state), None)
+    [decided] = publish.plan_statuses([doc], head, None)
     if is_focused(doc) and item.may_set_status:
         decided = publish.focused_plan(decided, doc, full_pass, allow_focused)
         note = f"focused rerun: status {decided.state}: {decided.description}"
