@@ -13,11 +13,11 @@ import random
 import sys
 import time
 from dataclasses import dataclass
-from datetime import datetime, timedelta
 
 from ds4ci.errors import PublishError
 from ds4ci.github.client import Client, Comment, ReadOnlyTokenError
-from ds4ci.github.plan import CommentPlan, PublishPlan
+from ds4ci.github.facts import second_before
+from ds4ci.github.plan import CheckRunAction, CommentPlan, PublishPlan
 from ds4ci.report.sections import MARKER, Section, parse_sections
 
 UPSERT_ATTEMPTS = 6
@@ -38,49 +38,46 @@ def apply(plan: PublishPlan, client: Client) -> None:
     for note in plan.notes:
         _say(note)
     for status in plan.statuses:
-        client.create_status(status.sha, status.state, status.context, status.description, status.target_url)
-        _say(f"status {status.context}={status.state} on {status.sha}")
+        if f"status:{status.context}" not in plan.done:
+            client.create_status(status.sha, status.state, status.context, status.description, status.target_url)
+            plan.done.add(f"status:{status.context}")
+            _say(f"status {status.context}={status.state} on {status.sha}")
     for status in plan.unchanged:
         _say(f"status {status.context}={status.state} on {status.sha} (already set)")
     for action in plan.check_runs:
-        run = action.run
-        if action.unchanged:
-            _say(f"check run {run.name}={run.conclusion} unchanged ({action.existing}) on {run.head_sha}")
-            continue
-        try:
-            if action.existing is not None:
-                client.update_check_run(action.existing, run.name, run.conclusion, run.details_url, run.output())
-                how = f"updated ({action.existing})"
-            else:
-                made, _ = client.create_check_run(run.name, run.head_sha, run.conclusion, run.details_url,
-                                                  run.output())
-                how = f"created ({made})"
-        except ReadOnlyTokenError:
-            raise PublishError(
-                f"GitHub refused check run {run.name}: the token may not write checks (the statuses were set). Give "
-                "the publishing job `permissions: checks: write`, or set [publish] check_runs = false "
-                "(--no-check-runs); a fork's read-only token publishes through report.yml instead"
-            ) from None
-        _say(f"check run {run.name}={run.conclusion} {how} on {run.head_sha}")
-    if plan.comment is not None:
+        if f"check-run:{action.run.name}" not in plan.done:
+            _check_run(client, action)
+            plan.done.add(f"check-run:{action.run.name}")
+    if plan.comment is not None and "comment" not in plan.done:
         outcome = upsert(client, plan.comment)
+        plan.done.add("comment")
         _say(f"comment {outcome.comment_id} {outcome.action} on #{plan.comment.pr}")
+
+
+def _check_run(client: Client, action: CheckRunAction) -> None:
+    run = action.run
+    if action.unchanged:
+        _say(f"check run {run.name}={run.conclusion} unchanged ({action.existing}) on {run.head_sha}")
+        return
+    try:
+        if action.existing is not None:
+            client.update_check_run(action.existing, run.name, run.conclusion, run.details_url, run.output())
+            how = f"updated ({action.existing})"
+        else:
+            made, _ = client.create_check_run(run.name, run.head_sha, run.conclusion, run.details_url, run.output())
+            how = f"created ({made})"
+    except ReadOnlyTokenError:
+        raise PublishError(
+            f"GitHub refused check run {run.name}: the token may not write checks (the statuses were set). Give "
+            "the publishing job `permissions: checks: write`, or set [publish] check_runs = false "
+            "(--no-check-runs); a fork's read-only token publishes through report.yml instead"
+        ) from None
+    _say(f"check run {run.name}={run.conclusion} {how} on {run.head_sha}")
 
 
 def _ours(comments: list[Comment], author: str) -> list[Comment]:
     return sorted((c for c in comments if c.author == author and c.body.startswith(MARKER)),
                   key=lambda c: (c.created_at, c.id))
-
-
-def _before(stamp: str | None) -> str | None:
-    """One second before GitHub's ``updated_at`` (so that a ``since`` read includes that second whole)."""
-    if not stamp:
-        return None
-    try:
-        when = datetime.fromisoformat(stamp.replace("Z", "+00:00")) - timedelta(seconds=1)
-    except ValueError:
-        return None
-    return when.strftime("%Y-%m-%dT%H:%M:%SZ")
 
 
 def _write(client: Client, comment: CommentPlan, ours: list[Comment], body: str) -> tuple[Comment | None, str, int]:
@@ -113,7 +110,7 @@ def upsert(client: Client, comment: CommentPlan) -> UpsertOutcome:
             assert ours
             return UpsertOutcome(ours[0].id, action, deleted)
         wanted = [s for s in sections if s.runner in comment.build.runners]
-        since = _before(comment.seen_until) if attempt == 0 and how != "unchanged" else None
+        since = second_before(comment.seen_until) if attempt == 0 and how != "unchanged" else None
         after = _ours(client.list_comments(comment.pr, since=since), comment.author)
         if len(after) == 1 and after[0].id == wrote.id and _landed(after[0].body, wanted):
             return UpsertOutcome(after[0].id, action, deleted)

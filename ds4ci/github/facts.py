@@ -11,6 +11,7 @@ from __future__ import annotations
 import os
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
+from datetime import datetime, timedelta
 from pathlib import Path
 from typing import Any
 
@@ -96,11 +97,38 @@ def _own_runs(client: Client, head: str, app: str | None) -> dict[str, Mapping[s
     return {name: by_id[run.id] for name, run in newest.items()}
 
 
-def _comments(client: Client, pr: int, publisher: str) -> tuple[tuple[Comment, ...], str | None]:
+def second_before(stamp: str | None) -> str | None:
+    """One second before a GitHub timestamp: a ``since`` read from it takes in that whole second."""
+    if not stamp:
+        return None
+    try:
+        when = datetime.fromisoformat(stamp.replace("Z", "+00:00")) - timedelta(seconds=1)
+    except ValueError:
+        return None
+    return when.strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+def _ours(comments: Sequence[Comment], publisher: str) -> tuple[Comment, ...]:
+    return tuple(sorted((c for c in comments if c.author == publisher and c.body.startswith(MARKER)),
+                        key=lambda c: (c.created_at, c.id)))
+
+
+def _comments(client: Client, pr: int, publisher: str, last_publish: str | None
+              ) -> tuple[tuple[Comment, ...], str | None]:
+    """Our sticky comments, and the newest ``updated_at`` of every comment read.
+
+    A publish writes its statuses, then the comment: where the publisher's newest status on this head is at
+    ``last_publish``, a comment that publish created or edited is among those updated since (one page on a
+    long PR). Where none of ours is, every comment is read.
+    """
+    since = second_before(last_publish)
+    if since is not None:
+        recent = client.list_comments(pr, since=since)
+        mine = _ours(recent, publisher)
+        if mine:
+            return mine, max(c.updated_at for c in recent)
     every = client.list_comments(pr)
-    mine = sorted((c for c in every if c.author == publisher and c.body.startswith(MARKER)),
-                  key=lambda c: (c.created_at, c.id))
-    return tuple(mine), max((c.updated_at for c in every if c.updated_at), default=None)
+    return _ours(every, publisher), max((c.updated_at for c in every if c.updated_at), default=None)
 
 
 def gather(client: Client, wants: Wants, docs: Sequence[Any], head: str, trusted: Sequence[str]) -> Facts:
@@ -123,16 +151,19 @@ def gather(client: Client, wants: Wants, docs: Sequence[Any], head: str, trusted
     checks = wants.check_runs and bool(trusted)
     identity = publisher or (_identity_or_none(client, wants.comment_author) if checks else None)
     app = checkruns.app_of(identity) if checks else None
-    own = None
+    own, last_publish = None, None
     if wants.status and trusted and identity is not None:
-        own = statuses.from_creator(statuses.parse(reads.commit_statuses(head), head), identity)
+        raw = reads.commit_statuses(head)
+        own = statuses.from_creator(statuses.parse(raw, head), identity)
+        last_publish = max((str(i.get("created_at") or "") for i in raw if isinstance(i, dict)
+                            and (i.get("creator") or {}).get("login") == identity), default=None) or None
     full = {r: publish.last_full_pass(reads, pr, head, r, publisher)
             for r in focused if r in trusted and pr is not None and publisher is not None}
     facts = Facts(publisher=identity, app=app, own_statuses=own, own_runs=_own_runs(reads, head, app),
                   full_passes=full)
     if pr is None or not wants.comment or publisher is None:
         return facts
-    return _comment_facts(reads, wants, facts, docs, head, publisher)
+    return _comment_facts(reads, wants, facts, docs, head, publisher, last_publish)
 
 
 def for_pending(client: Client, pr: int | None, sha: str, comment: bool, comment_author: str | None) -> Facts:
@@ -142,12 +173,12 @@ def for_pending(client: Client, pr: int | None, sha: str, comment: bool, comment
     if pr is None or not comment:
         return Facts()
     author = client.identity(comment_author)
-    comments, seen = _comments(client, pr, author)
+    comments, seen = _comments(client, pr, author, None)
     return Facts(publisher=author, comments=comments, seen_until=seen)
 
 
 def _comment_facts(client: Client, wants: Wants, facts: Facts, docs: Sequence[Any], head: str,
-                   publisher: str) -> Facts:
+                   publisher: str, last_publish: str | None) -> Facts:
     """The sticky comment, each failing runner's predecessor, the runners without a result, the merge state."""
     assert wants.pr is not None
     pr = wants.pr
@@ -167,7 +198,7 @@ def _comment_facts(client: Client, wants: Wants, facts: Facts, docs: Sequence[An
         older = publish.last_validated_predecessor(client, pr, head, runner, publisher)
         commits, files = client.compare(older, head) if older else ([], [])
         missing[runner] = (older, tuple(commits), tuple(files))
-    comments, seen = _comments(client, pr, publisher)
+    comments, seen = _comments(client, pr, publisher, last_publish)
     merge = _merge_facts(client, pr, wants) if wants.merge_config is not None else None
     return Facts(publisher=facts.publisher, app=facts.app, own_statuses=facts.own_statuses, own_runs=facts.own_runs,
                  comments=comments, seen_until=seen, full_passes=facts.full_passes, predecessors=predecessors,

@@ -9,7 +9,7 @@ what differs from what the facts found (so the same plan applied twice changes n
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
@@ -106,6 +106,9 @@ class PublishPlan:
     comment_body: str | None  # the comment as rendered (also where it is not sent: no PR, or --no-comment)
     summary: str
     notes: tuple[str, ...]  # what publish says on stderr before writing
+    # The writes ``apply`` has carried out (status:<context>, check-run:<name>, comment): applied again, the
+    # plan sends only what is not done yet (a second apply sends nothing; one cut short resumes).
+    done: set[str] = field(default_factory=set, compare=False, repr=False)
 
     def to_json(self) -> dict[str, Any]:
         return {
