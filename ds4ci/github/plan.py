@@ -8,7 +8,7 @@ what differs from what the facts found (so the same plan applied twice changes n
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
@@ -20,6 +20,7 @@ from ds4ci.github.runnerview import RunnerView
 from ds4ci.options.table import DEFAULT_WIDTHS
 from ds4ci.records import Results
 from ds4ci.report import render
+from ds4ci.report.docview import DocView
 from ds4ci.report.sections import Section, parse_sections
 
 # Pending first, green last: a publish cut short never leaves a runner green beside a verdict not yet written.
@@ -38,8 +39,10 @@ class BodyBuilder:
         predecessors: dict[str, str],
         extra: Sequence[Section] = (),
         merge_status: Sequence[str] = (),
+        seen: Mapping[str, DocView] | None = None,
     ) -> None:
         self.docs = list(docs)
+        self.seen = dict(seen or {})
         self.merge_status = list(merge_status)
         self.run_url = run_url
         self.template_dir = template_dir
@@ -57,6 +60,7 @@ class BodyBuilder:
             existing=existing,
             extra=self.extra,
             merge_status=self.merge_status,
+            seen=self.seen,
         )
 
 
@@ -145,7 +149,7 @@ def _check_runs(views: Sequence[RunnerView], settings: Settings, facts: Facts) -
     out = []
     for v in (v for v in views if v.may_set_status):
         run = checkruns.plan(v.doc, v.state, v.description, v.head, env=env, run_url=settings.target_url,
-                             predecessor=facts.predecessors.get(v.name), signature=v.signature)
+                             predecessor=facts.predecessors.get(v.name), signature=v.signature, seen=v.words)
         mine = facts.own_runs.get(run.name)
         out.append(CheckRunAction(run, int(mine["id"]) if mine else None, _says(mine, run)))
     return tuple(out)
@@ -207,7 +211,7 @@ def _comment(build: BodyBuilder, settings: Settings, facts: Facts) -> CommentPla
 def job_summary(views: Sequence[RunnerView], settings: Settings) -> str:
     """The job summary: every runner's document at full detail (written also where GitHub refused the rest)."""
     body, _ = render.render([v.doc for v in views], kind="summary", run_url=settings.target_url,
-                            template_dir=settings.template_dir)
+                            template_dir=settings.template_dir, seen={v.name: v.words for v in views})
     return body
 
 
@@ -224,7 +228,7 @@ def make(views: Sequence[RunnerView], settings: Settings, facts: Facts) -> Publi
         runs = ()
     summary = job_summary(views, settings)
     build = BodyBuilder(docs, run_url=settings.target_url, template_dir=settings.template_dir,
-                                predecessors=dict(facts.predecessors),
+                                predecessors=dict(facts.predecessors), seen={v.name: v.words for v in views},
                                 merge_status=_merge_status((*send, *unchanged), runs, facts, head),
                                 extra=_needs_hardware(views, settings, facts, head))
     comment = _comment(build, settings, facts)

@@ -20,7 +20,7 @@ from ds4ci.github import statuses
 from ds4ci.github.client import Client
 from ds4ci.judging.tree import tree_note
 from ds4ci.records import Results
-from ds4ci.report import markdown, views
+from ds4ci.report import docview, markdown
 from ds4ci.report.sections import head_sha
 
 SHA_RE = re.compile(r"^[0-9a-f]{40}$")
@@ -70,19 +70,20 @@ def status_state(doc: Results) -> str:
     return "failure" if verdict == "fail" else "error"
 
 
-def describe(doc: Results, state: str) -> str:
-    """The status description of a runner whose status is ``state``."""
+def describe(doc: Results, state: str, headline: str | None = None) -> str:
+    """The status description of a runner whose status is ``state`` (``headline``: the document's, if known)."""
+    said = headline if headline is not None else docview.headline(doc)
     control = doc["runner"]["role"] == "negative-control"
     prefix = "negative control: " if control else ""
     if state == "success" and control:
         beside = doc["runner"].get("negative_control_for")
-        text = views.headline(doc) + (f" (parity: ds4ci/{beside})" if beside else "")
+        text = said + (f" (parity: ds4ci/{beside})" if beside else "")
     elif state == "success":
-        text = f"pass: {views.headline(doc)}"
+        text = f"pass: {said}"
     elif doc["verdict"] == "pass":
         text = "error: results claim pass but contradict themselves"
     else:
-        text = f"{doc['verdict'].replace('_', ' ')}: {views.headline(doc)}"
+        text = f"{doc['verdict'].replace('_', ' ')}: {said}"
     return _fit(doc, prefix + text)
 
 
@@ -122,14 +123,15 @@ def results_head(docs: Sequence[Results], sha: str | None) -> str:
     return head
 
 
+def decide(doc: Results, head: str, target_url: str | None, words: docview.DocView | None = None) -> StatusPlan:
+    """A runner's commit status on ``head`` (``words``: the document's view, where already computed)."""
+    state = status_state(doc)
+    headline = words.headline if words is not None else None
+    return StatusPlan(head, f"ds4ci/{doc['runner']['name']}", state, describe(doc, state, headline), target_url)
+
+
 def plan_statuses(docs: Sequence[Results], head: str, target_url: str | None) -> list[StatusPlan]:
-    plans = []
-    for doc in docs:
-        state = status_state(doc)
-        plans.append(
-            StatusPlan(head, f"ds4ci/{doc['runner']['name']}", state, describe(doc, state), target_url)
-        )
-    return plans
+    return [decide(doc, head, target_url) for doc in docs]
 
 
 FOCUSED_PREFIX = "focused pass"

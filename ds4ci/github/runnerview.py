@@ -8,12 +8,13 @@ The commit status (state, description), the check run (conclusion, title) and th
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from ds4ci.github import checkruns, publish
 from ds4ci.github.verified import Published
 from ds4ci.records import Results
-from ds4ci.report import views
+from ds4ci.report.docview import DocView, view_of
+from ds4ci.report.sections import results_digest
 
 
 @dataclass(frozen=True)
@@ -21,10 +22,10 @@ class RunnerView:
     """What ds4ci says about one runner on one head."""
 
     doc: Results  # the document as shown (a focused rerun's decision first among its warnings)
+    words: DocView  # its head, headline, claims versus tested, coverage words and digest, computed once
     name: str
     role: str
     head: str
-    headline: str
     state: str  # the commit status: success | failure | error | pending (a focused pass the policy holds back)
     description: str  # the status description (at most 140 characters)
     may_set_status: bool  # verified: gets a status and a check run; else shown in the comment only
@@ -39,8 +40,12 @@ class RunnerView:
         return checkruns.conclusion(self.doc, self.state)
 
     @property
+    def headline(self) -> str:
+        return self.words.headline
+
+    @property
     def title(self) -> str:
-        return checkruns.title(self.doc, self.state, self.description, self.head)
+        return checkruns.title(self.doc, self.state, self.description, self.head, self.words.headline)
 
     @property
     def focused(self) -> bool:
@@ -54,14 +59,18 @@ def is_focused(doc: Results) -> bool:
 def view(item: Published, head: str, *, full_pass: str | None, allow_focused: bool) -> RunnerView:
     """The view of one document; ``full_pass``: the ancestor with the publisher's full pass (focused reruns)."""
     doc = item.doc
-    [decided] = publish.plan_statuses([doc], head, None)
+    words = view_of(doc)
+    decided = publish.decide(doc, head, None, words)
     if is_focused(doc) and item.may_set_status:
         decided = publish.focused_plan(decided, doc, full_pass, allow_focused)
         note = f"focused rerun: status {decided.state}: {decided.description}"
         doc = {**doc, "warnings": [note, *doc.get("warnings", [])]}
-    return RunnerView(doc=doc, name=doc["runner"]["name"], role=doc["runner"]["role"], head=head,
-                      headline=views.headline(doc), state=decided.state, description=decided.description,
-                      may_set_status=item.may_set_status, signature=item.signature)
+        # The decision is among the warnings the comment shows: the document it shows has its own digest (the
+        # headline, the claims and the coverage words do not read the warnings).
+        words = replace(words, digest=results_digest(doc))
+    return RunnerView(doc=doc, words=words, name=doc["runner"]["name"], role=doc["runner"]["role"], head=head,
+                      state=decided.state, description=decided.description, may_set_status=item.may_set_status,
+                      signature=item.signature)
 
 
 def views_of(published: Sequence[Published], head: str, full_passes: Mapping[str, str | None],

@@ -20,7 +20,8 @@ from typing import Any
 from ds4ci import __version__
 from ds4ci.errors import UsageError
 from ds4ci.records import Results
-from ds4ci.report import markdown, views
+from ds4ci.report import docview, markdown, views
+from ds4ci.report.docview import DocView
 from ds4ci.report.sections import BISECT, MARKER, Section, head_sha, merge_sections
 from ds4ci.report.views import Detail, state_label
 
@@ -120,7 +121,7 @@ def environment(template_dir: Path | None = None) -> Any:
             "link": markdown.link,
             "short": views.short,
             "bytes": views.size_bytes,
-            "num": views.fmt_int,
+            "num": docview.fmt_int,
             "yesno": views.yes_no,
             "claimed": views.claimed,
             "state": state_label,
@@ -148,8 +149,9 @@ def render_section(
     run_url: str | None = None,
     predecessor: str | None = None,
     kind: str = "comment",
+    seen: DocView | None = None,
 ) -> Section:
-    context = views.runner_context(doc, detail, run_url, predecessor, kind)
+    context = views.runner_context(doc, detail, run_url, predecessor, kind, seen)
     body = render_template(env, "runner.md.j2", context)
     return Section(
         runner=doc["runner"]["name"],
@@ -158,7 +160,7 @@ def render_section(
         head=context["head"],
         digest=context["digest"],
         body=body,
-        why=markdown.text(context["headline"], limit=views.REASON_CHARS + 20),
+        why=markdown.text(context["headline"], limit=docview.REASON_CHARS + 20),
     )
 
 
@@ -258,6 +260,7 @@ def render(
     extra: Sequence[Section] = (),
     limit: int | None = None,
     merge_status: Sequence[str] = (),
+    seen: Mapping[str, DocView] | None = None,
 ) -> tuple[str, list[Section]]:
     """Render ``docs`` (plus sections kept from an existing comment) within the size limit.
 
@@ -284,6 +287,7 @@ def render(
                 run_url=run_url,
                 predecessor=predecessors.get(doc["runner"]["name"]) or _recorded_predecessor(doc),
                 kind=kind,
+                seen=(seen or {}).get(doc["runner"]["name"]),
             )
             for doc in docs
         ]
