@@ -104,19 +104,16 @@ def publish_documents(published: list[Published], request: PublishRequest) -> in
     publish.validate_target(r.repo, r.pr, r.sha, r.dry_run)
     render.unique_runners([p.doc for p in published])
     head = publish.results_head([p.doc for p in published], r.sha)
-    settings = plan.Settings(repo=r.repo, pr=r.pr, target_url=r.target_url, template_dir=r.template_dir,
-                             comment=not r.no_comment, status=not r.no_status, check_runs=_wants_check_runs(r),
-                             expect_runners=r.expect_runners)
+    settings = facts.Settings(repo=r.repo, pr=r.pr, target_url=r.target_url, template_dir=r.template_dir,
+                              comment=not r.no_comment, status=not r.no_status, check_runs=_wants_check_runs(r),
+                              expect_runners=r.expect_runners, comment_author=r.comment_author,
+                              merge_config=r.merge_config, api_url=r.api_url, token_env=r.token_env)
     found, client = facts.Facts(), None
     try:
         if not r.dry_run:
             client = _client(r.repo, r.api_url, r.token_env)
-            wants = facts.Wants(pr=r.pr, comment=not r.no_comment, status=not r.no_status,
-                                check_runs=settings.check_runs, comment_author=r.comment_author,
-                                expect_runners=r.expect_runners, merge_config=r.merge_config, api_url=r.api_url,
-                                token_env=r.token_env)
             trusted = [p.doc["runner"]["name"] for p in published if p.may_set_status]
-            found = facts.gather(client, wants, [p.doc for p in published], head, trusted)
+            found = facts.gather(client, settings, [p.doc for p in published], head, trusted)
     except (UsageError, PublishError):  # the job summary still shows the results GitHub was not told
         _write_summary(plan.job_summary(runnerview.views_of(published, head, {}, r.allow_focused), settings),
                        r.summary_file)
@@ -211,14 +208,14 @@ def _run_pending(results: list[Path], request: PublishRequest, runner: str | Non
         raise UsageError(f"--pending needs --runner NAME (letters, digits, . _ -); found {runner!r}")
     if sha is None:
         raise UsageError("--pending needs --sha: the full commit SHA the gate is running on")
-    settings = plan.Settings(repo=r.repo, pr=r.pr, target_url=r.target_url, template_dir=r.template_dir,
-                             comment=not r.no_comment)
+    settings = facts.Settings(repo=r.repo, pr=r.pr, target_url=r.target_url, template_dir=r.template_dir,
+                              comment=not r.no_comment, comment_author=r.comment_author)
     if r.dry_run:
         for status in plan.pending(runner, sha, settings, facts.Facts()).statuses:
             print(f"--- would set status {status.context}={status.state} on {status.sha}: {status.description}")
         print("--- dry run: nothing was sent ---")
         return 0
     client = _client(r.repo, r.api_url, r.token_env)
-    found = facts.for_pending(client, r.pr, sha, not r.no_comment, r.comment_author)  # every read before a write
+    found = facts.for_pending(client, settings, sha)  # every read before a write
     apply.apply(plan.pending(runner, sha, settings, found), client)
     return 0

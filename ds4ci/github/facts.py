@@ -19,6 +19,7 @@ from ds4ci.errors import PublishError, UsageError
 from ds4ci.github import checkruns, publish, statuses
 from ds4ci.github.client import Client, Comment
 from ds4ci.github.merge import MergeFacts, Requirements
+from ds4ci.github.runnerview import is_focused
 from ds4ci.report.sections import MARKER
 
 
@@ -39,16 +40,19 @@ class Facts:
 
 
 @dataclass(frozen=True)
-class Wants:
-    """What the publish asks for (the CLI's options): which facts are needed."""
+class Settings:
+    """What the publish asks for (the CLI's options): which facts are read, and what the plan holds."""
 
-    pr: int | None
-    comment: bool
-    status: bool
-    check_runs: bool
-    comment_author: str | None
+    repo: str | None = None
+    pr: int | None = None
+    target_url: str | None = None
+    template_dir: Path | None = None
+    comment: bool = True
+    status: bool = True
+    check_runs: bool = True
     expect_runners: tuple[str, ...] = ()
-    merge_config: Path | None = None
+    comment_author: str | None = None  # an installation token's bot account, where GET /user cannot say
+    merge_config: Path | None = None  # the "Review and merge status" checklist's requirements
     api_url: str | None = None
     token_env: str = "GITHUB_TOKEN"  # noqa: S105 - the name of the variable, not a token
 
@@ -131,14 +135,14 @@ def _comments(client: Client, pr: int, publisher: str, last_publish: str | None
     return _ours(every, publisher), max((c.updated_at for c in every if c.updated_at), default=None)
 
 
-def gather(client: Client, wants: Wants, docs: Sequence[Any], head: str, trusted: Sequence[str]) -> Facts:
+def gather(client: Client, wants: Settings, docs: Sequence[Any], head: str, trusted: Sequence[str]) -> Facts:
     """Every read, before any write; refuses stale results (the PR moved on) before anything is planned.
 
     ``docs`` are the documents to publish, ``trusted`` the runners that get a status and a check run.
     """
     reads = Reads(client)
     pr = wants.pr
-    focused = [d["runner"]["name"] for d in docs if d["settings"].get("scope") == "focused"]
+    focused = [d["runner"]["name"] for d in docs if is_focused(d)]
     history = pr is not None and (wants.comment or bool(focused))
     publisher = client.identity(wants.comment_author) if history else None
     if pr is not None:
@@ -166,18 +170,19 @@ def gather(client: Client, wants: Wants, docs: Sequence[Any], head: str, trusted
     return _comment_facts(reads, wants, facts, docs, head, publisher, last_publish)
 
 
-def for_pending(client: Client, pr: int | None, sha: str, comment: bool, comment_author: str | None) -> Facts:
+def for_pending(client: Client, settings: Settings, sha: str) -> Facts:
     """What a pending status and its comment placeholder need: the PR still at ``sha``, our sticky comment."""
+    pr = settings.pr
     if pr is not None and client.pr_head(pr) != sha:
         raise publish.StaleResultsError(f"--sha {sha} is not the current head of pull request #{pr}")
-    if pr is None or not comment:
+    if pr is None or not settings.comment:
         return Facts()
-    author = client.identity(comment_author)
+    author = client.identity(settings.comment_author)
     comments, seen = _comments(client, pr, author, None)
     return Facts(publisher=author, comments=comments, seen_until=seen)
 
 
-def _comment_facts(client: Client, wants: Wants, facts: Facts, docs: Sequence[Any], head: str,
+def _comment_facts(client: Client, wants: Settings, facts: Facts, docs: Sequence[Any], head: str,
                    publisher: str, last_publish: str | None) -> Facts:
     """The sticky comment, each failing runner's predecessor, the runners without a result, the merge state."""
     assert wants.pr is not None
@@ -205,7 +210,7 @@ def _comment_facts(client: Client, wants: Wants, facts: Facts, docs: Sequence[An
                  missing=missing, merge=merge)
 
 
-def _merge_facts(client: Client, pr: int, wants: Wants) -> tuple[MergeFacts, Requirements]:
+def _merge_facts(client: Client, pr: int, wants: Settings) -> tuple[MergeFacts, Requirements]:
     """The review and merge state, read before the writes (the plan lays this run's statuses over it)."""
     from ds4ci.github import mergeconfig, mergefacts
     from ds4ci.github.client import DEFAULT_API_URL, THROTTLE_ENV

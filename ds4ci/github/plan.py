@@ -15,7 +15,7 @@ from typing import Any
 
 from ds4ci.github import checkruns, merge, publish, statuses
 from ds4ci.github.client import Comment
-from ds4ci.github.facts import Facts
+from ds4ci.github.facts import Facts, Settings
 from ds4ci.github.runnerview import RunnerView
 from ds4ci.options.table import DEFAULT_WIDTHS
 from ds4ci.records import Results
@@ -62,20 +62,6 @@ class BodyBuilder:
             merge_status=self.merge_status,
             seen=self.seen,
         )
-
-
-@dataclass(frozen=True)
-class Settings:
-    """The plan's inputs from the CLI (besides the documents and the facts)."""
-
-    repo: str | None = None
-    pr: int | None = None
-    target_url: str | None = None
-    template_dir: Path | None = None
-    comment: bool = True
-    status: bool = True
-    check_runs: bool = True
-    expect_runners: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True)

@@ -10,7 +10,7 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, replace
 
-from ds4ci.github import checkruns, publish
+from ds4ci.github import publish
 from ds4ci.github.verified import Published
 from ds4ci.records import Results
 from ds4ci.report.docview import DocView, view_of
@@ -35,24 +35,9 @@ class RunnerView:
     def context(self) -> str:
         return f"ds4ci/{self.name}"
 
-    @property
-    def conclusion(self) -> str:
-        return checkruns.conclusion(self.doc, self.state)
-
-    @property
-    def headline(self) -> str:
-        return self.words.headline
-
-    @property
-    def title(self) -> str:
-        return checkruns.title(self.doc, self.state, self.description, self.head, self.words.headline)
-
-    @property
-    def focused(self) -> bool:
-        return self.doc["settings"].get("scope") == "focused"
-
 
 def is_focused(doc: Results) -> bool:
+    """A focused rerun (``[gate] scope = "focused"``): green only on top of a full pass, where allowed."""
     return doc["settings"].get("scope") == "focused"
 
 

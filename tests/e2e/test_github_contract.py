@@ -245,7 +245,7 @@ def test_publish_statuses_match_the_contract(
     from ds4ci.github import apply, facts, plan, runnerview
 
     views = runnerview.views_of(docs, head, {}, allow_focused=False)
-    made = plan.make(views, plan.Settings(repo="octocat/hello-world", target_url="https://github.com/o/r/actions/runs/1",
+    made = plan.make(views, facts.Settings(repo="octocat/hello-world", target_url="https://github.com/o/r/actions/runs/1",
                                           status=False, comment=False),
                      facts.Facts(publisher="github-actions[bot]", app="github-actions"))
     client = Client(connect("ghp_contract_test_token_0123456789abcdef", base), "octocat/hello-world")

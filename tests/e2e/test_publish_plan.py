@@ -111,10 +111,10 @@ def _output(run: dict[str, Any]) -> dict[str, Any]:
 
 def _plan_now(fake: FakeGitHub, published: list[Published]) -> tuple[plan.PublishPlan, Client]:
     client = Client(connect(APP_TOKEN, fake.url), "acme/engine")
-    wants = facts.Wants(pr=42, comment=True, status=True, check_runs=True, comment_author=None)
-    found = facts.gather(client, wants, [p.doc for p in published], HEAD, [p.doc["runner"]["name"] for p in published])
+    settings = facts.Settings(repo="acme/engine", pr=42, target_url=RUN_URL)
+    found = facts.gather(client, settings, [p.doc for p in published], HEAD, [p.doc["runner"]["name"] for p in published])
     views = runnerview.views_of(published, HEAD, found.full_passes, allow_focused=False)
-    return plan.make(views, plan.Settings(repo="acme/engine", pr=42, target_url=RUN_URL), found), client
+    return plan.make(views, settings, found), client
 
 
 def _state(fake: FakeGitHub) -> Any:
