@@ -131,47 +131,19 @@ DRY_RUN_DIR = Path("ds4ci-dry-run")
 
 
 def _dry_run(made: PublishPlan, r: PublishRequest) -> int:
-    """What publish would send, as Markdown files (the comment, the job summary, each check run), the plan as
-    JSON (plan.json) and a listing on stdout; nothing is sent."""
-    import json
-
+    """The plan as files (plan.json, the comment, the job summary, each check run) and a listing on stdout."""
     from ds4ci.fileio import write_text_atomic
+    from ds4ci.github import plan
 
     folder = r.dry_run_dir or DRY_RUN_DIR
     if folder.exists() and not folder.is_dir():
         raise UsageError(f"--dry-run-dir {folder}: expected a folder, found a file")
     folder.mkdir(parents=True, exist_ok=True)
-    body = made.comment_body
-    files: list[tuple[Path, str]] = [(folder / "summary.md", made.summary)]
-    if body is not None:
-        files.append((folder / "comment.md", body))
-    for action in made.check_runs:
-        run = action.run
-        files.append((folder / f"check-run-{run.name.removeprefix('ds4ci/')}.md",
-                      f"# {run.name}: {run.conclusion}\n\n**Title**: {run.title}\n\n## Summary\n\n{run.summary}\n\n"
-                      f"## Text\n\n{run.text}\n"))
-    plan_json = made.to_json()
-    if body is not None:
-        plan_json["comment"] = {"pr": r.pr, "action": "created", "body": body}
-    files.append((folder / "plan.json", json.dumps(plan_json, indent=2, ensure_ascii=False) + "\n"))
-    for path, text in files:
-        write_text_atomic(path, text)
+    for name, text in plan.files(made):
+        write_text_atomic(folder / name, text)
     for note in made.notes:
         print(f"ds4ci: {note}", file=sys.stderr)
-    out = sys.stdout
-    if body is not None:
-        out.write(f"--- would create or update the ds4ci comment on {r.repo or '(repo)'}#{r.pr}: {folder / 'comment.md'} "
-                  f"({len(body.splitlines())} lines) ---\n{body}")
-    for status in made.statuses:
-        out.write(f"--- would set status {status.context}={status.state} on {status.sha}: {status.description}\n")
-    for action in made.check_runs:
-        run = action.run
-        out.write(f"--- would create or update check run {run.name}={run.conclusion} on {run.head_sha}: "
-                  f"{run.title} ({len(run.annotations)} annotation(s)): "
-                  f"{folder / ('check-run-' + run.name.removeprefix('ds4ci/') + '.md')}\n")
-    out.write(f"--- would write the job summary: {folder / 'summary.md'} ---\n")
-    out.write(f"--- the plan as JSON: {folder / 'plan.json'} ---\n")
-    out.write("--- dry run: nothing was sent (the PR's current head is not checked) ---\n")
+    sys.stdout.write(plan.listing(made, folder))
     return 0
 
 

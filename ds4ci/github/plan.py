@@ -8,6 +8,7 @@ what differs from what the facts found (so the same plan applied twice changes n
 
 from __future__ import annotations
 
+import json
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from pathlib import Path
@@ -109,8 +110,10 @@ class PublishPlan:
                             "details_url": a.run.details_url, "output": a.run.output(),
                             "action": "unchanged" if a.unchanged else "updated" if a.existing else "created"}
                            for a in self.check_runs],
-            "comment": None if self.comment is None else {"pr": self.comment.pr, "action": self.comment.action,
-                                                          "body": self.comment.body},
+            "comment": ({"pr": self.comment.pr, "action": self.comment.action, "body": self.comment.body}
+                        if self.comment is not None else  # a dry run's: the comment a first publish creates
+                        {"pr": self.pr, "action": "created", "body": self.comment_body}
+                        if self.comment_body is not None else None),
             "summary": self.summary,
         }
 
@@ -233,3 +236,38 @@ def pending(runner: str, sha: str, settings: Settings, facts: Facts) -> PublishP
     comment = _comment(build, settings, facts)
     return PublishPlan(sha, settings.repo, settings.pr, (status,), (), (), comment,
                        None if comment is None else comment.body, "", ())
+
+
+def _check_run_file(run: checkruns.CheckRunPlan) -> str:
+    return f"check-run-{run.name.removeprefix('ds4ci/')}.md"
+
+
+def files(made: PublishPlan) -> list[tuple[str, str]]:
+    """The plan as the dry run's files: plan.json, the job summary, the comment, each check run (Markdown)."""
+    out = [("plan.json", json.dumps(made.to_json(), indent=2, ensure_ascii=False) + "\n"), ("summary.md", made.summary)]
+    if made.comment_body is not None:
+        out.append(("comment.md", made.comment_body))
+    for action in made.check_runs:
+        run = action.run
+        out.append((_check_run_file(run), f"# {run.name}: {run.conclusion}\n\n**Title**: {run.title}\n\n## Summary\n\n"
+                                          f"{run.summary}\n\n## Text\n\n{run.text}\n"))
+    return out
+
+
+def listing(made: PublishPlan, folder: Path) -> str:
+    """What the dry run prints: the comment, then each status and check run it would send, and where its files are."""
+    lines = []
+    body = made.comment_body
+    if body is not None:
+        lines.append(f"--- would create or update the ds4ci comment on {made.repo or '(repo)'}#{made.pr}: "
+                     f"{folder / 'comment.md'} ({len(body.splitlines())} lines) ---\n{body}")
+    for status in made.statuses:
+        lines.append(f"--- would set status {status.context}={status.state} on {status.sha}: {status.description}\n")
+    for action in made.check_runs:
+        run = action.run
+        lines.append(f"--- would create or update check run {run.name}={run.conclusion} on {run.head_sha}: "
+                     f"{run.title} ({len(run.annotations)} annotation(s)): {folder / _check_run_file(run)}\n")
+    lines.append(f"--- would write the job summary: {folder / 'summary.md'} ---\n")
+    lines.append(f"--- the plan as JSON: {folder / 'plan.json'} ---\n")
+    lines.append("--- dry run: nothing was sent (the PR's current head is not checked) ---\n")
+    return "".join(lines)
