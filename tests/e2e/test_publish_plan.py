@@ -167,3 +167,33 @@ def test_first_publish_and_update_on_a_pr_with_150_comments_take_at_most_12_requ
     assert not [k for k in again if not k.startswith("GET ")], again  # nothing new to say: nothing written
     assert len([c for c in fake.comments(42) if c["login"] == ACTIONS_LOGIN]) == 1
     assert fake.latest_states(HEAD) == {"ds4ci/gfx1151": "failure", "ds4ci/gfx1151-b": "success"}
+
+
+def test_statuses_go_pending_first_and_green_last(fake: FakeGitHub) -> None:
+    """A publish cut short never leaves a runner green beside a verdict not yet written."""
+    published = [Published(_doc("pass-second-runner.json"), may_set_status=True),
+                 Published(_doc("fail.json"), may_set_status=True)]
+    focused = copy.deepcopy(_doc("pass-second-runner.json"))
+    focused["runner"]["name"] = "gfx1151-c"
+    focused["settings"]["scope"] = "focused"  # no full pass on an ancestor: held back as pending
+    published.append(Published(focused, may_set_status=True))
+    assert publish_documents(published, _request(fake)) == 0
+    assert [(s["context"], s["state"]) for s in fake.statuses(HEAD)] == [
+        ("ds4ci/gfx1151-c", "pending"), ("ds4ci/gfx1151", "failure"), ("ds4ci/gfx1151-b", "success")]
+
+
+def test_a_comment_older_than_the_publishers_last_status_is_still_found(fake: FakeGitHub) -> None:
+    """The first read takes the comments updated since the publisher's last status on the head; where ours is not
+    among them (it said the same then), every comment is read: never a second sticky comment."""
+    for i in range(120):
+        fake.add_comment(42, f"review comment {i}", "someone")
+    assert publish_documents(KINDS["fail"](), _request(fake)) == 0
+    for i in range(3):
+        fake.add_comment(42, f"later comment {i}", "someone")
+    fake.add_status(HEAD, "ds4ci/other-runner", "success", "pass", creator=ACTIONS_LOGIN)  # newer than our comment
+    before = len(fake.requests)
+    assert publish_documents(KINDS["pass"](), _request(fake)) == 0
+    listed = [p for m, p in fake.requests[before:] if m == "GET" and p.endswith("/issues/42/comments")]
+    assert len(listed) == 1 + 2 + 1  # the recent ones (none of ours), every page, the check after the edit
+    (comment,) = [c for c in fake.comments(42) if c["login"] == ACTIONS_LOGIN]
+    assert "gfx1151-b" in comment["body"] and "✅" in comment["body"]
