@@ -102,6 +102,7 @@ def publish_documents(published: list[Published], request: PublishRequest) -> in
 
     r = request
     publish.validate_target(r.repo, r.pr, r.sha, r.dry_run)
+    publish.validate_runners(r.expect_runners)
     render.unique_runners([p.doc for p in published])
     head = publish.results_head([p.doc for p in published], r.sha)
     settings = facts.Settings(repo=r.repo, pr=r.pr, target_url=r.target_url, template_dir=r.template_dir,

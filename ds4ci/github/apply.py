@@ -16,9 +16,9 @@ from dataclasses import dataclass
 
 from ds4ci.errors import PublishError
 from ds4ci.github.client import Client, Comment, ReadOnlyTokenError
-from ds4ci.github.facts import second_before
+from ds4ci.github.facts import ours_of, second_before
 from ds4ci.github.plan import CheckRunAction, CommentPlan, PublishPlan
-from ds4ci.report.sections import MARKER, Section, parse_sections
+from ds4ci.report.sections import Section, parse_sections
 
 UPSERT_ATTEMPTS = 6
 
@@ -75,11 +75,6 @@ def _check_run(client: Client, action: CheckRunAction) -> None:
     _say(f"check run {run.name}={run.conclusion} {how} on {run.head_sha}")
 
 
-def _ours(comments: list[Comment], author: str) -> list[Comment]:
-    return sorted((c for c in comments if c.author == author and c.body.startswith(MARKER)),
-                  key=lambda c: (c.created_at, c.id))
-
-
 def _write(client: Client, comment: CommentPlan, ours: list[Comment], body: str) -> tuple[Comment | None, str, int]:
     """One write of the merged body: (the comment it went to, or None when nothing changed; action; deleted)."""
     if not ours:
@@ -95,23 +90,23 @@ def _write(client: Client, comment: CommentPlan, ours: list[Comment], body: str)
 
 def upsert(client: Client, comment: CommentPlan) -> UpsertOutcome:
     """Create or edit the one sticky comment as planned; converge on races (see the module's docstring)."""
-    ours = [] if comment.keeper is None else [comment.keeper]
-    ours += [Comment(d, comment.author, MARKER, "") for d in comment.duplicates]
+    ours = list(comment.ours)
     body, sections = comment.body, list(comment.sections)
     action, deleted = "unchanged", 0
     for attempt in range(UPSERT_ATTEMPTS):
         if attempt:
-            ours = _ours(client.list_comments(comment.pr), comment.author)
+            ours = list(ours_of(client.list_comments(comment.pr), comment.author))
             body, sections = comment.build([s for c in ours for s in parse_sections(c.body)])
         wrote, how, gone = _write(client, comment, ours, body)
         deleted += gone
-        action = how if action in ("unchanged", how) or how == "created" else action
+        if how == "created" or action == "unchanged":
+            action = how  # a comment created stays "created" whatever later attempts did
         if wrote is None:
             assert ours
             return UpsertOutcome(ours[0].id, action, deleted)
         wanted = [s for s in sections if s.runner in comment.build.runners]
         since = second_before(comment.seen_until) if attempt == 0 and how != "unchanged" else None
-        after = _ours(client.list_comments(comment.pr, since=since), comment.author)
+        after = ours_of(client.list_comments(comment.pr, since=since), comment.author)
         if len(after) == 1 and after[0].id == wrote.id and _landed(after[0].body, wanted):
             return UpsertOutcome(after[0].id, action, deleted)
         time.sleep(random.uniform(0.05, 0.3) * (attempt + 1))

@@ -10,12 +10,12 @@ from __future__ import annotations
 
 import os
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from datetime import datetime, timedelta
 from pathlib import Path
 from typing import Any
 
-from ds4ci.errors import PublishError, UsageError
+from ds4ci.errors import PublishError
 from ds4ci.github import checkruns, publish, statuses
 from ds4ci.github.client import Client, Comment
 from ds4ci.github.merge import MergeFacts, Requirements
@@ -87,18 +87,16 @@ def _identity_or_none(client: Client, comment_author: str | None) -> str | None:
 
 
 def _own_runs(client: Client, head: str, app: str | None) -> dict[str, Mapping[str, Any]]:
+    """name -> our app's newest check run of that name on the head, as GitHub lists it (its output with it)."""
     if app is None:
         return {}
-    raw = client.check_runs(head)
     from ds4ci.github import shapes
 
-    newest: dict[str, Any] = {}
-    for run in shapes.check_runs(raw, head):
-        mine = checkruns.own_run([run], run.name, head, app)
-        if mine is not None and (run.name not in newest or run.id > newest[run.name].id):
-            newest[run.name] = mine
+    raw = client.check_runs(head)
+    runs = shapes.check_runs(raw, head)
+    newest = {name: checkruns.own_run(runs, name, head, app) for name in {r.name for r in runs}}
     by_id = {item["id"]: item for item in raw if isinstance(item, dict)}
-    return {name: by_id[run.id] for name, run in newest.items()}
+    return {name: by_id[run.id] for name, run in newest.items() if run is not None}
 
 
 def second_before(stamp: str | None) -> str | None:
@@ -112,7 +110,8 @@ def second_before(stamp: str | None) -> str | None:
     return when.strftime("%Y-%m-%dT%H:%M:%SZ")
 
 
-def _ours(comments: Sequence[Comment], publisher: str) -> tuple[Comment, ...]:
+def ours_of(comments: Sequence[Comment], publisher: str) -> tuple[Comment, ...]:
+    """The publisher's sticky comments, oldest first (the oldest is the one kept)."""
     return tuple(sorted((c for c in comments if c.author == publisher and c.body.startswith(MARKER)),
                         key=lambda c: (c.created_at, c.id)))
 
@@ -128,23 +127,23 @@ def _comments(client: Client, pr: int, publisher: str, last_publish: str | None
     since = second_before(last_publish)
     if since is not None:
         recent = client.list_comments(pr, since=since)
-        mine = _ours(recent, publisher)
+        mine = ours_of(recent, publisher)
         if mine:
             return mine, max(c.updated_at for c in recent)
     every = client.list_comments(pr)
-    return _ours(every, publisher), max((c.updated_at for c in every if c.updated_at), default=None)
+    return ours_of(every, publisher), max((c.updated_at for c in every if c.updated_at), default=None)
 
 
-def gather(client: Client, wants: Settings, docs: Sequence[Any], head: str, trusted: Sequence[str]) -> Facts:
+def gather(client: Client, settings: Settings, docs: Sequence[Any], head: str, trusted: Sequence[str]) -> Facts:
     """Every read, before any write; refuses stale results (the PR moved on) before anything is planned.
 
     ``docs`` are the documents to publish, ``trusted`` the runners that get a status and a check run.
     """
     reads = Reads(client)
-    pr = wants.pr
+    pr = settings.pr
     focused = [d["runner"]["name"] for d in docs if is_focused(d)]
-    history = pr is not None and (wants.comment or bool(focused))
-    publisher = client.identity(wants.comment_author) if history else None
+    history = pr is not None and (settings.comment or bool(focused))
+    publisher = client.identity(settings.comment_author) if history else None
     if pr is not None:
         current = client.pr_head(pr)
         if current != head:
@@ -152,11 +151,11 @@ def gather(client: Client, wants: Settings, docs: Sequence[Any], head: str, trus
                 f"pull request #{pr} is now at {current} but the results are for {head}: refusing to publish "
                 "stale results (re-run the gate on the new head)"
             )
-    checks = wants.check_runs and bool(trusted)
-    identity = publisher or (_identity_or_none(client, wants.comment_author) if checks else None)
+    checks = settings.check_runs and bool(trusted)
+    identity = publisher or (_identity_or_none(client, settings.comment_author) if checks else None)
     app = checkruns.app_of(identity) if checks else None
     own, last_publish = None, None
-    if wants.status and trusted and identity is not None:
+    if settings.status and trusted and identity is not None:
         raw = reads.commit_statuses(head)
         own = statuses.from_creator(statuses.parse(raw, head), identity)
         last_publish = max((str(i.get("created_at") or "") for i in raw if isinstance(i, dict)
@@ -165,9 +164,9 @@ def gather(client: Client, wants: Settings, docs: Sequence[Any], head: str, trus
             for r in focused if r in trusted and pr is not None and publisher is not None}
     facts = Facts(publisher=identity, app=app, own_statuses=own, own_runs=_own_runs(reads, head, app),
                   full_passes=full)
-    if pr is None or not wants.comment or publisher is None:
+    if pr is None or not settings.comment or publisher is None:
         return facts
-    return _comment_facts(reads, wants, facts, docs, head, publisher, last_publish)
+    return _comment_facts(reads, settings, facts, docs, head, publisher, last_publish)
 
 
 def for_pending(client: Client, settings: Settings, sha: str) -> Facts:
@@ -182,11 +181,11 @@ def for_pending(client: Client, settings: Settings, sha: str) -> Facts:
     return Facts(publisher=author, comments=comments, seen_until=seen)
 
 
-def _comment_facts(client: Client, wants: Settings, facts: Facts, docs: Sequence[Any], head: str,
+def _comment_facts(client: Client, settings: Settings, facts: Facts, docs: Sequence[Any], head: str,
                    publisher: str, last_publish: str | None) -> Facts:
     """The sticky comment, each failing runner's predecessor, the runners without a result, the merge state."""
-    assert wants.pr is not None
-    pr = wants.pr
+    assert settings.pr is not None
+    pr = settings.pr
     predecessors = {}
     for doc in docs:
         if doc["verdict"] != "pass":
@@ -195,30 +194,26 @@ def _comment_facts(client: Client, wants: Settings, facts: Facts, docs: Sequence
                 predecessors[doc["runner"]["name"]] = older
     present = {d["runner"]["name"] for d in docs}
     missing = {}
-    for runner in wants.expect_runners:
+    for runner in settings.expect_runners:
         if runner in present:
             continue
-        if not publish.RUNNER_RE.match(runner):
-            raise UsageError(f"--expect-runner {runner!r}: expected letters, digits, '.', '_' or '-'")
         older = publish.last_validated_predecessor(client, pr, head, runner, publisher)
         commits, files = client.compare(older, head) if older else ([], [])
         missing[runner] = (older, tuple(commits), tuple(files))
     comments, seen = _comments(client, pr, publisher, last_publish)
-    merge = _merge_facts(client, pr, wants) if wants.merge_config is not None else None
-    return Facts(publisher=facts.publisher, app=facts.app, own_statuses=facts.own_statuses, own_runs=facts.own_runs,
-                 comments=comments, seen_until=seen, full_passes=facts.full_passes, predecessors=predecessors,
-                 missing=missing, merge=merge)
+    merge = _merge_facts(client, pr, settings) if settings.merge_config is not None else None
+    return replace(facts, comments=comments, seen_until=seen, predecessors=predecessors, missing=missing, merge=merge)
 
 
-def _merge_facts(client: Client, pr: int, wants: Settings) -> tuple[MergeFacts, Requirements]:
+def _merge_facts(client: Client, pr: int, settings: Settings) -> tuple[MergeFacts, Requirements]:
     """The review and merge state, read before the writes (the plan lays this run's statuses over it)."""
     from ds4ci.github import mergeconfig, mergefacts
     from ds4ci.github.client import DEFAULT_API_URL, THROTTLE_ENV
 
-    assert wants.merge_config is not None
-    need = mergeconfig.requirements(wants.merge_config, None, None, None)  # the publisher: merge.publisher
-    url = (wants.api_url or os.environ.get("GITHUB_API_URL") or DEFAULT_API_URL).rstrip("/")
+    assert settings.merge_config is not None
+    need = mergeconfig.requirements(settings.merge_config, None, None, None)  # the publisher: merge.publisher
+    url = (settings.api_url or os.environ.get("GITHUB_API_URL") or DEFAULT_API_URL).rstrip("/")
     polite = os.environ.get(THROTTLE_ENV, "1") != "0"
-    gql = mergefacts.GraphQL(mergefacts.graphql_url(url), os.environ.get(wants.token_env, ""),
+    gql = mergefacts.GraphQL(mergefacts.graphql_url(url), os.environ.get(settings.token_env, ""),
                              backoff_s=1.0 if polite else 0.0)
     return mergefacts.gather(client, gql, client.repo, pr, need, mergeable_delay_s=2.0 if polite else 0.0), need

@@ -78,8 +78,7 @@ class CommentPlan:
     author: str
     body: str
     action: str  # created | updated | unchanged
-    keeper: Comment | None
-    duplicates: tuple[int, ...]
+    ours: tuple[Comment, ...]  # our sticky comments as found, oldest (the one kept) first
     seen_until: str | None
     build: BodyBuilder  # re-merges what a concurrent publisher wrote (apply retries)
     sections: tuple[Section, ...] = ()  # the sections of body
@@ -162,10 +161,6 @@ def _needs_hardware(views: Sequence[RunnerView], settings: Settings, facts: Fact
     for runner in settings.expect_runners:
         if runner in present:
             continue
-        if not publish.RUNNER_RE.match(runner):
-            from ds4ci.errors import UsageError
-
-            raise UsageError(f"--expect-runner {runner!r}: expected letters, digits, '.', '_' or '-'")
         older, commits, files = facts.missing.get(runner, (None, (), ()))
         out.append(render.needs_hardware_section(env, runner, head, widths, older, commits, files))
     return out
@@ -191,9 +186,8 @@ def _comment(build: BodyBuilder, settings: Settings, facts: Facts) -> CommentPla
         return None
     ours = facts.comments
     body, sections = build([s for c in ours for s in parse_sections(c.body)])
-    keeper = ours[0] if ours else None
-    action = "created" if keeper is None else "unchanged" if keeper.body == body and len(ours) == 1 else "updated"
-    return CommentPlan(settings.pr, facts.publisher, body, action, keeper, tuple(c.id for c in ours[1:]),
+    action = "created" if not ours else "unchanged" if ours[0].body == body and len(ours) == 1 else "updated"
+    return CommentPlan(settings.pr, facts.publisher, body, action, ours,
                        facts.seen_until, build, tuple(sections))
 
 

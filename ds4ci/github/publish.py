@@ -199,6 +199,13 @@ def last_validated_predecessor(client: Client, pr: int, head: str, runner: str, 
     return _walk(client, pr, head, runner, publisher, full_only=False)
 
 
+def validate_runners(expected: Sequence[str]) -> None:
+    """``--expect-runner`` names: each a runner name."""
+    for runner in expected:
+        if not RUNNER_RE.match(runner):
+            raise UsageError(f"--expect-runner {runner!r}: expected letters, digits, '.', '_' or '-'")
+
+
 def validate_target(repo: str | None, pr: int | None, sha: str | None, dry_run: bool) -> None:
     if repo is not None and not REPO_RE.match(repo):
         raise UsageError(f"--repo {repo!r}: expected OWNER/NAME")
