@@ -103,21 +103,20 @@ def publish_documents(published: list[Published], request: PublishRequest) -> in
     r = request
     publish.validate_target(r.repo, r.pr, r.sha, r.dry_run)
     publish.validate_runners(r.expect_runners)
-    render.unique_runners([p.doc for p in published])
-    head = publish.results_head([p.doc for p in published], r.sha)
-    settings = facts.Settings(repo=r.repo, pr=r.pr, target_url=r.target_url, template_dir=r.template_dir,
-                              comment=not r.no_comment, status=not r.no_status, check_runs=_wants_check_runs(r),
-                              expect_runners=r.expect_runners, comment_author=r.comment_author,
-                              merge_config=r.merge_config, api_url=r.api_url, token_env=r.token_env)
+    docs = render.unique_runners([p.doc for p in published])
     found, client = facts.Facts(), None
     try:
+        head = publish.results_head(docs, r.sha)
+        settings = facts.Settings(repo=r.repo, pr=r.pr, target_url=r.target_url, template_dir=r.template_dir,
+                                  comment=not r.no_comment, status=not r.no_status, check_runs=_wants_check_runs(r),
+                                  expect_runners=r.expect_runners, comment_author=r.comment_author,
+                                  merge_config=r.merge_config, api_url=r.api_url, token_env=r.token_env)
         if not r.dry_run:
             client = _client(r.repo, r.api_url, r.token_env)
             trusted = [p.doc["runner"]["name"] for p in published if p.may_set_status]
-            found = facts.gather(client, settings, [p.doc for p in published], head, trusted)
-    except (UsageError, PublishError):  # the job summary still shows the results GitHub was not told
-        _write_summary(plan.job_summary(runnerview.views_of(published, head, {}, r.allow_focused), settings),
-                       r.summary_file)
+            found = facts.gather(client, settings, docs, head, trusted)
+    except (UsageError, PublishError):  # the job summary still shows the results, as GitHub was not told
+        _write_summary(plan.job_summary(docs, r.target_url, r.template_dir), r.summary_file)
         raise
     views = runnerview.views_of(published, head, found.full_passes, r.allow_focused)
     made = plan.make(views, settings, found)

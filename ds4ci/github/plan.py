@@ -191,10 +191,10 @@ def _comment(build: BodyBuilder, settings: Settings, facts: Facts) -> CommentPla
                        facts.seen_until, build, tuple(sections))
 
 
-def job_summary(views: Sequence[RunnerView], settings: Settings) -> str:
-    """The job summary: every runner's document at full detail (written also where GitHub refused the rest)."""
-    body, _ = render.render([v.doc for v in views], kind="summary", run_url=settings.target_url,
-                            template_dir=settings.template_dir, seen={v.name: v.words for v in views})
+def job_summary(docs: Sequence[Results], run_url: str | None, template_dir: Path | None,
+                seen: Mapping[str, DocView] | None = None) -> str:
+    """The job summary: every runner's document at full detail (written also where publishing stopped short)."""
+    body, _ = render.render(docs, kind="summary", run_url=run_url, template_dir=template_dir, seen=seen)
     return body
 
 
@@ -209,11 +209,11 @@ def make(views: Sequence[RunnerView], settings: Settings, facts: Facts) -> Publi
         notes.append(f"no check runs: {facts.publisher} is not a GitHub App's account (a personal token cannot "
                      "create check runs; the statuses were set); set [publish] check_runs = false to stop this note")
         runs = ()
-    summary = job_summary(views, settings)
+    summary = job_summary(docs, settings.target_url, settings.template_dir, {v.name: v.words for v in views})
     build = BodyBuilder(docs, run_url=settings.target_url, template_dir=settings.template_dir,
-                                predecessors=dict(facts.predecessors), seen={v.name: v.words for v in views},
-                                merge_status=_merge_status((*send, *unchanged), runs, facts, head),
-                                extra=_needs_hardware(views, settings, facts, head))
+                        predecessors=dict(facts.predecessors), seen={v.name: v.words for v in views},
+                        merge_status=_merge_status((*send, *unchanged), runs, facts, head),
+                        extra=_needs_hardware(views, settings, facts, head))
     comment = _comment(build, settings, facts)
     shown = comment.body if comment is not None else (build([])[0] if settings.pr is not None and settings.comment
                                                        else None)

@@ -197,3 +197,21 @@ def test_a_comment_older_than_the_publishers_last_status_is_still_found(fake: Fa
     assert len(listed) == 1 + 2 + 1  # the recent ones (none of ours), every page, the check after the edit
     (comment,) = [c for c in fake.comments(42) if c["login"] == ACTIONS_LOGIN]
     assert "gfx1151-b" in comment["body"] and "✅" in comment["body"]
+
+
+def test_refused_results_still_reach_the_job_summary(fake: FakeGitHub, tmp_path: Path) -> None:
+    """Refused before anything is planned (no head recorded, or the PR moved on): nothing is sent, and the job
+    summary still shows the results."""
+    from ds4ci.errors import UsageError
+
+    summary = tmp_path / "summary.md"
+    with pytest.raises(UsageError, match="revisions/head"):
+        publish_documents([Published(_doc("no-revisions.json"), may_set_status=True)],
+                          _request(fake, summary_file=summary))
+    assert "parity gate (job summary)" in summary.read_text(encoding="utf-8") and fake.requests == []
+    fake.move_head(42, "c" * 40)
+    moved = tmp_path / "moved.md"
+    with pytest.raises(UsageError, match="stale"):
+        publish_documents(KINDS["fail"](), _request(fake, summary_file=moved))
+    assert "parity gate (job summary)" in moved.read_text(encoding="utf-8")
+    assert fake.statuses() == [] and fake.comments(42) == [] and fake.check_runs() == []
