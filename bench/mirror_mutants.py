@@ -7,7 +7,8 @@ Writes the shipped tiny models (``ds4ci tiny-models``, seed 1) into a temporary 
 reference-exact loop (``ds4ci.refserver.decoding``) on both prompts at q=2, 3, 4 with each engine
 mutant of ``ds4ci.refserver.faults`` (``DS4REF_FAULT``'s names, the catalogue's) and without; prints
 one row per mutant: the first position (from 0) where the answer differs from target-only's, per
-width and prompt ("-": the same answer). The unfaulted row gives matched/offered drafts instead.
+width and prompt ("-": the same answer; the catalogue's ``equivalent_at`` widths are named after the
+mutant). The unfaulted row gives matched/offered drafts instead.
 tests/unit/refserver/test_engine_mutants.py holds the same table's caught widths.
 """
 
@@ -18,6 +19,8 @@ import tempfile
 import time
 from pathlib import Path
 
+import tomllib
+
 from ds4ci.refserver.decoding import Output, Penalties, decode_plain, decode_speculative
 from ds4ci.refserver.faults import ENGINE_MUTANTS, EQUIVALENT, FaultPlan, FaultState
 from ds4ci.refserver.modelfile import file_sha256
@@ -25,9 +28,22 @@ from ds4ci.refserver.tinydouble import TinyDraft, TinyTarget, chat_tokens, tiny_
 from ds4ci.tinymodels import design
 from ds4ci.tinymodels.bundle import write_tiny_set
 
+CATALOGUE = Path(__file__).resolve().parent / "mutants" / "lucebox-ds4-reference-exact.toml"
+
+
+def _label(name: str | None, equivalent_at: dict[str, list[int]]) -> str:
+    if name is None:
+        return "(none)"
+    if name in EQUIVALENT:
+        return f"{name} (equivalent)"
+    widths = equivalent_at.get(name)
+    return f"{name} (equivalent at {', '.join(f'q={q}' for q in widths)})" if widths else name
+
 
 def main() -> int:
     started = time.monotonic()
+    catalogue = tomllib.loads(CATALOGUE.read_text(encoding="utf-8"))["mutant"]
+    equivalent_at = {m["name"]: m["equivalent_at"] for m in catalogue if "equivalent_at" in m}
     with tempfile.TemporaryDirectory(prefix="ds4ci-mirror-") as folder:
         tiny = write_tiny_set(Path(folder), seed=1, design=design.SHIPPED)
         target = TinyTarget(tiny.target, file_sha256(tiny.target))
@@ -54,8 +70,7 @@ def main() -> int:
                     else:
                         shown.append("-" if at is None else str(at))
                 cells.append(", ".join(shown))
-            label = "(none)" if name is None else name + (" (equivalent)" if name in EQUIVALENT else "")
-            print(f"| {label} | {' | '.join(cells)} |", flush=True)
+            print(f"| {_label(name, equivalent_at)} | {' | '.join(cells)} |", flush=True)
     print(f"\n{time.monotonic() - started:.1f} s")
     return 0
 

@@ -10,15 +10,19 @@ are relative to it. The bench only runs ``cmake --build BUILD --target dflash_se
 folder written by ``ds4ci tiny-models`` (its ds4ci.toml pins everything; ``--models`` may be given
 several times to compare model sets side by side).
 
-Steps, every one failing closed:
+Steps 1 to 3 are ds4ci.calibrate's (the library ``ds4ci calibrate`` runs on one runner with one model set,
+docs/calibration.md, and seals as a signed record); this bench adds model sets side by side, gates in
+parallel with the builds, and prebuilt binaries. Steps, every one failing closed:
 1. the catalogue (``bench/mutants/*.toml``) is read and checked: unique names, and every
-   substitution's ``old`` text found exactly once in the source, before any file is touched;
+   substitution's ``old`` text found exactly once in the source, which must be unmodified (git status),
+   before any file is touched;
 2. the unchanged source is built: the control binary;
 3. for each mutant: its substitutions are applied, the build is rerun (incremental: only the changed
    file recompiles), the binary is copied out, and the file is put back byte for byte (also on
    Ctrl-C or SIGTERM; OUT/applied.json records a change in flight, and ``--restore`` puts it back
    after a crash);
-4. ``ds4ci gate --config MODELS/ds4ci.toml --server-bin BINARY`` for the control and each mutant
+4. ``python -m ds4ci gate --config MODELS/ds4ci.toml --server-bin BINARY`` (this interpreter: no ``ds4ci``
+   script is needed beside it) for the control and each mutant
    (``--jobs`` gates at a time), each with its own evidence folder under OUT;
 5. one row per mutant: caught at which widths (a width is caught when its verdict is not pass), the
    first differing position, the gate's time. The control must pass, or no row means anything.
@@ -32,261 +36,39 @@ from __future__ import annotations
 import argparse
 import concurrent.futures
 import datetime as dt
-import hashlib
 import json
-import os
-import shutil
-import signal
-import subprocess
 import sys
-import time
-from collections.abc import Callable
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-if sys.version_info >= (3, 11):
-    import tomllib
-else:  # pragma: no cover
-    import tomli as tomllib
+from ds4ci.calibrate.build import DEFAULT_TARGET, cmake_plan, require_models
+from ds4ci.calibrate.catalogue import CONTROL, Mutant, Substitution, choose, default_folder, load_catalogue, mutate
+from ds4ci.calibrate.gates import run_gate
+from ds4ci.calibrate.loop import build_each
+from ds4ci.calibrate.workspace import Workspace, source_dir
+from ds4ci.errors import Ds4ciError
 
-HERE = Path(__file__).resolve().parent
-CATALOGUE_DIR = HERE / "mutants"
-CONTROL = "control"
-DEFAULT_TARGET = "dflash_server"
-GATE_TIMEOUT_S = 1800.0
-
-
-class BenchError(Exception):
-    """A refusal: the message says what was expected and what was found."""
-
-
-@dataclass(frozen=True)
-class Substitution:
-    old: str
-    new: str
+# The library (ds4ci.calibrate, which `ds4ci calibrate` runs) does the work; this bench adds side-by-side model
+# sets, gates in parallel with the builds, and prebuilt binaries. Names kept for the bench's own tests.
+BenchError = Ds4ciError
+CATALOGUE_DIR = default_folder()
+__all__ = ["CATALOGUE_DIR", "CONTROL", "BenchError", "Mutant", "Substitution", "Workspace", "load_catalogue", "mutate",
+           "source_dir"]
 
 
-@dataclass(frozen=True)
-class Mutant:
-    name: str
-    summary: str
-    file: str
-    substitutions: tuple[Substitution, ...]
-    equivalent: str  # why it cannot change an answer ("" where it can)
-    equivalent_at: tuple[int, ...]  # widths where it cannot (all widths when equivalent and this is empty)
+def say(text: str) -> None:
+    print(f"[real_mutants] {text}", flush=True)
 
 
-@dataclass(frozen=True)
-class Catalogue:
-    path: Path
-    engine: str
-    repository: str
-    commits: tuple[str, ...]
-    written: str
-    mutants: tuple[Mutant, ...]
+def build_all(args: argparse.Namespace, chosen: list[Mutant], pool: GatePool | None) -> dict[str, dict[str, Any]]:
+    """Builds the control and each mutant in turn (ds4ci.calibrate.loop); each binary goes to the pool when kept."""
+    def on_built(name: str, binary: Path, _record: dict[str, Any]) -> bool:
+        if pool is not None:
+            pool.submit(name, binary)
+        return True
 
-
-def _text(table: dict[str, Any], key: str, where: str) -> str:
-    value = table.get(key)
-    if not isinstance(value, str) or not value:
-        raise BenchError(f"{where}: expected a non-empty string `{key}`, found {value!r}")
-    return value
-
-
-def load_catalogue(path: Path) -> Catalogue:
-    try:
-        doc = tomllib.loads(path.read_text(encoding="utf-8"))
-    except (OSError, tomllib.TOMLDecodeError) as exc:
-        raise BenchError(f"{path}: not a readable TOML catalogue ({exc})") from None
-    commits = doc.get("commits")
-    if not isinstance(commits, list) or not commits or not all(isinstance(c, str) and len(c) == 40 for c in commits):
-        raise BenchError(f"{path}: expected `commits`, a list of full 40-hex engine commits, found {commits!r}")
-    mutants: list[Mutant] = []
-    for i, raw in enumerate(doc.get("mutant") or []):
-        where = f"{path} mutant {i + 1}"
-        name = _text(raw, "name", where)
-        subs = raw.get("substitutions")
-        if not isinstance(subs, list) or not subs:
-            raise BenchError(f"{where} ({name}): expected a non-empty list `substitutions`")
-        parsed = tuple(Substitution(_text(s, "old", where), str(s.get("new", ""))) for s in subs)
-        if any(s.old == s.new for s in parsed):
-            raise BenchError(f"{where} ({name}): a substitution whose new text equals its old text changes nothing")
-        at = raw.get("equivalent_at", [])
-        if not isinstance(at, list) or not all(isinstance(q, int) for q in at):
-            raise BenchError(f"{where} ({name}): `equivalent_at` must list widths, found {at!r}")
-        equivalent = str(raw.get("equivalent", ""))
-        if at and not equivalent:
-            raise BenchError(f"{where} ({name}): `equivalent_at` needs the reason in `equivalent`")
-        mutants.append(Mutant(name, _text(raw, "summary", where), _text(raw, "file", where), parsed, equivalent,
-                              tuple(at)))
-    names = [m.name for m in mutants]
-    dupes = sorted({n for n in names if names.count(n) > 1})
-    if dupes or not mutants:
-        found = f"duplicates {', '.join(dupes)}" if dupes else "none"
-        raise BenchError(f"{path}: expected mutants with unique names, found {found}")
-    if CONTROL in names:
-        raise BenchError(f"{path}: `{CONTROL}` names the unchanged build and cannot name a mutant")
-    return Catalogue(path, _text(doc, "engine", str(path)), _text(doc, "repository", str(path)), tuple(commits),
-                     _text(doc, "written", str(path)), tuple(mutants))
-
-
-def mutate(text: str, mutant: Mutant) -> str:
-    """The file's text with every substitution applied; each ``old`` must occur exactly once."""
-    for sub in mutant.substitutions:
-        count = text.count(sub.old)
-        if count != 1:
-            raise BenchError(f"mutant {mutant.name}: expected {sub.old!r} exactly once in {mutant.file}, found it {count} times "
-                             "(the catalogue was written for another engine commit?)")
-        text = text.replace(sub.old, sub.new)
-    return text
-
-
-def source_dir(build: Path, given: Path | None) -> Path:
-    cache = build / "CMakeCache.txt"
-    try:
-        lines = cache.read_text(encoding="utf-8", errors="replace").splitlines()
-    except OSError as exc:
-        raise BenchError(f"{build}: expected a configured CMake build folder with CMakeCache.txt ({exc})") from None
-    home = [ln.split("=", 1)[1] for ln in lines if ln.startswith("CMAKE_HOME_DIRECTORY:")]
-    if len(home) != 1:
-        raise BenchError(f"{cache}: expected one CMAKE_HOME_DIRECTORY entry, found {len(home)}")
-    found = Path(home[0]).resolve()
-    if given is not None and given.resolve() != found:
-        raise BenchError(f"--source {given} is not the source folder the build was configured from ({found})")
-    return found
-
-
-class Workspace:
-    """Applies one mutant at a time to the source and always puts the original bytes back."""
-
-    def __init__(self, source: Path, out: Path) -> None:
-        self.source = source
-        self.state = out / "applied.json"
-        self.originals = out / "originals"
-
-    def check_clean(self) -> None:
-        if self.state.exists():
-            raise BenchError(f"{self.state} says a mutant is still applied to {self.source} (an earlier run was killed): "
-                             "run again with --restore to put the original file back")
-
-    def apply(self, mutant: Mutant) -> None:
-        path = self.source / mutant.file
-        original = path.read_bytes()
-        changed = mutate(original.decode("utf-8"), mutant).encode("utf-8")
-        keep = self.originals / mutant.file
-        keep.parent.mkdir(parents=True, exist_ok=True)
-        keep.write_bytes(original)
-        self.state.write_text(json.dumps({"mutant": mutant.name, "file": mutant.file,
-                                          "sha256": hashlib.sha256(original).hexdigest()}) + "\n")
-        path.write_bytes(changed)
-
-    def restore(self) -> str | None:
-        """Put back the file a recorded mutant changed; returns its name (None: nothing was applied)."""
-        if not self.state.exists():
-            return None
-        record = json.loads(self.state.read_text())
-        keep = self.originals / record["file"]
-        data = keep.read_bytes()
-        if hashlib.sha256(data).hexdigest() != record["sha256"]:
-            raise BenchError(f"{keep}: the kept original does not match its recorded SHA-256; restore {record['file']} by hand")
-        (self.source / record["file"]).write_bytes(data)
-        self.state.unlink()
-        return str(record["mutant"])
-
-
-def build(build_dir: Path, target: str, log: Path) -> float:
-    t0 = time.perf_counter()
-    with log.open("ab") as fh:
-        proc = subprocess.run(["cmake", "--build", str(build_dir), "--target", target], stdout=fh, stderr=subprocess.STDOUT,
-                              check=False)
-    if proc.returncode != 0:
-        raise BenchError(f"cmake --build {build_dir} --target {target} exited {proc.returncode}; see {log}")
-    return time.perf_counter() - t0
-
-
-def built_binary(build_dir: Path, target: str) -> Path:
-    found = [p for p in (build_dir / target, build_dir / "bin" / target) if p.is_file() and os.access(p, os.X_OK)]
-    if len(found) != 1:
-        raise BenchError(f"expected one executable {target} in {build_dir} or {build_dir}/bin, found {len(found)}")
-    return found[0]
-
-
-def build_all(args: argparse.Namespace, chosen: list[Mutant],
-              on_built: Callable[[str, Path], None]) -> dict[str, dict[str, Any]]:
-    """Builds the control and each mutant in turn; ``on_built`` gets each binary as soon as it is kept."""
-    source = source_dir(args.build, args.source)
-    for m in chosen:  # every substitution is checked before any file is touched
-        mutate((source / m.file).read_text(encoding="utf-8"), m)
-    ws = Workspace(source, args.out)
-    ws.check_clean()
-    bins = args.out / "bin"
-    log = args.out / "build.log"
-    records: dict[str, dict[str, Any]] = {}
-
-    def keep(name: str, seconds: float) -> None:
-        dest = bins / name / args.target
-        dest.parent.mkdir(parents=True, exist_ok=True)
-        partial = dest.with_name(dest.name + ".partial")
-        shutil.copy2(built_binary(args.build, args.target), partial)
-        partial.rename(dest)  # a gate started on this binary never sees half a copy
-        records[name] = {"build_s": round(seconds, 1), "sha256": hashlib.sha256(dest.read_bytes()).hexdigest()}
-        print(f"[real_mutants] built {name}: {seconds:.1f} s, sha256 {records[name]['sha256'][:16]}…", flush=True)
-        on_built(name, dest)
-
-    def on_signal(signum: int, _frame: Any) -> None:
-        restored = ws.restore()
-        done = f"restored the file {restored} changed" if restored else "nothing was applied"
-        raise SystemExit(f"[real_mutants] signal {signum}: {done}")
-
-    old = {s: signal.signal(s, on_signal) for s in (signal.SIGINT, signal.SIGTERM)}
-    try:
-        keep(CONTROL, build(args.build, args.target, log))
-        for m in chosen:
-            ws.apply(m)
-            try:
-                seconds = build(args.build, args.target, log)
-            except BenchError as exc:  # a mutant that does not compile is reported, and the others still run
-                records[m.name] = {"error": str(exc)}
-                print(f"[real_mutants] NOT BUILT {m.name}: {exc}", flush=True)
-                continue
-            finally:
-                ws.restore()
-            keep(m.name, seconds)
-        if not args.no_final_rebuild:
-            build(args.build, args.target, log)  # leave the build folder as the unchanged source builds it
-    finally:
-        for s, handler in old.items():
-            signal.signal(s, handler)
-    (bins / "builds.json").write_text(json.dumps(records, indent=2, sort_keys=True) + "\n")
-    return records
-
-
-def gate(binary: Path, models: Path, runner: str, work: Path, extra: list[str]) -> dict[str, Any]:
-    work.mkdir(parents=True, exist_ok=False)  # never over earlier evidence
-    results = work / "results.json"
-    cmd = [sys.executable, "-m", "ds4ci", "gate", "--config", str(models / "ds4ci.toml"), "--server-bin", str(binary),
-           "--runner", runner, "--evidence-dir", str(work / "evidence"), "--results-out", str(results), *extra]
-    t0 = time.perf_counter()
-    with (work / "gate.log").open("wb") as fh:
-        proc = subprocess.run(cmd, stdout=fh, stderr=subprocess.STDOUT, check=False, timeout=GATE_TIMEOUT_S, cwd=work)
-    wall = time.perf_counter() - t0
-    row: dict[str, Any] = {"exit_code": proc.returncode, "wall_s": round(wall, 1), "results": str(results)}
-    try:
-        doc = json.loads(results.read_text())
-    except (OSError, ValueError) as exc:
-        row.update(verdict="no results", error=f"{results}: {exc}")
-        return row
-    widths = {}
-    for w in doc.get("widths", []):
-        firsts = [p["mismatch"]["position"] for p in w.get("prompts", []) if isinstance(p.get("mismatch"), dict)]
-        accepted = [f"{p['matched']}/{p['offered']}" for p in w.get("prompts", [])
-                    if isinstance(p.get("matched"), int) and isinstance(p.get("offered"), int)]
-        widths[str(w["q"])] = {"verdict": w["verdict"], "first_difference": min(firsts) if firsts else None,
-                               "matched_offered": accepted, "reasons": w.get("reasons", [])[:2]}
-    row.update(verdict=doc.get("verdict"), widths=widths, reasons=doc.get("reasons", [])[:3],
-               gate_s=(doc.get("timings") or {}).get("total_s"))
-    return row
+    return build_each(cmake_plan(args.build.resolve(), args.target), source_dir(args.build, args.source), args.out,
+                      chosen, on_built, say, final_rebuild=not args.no_final_rebuild)
 
 
 def caught_widths(row: dict[str, Any]) -> list[int]:
@@ -304,8 +86,8 @@ class GatePool:
     def submit(self, name: str, binary: Path) -> None:
         for models in self.args.models:
             work = self.args.out / "gates" / models.name / name
-            self.jobs[(models.name, name)] = self.pool.submit(gate, binary, models, self.args.runner, work,
-                                                              self.args.gate_arg)
+            self.jobs[(models.name, name)] = self.pool.submit(run_gate, binary, models / "ds4ci.toml", self.args.runner,
+                                                              work, self.args.gate_arg)
 
     def rows(self) -> dict[str, Any]:
         try:
@@ -355,6 +137,17 @@ def table(chosen: list[Mutant], rows: dict[str, Any], models: list[Path]) -> lis
     return lines
 
 
+def check_args(args: argparse.Namespace) -> None:
+    if args.binaries is None and args.build is None:
+        raise BenchError("give --build (to build) or --binaries (binaries built earlier)")
+    if not args.build_only and not args.models:
+        raise BenchError("give --models (a `ds4ci tiny-models` folder) to run the gates, or --build-only")
+    for folder in args.models:
+        require_models(folder)
+    if args.jobs < 1:
+        raise BenchError(f"--jobs must be at least 1, found {args.jobs}")
+
+
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--build", type=Path, help="the engine's configured CMake build folder")
@@ -379,28 +172,16 @@ def main(argv: list[str] | None = None) -> int:
             if args.build is None:
                 raise BenchError("--restore needs --build (the source folder comes from its CMakeCache.txt)")
             restored = Workspace(source_dir(args.build, args.source), args.out).restore()
-            print(f"[real_mutants] {'restored the file mutant ' + restored + ' changed' if restored else 'nothing to restore'}")
+            say(f"restored the file mutant {restored} changed" if restored else "nothing to restore")
             return 0
-        wanted = [n for n in args.only.split(",") if n]
-        unknown = sorted(set(wanted) - {m.name for m in cat.mutants})
-        if unknown:
-            raise BenchError(f"--only: no mutant named {', '.join(unknown)} in {cat.path}")
-        chosen = [m for m in cat.mutants if not wanted or m.name in wanted]
-        if args.binaries is None and args.build is None:
-            raise BenchError("give --build (to build) or --binaries (binaries built earlier)")
-        if not args.build_only and not args.models:
-            raise BenchError("give --models (a `ds4ci tiny-models` folder) to run the gates, or --build-only")
-        for folder in args.models:
-            if not (folder / "ds4ci.toml").is_file():
-                raise BenchError(f"--models {folder}: expected a folder with the ds4ci.toml that `ds4ci tiny-models` writes")
-        if args.jobs < 1:
-            raise BenchError(f"--jobs must be at least 1, found {args.jobs}")
+        chosen = choose(cat, args.only)
+        check_args(args)
         args.out.mkdir(parents=True, exist_ok=True)
         started = dt.datetime.now(dt.timezone.utc).strftime("%Y-%m-%d %H:%M UTC")
         builds: dict[str, Any] = {}
         pool = GatePool(args)
         if args.binaries is None:
-            builds = build_all(args, chosen, (lambda _n, _b: None) if args.build_only else pool.submit)
+            builds = build_all(args, chosen, None if args.build_only else pool)
             if args.build_only:
                 return 0
             rows = pool.rows()

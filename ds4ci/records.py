@@ -70,8 +70,10 @@ class PromptResult(TypedDict):
     steps: int | None
     matched: int | None
     offered: int | None
-    rejection_observed: bool  # every request's counters (as the server printed them) show matched < offered
-    rejected_drafts: int | None  # offered - matched of the first request, by those counters
+    matched_min: int | None  # the range of matched counts the first request's evidence allows (both = matched
+    matched_max: int | None  # when it fixes one; None: no counters)
+    rejection_observed: bool  # every request's counters show matched_max < offered (a rejection at the safe bound)
+    rejected_drafts: int | None  # offered - matched_max of the first request: the fewest rejections it proves
     full_snap_claimed: bool | None  # the server's summary says full_snap=1: its claim, not something the gate saw
     banner_claimed: bool  # the server printed the reference-exact banner: its claim
     repeats_identical: bool
@@ -329,6 +331,7 @@ class Results(TypedDict):
     """One runner's ``results.json``."""
 
     schema: Literal["ds4ci/result/v1"]
+    schema_version: Literal[3]  # ds4ci.evidence.convert.CURRENT; older documents are converted on reading
     ds4ci_version: str
     runner: RunnerInfo
     verdict: Verdict

@@ -60,6 +60,7 @@ class Fault:
 
 # add_status's default link: a run of the trusted gate made for the commit (what the publisher posts).
 TRUSTED_RUN = "trusted-run"
+MAIN_TIP = "ba5e" * 10  # the tip of the fake's base branch "main" (a pull_request_target run's head_sha)
 
 
 class FakeGitHub:
@@ -82,6 +83,8 @@ class FakeGitHub:
         self._commit_files: dict[str, list[str]] = {}  # sha -> files that commit changed (for compare)
         self._runs: dict[int, dict[str, Any]] = {}  # workflow run id -> GitHub's record of it
         self._approvals: dict[int, list[dict[str, Any]]] = {}  # workflow run id -> its environment reviews
+        # branch -> its history, oldest first (compare BRANCH...SHA answers identical / behind / diverged)
+        self.branches: dict[str, list[str]] = {"main": [MAIN_TIP]}
         self.graphql_page_size = 100
         self.graphql_queries: list[dict[str, Any]] = []
         # Called (under the lock: mutate state directly) on every GraphQL query, e.g. to push mid-check.
@@ -140,14 +143,34 @@ class FakeGitHub:
             self.pulls[number]["files"] = list(files)
 
     def add_run(self, run_id: int, *, path: str = ".github/workflows/gate.yml", event: str = "pull_request_target",
-                head_branch: str = "main", title: str = "", repo: str | None = None) -> str:
-        """A workflow run as GitHub records it; returns its html URL (what a status's target_url names)."""
+                head_branch: str = "main", title: str = "", repo: str | None = None, head_sha: str | None = None,
+                jobs: dict[str, str] | None = None) -> str:
+        """A workflow run as GitHub records it; returns its html URL (what a status's target_url names).
+
+        ``head_sha``: the commit the run's workflow file came from (default: the tip of ``head_branch``, as for a
+        pull_request_target run, which runs on the base branch). ``jobs``: job name -> conclusion of attempt 1."""
         full = repo or f"{self.owner}/{self.repo}"
         with self.lock:
+            sha = head_sha or (self.branches.get(head_branch) or [MAIN_TIP])[-1]
             self._runs[run_id] = {"id": run_id, "path": path, "event": event, "head_branch": head_branch,
-                                  "display_title": title, "repository": {"full_name": full},
-                                  "html_url": f"https://github.com/{full}/actions/runs/{run_id}"}
+                                  "head_sha": sha, "display_title": title, "repository": {"full_name": full},
+                                  "html_url": f"https://github.com/{full}/actions/runs/{run_id}",
+                                  "run_attempt": 1, "run_started_at": self._tick(), "status": "completed",
+                                  "check_suite_id": 50000 + run_id, "attempts": [dict(jobs or {})]}
         return f"https://github.com/{full}/actions/runs/{run_id}"
+
+    def add_attempt(self, run_id: int, jobs: dict[str, str]) -> None:
+        """A re-run of every job of ``run_id``: a new attempt (run_attempt + 1) whose jobs concluded ``jobs``."""
+        with self.lock:
+            run = self._runs[run_id]
+            run["attempts"].append(dict(jobs))
+            run["run_attempt"] = len(run["attempts"])
+            run["run_started_at"] = self._tick()
+
+    def add_branch(self, name: str, commits: list[str]) -> None:
+        """A branch and its history (oldest first); its last commit is the tip."""
+        with self.lock:
+            self.branches[name] = list(commits)
 
     def add_run_review(self, run_id: int, environment: str, state: str = "approved", login: str = "maintainer") -> None:
         """A review of a run's environment, as ``GET /actions/runs/{id}/approvals`` lists it."""
@@ -168,13 +191,13 @@ class FakeGitHub:
             self.pulls[number]["commits"].append(sha)
 
     def add_check_run(self, sha: str, name: str, status: str = "completed", conclusion: str | None = "success",
-                      app: str = "github-actions", title: str | None = None) -> int:
+                      app: str = "github-actions", title: str | None = None, details_url: str | None = None) -> int:
         with self.lock:
             self._next_id += 1
             self._check_runs.append({"id": self._next_id, "sha": sha, "name": name, "status": status,
                                      "conclusion": conclusion if status == "completed" else None, "app": app,
                                      "output": {"title": title, "summary": None, "text": None}, "annotations": [],
-                                     "details_url": None, "external_id": ""})
+                                     "details_url": details_url, "external_id": ""})
             return self._next_id
 
     def check_runs(self, sha: str | None = None) -> list[dict[str, Any]]:
@@ -215,7 +238,10 @@ class FakeGitHub:
             with self.lock:
                 self._next_id += 1
                 run_id = self._next_id
-            target_url = self.add_run(run_id, title=f"ds4ci gate {sha}")
+            runner = context.removeprefix("ds4ci/") if context.startswith("ds4ci/") else None
+            verdict = {"success": "success", "pending": "in_progress"}.get(state, "failure")
+            jobs = {f"verdict {runner}": verdict} if runner else {}
+            target_url = self.add_run(run_id, title=f"ds4ci gate {sha}", jobs=jobs)
         with self.lock:
             self._new_status(
                 sha, {"state": state, "context": context, "description": description, "target_url": target_url}, creator
@@ -265,6 +291,40 @@ class FakeGitHub:
                   "creator": login, "created_at": self._tick()}
         self._statuses.append(status)
         return status
+
+    @staticmethod
+    def _run_conclusion(jobs: dict[str, str]) -> str:
+        return "success" if all(c in ("success", "skipped") for c in jobs.values()) else "failure"
+
+    def _jobs_json(self, run: dict[str, Any], attempt: int) -> list[dict[str, Any]]:
+        """The jobs of one attempt, as ``GET /actions/runs/{id}/attempts/{n}/jobs`` lists them."""
+        base = f"{self.url}/repos/{self.owner}/{self.repo}"
+        out = []
+        for i, (name, conclusion) in enumerate(run["attempts"][attempt - 1].items()):
+            job_id = run["id"] * 1000 + attempt * 100 + i
+            done = conclusion not in ("queued", "in_progress")
+            out.append({"id": job_id, "run_id": run["id"], "run_attempt": attempt, "name": name,
+                        "status": "completed" if done else conclusion, "conclusion": conclusion if done else None,
+                        "head_sha": run["head_sha"], "head_branch": run["head_branch"],
+                        "workflow_name": "ds4ci gate", "check_run_url": f"{base}/check-runs/{job_id}",
+                        "html_url": f"https://github.com/{self.owner}/{self.repo}/actions/runs/{run['id']}/job/{job_id}"})
+        return out
+
+    def _compare_branch(self, h: BaseHTTPRequestHandler, branch: str, sha: str) -> None:
+        """compare BRANCH...SHA: identical (the tip), behind (in the branch's history), else diverged."""
+        history = self.branches[branch]
+        known = sha in history or any(sha in p["commits"] for p in self.pulls.values()) or any(
+            r["head_sha"] == sha for r in self._runs.values())
+        if not known:
+            self._send(h, 404, {"message": "Not Found"})
+        elif sha == history[-1]:
+            self._send(h, 200, {"status": "identical", "ahead_by": 0, "behind_by": 0, "commits": [], "files": []})
+        elif sha in history:
+            behind = len(history) - 1 - history.index(sha)
+            self._send(h, 200, {"status": "behind", "ahead_by": 0, "behind_by": behind, "commits": [], "files": []})
+        else:
+            self._send(h, 200, {"status": "diverged", "ahead_by": 1, "behind_by": 1, "commits": [{"sha": sha}],
+                                "files": []})
 
     def _comment_json(self, c: dict[str, Any]) -> dict[str, Any]:
         base = f"{self.url}/repos/{self.owner}/{self.repo}"
@@ -505,7 +565,22 @@ class FakeGitHub:
             if run is None:
                 self._send(h, 404, {"message": "Not Found"})
             else:
-                self._send(h, 200, {**run, "url": f"{self.url}{repo}/actions/runs/{run['id']}"})
+                record = {k: v for k, v in run.items() if k != "attempts"}
+                self._send(h, 200, {**record, "url": f"{self.url}{repo}/actions/runs/{run['id']}",
+                                    "conclusion": self._run_conclusion(run["attempts"][-1])})
+            return
+        m = re.fullmatch(re.escape(repo) + r"/actions/runs/(\d+)(?:/attempts/(\d+))?/jobs", path)
+        if m and method == "GET":
+            run = self._runs.get(int(m.group(1)))
+            attempt = int(m.group(2) or 0) or (run["run_attempt"] if run else 0)
+            if run is None or not 1 <= attempt <= len(run["attempts"]):
+                self._send(h, 404, {"message": "Not Found"})
+            else:
+                self._page(h, path, query, self._jobs_json(run, attempt), list_item="jobs")
+            return
+        m = re.fullmatch(re.escape(repo) + r"/compare/([A-Za-z0-9_./-]+?)\.\.\.([0-9a-f]{40})", path)
+        if m and method == "GET" and m.group(1) in self.branches:
+            self._compare_branch(h, m.group(1), m.group(2))
             return
         m = re.fullmatch(re.escape(repo) + r"/compare/([0-9a-f]{40})\.\.\.([0-9a-f]{40})", path)
         if m and method == "GET":

@@ -13,7 +13,7 @@ from typing import Annotated, Any
 import typer
 
 from ds4ci import __version__
-from ds4ci.commands import app_gate, app_github, app_setup, helptext
+from ds4ci.commands import app_calibrate, app_gate, app_github, app_setup, helptext
 from ds4ci.commands.finish import exit_with
 from ds4ci.commands.flags import table_flags
 from ds4ci.commands.service import service_app
@@ -57,7 +57,9 @@ def _root(
 
 app.command("gate")(app_gate.gate)
 app.command("bisect")(app_gate.bisect)
+app.command("calibrate")(app_calibrate.calibrate)
 app.command("init")(app_setup.init)
+app.command("upgrade")(app_setup.upgrade)
 app.command("pin")(app_setup.pin)
 app.add_typer(app_setup.config_app, name="config")
 
@@ -66,7 +68,8 @@ app.add_typer(app_setup.config_app, name="config")
 def verify(
     bundles: Annotated[
         list[Path], typer.Argument(metavar="BUNDLE...",
-                                   help="Evidence bundles: promoted attempt directories or .tar.gz archives of them.")
+                                   help="Evidence bundles: promoted attempt directories or .tar.gz archives of them; "
+                                   "or calibration records (ds4ci calibrate's OUT/record).")
     ],
     json_out: Annotated[bool, typer.Option("--json", help="Print the recomputed documents as JSON.")] = False,
     expect_config: Annotated[
@@ -96,11 +99,19 @@ def verify(
     with the bundle's, naming the first key path that differs.
     Give the bundle directory (runs/<id> or failed/<id> under --evidence-dir) or the .tar.gz from
     gate --bundle-out; a results.json alone is not a bundle.
+    A calibration record (`ds4ci calibrate`'s OUT/record) is verified the same way: its files against its
+    manifest, its calibration.json derived again from every gate's own bundle, its signature with --key.
+
+    A bundle sealed by an older ds4ci (an older evidence schema, docs/results.md) is re-derived with
+    today's rules: its files and copied fields must still match, and the note says whether the
+    verdicts agree ("sealed by ds4ci A (schema N); re-derived by ds4ci B (schema M)"); a difference
+    is a finding, not tampering, and the exit code is the re-derived verdict's.
 
     Exit codes: 0: every bundle intact, consistent and passing; 1: intact and consistent, some failing;
     4: intact and consistent, but the gate reached no verdict (verdict error); 3: does not verify:
-    tampered, unreadable or not a bundle (the message says what); 2: a path that does not exist, or a
-    bad flag. With several bundles the most severe code wins, in the order 3, 4, 1, 0.
+    tampered, unreadable or not a bundle (the message says what); 5: intact, but of an evidence schema
+    this ds4ci cannot read (the message names the `pip install ds4ci==VERSION` that can); 2: a path that
+    does not exist, or a bad flag. With several bundles the most severe code wins, in the order 3, 5, 4, 1, 0.
     """
     from ds4ci.commands.verify import run_verify
 
@@ -182,18 +193,20 @@ def demo(
 
 @app.command()
 def selftest(
-    device: Annotated[str, typer.Option(help="Reference server --target-device: cuda:N, hip:N or cpu.")] = "cuda:0",
-    runner: Annotated[str | None, typer.Option(help="Runner name. Default: selftest-<host name>.")] = None,
+    device: Annotated[str, typer.Option(metavar="DEVICE",
+                                        help="Reference server --target-device: cuda:N, hip:N or cpu.")] = "cuda:0",
+    runner: Annotated[str | None, typer.Option(metavar="NAME", help="Runner name. Default: selftest-<host name>.")] = None,
     publish_dry_run: Annotated[
         bool, typer.Option("--publish-dry-run", help="Also show what ds4ci publish would post (nothing is sent).")
     ] = False,
     workdir: Annotated[
         Path | None, typer.Option(help="New or empty directory for models, evidence and results. Default: a temp dir.")
     ] = None,
-    dtype: Annotated[str, typer.Option(help="Reference server dtype: bfloat16, float16 or float32.")] = "bfloat16",
+    dtype: Annotated[str, typer.Option(metavar="DTYPE",
+                                       help="Reference server dtype: bfloat16, float16 or float32.")] = "bfloat16",
     prompts: Annotated[int, typer.Option(help="Prompts per gate run (1-8).")] = 4,
     max_tokens: Annotated[int, typer.Option(help="Tokens per request.")] = table.get("gate", "max_tokens").default,
-    widths: Annotated[str, typer.Option(help="Comma-separated draft widths.")] = _DEFAULT_WIDTHS,
+    widths: Annotated[str, typer.Option(metavar="Q,Q", help="Comma-separated draft widths.")] = _DEFAULT_WIDTHS,
     server_bin: Annotated[
         Path | None,
         typer.Option(help="Instead: run the tiny DS4 models (ds4ci tiny-models) through this real dflash_server build "
@@ -201,7 +214,8 @@ def selftest(
                           "target-only answered (needs gguf: ds4ci[tiny]; exit code: the gate's)."),
     ] = None,
     seed: Annotated[int, typer.Option(help="With --server-bin: the tiny models' seed.")] = 1,
-    kind: Annotated[str, typer.Option(help="With --server-bin: the tiny models' kind, as `ds4ci tiny-models --kind` "
+    kind: Annotated[str, typer.Option(metavar="KIND",
+                                      help="With --server-bin: the tiny models' kind, as `ds4ci tiny-models --kind` "
                                            "(successor, whose config requires proof coverage; random).")] = "successor",
 ) -> None:
     """Run the real gate twice against the PyTorch reference server (needs PyTorch: pip install torch).
@@ -252,13 +266,19 @@ def report(
                        "directory or the gate's --bundle-out .tar.gz)."),
     ],
     format: Annotated[
-        str, typer.Option("--format", help="comment (PR comment, <= 60,000 bytes) or summary (job summary).")
+        str, typer.Option("--format", metavar="comment|summary|junit",
+                          help="comment (PR comment, <= 60,000 bytes), summary (job summary) or junit (JUnit XML: "
+                          "one testsuite per runner, one testcase per width and prompt).")
     ] = "comment",
     template_dir: Annotated[Path | None, typer.Option(help="Directory of Jinja2 templates overriding the bundled ones.")] = None,
     output: Annotated[Path | None, typer.Option(help="Write here instead of standard output.")] = None,
-    run_url: Annotated[str | None, typer.Option(help="Link to the workflow run, shown in the footer.")] = None,
+    run_url: Annotated[str | None, typer.Option(metavar="URL", help="Link to the workflow run, shown in the footer.")] = None,
     bisect: Annotated[Path | None, typer.Option(metavar="PATH", help="A `ds4ci bisect --json` result: rendered as a "
                                                 "section of its own (with every step in a summary).")] = None,
+    calibrations: Annotated[Path | None, typer.Option(
+        metavar="DIR", help="The runners' calibration records (`ds4ci calibrate --out`, or a folder of them): each gate "
+        "runner's section cites the latest that matches its runner and tiny models, or says it was never calibrated."),
+    ] = None,
 ) -> None:
     """Render one or more runners' results.json as Markdown (escaped, size-bounded).
 
@@ -268,7 +288,7 @@ def report(
     from ds4ci.commands.report import run_report
 
     exit_with(lambda: run_report(results, fmt=format, template_dir=template_dir, output=output, run_url=run_url,
-                                 bisect=bisect))
+                                 bisect=bisect, calibrations=calibrations))
 
 
 app.command("publish")(app_github.publish)
@@ -279,7 +299,7 @@ app.command("publish")(app_github.publish)
 def preflight(
     config: Annotated[Path | None, typer.Option(help="ds4ci.toml: model files and stale override files to check. "
                                                 "Default: ./ds4ci.toml when it exists (as for every command).")] = None,
-    runner: Annotated[str | None, typer.Option(help="Runner name recorded with the fingerprint.")] = None,
+    runner: Annotated[str | None, typer.Option(metavar="NAME", help="Runner name recorded with the fingerprint.")] = None,
     json_out: Annotated[bool, typer.Option("--json", help="Print the fingerprint and checks as JSON.")] = False,
     deadline: Annotated[float, typer.Option(help="Hard deadline in seconds for the GPU health probe.")] = 20.0,
     **settings: Any,
@@ -305,9 +325,9 @@ def preflight(
 @app.command()
 def revisions(
     repo_dir: Annotated[Path, typer.Option(help="Git checkout to describe.")] = Path(),
-    head_ref: Annotated[str, typer.Option(help="The revision under test.")] = "HEAD",
-    base_ref: Annotated[str | None, typer.Option(help="The PR's base branch ref, e.g. origin/main.")] = None,
-    upstream_ref: Annotated[str | None, typer.Option(help="Upstream main ref, e.g. upstream/main.")] = None,
+    head_ref: Annotated[str, typer.Option(metavar="REF", help="The revision under test.")] = "HEAD",
+    base_ref: Annotated[str | None, typer.Option(metavar="REF", help="The PR's base branch ref, e.g. origin/main.")] = None,
+    upstream_ref: Annotated[str | None, typer.Option(metavar="REF", help="Upstream main ref, e.g. upstream/main.")] = None,
 ) -> None:
     """Print head, base, upstream, merge base and a synthetic merge analysis as JSON.
 

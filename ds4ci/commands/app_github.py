@@ -78,6 +78,11 @@ _CheckRuns = Annotated[
         show_default=False,
     ),
 ]
+_CommentMode = Annotated[
+    str | None,
+    typer.Option("--comment-mode", metavar="MODE", help=table.get("publish", "comment_mode").flag_help(),
+                 show_default=False),
+]
 _MergeConfig = Annotated[
     Path | None,
     typer.Option(
@@ -87,15 +92,20 @@ _MergeConfig = Annotated[
     ),
 ]
 
+_Calibrations = Annotated[Path | None, typer.Option(
+    metavar="DIR", help="The runners' calibration records (`ds4ci calibrate --out`, or a folder of them): each gate "
+    "runner's section cites the latest that matches its runner and tiny models, after verifying it, or says it was "
+    "never calibrated.")]
+
 
 def publish(
     results: _Results = None,
-    repo: Annotated[str | None, typer.Option(help="OWNER/NAME of the repository.")] = None,
+    repo: Annotated[str | None, typer.Option(metavar="OWNER/NAME", help="OWNER/NAME of the repository.")] = None,
     pr: Annotated[int | None, typer.Option(help="Pull request number: sticky comment + statuses on its head.")] = None,
-    sha: Annotated[str | None, typer.Option(help="Full 40-hex commit SHA to set statuses on.")] = None,
-    api_url: Annotated[str | None, typer.Option(help=_API_URL_HELP)] = None,
-    target_url: Annotated[str | None, typer.Option(help="Link for the statuses (the workflow run).")] = None,
-    token_env: Annotated[str, typer.Option(help=_TOKEN_ENV_HELP)] = "GITHUB_TOKEN",
+    sha: Annotated[str | None, typer.Option(metavar="SHA", help="Full 40-hex commit SHA to set statuses on.")] = None,
+    api_url: Annotated[str | None, typer.Option(metavar="URL", help=_API_URL_HELP)] = None,
+    target_url: Annotated[str | None, typer.Option(metavar="URL", help="Link for the statuses (the workflow run).")] = None,
+    token_env: Annotated[str, typer.Option(metavar="NAME", help=_TOKEN_ENV_HELP)] = "GITHUB_TOKEN",
     dry_run: Annotated[bool, typer.Option("--dry-run", help="Send nothing: write the comment, the job summary and "
                                           "each check run as Markdown files (--dry-run-dir) and list the statuses.")] = False,
     dry_run_dir: Annotated[Path | None, typer.Option(metavar="DIR", help="Where --dry-run writes comment.md, "
@@ -103,7 +113,7 @@ def publish(
     no_comment: Annotated[bool, typer.Option("--no-comment", help="Do not create or edit the sticky comment.")] = False,
     no_status: Annotated[bool, typer.Option("--no-status", help="Do not set commit statuses.")] = False,
     pending: _Pending = False,
-    runner: Annotated[str | None, typer.Option(help="Runner name for --pending.")] = None,
+    runner: Annotated[str | None, typer.Option(metavar="NAME", help="Runner name for --pending.")] = None,
     template_dir: Annotated[Path | None, typer.Option(help="Directory of Jinja2 templates overriding the bundled ones.")] = None,
     summary_file: _SummaryFile = None,
     unverified: _Unverified = False,
@@ -113,6 +123,11 @@ def publish(
     merge_config: _MergeConfig = None,
     expect_config: _ExpectConfig = None,
     check_runs: _CheckRuns = None,
+    calibrations: _Calibrations = None,
+    verdicts_out: Annotated[Path | None, typer.Option(metavar="FILE", help="After everything was posted, write "
+                            "each runner's decided state as one JSON line {runner: state} (gate.yml's job `verdict "
+                            "<runner>` succeeds only on success). Nothing is written when publish fails.")] = None,
+    comment_mode: _CommentMode = None,
 ) -> None:
     """Post the sticky PR comment and one commit status per runner (context ds4ci/<runner>), and a check run
     of the same name from the same verified result (unless --no-check-runs).
@@ -132,7 +147,8 @@ def publish(
         no_comment=no_comment, no_status=no_status, template_dir=template_dir, summary_file=summary_file,
         comment_author=comment_author, allow_focused=allow_focused_reruns, merge_config=merge_config,
         expect_runners=tuple(expect_runner or ()), expect_config=expect_config, check_runs=check_runs,
-        dry_run_dir=dry_run_dir,
+        dry_run_dir=dry_run_dir, calibrations=calibrations, verdicts_out=verdicts_out,
+        comment_mode=comment_mode,
     )
     exit_with(
         lambda: run_publish(results or [], request, pending=pending, runner=runner, unverified=unverified)
@@ -140,12 +156,14 @@ def publish(
 
 
 def dispatch_check(
-    pr: Annotated[str, typer.Option(help="Pull request number (required for workflow_dispatch).")] = "",
+    pr: Annotated[str, typer.Option(metavar="N", help="Pull request number (required for workflow_dispatch).")] = "",
     head_sha: Annotated[
-        str, typer.Option(help="Full 40-hex head SHA the maintainer reviewed; the run is refused if the PR moved.")
+        str, typer.Option(metavar="SHA", help="Full 40-hex head SHA the maintainer reviewed; refused if the PR moved.")
     ] = "",
-    widths: Annotated[str, typer.Option(help="Comma-separated widths, e.g. 2,3,4; empty: those of ds4ci.toml.")] = "",
-    runners: Annotated[str, typer.Option(help="'all' or comma-separated runner names, e.g. gfx1151,sm86.")] = "all",
+    widths: Annotated[str, typer.Option(metavar="Q,Q",
+                                        help="Comma-separated widths, e.g. 2,3,4; empty: those of ds4ci.toml.")] = "",
+    runners: Annotated[str, typer.Option(metavar="all|NAME,NAME",
+                                         help="'all' or comma-separated runner names, e.g. gfx1151,sm86.")] = "all",
     config: Annotated[
         Path | None,
         typer.Option(help="ds4ci.toml whose runner table ([runners.<name>], as `ds4ci config runners` prints it) "
@@ -156,10 +174,11 @@ def dispatch_check(
         typer.Option(help='The runner table as JSON instead of --config: [{"name", "labels", "queue", "role"}, ...] '
                      "(`ds4ci config runners --json` prints it; role optional)."),
     ] = None,
-    repo: Annotated[str | None, typer.Option(help="OWNER/NAME. Default: $GITHUB_REPOSITORY.")] = None,
-    api_url: Annotated[str | None, typer.Option(help=_API_URL_HELP)] = None,
-    token_env: Annotated[str, typer.Option(help=_TOKEN_ENV_HELP)] = "GITHUB_TOKEN",
-    event_name: Annotated[str | None, typer.Option(help="Triggering event. Default: $GITHUB_EVENT_NAME.")] = None,
+    repo: Annotated[str | None, typer.Option(metavar="OWNER/NAME", help="OWNER/NAME. Default: $GITHUB_REPOSITORY.")] = None,
+    api_url: Annotated[str | None, typer.Option(metavar="URL", help=_API_URL_HELP)] = None,
+    token_env: Annotated[str, typer.Option(metavar="NAME", help=_TOKEN_ENV_HELP)] = "GITHUB_TOKEN",
+    event_name: Annotated[str | None, typer.Option(metavar="EVENT",
+                                                   help="Triggering event. Default: $GITHUB_EVENT_NAME.")] = None,
     github_output: Annotated[
         Path | None, typer.Option(help="Append the plan as step outputs here. Default: $GITHUB_OUTPUT when set.")
     ] = None,
@@ -201,8 +220,8 @@ def dispatch_check(
 @table_flags("merge-check")
 def merge_check(
     pr: Annotated[int, typer.Option(help="Pull request number.")],
-    repo: Annotated[str | None, typer.Option(help="OWNER/NAME. Default: $GITHUB_REPOSITORY.")] = None,
-    api_url: Annotated[str | None, typer.Option(help=_API_URL_HELP)] = None,
+    repo: Annotated[str | None, typer.Option(metavar="OWNER/NAME", help="OWNER/NAME. Default: $GITHUB_REPOSITORY.")] = None,
+    api_url: Annotated[str | None, typer.Option(metavar="URL", help=_API_URL_HELP)] = None,
     json_out: Annotated[
         bool,
         typer.Option("--json", help="Print one JSON object on stdout: repo, pr, head, ready, exit_code and the "

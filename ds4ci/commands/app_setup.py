@@ -14,6 +14,10 @@ config_app = typer.Typer(
 )
 
 
+_FORCE_HELP = ("Overwrite ds4ci.toml and the workflows if they exist; refused when ds4ci.toml holds a key init did "
+               "not write (each is named). To move the workflows to another ds4ci: `ds4ci upgrade`.")
+
+
 def init(
     runner: Annotated[
         list[str] | None,
@@ -48,22 +52,23 @@ def init(
     no_workflows: Annotated[
         bool, typer.Option("--no-workflows", help="Do not write .github/workflows/gate.yml and report.yml.")
     ] = False,
-    force: Annotated[bool, typer.Option("--force", help="Overwrite ds4ci.toml and the workflows if they exist.")] = False,
+    force: Annotated[bool, typer.Option("--force", help=_FORCE_HELP)] = False,
     ds4ci_ref: Annotated[
         str | None,
-        typer.Option("--ds4ci-ref", help="The ds4ci the workflows install and whose action they use: OWNER/NAME@REF "
+        typer.Option("--ds4ci-ref", metavar="OWNER/NAME@REF", help="The ds4ci the workflows install and whose action "
+                     "they use: OWNER/NAME@REF "
                      "of ds4ci's repository, REF a tag (v0.1.0) or a full commit. Without it the workflows hold "
                      "a placeholder that `ds4ci config check` and `ds4ci preflight` point out."),
     ] = None,
 ) -> None:
-    """Write a starter ds4ci.toml (pins computed from the files named), a .gitignore entry for the evidence
-    folder, and the workflows this ds4ci ships (.github/workflows/gate.yml, report.yml), set to run the
-    ds4ci named by --ds4ci-ref.
+    """Write a starter ds4ci.toml (pins computed from the files named), .gitignore entries for the evidence
+    folder and its [build]'s output, and the workflows this ds4ci ships, set to run --ds4ci-ref's ds4ci.
 
     A file that is not on this machine (a model staged on the runner only) gets a TODO pin that
     `ds4ci config check` and `ds4ci preflight` explain. Nothing is overwritten without --force.
 
-    Exit codes: 0 written, 2 refused (a file exists, a bad name); nothing is written then.
+    Exit codes: 0 written, 2 refused (a file exists, a key init did not write, a tracked build folder, a bad
+    name); nothing is written then.
     """
     from ds4ci.commands.init import InitRequest, run_init
 
@@ -75,11 +80,32 @@ def init(
     exit_with(lambda: run_init(request))
 
 
+def upgrade(
+    ds4ci_ref: Annotated[
+        str,
+        typer.Option("--ds4ci-ref", metavar="OWNER/NAME@REF", help="The ds4ci the workflows are to run: OWNER/NAME@REF "
+                     "of ds4ci's repository, REF a tag (v0.2.0) or a full commit. Install that ds4ci first: the "
+                     "workflows written are the ones it ships."),
+    ],
+    directory: Annotated[Path, typer.Option("--dir", help="The repository root whose workflows move.")] = Path(),
+) -> None:
+    """Move the workflows `ds4ci init` wrote (.github/workflows/gate.yml, report.yml) to another ds4ci: each is
+    rewritten as this ds4ci ships it, its DS4CI_REF line set to --ds4ci-ref. ds4ci.toml is never touched:
+    its runner tables, keys and [merge] stay byte for byte.
+
+    Exit codes: 0 written, 2 refused (a bad ref, no workflows here); nothing is written then.
+    """
+    from ds4ci.commands.upgrade import run_upgrade
+
+    exit_with(lambda: run_upgrade(directory, ds4ci_ref))
+
+
 @config_app.command("check")
 def config_check(
     config: Annotated[Path | None, typer.Option(help="The file to check. Default: ./ds4ci.toml.")] = None,
     runner: Annotated[
-        str | None, typer.Option(help="Check for this runner only. Default: every [runners.<name>] in the file.")
+        str | None, typer.Option(metavar="NAME", help="Check for this runner only. Default: every [runners.<name>] in "
+                                 "the file.")
     ] = None,
 ) -> None:
     """Validate a ds4ci.toml offline, as the gate would read it, without the model files.

@@ -68,7 +68,7 @@ def run_config_check(config_file: Path | None, runner: str | None) -> int:
     todos: list[str] = []
     doc = _stand_in_pins(read_toml(path), "", todos)
     problems: list[str] = [_todo_problem(todos)] if todos else []
-    alone = key_problems(doc)  # every key on its own first: all of them at once
+    alone = key_problems(doc, str(path))  # every key on its own first: all of them at once
     problems += alone
     by_problem: dict[str, list[str]] = {}  # one line per problem, naming every runner it concerns
     checked: list[str] = []

@@ -47,6 +47,7 @@ def make_demo_inputs(workspace: Path) -> dict[str, Any]:
 
     return {
         "server": "simulator",  # ds4ci's bundled simulator, run by this interpreter (named here, never by a file)
+        "target_device": "cpu:0",  # the simulator needs no GPU: nothing says hip:0 on a machine without one
         "target": target,
         "target_sha256": sha(target),
         "draft": draft,

@@ -3,7 +3,7 @@
 command to each code it can cheaply reach and checks that its ``--help`` states the same codes.
 
 The meaning is shared (``ds4ci.errors``): 0 pass, 1 fail, 2 usage or configuration error found
-before any work, 3 no verdict. Only 0 may ever turn a status green. ``verify`` alone adds 4.
+before any work, 3 no verdict. Only 0 may ever turn a status green. ``verify`` alone adds 4 and 5.
 """
 
 from __future__ import annotations
@@ -29,7 +29,10 @@ SHARED: Final = (
 
 # command -> (code, what it means for that command); the codes a command can return, no other.
 COMMANDS: Final[dict[str, tuple[tuple[int, str], ...]]] = {
-    "init": ((0, "written"), (2, "refused: a file exists (without --force) or a bad name; nothing is written")),
+    "init": ((0, "written"), (2, "refused: a file exists (without --force), ds4ci.toml holds a key init did not write "
+                                  "(with --force), the build's output folder holds tracked files, or a bad name; "
+                                  "nothing is written")),
+    "upgrade": ((0, "the workflows written"), (2, "refused: a bad ref, or no workflows here; nothing is written")),
     "pin": ((0, "written, or nothing to change"),
             (2, "the file is missing or invalid, or a pin is not on one line of its table; nothing is written")),
     "config check": ((0, "valid"), (2, "invalid: each problem is listed once, every TODO pin named")),
@@ -42,6 +45,12 @@ COMMANDS: Final[dict[str, tuple[tuple[int, str], ...]]] = {
                (2, "usage or configuration error (a bad flag, config or ref; nothing ran)"),
                (3, "no verdict: only skipped commits left where the culprit is, an end that cannot be judged, a step "
                    "the gate refused, an interrupt")),
+    "calibrate": ((0, "calibrated: the record is written and the unchanged build passed"),
+                  (1, "the unchanged build did not pass the gate: the record is written and says why, no mutant ran"),
+                  (2, "usage or a refusal before anything is touched: a modified source tree, a substitution that does "
+                      "not find its text exactly once, a change of an earlier run still in flight (--restore)"),
+                  (3, "no calibration: the unchanged source does not build, an interrupt (the source is put back), "
+                      "an internal error")),
     "demo": ((0, "the pass passed and the leak was caught"), (1, "either did not happen"),
              (2, "usage (--keep exists)"), (3, "internal error")),
     "selftest": ((0, "both outcomes as expected"), (1, "one is not"), (2, "usage"),
@@ -51,7 +60,9 @@ COMMANDS: Final[dict[str, tuple[tuple[int, str], ...]]] = {
     "verify": ((0, "every bundle intact, consistent and passing"), (1, "intact and consistent, some failing"),
                (2, "a path that does not exist, or a bad flag"),
                (3, "error: the bundle does not verify (tampered, unreadable, malformed or not a bundle)"),
-               (4, "intact and consistent, but the gate reached no verdict (verdict error)")),
+               (4, "intact and consistent, but the gate reached no verdict (verdict error)"),
+               (5, "intact, but sealed with an evidence schema this ds4ci cannot read: the message names the "
+                   "`pip install ds4ci==VERSION` that can")),
     "publish": ((0, "published (a failing gate published correctly is 0 too)"),
                 (2, "refused input: nothing is posted"), (3, "error: GitHub failed or refused")),
     "preflight": ((0, "ready"), (2, "usage, or a config file that is invalid (a TODO pin included)"),
@@ -76,12 +87,12 @@ COMMANDS: Final[dict[str, tuple[tuple[int, str], ...]]] = {
                         (3, "no verdict: busy (the runner's queue is full), the service unreachable, a broken "
                             "answer, or the gate's own 3")),
 }
-VERIFY_ORDER: Final = "With several bundles the most severe code wins, in the order 3, 4, 1, 0."
+VERIFY_ORDER: Final = "With several bundles the most severe code wins, in the order 3, 5, 4, 1, 0."
 
 
 SHARED_SHORT: Final = ("0 pass (yes); 1 fail (a verdict, and it is no); 2 usage or configuration error (nothing was run); "
                        "3 error, no verdict (not ready, a crash or hang, GitHub, evidence that does not verify); "
-                       "`verify` alone adds 4 (intact, but no verdict)")
+                       "`verify` alone adds 4 (intact, but no verdict) and 5 (an evidence schema it cannot read)")
 
 
 def epilog() -> str:
@@ -109,8 +120,9 @@ def render() -> str:
         shared_table(),
         "",
         "Only 0 may ever turn a status green. `ds4ci verify` keeps 0, 1 and 2 and splits the rest, so a script "
-        "can tell a bundle that was tampered with (3) from one that is intact but records no verdict (4). "
-        + VERIFY_ORDER,
+        "can tell a bundle that was tampered with (3) from one that is intact but records no verdict (4) and from one "
+        "sealed with an evidence schema this ds4ci cannot read (5; a bundle of an older schema it can read exits by "
+        "its re-derived verdict, with a note; docs/results.md). " + VERIFY_ORDER,
         "",
         "| command | codes |",
         "| --- | --- |",

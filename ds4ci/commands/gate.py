@@ -104,20 +104,25 @@ def run_from_flags(params: Mapping[str, Any]) -> int:
 
     overrides = flag_overrides("gate", params)
     config_file, as_json = overrides.pop("config_file"), bool(overrides.pop("json"))
+    junit_xml = overrides.pop("junit_xml")
     from ds4ci.options import configpath
 
-    return run_gate_command(configpath.resolve(config_file, "gate"), overrides, as_json=as_json)
+    return run_gate_command(configpath.resolve(config_file, "gate"), overrides, as_json=as_json, junit_xml=junit_xml)
 
 
-def run_gate_command(config_file: Path | None, overrides: Mapping[str, Any], as_json: bool = False) -> int:
+def run_gate_command(config_file: Path | None, overrides: Mapping[str, Any], as_json: bool = False,
+                     junit_xml: Path | None = None) -> int:
     """Human lines (the table, output paths) go to stdout, or to stderr with ``as_json``."""
+    if junit_xml is not None and junit_xml.is_dir():
+        raise UsageError(f"--junit-xml {junit_xml} is a directory; expected a file path such as ds4ci-junit.xml")
     try:
-        return _run_gate_command(config_file, overrides, as_json)
+        return _run_gate_command(config_file, overrides, as_json, junit_xml)
     finally:
         prepare_quick_exit()
 
 
-def _run_gate_command(config_file: Path | None, overrides: Mapping[str, Any], as_json: bool) -> int:
+def _run_gate_command(config_file: Path | None, overrides: Mapping[str, Any], as_json: bool,
+                      junit_xml: Path | None) -> int:
     log = Logger.from_env()
     try:
         refuse_credentials(os.environ, log)
@@ -151,6 +156,7 @@ def _run_gate_command(config_file: Path | None, overrides: Mapping[str, Any], as
     write_step_summary(outcome.results, log)
     try:
         _write_outputs(cfg, outcome, human)
+        _write_junit(outcome.results, junit_xml, human)
     except Ds4ciError as exc:  # the verdict cannot stand without its files: say why, not the verdict
         log.annotate("error", str(exc), title="ds4ci gate")
         raise
@@ -186,6 +192,18 @@ def _sign(outcome: GateOutcome, key: Path, log: Logger) -> None:
     except (OSError, ValueError) as exc:
         raise NoVerdictError(f"cannot sign the evidence with {key}: {exc}") from exc
     log(f"signed: {written}")
+
+
+def _write_junit(doc: Results, path: Path | None, human: TextIO) -> None:
+    if path is None:
+        return
+    from ds4ci.report import junit
+
+    try:
+        junit.write(doc, path)
+    except OSError as exc:
+        raise NoVerdictError(f"cannot write --junit-xml {path}: {exc.strerror or exc}") from exc
+    print(f"junit: {path}", file=human)
 
 
 def _write_outputs(cfg: config.GateConfig, outcome: GateOutcome, human: TextIO) -> None:

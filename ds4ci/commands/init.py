@@ -11,7 +11,8 @@ this machine's, so the workflows run them too when ``act`` runs them here). ``[m
 runner's status. The workflows are the ones this ds4ci ships (``gate.yml``,
 ``report.yml``), with one line filled in: ``DS4CI_REF``, the ds4ci they install and whose action they
 use (``--ds4ci-ref``, else a placeholder that ``config check`` and ``preflight`` point out).
-Nothing is overwritten without ``--force``.
+Nothing is overwritten without ``--force``, and ``--force`` never drops a key of ``ds4ci.toml`` that init did not
+write (``initkeep``); ``ds4ci upgrade`` moves the workflows alone.
 """
 
 from __future__ import annotations
@@ -23,8 +24,10 @@ import sys
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from ds4ci.commands import initkeep, repofiles
 from ds4ci.commands.buildguess import BuildGuess, guess
 from ds4ci.commands.demo import DEMO_PROMPT
+from ds4ci.commands.repofiles import build_folder
 from ds4ci.errors import EXIT_PASS, UsageError
 from ds4ci.options import table
 from ds4ci.options.runners import default_labels
@@ -236,18 +239,15 @@ def _write_new(path: Path, text: str, force: bool, written: list[str]) -> None:
     written.append(str(path))
 
 
-def _ignore_evidence(directory: Path, simulator: bool, written: list[str]) -> None:
-    gitignore = directory / ".gitignore"
-    entry = f"/{table.DEFAULT_EVIDENCE_DIR}/"
-    text = gitignore.read_text(encoding="utf-8") if gitignore.is_file() else ""
-    present = text.splitlines()
-    wanted = [e for e in (entry, *([f"/{SIM_DIR}/"] if simulator else [])) if e not in present and e.rstrip("/") not in present]
-    if not wanted:
-        return
-    prefix = "" if not text or text.endswith("\n") else "\n"
-    lines = "".join(f"{e}\n" for e in wanted)
-    gitignore.write_text(f"{text}{prefix}# ds4ci: evidence of every attempt (large), simulator files\n{lines}", encoding="utf-8")
-    written.append(f"{gitignore} (+ {' '.join(wanted)})")
+def _ignored_entries(req: InitRequest, build: BuildGuess | None) -> list[str]:
+    """What .gitignore gets: the evidence folder, the simulator's files, the folder the build writes (which
+    must hold nothing git tracks)."""
+    entries = [f"{table.DEFAULT_EVIDENCE_DIR}/", *([f"{SIM_DIR}/"] if req.simulator else [])]
+    folder = build_folder(build.server_bin) if build is not None else None
+    if folder is not None:
+        repofiles.refuse_tracked_build_folder(req.directory, folder)
+        entries.append(folder)
+    return entries
 
 
 def run_init(req: InitRequest) -> int:
@@ -273,17 +273,20 @@ def run_init(req: InitRequest) -> int:
     present = [str(p) for p in (config, *flows) if p.exists()]
     if present and not req.force:  # checked before anything is written: never half an init
         raise UsageError(f"{', '.join(present)} already exist(s); keep them, or pass --force to overwrite")
+    ignored = _ignored_entries(req, _build(req))
     req.directory.mkdir(parents=True, exist_ok=True)
+    text = initkeep.stamped(config_text(req), CONFIG_NAME)
+    initkeep.refuse_discarding(config, text)
     written: list[str] = []
-    _write_new(config, config_text(req), True, written)
-    _ignore_evidence(req.directory, req.simulator, written)
+    _write_new(config, text, True, written)
+    repofiles.ignore(req.directory, ignored, written)
     for path, text in flows.items():
         _write_new(path, text, True, written)
     print("wrote:\n" + "\n".join(f"  {w}" for w in written))
     if flows and req.ds4ci_ref is None:
         print(f"placeholder: DS4CI_REF in {', '.join(str(p) for p in flows)} names the ds4ci the workflows run; "
-              "set it to ds4ci's repository and a tag or commit (OWNER/NAME@v0.1.0), or run init again with "
-              "--ds4ci-ref OWNER/NAME@REF --force")
+              "set it to ds4ci's repository and a tag or commit (OWNER/NAME@v0.1.0): run "
+              "`ds4ci upgrade --ds4ci-ref OWNER/NAME@REF` (it never touches ds4ci.toml)")
     named = f" --config {config}" if req.directory.absolute() != Path.cwd() else ""
     gates = [f"ds4ci gate{named} --runner {r}" for r in req.runners] or [f"ds4ci gate{named}"]
     print("\n      ".join([f"next: ds4ci config check{named}", *gates]), file=sys.stdout)

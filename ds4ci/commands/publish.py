@@ -7,12 +7,14 @@ results, bad flags, no token); 3 GitHub failed or refused (read-only token, outa
 
 from __future__ import annotations
 
+import dataclasses
 import os
 import sys
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from ds4ci.commands import commentmode
 from ds4ci.errors import PublishError, UsageError
 from ds4ci.github import publish
 from ds4ci.options import table as options
@@ -21,6 +23,7 @@ if TYPE_CHECKING:
     from ds4ci.github.client import Client
     from ds4ci.github.plan import PublishPlan
     from ds4ci.github.verified import Published
+    from ds4ci.records import Results
 
 
 def _write_summary(body: str, summary_file: Path | None) -> None:
@@ -57,7 +60,16 @@ class PublishRequest:
     expect_runners: tuple[str, ...] = ()
     expect_config: Path | None = None  # the trusted ds4ci.toml every bundle's settings must match
     check_runs: bool | None = None  # None: [publish] check_runs of the trusted config (default true)
+    verdicts_out: Path | None = None  # where each runner's decided state goes, as JSON (gate.yml's verdict jobs)
+    comment_mode: str | None = None  # None: [publish] comment_mode of the trusted config (default always)
     dry_run_dir: Path | None = None  # with dry_run: where the Markdown files go (default ./ds4ci-dry-run)
+    calibrations: Path | None = None  # where the runners' calibration records are (the report cites them)
+
+    def cited(self, docs: list[Results]) -> dict[str, str]:
+        """Each gate runner's calibration line (``ds4ci.calibrate.latest``); {} without --calibrations."""
+        from ds4ci.calibrate.latest import cite_all
+
+        return cite_all(self.calibrations, docs)
 
 
 def run_publish(
@@ -101,22 +113,25 @@ def publish_documents(published: list[Published], request: PublishRequest) -> in
     from ds4ci.report import render
 
     r = request
+    mode = commentmode.resolve(r.comment_mode, r.no_comment, r.expect_config)
     publish.validate_target(r.repo, r.pr, r.sha, r.dry_run)
     publish.validate_runners(r.expect_runners)
     docs = render.unique_runners([p.doc for p in published])
     found, client = facts.Facts(), None
+    settings = facts.Settings(repo=r.repo, pr=r.pr, target_url=r.target_url, template_dir=r.template_dir,
+                              comment_mode=mode, status=not r.no_status, expect_runners=r.expect_runners,
+                              comment_author=r.comment_author, merge_config=r.merge_config,
+                              expect_config=r.expect_config, calibrations=r.cited(docs),
+                              verdicts_out=r.verdicts_out, api_url=r.api_url, token_env=r.token_env)
     try:
         head = publish.results_head(docs, r.sha)
-        settings = facts.Settings(repo=r.repo, pr=r.pr, target_url=r.target_url, template_dir=r.template_dir,
-                                  comment=not r.no_comment, status=not r.no_status, check_runs=_wants_check_runs(r),
-                                  expect_runners=r.expect_runners, comment_author=r.comment_author,
-                                  merge_config=r.merge_config, api_url=r.api_url, token_env=r.token_env)
+        settings = dataclasses.replace(settings, check_runs=_wants_check_runs(r))
         if not r.dry_run:
             client = _client(r.repo, r.api_url, r.token_env)
             trusted = [p.doc["runner"]["name"] for p in published if p.may_set_status]
             found = facts.gather(client, settings, docs, head, trusted)
     except (UsageError, PublishError):  # the job summary still shows the results, as GitHub was not told
-        _write_summary(plan.job_summary(docs, r.target_url, r.template_dir), r.summary_file)
+        _write_summary(plan.job_summary(docs, settings), r.summary_file)
         raise
     views = runnerview.views_of(published, head, found.full_passes, r.allow_focused)
     made = plan.make(views, settings, found)
@@ -181,7 +196,8 @@ def _run_pending(results: list[Path], request: PublishRequest, runner: str | Non
     if sha is None:
         raise UsageError("--pending needs --sha: the full commit SHA the gate is running on")
     settings = facts.Settings(repo=r.repo, pr=r.pr, target_url=r.target_url, template_dir=r.template_dir,
-                              comment=not r.no_comment, comment_author=r.comment_author)
+                              comment_mode=commentmode.OFF if r.no_comment else "always",
+                              comment_author=r.comment_author)
     if r.dry_run:
         for status in plan.pending(runner, sha, settings, facts.Facts()).statuses:
             print(f"--- would set status {status.context}={status.state} on {status.sha}: {status.description}")

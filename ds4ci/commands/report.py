@@ -16,19 +16,34 @@ def run_report(
     output: Path | None = None,
     run_url: str | None = None,
     bisect: Path | None = None,
+    calibrations: Path | None = None,
 ) -> int:
+    from ds4ci.calibrate.latest import cite_all
     from ds4ci.report import render
 
-    if fmt not in ("comment", "summary"):
-        raise UsageError(f"--format {fmt!r}: expected 'comment' or 'summary'")
+    if fmt not in ("comment", "summary", "junit"):
+        raise UsageError(f"--format {fmt!r}: expected 'comment', 'summary' or 'junit'")
+    if fmt == "junit" and bisect is not None:
+        raise UsageError("--bisect adds a section to a comment or summary; --format junit has none")
     docs = render.load_all(results)
+    if fmt == "junit":
+        from ds4ci.report import junit
+
+        return _emit(junit.render(docs), output)
     extra = []
     if bisect is not None:
         from ds4ci.report import bisect as bisect_section
 
         extra.append(bisect_section.section(render.environment(template_dir), bisect_section.load(bisect),
                                             run_url=run_url, kind=fmt))
-    body, _ = render.render(docs, kind=fmt, run_url=run_url, template_dir=template_dir, extra=extra)
+    if calibrations is not None and not calibrations.is_dir():
+        raise UsageError(f"--calibrations {calibrations}: expected a folder of calibration records, found none")
+    cited = cite_all(calibrations, [dict(d) for d in docs])
+    body, _ = render.render(docs, kind=fmt, run_url=run_url, template_dir=template_dir, extra=extra, calibrations=cited)
+    return _emit(body, output)
+
+
+def _emit(body: str, output: Path | None) -> int:
     if output is None:  # printed in a job's log: no line of it may run a workflow command
         sys.stdout.write(neutralise(body))
         sys.stdout.flush()

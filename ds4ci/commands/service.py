@@ -28,7 +28,7 @@ _TRUSTED_BRANCH_HELP = "The trusted branch of --trusted-repo: its tip's config i
 
 @service_app.command("install")
 def install(
-    runner: Annotated[list[str], typer.Option("--runner", help=_RUNNER_HELP)],
+    runner: Annotated[list[str], typer.Option("--runner", metavar="NAME", help=_RUNNER_HELP)],
     user: Annotated[str, typer.Option(help="The service's own system user (created when missing).")] = "ds4ci",
     socket_group: Annotated[str, typer.Option(help="Group of the socket: add the runner's user to it.")] = "ds4ci-gate",
     socket: Annotated[Path, typer.Option(help="Where systemd makes the service's socket.")] = DEFAULT_SOCKET,
@@ -62,7 +62,7 @@ def install(
 
 @service_app.command("run")
 def run(
-    runner: Annotated[list[str], typer.Option("--runner", help=_RUNNER_HELP)],
+    runner: Annotated[list[str], typer.Option("--runner", metavar="NAME", help=_RUNNER_HELP)],
     socket: Annotated[Path | None, typer.Option(help="Listen here (mode 0660) unless systemd passed a socket.")]
     = None,
     socket_group: Annotated[str | None, typer.Option(help="Give the socket this group (the runner user's).")] = None,
@@ -110,11 +110,11 @@ def request(
     head: Annotated[str, typer.Option(help="The pinned head: a full commit SHA.")],
     base: Annotated[str, typer.Option(help="The pull request's base: a full SHA of a commit of the service's trusted "
                                            "branch (recorded; the config comes from that branch's tip).")],
-    runner: Annotated[str, typer.Option(help="The runner (its queue and [runners.<name>] settings).")],
+    runner: Annotated[str, typer.Option(metavar="NAME", help="The runner (its queue and [runners.<name>] settings).")],
     bundle_out: Annotated[Path, typer.Option(help="Write the signed evidence bundle (.tar.gz) here (a new file).")],
     results_out: Annotated[Path, typer.Option(help="Write results.json here (a new file).")],
     socket: Annotated[Path, typer.Option(help="The service's socket.")] = DEFAULT_SOCKET,
-    widths: Annotated[str | None, typer.Option(help="Comma-separated draft widths; default the config's.")] = None,
+    widths: Annotated[str | None, typer.Option(metavar="Q,Q", help="Comma-separated draft widths; default the config's.")] = None,
     max_bundle_mib: Annotated[int, typer.Option(min=1, help="Refuse a bundle larger than this.")] = 4096,
 ) -> None:
     """Ask the gate service to gate one commit; write its bundle and results; exit with the gate's code.

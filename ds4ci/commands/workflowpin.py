@@ -37,6 +37,12 @@ def _value(raw: str) -> str:
     return raw
 
 
+def ref_in(text: str) -> str | None:
+    """The value of a workflow's ``DS4CI_REF`` line; None when it has none."""
+    match = _LINE.search(text)
+    return _value(match.group("value")) if match is not None else None
+
+
 def _is_ds4ci(root: Path) -> bool:
     try:
         return bool(_OWN_PROJECT.search((root / "pyproject.toml").read_text(encoding="utf-8", errors="replace")))
@@ -57,14 +63,14 @@ def warnings(config_file: Path) -> list[str]:
             text = path.read_text(encoding="utf-8", errors="replace")
         except OSError:
             continue
-        match = _LINE.search(text)
-        if match is None:
+        ref = ref_in(text)
+        if ref is None:
             continue
-        value = found[str(path)] = _value(match.group("value"))
+        value = found[str(path)] = ref
         if value.startswith(PIN_PLACEHOLDER_START):
             out.append(f"{path}: DS4CI_REF is still the placeholder, so the workflow refuses to run; set it to "
                        "ds4ci's repository and a tag or full commit (OWNER/NAME@v0.1.0), or run "
-                       "`ds4ci init --ds4ci-ref OWNER/NAME@REF --force`")
+                       "`ds4ci upgrade --ds4ci-ref OWNER/NAME@REF`")
         elif not value:
             if not _is_ds4ci(root):
                 out.append(f"{path}: DS4CI_REF is empty, which means this repository is ds4ci itself; here the "

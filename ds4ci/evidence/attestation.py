@@ -3,7 +3,8 @@
 Written by the gate after sealing, next to ``manifest.json`` and ``results.json`` (outside the
 manifest, like ``results.json``). The statement's subject is the manifest's SHA-256, so it covers
 every sealed file; its predicate repeats what a reader must not be able to change: the head and
-base commits, the runner, the digest of the recorded settings, the ds4ci version and the verdict.
+base commits, the runner, the digest of the recorded settings, the ds4ci version, the verdict and
+(from schema 3) the evidence schema version.
 
 ``check`` is the one function ``verify`` and ``publish`` call: with the runner's trusted public
 key, a bundle edited and re-sealed by anyone without the private key does not pass.
@@ -54,10 +55,13 @@ def predicate(doc: dict[str, Any]) -> dict[str, Any]:
     """What the attestation vouches for, taken from a bundle's results.json."""
     revisions = doc.get("revisions") or {}
     head, base = revisions.get("head") or {}, revisions.get("base") or {}
-    return {
+    found = {
         "head": head.get("sha"), "base": base.get("sha"), "runner": (doc.get("runner") or {}).get("name"),
         "config_sha256": settings_digest(doc), "ds4ci_version": doc.get("ds4ci_version"), "verdict": doc.get("verdict"),
     }
+    if "schema_version" in doc:  # recorded since schema 3: the statements of older evidence do not name it
+        found["schema_version"] = doc["schema_version"]
+    return found
 
 
 def _bundle(directory: Path) -> tuple[str, dict[str, Any]]:
@@ -80,9 +84,14 @@ def statement(manifest_sha256: str, doc: dict[str, Any]) -> dict[str, Any]:
 
 def sign(directory: Path, key_path: Path) -> Path:
     """Write ``attestation.json`` into a sealed attempt directory, signed with the private key at ``key_path``."""
-    private = keys.load_private(key_path)
     manifest, doc = _bundle(directory)
-    payload = json.dumps(statement(manifest, doc), sort_keys=True, separators=(",", ":")).encode("utf-8")
+    return sign_statement(directory, key_path, statement(manifest, doc))
+
+
+def sign_statement(directory: Path, key_path: Path, body: dict[str, Any]) -> Path:
+    """Write ``attestation.json`` into ``directory``: ``body`` (an in-toto statement) signed with the key at ``key_path``."""
+    private = keys.load_private(key_path)
+    payload = json.dumps(body, sort_keys=True, separators=(",", ":")).encode("utf-8")
     signature = private.sign(pae(PAYLOAD_TYPE, payload))
     envelope = {
         "payloadType": PAYLOAD_TYPE,
@@ -114,36 +123,48 @@ def _envelope(directory: Path) -> tuple[bytes, list[bytes]]:
         raise ValueError(f"{ATTESTATION}: payload or signature is not base64") from exc
 
 
+def signed_payload(directory: Path, public_keys: Sequence[str], who: str) -> tuple[bytes | None, list[str]]:
+    """The payload of ``attestation.json`` when one of ``public_keys`` signed it, else the problems."""
+    try:
+        payload, signatures = _envelope(directory)
+    except FileNotFoundError:
+        return None, [f"not signed by {who}: the bundle has no {ATTESTATION}"]
+    except (OSError, UnicodeDecodeError, ValueError) as exc:
+        return None, [f"not signed by {who}: {exc}"]
+    signed = pae(PAYLOAD_TYPE, payload)
+    if not any(keys.verifies(line, sig, signed) for line in public_keys for sig in signatures):
+        return None, [f"not signed by {who}: no signature in {ATTESTATION} verifies with the configured public key"]
+    return payload, []
+
+
+def disagreements(claimed: Any, expected: dict[str, Any], who: str) -> list[str]:
+    """How a signed statement differs from the one the folder's files make (the signer's version aside)."""
+    if not isinstance(claimed, dict) or not isinstance(claimed.get("predicate"), dict):
+        return [f"signed by {who}, but the statement is malformed"]
+    claimed["predicate"].pop("signer", None)
+    expected["predicate"].pop("signer", None)
+    return [
+        f"signed by {who}, but the attestation's {name} disagrees with the bundle "
+        f"(signed {claimed.get(name)!r}, bundle {expected[name]!r})"
+        for name in ("_type", "subject", "predicateType", "predicate") if claimed.get(name) != expected[name]
+    ]
+
+
 def check(directory: Path, public_keys: Sequence[str], runner: str) -> list[str]:
     """Problems with a bundle's signature ([] when a trusted key signed a statement that matches the bundle).
 
     ``public_keys``: the ``ed25519:...`` lines trusted for ``runner`` (one during a key rotation: two).
     """
     who = f"runner {runner}'s key"
-    try:
-        payload, signatures = _envelope(directory)
-    except FileNotFoundError:
-        return [f"not signed by {who}: the bundle has no {ATTESTATION}"]
-    except (OSError, UnicodeDecodeError, ValueError) as exc:
-        return [f"not signed by {who}: {exc}"]
-    signed = pae(PAYLOAD_TYPE, payload)
-    if not any(keys.verifies(line, sig, signed) for line in public_keys for sig in signatures):
-        return [f"not signed by {who}: no signature in {ATTESTATION} verifies with the configured public key"]
+    payload, problems = signed_payload(directory, public_keys, who)
+    if payload is None:
+        return problems
     try:
         claimed = strictjson.loads(payload, "the signed statement")
         manifest, doc = _bundle(directory)
     except (OSError, UnicodeDecodeError, ValueError) as exc:
         return [f"signed by {who}, but the bundle cannot be read: {exc}"]
-    expected = statement(manifest, doc)
-    expected["predicate"].pop("signer")
-    if not isinstance(claimed, dict) or not isinstance(claimed.get("predicate"), dict):
-        return [f"signed by {who}, but the statement is malformed"]
-    claimed["predicate"].pop("signer", None)
-    return [
-        f"signed by {who}, but the attestation's {name} disagrees with the bundle "
-        f"(signed {claimed.get(name)!r}, bundle {expected[name]!r})"
-        for name in ("_type", "subject", "predicateType", "predicate") if claimed.get(name) != expected[name]
-    ]
+    return disagreements(claimed, statement(manifest, doc), who)
 
 
 ANY_RUNNER = "*"  # keys given on the command line (--key): trusted for whichever runner the bundle names

@@ -107,7 +107,7 @@ def _head(root: Path) -> Results:
     run = _object(sealed_json(root, RUN), RUN)
     manifest = root / MANIFEST
     doc: dict[str, Any] = {
-        "schema": results.SCHEMA_ID,
+        "schema": results.SCHEMA_ID, "schema_version": results.SCHEMA_VERSION,
         "ds4ci_version": attempt.get("ds4ci_version"),
         "runner": attempt.get("runner"),
         "started_at": attempt.get("started_at"),
@@ -206,6 +206,7 @@ def derive(root: Path) -> Results:
         raise DeriveError(str(exc)) from exc
     except (TypeError, ValueError, KeyError, AttributeError, IndexError) as exc:  # a sealed value of the wrong type
         raise DeriveError(f"the servers' sealed records are malformed ({type(exc).__name__}: {str(exc)[:200]})") from exc
+    errors = list(dict.fromkeys(errors))  # one reason once (an interrupt is both the run's and its server's)
     verdict, reasons = judge.overall(errors, target, doc["widths"], checks, build, attempt=root)
     verdict, reasons = judge_tree(doc["revisions"], doc["settings"].get("allow_dirty_tree") is True, verdict, reasons)
     final = Path(run["evidence_dir"]) / (RUNS if verdict == PASS else FAILED) / run["attempt_id"]

@@ -15,11 +15,13 @@ from pathlib import Path
 from typing import Any, Final, cast
 
 from ds4ci.errors import ResultsError
+from ds4ci.evidence import convert
 from ds4ci.fileio import write_text_atomic
 from ds4ci.judging import strictjson
 from ds4ci.records import Results
 
 SCHEMA_ID: Final = "ds4ci/result/v1"
+SCHEMA_VERSION: Final = convert.CURRENT
 MAX_RESULTS_BYTES = 8 * 1024 * 1024
 
 
@@ -99,8 +101,19 @@ def strict_json(data: bytes, source: str) -> Any:
         raise ResultsError(str(exc)) from exc
 
 
+def sealed(data: bytes, source: str = "results") -> tuple[Results, int]:
+    """A results document of any schema version this ds4ci reads, in today's shape, and the version it was
+    sealed with (``convert``); raises ``convert.UnreadableSchema`` for a version it cannot read."""
+    doc = strict_json(data, source)
+    if not isinstance(doc, dict) or doc.get("schema") != SCHEMA_ID:
+        return validate(doc, source), SCHEMA_VERSION  # validate says what was expected and found
+    version = convert.sealed_version(doc, source)
+    return validate(convert.to_current(doc, source), source), version
+
+
 def loads(data: bytes, source: str = "results") -> Results:
-    return validate(strict_json(data, source), source)
+    """A results document of any schema version this ds4ci reads, in today's shape."""
+    return sealed(data, source)[0]
 
 
 def load(path: Path) -> Results:

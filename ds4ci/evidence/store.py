@@ -33,12 +33,14 @@ from pathlib import Path
 from typing import Any
 
 from ds4ci.errors import NoVerdictError
+from ds4ci.evidence.convert import CURRENT
 from ds4ci.records import FileIdentity
 
 ATTEMPTS = "attempts"
 RUNS = "runs"
 FAILED = "failed"
 MANIFEST = "manifest.json"
+MANIFEST_SCHEMA = "ds4ci/manifest/v1"  # with schema_version: the evidence schema it was sealed with (convert.CURRENT)
 RESULTS = "results.json"
 GITIGNORE = ".gitignore"  # the evidence folder's own, outside every attempt
 ATTESTATION = "attestation.json"  # the runner key's signature (evidence/attestation.py), beside the manifest
@@ -203,7 +205,7 @@ def build_manifest(attempt_dir: Path, inputs: Sequence[FileIdentity], seals: Sea
             f"the evidence changed after it was sealed, so no verdict can stand ({len(changed)} change(s)): "
             + "; ".join(changed[:10]) + "; the attempt is kept as it is"
         )
-    return {"schema": "ds4ci/manifest/v1", "inputs": inputs, "evidence": files}
+    return {"schema": MANIFEST_SCHEMA, "schema_version": CURRENT, "inputs": inputs, "evidence": files}
 
 
 def seal(attempt: Attempt, inputs: Sequence[FileIdentity], seals: Seals | None = None) -> str:

@@ -10,9 +10,12 @@ A bundle is a promoted attempt directory (or a ``.tar.gz`` of one, see ``bundle.
    per-request, per-width and overall verdict, every check and the build re-judged, every other
    field read from the sealed file it comes from (``docs/results.md``);
 3. comparison with ``results.json`` as canonical JSON; the first key path that differs is named.
+   A bundle sealed with an older schema (``convert``) is compared in its copied fields only; its
+   verdicts, re-derived with today's rules, are compared as a finding (``differ.across_versions``).
 
 ``results.json`` is a summary, never the authority. Exit 0: intact, consistent, pass; 1: intact,
-consistent, fail; 3: anything that does not verify.
+consistent, fail; 4: intact, the verdict is error; 3: anything that does not verify; 5: intact, but
+of a schema version this ds4ci cannot read (the message names the ds4ci to install).
 """
 
 from __future__ import annotations
@@ -24,10 +27,12 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Final, TypedDict
 
+from ds4ci import __version__
 from ds4ci.errors import EXIT_ERROR, EXIT_FAIL, EXIT_PASS, ResultsError, UsageError
-from ds4ci.evidence import attestation, bundle, results
+from ds4ci.evidence import attestation, bundle, convert, results
 from ds4ci.evidence.derive import DeriveError, derive
-from ds4ci.evidence.store import MANIFEST, RESULTS, regular_files
+from ds4ci.evidence.differ import across_versions, compare
+from ds4ci.evidence.store import MANIFEST, MANIFEST_SCHEMA, RESULTS, regular_files
 from ds4ci.judging import confined
 from ds4ci.judging.tree import tree_note
 from ds4ci.judging.verdict import ERROR, FAIL, PASS
@@ -39,8 +44,10 @@ EXIT_FOR = {PASS: EXIT_PASS, FAIL: EXIT_FAIL}
 # verify's own code for an intact, consistent bundle whose verdict is error: distinct from
 # EXIT_ERROR (3), which verify keeps for evidence that does not verify.
 EXIT_VERDICT_ERROR: Final = 4
+# verify's code for an intact bundle of a schema version this ds4ci cannot read (convert.UnreadableSchema).
+EXIT_UNREADABLE_SCHEMA: Final = 5
 # Most severe first: the code verify returns for several bundles.
-EXIT_SEVERITY = (EXIT_ERROR, EXIT_VERDICT_ERROR, EXIT_FAIL, EXIT_PASS)
+EXIT_SEVERITY = (EXIT_ERROR, EXIT_UNREADABLE_SCHEMA, EXIT_VERDICT_ERROR, EXIT_FAIL, EXIT_PASS)
 # Shapes of malformed sealed JSON that judging did not anticipate: still "does not verify", never a traceback.
 _MALFORMED = (TypeError, KeyError, AttributeError, IndexError, ValueError, ArithmeticError, RecursionError)
 
@@ -61,7 +68,11 @@ class Verification:
     bundle: str
     problems: list[str] = field(default_factory=list)  # anything here means: does not verify
     recomputed: Recomputed | None = None
-    recorded: Results | None = None
+    recorded: Results | None = None  # in today's shape (convert), whatever schema it was sealed with
+    derived: Results | None = None  # what today's rules derive from the sealed files
+    sealed_schema: int | None = None  # the schema version results.json was sealed with
+    unreadable: str | None = None  # why this ds4ci cannot read the bundle's schema, and what to install
+    notes: list[str] = field(default_factory=list)  # across schema versions: sealed by whom, do the verdicts agree
 
     @property
     def verdict(self) -> Verdict:
@@ -76,18 +87,25 @@ class Verification:
 
     @property
     def exit_code(self) -> int:
-        """0 pass, 1 fail, 3 does not verify, 4 intact but the verdict is error (no verdict was reached)."""
+        """0 pass, 1 fail, 3 does not verify, 4 intact but the verdict is error (no verdict was reached),
+        5 intact but of a schema this ds4ci cannot read."""
+        if not self.problems and self.unreadable is not None:
+            return EXIT_UNREADABLE_SCHEMA
         if not self.intact:
             return EXIT_ERROR
         return EXIT_FOR.get(self.verdict, EXIT_VERDICT_ERROR)
 
     def summary(self) -> str:
+        if not self.problems and self.unreadable is not None:
+            return (f"{self.bundle}: its files match the manifest, but this ds4ci cannot re-derive it: {self.unreadable} "
+                    f"(exit {EXIT_UNREADABLE_SCHEMA})")
         if not self.intact:
             return f"{self.bundle}: evidence does not verify: " + "; ".join(self.problems[:20] or ["nothing recomputed"])
+        notes = "".join(f"; {n}" for n in self.notes)
         if self.exit_code == EXIT_VERDICT_ERROR:
             return (f"{self.bundle}: intact and consistent; recomputed verdict error (the gate reached no verdict; "
-                    f"exit {EXIT_VERDICT_ERROR})")
-        return f"{self.bundle}: intact and consistent; recomputed verdict {self.verdict}"
+                    f"exit {EXIT_VERDICT_ERROR}){notes}")
+        return f"{self.bundle}: intact and consistent; recomputed verdict {self.verdict}{notes}"
 
 
 def _manifest(root: Path, problems: list[str]) -> tuple[dict[str, Any], bytes] | None:
@@ -102,9 +120,9 @@ def _manifest(root: Path, problems: list[str]) -> tuple[dict[str, Any], bytes] |
         problems.append(f"manifest.json cannot be read: {exc}")
         return None
     entries = doc.get("evidence") if isinstance(doc, dict) else None
-    if not isinstance(doc, dict) or doc.get("schema") != "ds4ci/manifest/v1" or not isinstance(entries, list):
+    if not isinstance(doc, dict) or doc.get("schema") != MANIFEST_SCHEMA or not isinstance(entries, list):
         found = f"a JSON {type(doc).__name__}" if not isinstance(doc, dict) else "an object without them"
-        problems.append(f"manifest.json is not a ds4ci/manifest/v1 document with an evidence list (found {found})")
+        problems.append(f"manifest.json is not a {MANIFEST_SCHEMA} document with an evidence list (found {found})")
         return None
     return doc, data
 
@@ -138,37 +156,64 @@ def _matches(root: Path, path: str, entry: Mapping[str, Any]) -> str | None:
     return None
 
 
-def _recorded(root: Path, manifest_bytes: bytes, problems: list[str]) -> Results | None:
-    """results.json, read through ``confined`` and validated, and the manifest digest it must carry."""
-    try:
-        recorded = results.loads(confined.read_bytes(root, RESULTS, results.MAX_RESULTS_BYTES), RESULTS)
-    except (confined.ConfinedError, ResultsError) as exc:
-        problems.append(f"results.json cannot be used: {exc}")
+def _versions_agree(manifest: Mapping[str, Any], sealed_schema: int) -> str | None:
+    """Why the manifest's schema_version (absent before schema 3) contradicts results.json's, or None."""
+    have = manifest.get("schema_version")
+    if have == sealed_schema or (have is None and sealed_schema < results.SCHEMA_VERSION):
         return None
-    digest = hashlib.sha256(manifest_bytes).hexdigest()
+    return (f"manifest.json records schema_version {have!r} but results.json has schema {sealed_schema} "
+            "(one bundle is sealed with one schema)")
+
+
+def _recorded(root: Path, manifest: tuple[dict[str, Any], bytes], found: Verification) -> Results | None:
+    """results.json, read through ``confined``, converted to today's shape and validated; the schema version it
+    was sealed with, which the manifest must agree with, and the manifest digest it must carry."""
+    try:
+        recorded, found.sealed_schema = results.sealed(
+            confined.read_bytes(root, RESULTS, results.MAX_RESULTS_BYTES), RESULTS)
+    except convert.UnreadableSchema as exc:
+        why = _versions_agree(manifest[0], exc.version)
+        found.problems += [why] if why is not None else []
+        found.unreadable = str(exc) if why is None else None
+        return None
+    except (confined.ConfinedError, ResultsError) as exc:
+        found.problems.append(f"results.json cannot be used: {exc}")
+        return None
+    if (why := _versions_agree(manifest[0], found.sealed_schema)) is not None:
+        found.problems.append(why)
+    digest = hashlib.sha256(manifest[1]).hexdigest()
     if recorded["evidence"]["manifest_sha256"] != digest:
-        problems.append(
+        found.problems.append(
             f"results.json records manifest digest {recorded['evidence']['manifest_sha256']}, "
             f"but manifest.json has {digest}"
         )
     return recorded
 
 
-def check_integrity(root: Path) -> tuple[list[str], Results | None]:
-    """Problems with the bundle's files, and its results.json when it could be read."""
+def check_files(root: Path, beside: Sequence[str] = _SEALED) -> tuple[list[str], tuple[dict[str, Any], bytes] | None]:
+    """Problems with a sealed folder's files against its manifest (``beside``: the files written after it), and the
+    manifest (its document and exact bytes) when it could be read."""
     files, problems = regular_files(root)
-    found = _manifest(root, problems)
-    if found is None:
+    manifest = _manifest(root, problems)
+    if manifest is None:
         return problems, None
-    listed = _listed(found[0]["evidence"], problems)
+    listed = _listed(manifest[0]["evidence"], problems)
     for path, entry in sorted(listed.items()):
         if path not in files:
             problems.append(f"{path} is listed in the manifest but missing (or not a regular file)")
         elif (why := _matches(root, path, entry)) is not None:
             problems.append(why)
-    for path in sorted(set(files) - set(listed) - set(_SEALED)):
+    for path in sorted(set(files) - set(listed) - set(beside)):
         problems.append(f"{path} is not listed in the manifest (added after sealing)")
-    return problems, _recorded(root, found[1], problems)
+    return problems, manifest
+
+
+def check_integrity(root: Path, found: Verification) -> None:
+    """The bundle's files against its manifest (problems into ``found``), then its results.json (``found.recorded``)."""
+    problems, manifest = check_files(root)
+    found.problems += problems
+    if manifest is not None:
+        found.recorded = _recorded(root, manifest, found)
 
 
 def recompute(derived: Results) -> Recomputed:
@@ -179,81 +224,11 @@ def recompute(derived: Results) -> Recomputed:
     }
 
 
-def _shown(value: object) -> str:
-    if value is _ABSENT:
-        return "absent"
-    text = json.dumps(value, sort_keys=True) if not isinstance(value, str) else value
-    return text if len(text) <= 80 else text[:79] + "…"
-
-
-_ABSENT = object()
-
-
-def first_difference(recorded: object, derived: object, path: str = "") -> str | None:
-    """The first key path where two JSON documents differ, as "PATH recorded X, derived Y" (None: equal)."""
-    if isinstance(recorded, dict) and isinstance(derived, dict):
-        for key in sorted(set(recorded) | set(derived)):
-            found = first_difference(recorded.get(key, _ABSENT), derived.get(key, _ABSENT), f"{path}.{key}" if path else key)
-            if found is not None:
-                return found
-        return None
-    if isinstance(recorded, list) and isinstance(derived, list):
-        for index in range(max(len(recorded), len(derived))):
-            a = recorded[index] if index < len(recorded) else _ABSENT
-            b = derived[index] if index < len(derived) else _ABSENT
-            found = first_difference(a, b, f"{path}[{index}]")
-            if found is not None:
-                return found
-        return None
-    if recorded is _ABSENT or derived is _ABSENT or json.dumps(recorded) != json.dumps(derived):
-        return f"{path or '(top level)'} recorded {_shown(recorded)}, derived {_shown(derived)}"
-    return None
-
-
-def compare(recorded: Results, derived: Results) -> list[str]:
-    """How results.json differs from the document derived from the sealed files (empty: identical)."""
-    difference = first_difference(recorded, derived)
-    if difference is None:
-        return []
-    problems: list[str] = []
-    if recorded["verdict"] != derived["verdict"]:
-        problems.append(f"overall verdict recorded {recorded['verdict']}, recomputed {derived['verdict']}")
-    got = {w["q"]: w for w in recorded["widths"]}
-    want = {w["q"]: w for w in derived["widths"]}
-    for q in sorted(set(got) | set(want)):
-        if q not in got:
-            problems.append(f"q={q}: in the evidence but missing from results.json")
-        elif q not in want:
-            problems.append(f"q={q}: in results.json but without server evidence")
-        elif got[q] != want[q]:
-            problems.append(_width_difference(q, got[q], want[q]))
-    return [f"results.json differs from what its sealed files derive: {difference}", *problems]
-
-
-def _differing_keys(got: Mapping[str, object], want: Mapping[str, object]) -> list[str]:
-    """The keys of two records whose values differ (a record's key set is fixed, so ``get`` only pairs them)."""
-    return sorted(k for k in set(got) | set(want) if got.get(k) != want.get(k))
-
-
-def _width_difference(q: int, got: WidthResult, want: WidthResult) -> str:
-    if got["verdict"] != want["verdict"]:
-        detail = next((r for r in want["reasons"] if "token IDs differ" in r), want["reasons"][0] if want["reasons"] else "")
-        return f"q={q} verdict recorded {got['verdict']}, recomputed {want['verdict']}" + (f": {detail}" if detail else "")
-    fields = _differing_keys(got, want)
-    cells = sorted(
-        f"prompt {a['prompt_index']} {k}"
-        for a, b in zip(got["prompts"], want["prompts"], strict=False)
-        for k in _differing_keys(a, b)
-    )
-    return f"q={q}: recorded {', '.join(cells or fields)} differ from the recomputation"
-
-
 def verify_dir(root: Path, label: str | None = None) -> Verification:
     found = Verification(label or str(root))
-    problems, recorded = check_integrity(root)
-    found.problems += problems
-    found.recorded = recorded
-    if recorded is None:
+    check_integrity(root, found)
+    recorded = found.recorded
+    if recorded is None or found.sealed_schema is None:
         return found
     try:
         derived = derive(root)
@@ -263,8 +238,13 @@ def verify_dir(root: Path, label: str | None = None) -> Verification:
     except _MALFORMED as exc:
         found.problems.append(f"the sealed evidence has an unexpected shape ({type(exc).__name__}: {str(exc)[:200]})")
         return found
-    found.recomputed = recompute(derived)
-    found.problems += compare(recorded, derived)
+    found.recomputed, found.derived = recompute(derived), derived
+    if found.sealed_schema == results.SCHEMA_VERSION:
+        found.problems += compare(recorded, derived)
+    else:
+        problems, found.notes = across_versions(recorded, derived, found.sealed_schema, recorded["ds4ci_version"],
+                                                __version__)
+        found.problems += problems
     return found
 
 
@@ -272,6 +252,14 @@ def _for_runner(expected: Mapping[str, Any], runner: str) -> dict[str, Any]:
     """The trusted expectations for one runner: ``[gate]``'s, with its ``[runners.<name>]`` table applied."""
     own = expected.get("runners", {}).get(runner, {})
     return {**{k: val for k, val in expected.items() if k != "runners"}, **own}
+
+
+def never_hashed(recorded: Results) -> bool:
+    """The run stopped before it hashed any input (its build failed, its tree was refused): its identities were
+    never reached, so they are no mismatch with a trusted config. A pass always hashed them."""
+    ids = recorded["identities"]
+    return (recorded["verdict"] != "pass" and not ids["prompts"]
+            and all(ids[role] is None for role in ("target", "draft", "server_bin")))
 
 
 def expectation_mismatches(
@@ -309,6 +297,8 @@ def expectation_mismatches(
             and want.get("allow_dirty_tree") is not True):
         out.append(("allow_dirty_tree", True, False))
     ids = recorded["identities"]
+    if never_hashed(recorded):  # stopped before any input was hashed (a failed build): nothing ran to compare
+        return out
     for role_name, identity in (("target", ids["target"]), ("draft", ids["draft"]), ("server_bin", ids["server_bin"])):
         have = identity["sha256"] if identity is not None else None
         if want.get(f"{role_name}_sha256") not in (None, have):
@@ -335,7 +325,8 @@ def expectation_problems(found: Verification, expected: Mapping[str, Any]) -> li
 def as_json(found: Verification) -> dict[str, Any]:
     return {
         "bundle": found.bundle, "verifies": found.intact, "verdict": found.verdict, "exit_code": found.exit_code,
-        "problems": found.problems, "recomputed": found.recomputed,
+        "problems": found.problems, "recomputed": found.recomputed, "sealed_schema": found.sealed_schema,
+        "schema": results.SCHEMA_VERSION, "notes": found.notes, "unreadable": found.unreadable,
     }
 
 

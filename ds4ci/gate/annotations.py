@@ -12,6 +12,7 @@ from pathlib import Path
 from typing import Any
 
 from ds4ci.evidence.store import RESULTS
+from ds4ci.gate.interrupt import INTERRUPTED
 from ds4ci.gate.settings import scope_note
 from ds4ci.judging.verdict import PASS
 from ds4ci.log import Logger
@@ -36,7 +37,8 @@ def _reason_logs(doc: Mapping[str, Any]) -> dict[str, str]:
     for part in parts:
         if part.get("server_log") and (evidence / part["server_log"]).is_file():
             for reason in part.get("reasons", []):
-                logs.setdefault(reason, annotation_path(evidence / part["server_log"]))
+                if not reason.startswith(INTERRUPTED):  # ds4ci's own interrupt: no server log says it
+                    logs.setdefault(reason, annotation_path(evidence / part["server_log"]))
     return logs
 
 

@@ -50,7 +50,9 @@ def _build(spec: BuildSpec, log_dir: Path, progress: Logger, log_cap_bytes: int,
     record.update({"cwd": str(spec.cwd or Path.cwd()), "server_bin": str(spec.server_bin)})
     (log_dir / RECORD).write_text(json.dumps(record, indent=2, sort_keys=True, allow_nan=False) + "\n", encoding="utf-8")
     build = build_result(record, log_dir, "build")
-    progress(f"build: {build['status']}: {build['summary']} ({build['duration_s']:.1f} s)")
+    said = {"pass": f"pass: {build['summary']}", "fail": build["summary"]}.get(build["status"],
+                                                                             f"no verdict: {build['summary']}")
+    progress(f"build: {said} ({build['duration_s']:.1f} s)")
     return build
 
 

@@ -23,6 +23,7 @@ def initial_results(cfg: GateConfig, started_at: str) -> Results:
     """A run that has done nothing yet: no verdict, every field present (so any exit leaves a valid file)."""
     return {
         "schema": results.SCHEMA_ID,
+        "schema_version": results.SCHEMA_VERSION,
         "ds4ci_version": __version__,
         "runner": {
             # options/config.py accepts no other role; a Literal-typed GateConfig.role would make the cast go

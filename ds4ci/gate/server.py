@@ -30,7 +30,7 @@ from typing import Any
 
 from ds4ci import supervisor
 from ds4ci.errors import NoVerdictError
-from ds4ci.gate import tracefile
+from ds4ci.gate import interrupt, tracefile
 from ds4ci.gate.loopback import HOST, Answer, HttpAnswerError, exchange, quote_body
 from ds4ci.judging import exacttrace
 from ds4ci.judging.logtail import excerpt, exec_failure, exit_description, explain
@@ -273,9 +273,11 @@ class Server:
         t0 = time.monotonic()
         running = child.poll() is None
         if running:
-            self.progress(f"{self.label}: stopping (SIGTERM; the server may take a while to free the GPU)")
+            gpu = not self.settings.target_device.startswith("cpu")
+            self.progress(f"{self.label}: stopping (SIGTERM{'; the server may take a while to free the GPU' if gpu else ''})")
         try:
-            with self._heartbeat("stopping", every_s=min(self.progress.heartbeat_s, _STOP_HEARTBEAT_S)):
+            with self._heartbeat("stopping", every_s=min(self.progress.heartbeat_s, _STOP_HEARTBEAT_S)), \
+                    interrupt.stopping(child):
                 self.needed_kill = child.terminate(self.settings.stop_timeout_s)
             if self.needed_kill:
                 self.progress(f"{self.label}: still running {self.settings.stop_timeout_s:g} s after SIGTERM; SIGKILL")

@@ -1,6 +1,7 @@
 """Carry out a :class:`~ds4ci.github.plan.PublishPlan`: only writes, in a safe order, nothing decided here.
 
-Statuses first (pending ones first, green ones last), then the check runs, then the sticky comment. What the
+Statuses first (pending ones first, green ones last), then the check runs, then the sticky comment, and last
+(only once every write succeeded) each runner's decided state to ``--verdicts-out``. What the
 plan found already said on GitHub is not sent again, so applying the same plan twice changes nothing. The
 comment converges under concurrent publishers: after a write the comments changed since the plan's read are
 read again; a duplicate is folded into the oldest, and sections another publisher's edit replaced are merged
@@ -9,12 +10,15 @@ again (with the plan's own renderer).
 
 from __future__ import annotations
 
+import json
 import random
 import sys
 import time
+from collections.abc import Mapping
 from dataclasses import dataclass
+from pathlib import Path
 
-from ds4ci.errors import PublishError
+from ds4ci.errors import PublishError, UsageError
 from ds4ci.github.client import Client, Comment, ReadOnlyTokenError
 from ds4ci.github.facts import ours_of, second_before
 from ds4ci.github.plan import CheckRunAction, CommentPlan, PublishPlan
@@ -52,6 +56,16 @@ def apply(plan: PublishPlan, client: Client) -> None:
         outcome = upsert(client, plan.comment)
         plan.done.add("comment")
         _say(f"comment {outcome.comment_id} {outcome.action} on #{plan.comment.pr}")
+    if plan.verdicts_out is not None:  # last: a publish that failed on the way leaves no verdict (fail closed)
+        write_verdicts(plan.verdicts_out, plan.verdicts)
+
+
+def write_verdicts(path: Path, verdicts: Mapping[str, str]) -> None:
+    """{runner: state} as one JSON line: what gate.yml's job `verdict <runner>` succeeds or fails on."""
+    try:
+        path.write_text(json.dumps(dict(verdicts), sort_keys=True) + "\n", encoding="utf-8")
+    except OSError as exc:
+        raise UsageError(f"--verdicts-out {path}: cannot write it: {exc.strerror or exc}") from exc
 
 
 def _check_run(client: Client, action: CheckRunAction) -> None:

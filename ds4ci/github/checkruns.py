@@ -147,13 +147,13 @@ def _fit(text: str, more: str) -> str:
 
 
 def summary(doc: Results, env: Any, run_url: str | None, predecessor: str | None, left: int,
-            seen: docview.DocView | None = None) -> str:
+            seen: docview.DocView | None = None, calibration: str | None = None) -> str:
     """The runner's comment section, at the most detail that fits GitHub's limit."""
     note = f"\n\n{left} more error location(s) in the logs than the 50 annotations shown." if left else ""
     body = ""
     for detail in render.LEVELS:
         body = render.render_section(env, doc, detail, run_url=run_url, predecessor=predecessor, kind="check",
-                                     seen=seen).body
+                                     seen=seen, calibration=calibration).body
         if len(body) + len(note) <= MAX_CHARS:
             return body + note
     return _fit(body + note, "")
@@ -193,7 +193,8 @@ def title(doc: Results, state: str, description: str, head: str, headline: str |
 
 
 def plan(doc: Results, state: str, description: str, head: str, *, env: Any, run_url: str | None,
-         predecessor: str | None, signature: str, seen: docview.DocView | None = None) -> CheckRunPlan:
+         predecessor: str | None, signature: str, seen: docview.DocView | None = None,
+         calibration: str | None = None) -> CheckRunPlan:
     """What one runner's check run says, from the document and status decision the commit status uses."""
     notes, left = find_annotations(doc)
     return CheckRunPlan(
@@ -201,7 +202,7 @@ def plan(doc: Results, state: str, description: str, head: str, *, env: Any, run
         head_sha=head,
         conclusion=conclusion(doc, state),
         title=title(doc, state, description, head, seen.headline if seen is not None else None),
-        summary=summary(doc, env, run_url, predecessor, left, seen),
+        summary=summary(doc, env, run_url, predecessor, left, seen, calibration),
         text=text(doc, signature),
         details_url=run_url,
         annotations=tuple(notes),

@@ -224,6 +224,26 @@ class Client:
 
         return _call(f"read workflow run {run_id}", call)
 
+    def run_jobs(self, run_id: int, attempt: int) -> list[Any]:
+        """The jobs of one attempt of a workflow run (every page), as GitHub recorded them."""
+        return self._pages(f"{self._base}/actions/runs/{run_id}/attempts/{attempt}/jobs",
+                           f"list the jobs of run {run_id} attempt {attempt}", "jobs")
+
+    def compare_status(self, base: str, head: str) -> str:
+        """GitHub's ``status`` of compare base...head (identical, behind, ahead, diverged); "unknown" on 404."""
+        def call() -> Any:
+            try:
+                _, data = self._gh.requester.requestJsonAndCheck("GET", f"{self._base}/compare/{base}...{head}")
+            except GithubException as exc:
+                if exc.status == 404:
+                    return None
+                raise
+            return data
+
+        data = _call(f"compare {base[:40]}...{head[:12]}", call)
+        found = data.get("status") if isinstance(data, dict) else "unknown"
+        return found if isinstance(found, str) and found else "unknown"
+
     def _pages(self, url: str, action: str, list_item: str | None = None) -> list[Any]:
         def call() -> list[Any]:
             extra: dict[str, Any] = {"list_item": list_item} if list_item else {}

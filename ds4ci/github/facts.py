@@ -13,14 +13,17 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from datetime import datetime, timedelta
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from ds4ci.errors import PublishError
 from ds4ci.github import checkruns, publish, statuses
 from ds4ci.github.client import Client, Comment
-from ds4ci.github.merge import MergeFacts, Requirements
+from ds4ci.github.merge import MergeFacts, Requirements, Vouch
 from ds4ci.github.runnerview import is_focused
 from ds4ci.report.sections import MARKER
+
+if TYPE_CHECKING:
+    from ds4ci.github.publish import Vouched
 
 
 @dataclass(frozen=True)
@@ -37,6 +40,9 @@ class Facts:
     predecessors: Mapping[str, str] = field(default_factory=dict)  # runner -> last hardware-validated commit
     missing: Mapping[str, tuple[str | None, tuple[str, ...], tuple[str, ...]]] = field(default_factory=dict)
     merge: tuple[MergeFacts, Requirements] | None = None
+    # runner -> what will vouch for its ds4ci/<runner> once this publish's status (linking the run at
+    # target_url) is set: by state, "success" or "other" (the merge checklist's gate rows, laid by the plan)
+    vouches_after: Mapping[str, Mapping[str, Vouch]] = field(default_factory=dict)
 
 
 @dataclass(frozen=True)
@@ -47,14 +53,22 @@ class Settings:
     pr: int | None = None
     target_url: str | None = None
     template_dir: Path | None = None
-    comment: bool = True
+    comment_mode: str = "always"  # always | failures (a new comment only where a status is not success) | off
     status: bool = True
     check_runs: bool = True
     expect_runners: tuple[str, ...] = ()
     comment_author: str | None = None  # an installation token's bot account, where GET /user cannot say
     merge_config: Path | None = None  # the "Review and merge status" checklist's requirements
+    expect_config: Path | None = None  # the trusted ds4ci.toml: its [merge] table, where merge_config is not given
+    calibrations: Mapping[str, str] = field(default_factory=dict)  # runner -> its latest calibration, cited
+    verdicts_out: Path | None = None  # where apply writes each runner's decided state, after every write
     api_url: str | None = None
     token_env: str = "GITHUB_TOKEN"  # noqa: S105 - the name of the variable, not a token
+
+    @property
+    def comment(self) -> bool:
+        """Whether the sticky comment is written at all (``comment_mode`` is not ``off``)."""
+        return self.comment_mode != "off"
 
 
 class Reads(Client):
@@ -160,13 +174,32 @@ def gather(client: Client, settings: Settings, docs: Sequence[Any], head: str, t
         own = statuses.from_creator(statuses.parse(raw, head), identity)
         last_publish = max((str(i.get("created_at") or "") for i in raw if isinstance(i, dict)
                             and (i.get("creator") or {}).get("login") == identity), default=None) or None
-    full = {r: publish.last_full_pass(reads, pr, head, r, publisher)
+    vouched = _voucher(reads, pr, publisher, settings.merge_config or settings.expect_config)
+    full = {r: publish.last_full_pass(reads, pr, head, r, publisher, vouched)
             for r in focused if r in trusted and pr is not None and publisher is not None}
     facts = Facts(publisher=identity, app=app, own_statuses=own, own_runs=_own_runs(reads, head, app),
                   full_passes=full)
     if pr is None or not settings.comment or publisher is None:
         return facts
-    return _comment_facts(reads, settings, facts, docs, head, publisher, last_publish)
+    return _comment_facts(reads, settings, facts, docs, head, publisher, last_publish, vouched,
+                          [r for r in trusted if settings.status])
+
+
+def _voucher(client: Client, pr: int | None, publisher: str | None, config: Path | None) -> Vouched | None:
+    """What vouches for an older commit's green (``ds4ci.github.vouch``), as the trusted config's [merge] says."""
+    from ds4ci.github import mergeconfig, mergefacts, vouch
+
+    if pr is None or publisher is None:
+        return None
+    need = mergeconfig.trusted_gate(mergeconfig.load_merge_table(config) if config is not None else {}, publisher)
+    made: list[vouch.Voucher] = []
+
+    def judged(sha: str, runner: str) -> Vouch:  # the PR's base branch is read only when a green is judged
+        if not made:
+            made.append(vouch.Voucher(client, client.repo, need, mergefacts.pull_facts(pr, client.pull(pr)).base_ref))
+        return made[0].judge_commit(sha, runner)
+
+    return judged
 
 
 def for_pending(client: Client, settings: Settings, sha: str) -> Facts:
@@ -182,14 +215,15 @@ def for_pending(client: Client, settings: Settings, sha: str) -> Facts:
 
 
 def _comment_facts(client: Client, settings: Settings, facts: Facts, docs: Sequence[Any], head: str,
-                   publisher: str, last_publish: str | None) -> Facts:
+                   publisher: str, last_publish: str | None, vouched: Vouched | None,
+                   publishing: Sequence[str]) -> Facts:
     """The sticky comment, each failing runner's predecessor, the runners without a result, the merge state."""
     assert settings.pr is not None
     pr = settings.pr
     predecessors = {}
     for doc in docs:
         if doc["verdict"] != "pass":
-            older = publish.last_validated_predecessor(client, pr, head, doc["runner"]["name"], publisher)
+            older = publish.last_validated_predecessor(client, pr, head, doc["runner"]["name"], publisher, vouched)
             if older:
                 predecessors[doc["runner"]["name"]] = older
     present = {d["runner"]["name"] for d in docs}
@@ -197,17 +231,19 @@ def _comment_facts(client: Client, settings: Settings, facts: Facts, docs: Seque
     for runner in settings.expect_runners:
         if runner in present:
             continue
-        older = publish.last_validated_predecessor(client, pr, head, runner, publisher)
+        older = publish.last_validated_predecessor(client, pr, head, runner, publisher, vouched)
         commits, files = client.compare(older, head) if older else ([], [])
         missing[runner] = (older, tuple(commits), tuple(files))
     comments, seen = _comments(client, pr, publisher, last_publish)
-    merge = _merge_facts(client, pr, settings) if settings.merge_config is not None else None
-    return replace(facts, comments=comments, seen_until=seen, predecessors=predecessors, missing=missing, merge=merge)
+    facts = replace(facts, comments=comments, seen_until=seen, predecessors=predecessors, missing=missing)
+    return _merge_facts(client, pr, settings, facts, head, publishing) if settings.merge_config is not None else facts
 
 
-def _merge_facts(client: Client, pr: int, settings: Settings) -> tuple[MergeFacts, Requirements]:
-    """The review and merge state, read before the writes (the plan lays this run's statuses over it)."""
-    from ds4ci.github import mergeconfig, mergefacts
+def _merge_facts(client: Client, pr: int, settings: Settings, facts: Facts, head: str,
+                 publishing: Sequence[str]) -> Facts:
+    """The review and merge state, read before the writes (the plan lays this run's statuses over it), and what
+    will vouch for each runner's green once this publish's status links the run at ``target_url``."""
+    from ds4ci.github import mergeconfig, mergefacts, vouch
     from ds4ci.github.client import DEFAULT_API_URL, THROTTLE_ENV
 
     assert settings.merge_config is not None
@@ -216,4 +252,19 @@ def _merge_facts(client: Client, pr: int, settings: Settings) -> tuple[MergeFact
     polite = os.environ.get(THROTTLE_ENV, "1") != "0"
     gql = mergefacts.GraphQL(mergefacts.graphql_url(url), os.environ.get(settings.token_env, ""),
                              backoff_s=1.0 if polite else 0.0)
-    return mergefacts.gather(client, gql, client.repo, pr, need, mergeable_delay_s=2.0 if polite else 0.0), need
+    found = mergefacts.gather(client, gql, client.repo, pr, need, mergeable_delay_s=2.0 if polite else 0.0)
+    voucher = vouch.Voucher(client, client.repo, need, found.pull.base_ref)
+    after: dict[str, dict[str, Vouch]] = {}
+    green_on = dict(found.gate_green_on)
+    for runner in (r for r in need.runners if r in publishing):
+        context = f"ds4ci/{runner}"
+        after[runner] = {state: voucher.judge(head, runner, (statuses.Status(context, state, "", facts.publisher or "",
+                                                                             settings.target_url or ""),
+                                                             *found.statuses), found.check_runs)
+                         for state in ("success", "other")}
+        if runner not in green_on and not all(v.green for v in after[runner].values()):
+            older = publish.last_validated_predecessor(client, pr, head, runner, need.publisher,
+                                                       vouched=voucher.judge_commit)
+            if older:
+                green_on[runner] = older
+    return replace(facts, merge=(replace(found, gate_green_on=green_on), need), vouches_after=after)

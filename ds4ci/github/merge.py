@@ -9,6 +9,7 @@ the PR is ready only when every condition holds). Fetching lives in ``ds4ci.gith
 
 from __future__ import annotations
 
+import datetime as dt
 import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
@@ -51,6 +52,9 @@ class Requirements:
     publisher: str = DEFAULT_PUBLISHER  # the only account whose ds4ci/<runner> statuses count
     sources: tuple[CheckSource, ...] = ()  # per-check sources; a check not listed: CheckSource(name)
     workflow: str = DEFAULT_WORKFLOW  # a gate status counts only when it links a run of this file (provenance)
+    calibration_max_age_days: int = 0  # above 0: each gate runner's own check run must cite a calibration this recent
+    vouch: str = "workflow"  # which record vouches for a green gate (ds4ci.github.vouch)
+    vouch_app_id: int | None = None  # vouch "publisher": the GitHub App whose check runs vouch
 
     def source(self, check: str) -> CheckSource:
         return next((s for s in self.sources if s.name == check), CheckSource(check))
@@ -77,7 +81,10 @@ class CheckRun:
     head_sha: str
     app: str = DEFAULT_CHECK_APP  # app.slug: the GitHub App that created it
     id: int = 0
+    app_id: int = 0  # app.id: the GitHub App that created it (what vouch = "publisher" names)
     title: str = ""  # output.title (ds4ci's own check runs: the status description)
+    summary: str = ""  # output.summary (ds4ci's own: the runner's section, with the calibration it cites)
+    details_url: str = ""  # ds4ci's own check runs: the gate run's URL, like a status's target_url
 
 
 @dataclass(frozen=True)
@@ -103,6 +110,17 @@ class ReviewThread:
 
 
 @dataclass(frozen=True)
+class Vouch:
+    """Whether a record of GitHub's ties a runner's green to the trusted gate (ds4ci.github.vouch), and which."""
+
+    green: bool
+    detail: str  # the record that vouched, or why none did
+
+
+NOT_VOUCHED = Vouch(False, "no record of GitHub's was read for it")
+
+
+@dataclass(frozen=True)
 class MergeFacts:
     pull: PullFacts
     statuses: tuple[Status, ...] = ()  # every status of the head, newest first, with its creator
@@ -112,6 +130,8 @@ class MergeFacts:
     # runner -> the newest older PR commit whose ds4ci/<runner> is success (only for runners
     # that are not green on the head)
     gate_green_on: Mapping[str, str] = field(default_factory=dict)
+    today: str = ""  # YYYY-MM-DD (UTC) when the facts were fetched: the age of a cited calibration
+    vouches: Mapping[str, Vouch] = field(default_factory=dict)  # runner -> what vouched for (or against) it
 
 
 @dataclass(frozen=True)
@@ -185,11 +205,12 @@ def _with(detail: str, ignored: str) -> str:
 
 
 def _gate_condition(runner: str, head: str, found: Sequence[Status], publisher: str, green_on: str | None,
-                    all_runs: Sequence[CheckRun] = ()) -> Condition:
+                    all_runs: Sequence[CheckRun] = (), vouch: Vouch = NOT_VOUCHED) -> Condition:
     """Only the publisher's newest ds4ci/<runner> status and its app's check run of that name count.
 
     Either may stand alone (statuses, or check runs only); where both are on the head, both must be
-    success. Anyone else's status or check run is listed as ignored.
+    success. Anyone else's status or check run is listed as ignored. A success counts only when a record
+    of GitHub's vouches for it (``vouch``); the detail says which, or why it was not counted.
     """
     context = GATE_CONTEXT.format(runner=runner)
     name = f"gate {context}"
@@ -204,7 +225,12 @@ def _gate_condition(runner: str, head: str, found: Sequence[Status], publisher: 
     if (status is not None or run is not None) and (status is None or status.state == "success") and (
             run is None or run_ok):
         what = "" if run is None else (" (status and check run)" if status is not None else " (check run)")
-        return Condition(name, True, _with(f"success on the head {_short(head)}{what}", ignored))
+        if vouch.green:
+            return Condition(name, True, _with(f"success on the head {_short(head)}{what}, vouched for by "
+                                               f"{vouch.detail}", ignored))
+        older = f"; it was success only on the older head {green_on}" if green_on else ""
+        return Condition(name, False, _with(
+            f"success on the current head {_short(head)} not counted: {vouch.detail}{older}", ignored))
     parts = []
     if status is not None:
         parts.append(status.state + (f" ({status.description})" if status.description else ""))
@@ -248,6 +274,24 @@ def _check_condition(source: CheckSource, head: str, found: Sequence[Status], pu
     if problems:
         return Condition(name, False, _with("; ".join(problems) + f" on the head {_short(head)}", ignored))
     return Condition(name, True, _with(f"success on the head {_short(head)}", ignored))
+
+
+def _calibration_condition(runner: str, facts: MergeFacts, need: Requirements) -> Condition:
+    """The publisher's own check run of ds4ci/<runner> on the head must cite a calibration at most N days old."""
+    from ds4ci.calibrate.latest import cited_day
+
+    name, limit = f"calibration of {runner}", need.calibration_max_age_days
+    run = own_run(facts.check_runs, GATE_CONTEXT.format(runner=runner), facts.pull.head, app_of(need.publisher))
+    day = cited_day(run.summary) if run is not None else None
+    if day is None:
+        return Condition(name, False, f"the gate's check run on the head cites no calibration (the runner was never "
+                                      f"calibrated, or publish ran without --calibrations); merge.calibration_max_age_days "
+                                      f"requires one from the last {limit} days")
+    age = (dt.date.fromisoformat(facts.today or dt.date.today().isoformat()) - day).days
+    if age > limit:
+        return Condition(name, False, f"calibrated {day.isoformat()}, {age} days ago: older than the {limit} days "
+                                      "merge.calibration_max_age_days allows; calibrate the runner again")
+    return Condition(name, True, f"calibrated {day.isoformat()} ({age} days ago, at most {limit})")
 
 
 def _latest_verdicts(reviews: Sequence[Review]) -> dict[str, Review]:
@@ -303,10 +347,12 @@ def evaluate(facts: MergeFacts, requirements: Requirements) -> MergeReport:
     head, need = facts.pull.head, requirements
     conditions = _pull_conditions(facts.pull)
     conditions += [_gate_condition(r, head, facts.statuses, need.publisher, facts.gate_green_on.get(r),
-                                   facts.check_runs)
+                                   facts.check_runs, facts.vouches.get(r, NOT_VOUCHED))
                    for r in need.runners]
     conditions += [_check_condition(need.source(c), head, facts.statuses, need.publisher, facts.check_runs)
                    for c in need.checks]
+    if need.calibration_max_age_days > 0:
+        conditions += [_calibration_condition(r, facts, need) for r in need.runners]
     conditions += _review_conditions(facts.reviews, head, requirements.approvals)
     conditions += _thread_conditions(facts.threads)
     return MergeReport(facts.pull.number, head, tuple(conditions))
@@ -316,11 +362,14 @@ def evaluate(facts: MergeFacts, requirements: Requirements) -> MergeReport:
 
 
 def render_text(report: MergeReport) -> str:
-    """The terminal view: a verdict line, then one line per unmet condition."""
+    """The terminal view: a verdict line, one line per unmet condition, then what vouched for each green gate."""
     if report.ready:
-        return f"#{report.pr} at {report.head}: ready to merge ({len(report.conditions)} conditions hold)\n"
-    lines = [f"#{report.pr} at {report.head}: not ready ({len(report.unmet)} of {len(report.conditions)} conditions unmet)"]
-    lines += [f"  - {c.name}: {c.detail}" for c in report.unmet]
+        lines = [f"#{report.pr} at {report.head}: ready to merge ({len(report.conditions)} conditions hold)"]
+    else:
+        lines = [f"#{report.pr} at {report.head}: not ready ({len(report.unmet)} of {len(report.conditions)} "
+                 "conditions unmet)"]
+        lines += [f"  - {c.name}: {c.detail}" for c in report.unmet]
+    lines += [f"  + {c.name}: {c.detail}" for c in report.conditions if c.ok and c.name.startswith("gate ")]
     return neutralise("\n".join(lines)) + "\n"  # details quote GitHub statuses: anyone's text
 
 

@@ -104,8 +104,24 @@ def requirements(
     assert who.check is not None
     login = who.check(publisher, "--publisher") if publisher is not None else who.check(
         table.get("publisher", DEFAULT_PUBLISHER), "merge.publisher")
-    flow = options.get("merge", "workflow")
-    assert flow.check is not None
+    trust = trusted_gate(table, login, workflow)
+    age = options.get("merge", "calibration_max_age_days")
+    assert age.check is not None
+    days = age.check(table.get("calibration_max_age_days", age.default), "merge.calibration_max_age_days")
+    return Requirements(run, chk, need, login, sources, trust.workflow, calibration_max_age_days=days,
+                        vouch=trust.vouch, vouch_app_id=trust.vouch_app_id)
+
+
+def trusted_gate(table: dict[str, Any], publisher: str, workflow: str | None = None) -> Requirements:
+    """What vouches for a green gate: ``merge.workflow`` (``--trusted-workflow`` wins), ``merge.vouch`` and, for
+    "publisher", the GitHub App's id (required: no app, no vouch). The runners are not read here."""
+    flow, kind, app = options.get("merge", "workflow"), options.get("merge", "vouch"), options.get("merge", "vouch_app_id")
+    assert flow.check is not None and kind.check is not None and app.check is not None
     path = flow.check(workflow, "--trusted-workflow") if workflow is not None else flow.check(
         table.get("workflow", flow.default), "merge.workflow")
-    return Requirements(run, chk, need, login, sources, path)
+    how = kind.check(table.get("vouch", kind.default), "merge.vouch")
+    app_id = app.check(table["vouch_app_id"], "merge.vouch_app_id") if "vouch_app_id" in table else None
+    if how == "publisher" and app_id is None:
+        raise UsageError('merge.vouch_app_id: vouch = "publisher" needs the id of the GitHub App whose check runs '
+                         "vouch (its app.id, an integer), found none")
+    return Requirements((), publisher=publisher, workflow=path, vouch=how, vouch_app_id=app_id)

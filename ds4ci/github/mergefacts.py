@@ -10,13 +10,12 @@ from __future__ import annotations
 import re
 import time
 from collections.abc import Callable, Mapping
-from dataclasses import replace
 from typing import Any
 
 import requests
 
 from ds4ci.errors import PublishError
-from ds4ci.github import merge, provenance, publish, statuses
+from ds4ci.github import merge, publish, statuses, vouch
 from ds4ci.github.client import Client
 from ds4ci.github.shapes import bad as _bad
 from ds4ci.github.shapes import check_runs
@@ -166,37 +165,6 @@ def review_threads(gql: GraphQL, repo: str, number: int) -> tuple[merge.ReviewTh
 # ----- gathering -------------------------------------------------------------------------------
 
 
-def trusted_origin(client: Client, repo: str, found: tuple[statuses.Status, ...], need: merge.Requirements,
-                   pull: merge.PullFacts) -> tuple[statuses.Status, ...]:
-    """The statuses, with every publisher's ds4ci/<runner> success that no run of the trusted gate made set aside.
-
-    A job a pull request controls (a workflow it adds, or the gate dispatched on its own branch) posts as the
-    same account as the trusted gate, so the account proves nothing: the status must link (target_url) a run
-    that GitHub says ran ``need.workflow`` from the base branch for this head (ds4ci.github.provenance). One
-    that does not is re-labelled, so it is listed as ignored with the reason and never counted.
-    """
-    gates = {merge.GATE_CONTEXT.format(runner=r) for r in need.runners}
-    runs: dict[int, str | None] = {}
-    out = []
-    for status in found:
-        if status.context in gates and status.creator == need.publisher and status.state == "success":
-            run = provenance.run_id(status.target_url, repo)
-            if run is None:
-                why: str | None = f"its link {status.target_url[:120]!r} names no workflow run of {repo}"
-            else:
-                if run not in runs:
-                    record = provenance.parse_run(client.workflow_run(run), run)
-                    runs[run] = provenance.problem(record, repo=repo, workflow=need.workflow,
-                                                   base_branch=pull.base_ref, head=pull.head)
-                why = runs[run]
-            if why is not None:
-                out.append(replace(status, creator=f"{status.creator} (not from the trusted gate: {why})"))
-                continue
-        out.append(status)
-    return tuple(out)
-
-
-
 def read_pull(client: Client, number: int, *, reads: int, delay_s: float,
               sleep: Callable[[float], None] = time.sleep) -> merge.PullFacts:
     """The PR, re-read while GitHub has not computed ``mergeable`` yet (at most ``reads`` times)."""
@@ -226,13 +194,13 @@ def gather(
     runs = check_runs(client.check_runs(head), head)
     found_reviews = reviews(client.reviews(number), number)
     threads = review_threads(gql, repo, number)
-    found_statuses = trusted_origin(client, repo, found_statuses, need, pull)
-    ours = statuses.from_creator(found_statuses, need.publisher)
+    voucher = vouch.Voucher(client, repo, need, pull.base_ref)
+    vouches = {runner: voucher.judge(head, runner, found_statuses, runs) for runner in need.runners}
     green_on = {}
     for runner in need.runners:
-        mine = ours.get(merge.GATE_CONTEXT.format(runner=runner))
-        if mine is None or mine.state != "success":
-            older = publish.last_validated_predecessor(client, number, head, runner, need.publisher)
+        if not vouches[runner].green:
+            older = publish.last_validated_predecessor(client, number, head, runner, need.publisher,
+                                                       vouched=voucher.judge_commit)
             if older:
                 green_on[runner] = older
     now = pull_facts(number, client.pull(number))
@@ -240,4 +208,5 @@ def gather(
         raise PublishError(
             f"pull request #{number} moved from {head} to {now.head} while it was being checked; run merge-check again"
         )
-    return merge.MergeFacts(pull, found_statuses, runs, found_reviews, threads, green_on)
+    today = time.strftime("%Y-%m-%d", time.gmtime())
+    return merge.MergeFacts(pull, found_statuses, runs, found_reviews, threads, green_on, today, vouches)

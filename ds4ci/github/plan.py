@@ -26,6 +26,7 @@ from ds4ci.report.sections import Section, parse_sections
 
 # Pending first, green last: a publish cut short never leaves a runner green beside a verdict not yet written.
 _ORDER = {"pending": 0, "error": 1, "failure": 1, "success": 2}
+FAILURES = "failures"  # [publish] comment_mode: a new comment only where a runner's status is not success
 
 
 class BodyBuilder:
@@ -41,9 +42,11 @@ class BodyBuilder:
         extra: Sequence[Section] = (),
         merge_status: Sequence[str] = (),
         seen: Mapping[str, DocView] | None = None,
+        calibrations: Mapping[str, str] | None = None,
     ) -> None:
         self.docs = list(docs)
         self.seen = dict(seen or {})
+        self.calibrations = dict(calibrations or {})
         self.merge_status = list(merge_status)
         self.run_url = run_url
         self.template_dir = template_dir
@@ -62,6 +65,7 @@ class BodyBuilder:
             extra=self.extra,
             merge_status=self.merge_status,
             seen=self.seen,
+            calibrations=self.calibrations,
         )
 
 
@@ -96,6 +100,8 @@ class PublishPlan:
     comment_body: str | None  # the comment as rendered (also where it is not sent: no PR, or --no-comment)
     summary: str
     notes: tuple[str, ...]  # what publish says on stderr before writing
+    verdicts: Mapping[str, str] = field(default_factory=dict)  # runner -> its decided state (gate.yml's verdict jobs)
+    verdicts_out: Path | None = None  # where apply writes ``verdicts``, last, once every write succeeded
     # The writes ``apply`` has carried out (status:<context>, check-run:<name>, comment): applied again, the
     # plan sends only what is not done yet (a second apply sends nothing; one cut short resumes).
     done: set[str] = field(default_factory=set, compare=False, repr=False)
@@ -114,6 +120,7 @@ class PublishPlan:
                         {"pr": self.pr, "action": "created", "body": self.comment_body}
                         if self.comment_body is not None else None),
             "summary": self.summary,
+            "verdicts": dict(self.verdicts),
         }
 
 
@@ -137,7 +144,8 @@ def _check_runs(views: Sequence[RunnerView], settings: Settings, facts: Facts) -
     out = []
     for v in (v for v in views if v.may_set_status):
         run = checkruns.plan(v.doc, v.state, v.description, v.head, env=env, run_url=settings.target_url,
-                             predecessor=facts.predecessors.get(v.name), signature=v.signature, seen=v.words)
+                             predecessor=facts.predecessors.get(v.name), signature=v.signature, seen=v.words,
+                             calibration=settings.calibrations.get(v.name))
         mine = facts.own_runs.get(run.name)
         out.append(CheckRunAction(run, int(mine["id"]) if mine else None, _says(mine, run)))
     return tuple(out)
@@ -175,26 +183,37 @@ def _merge_status(plan_statuses: Sequence[publish.StatusPlan], runs: Sequence[Ch
     creator = facts.publisher or ""
     new = tuple(statuses.Status(p.context, p.state, p.description, creator, p.target_url or "") for p in plan_statuses)
     ran = tuple(merge.CheckRun(a.run.name, "completed", a.run.conclusion, head, facts.app or "", a.existing or 0,
-                               a.run.title) for a in runs if facts.app is not None)
+                               title=a.run.title, summary=a.run.summary, details_url=a.run.details_url or "")
+                for a in runs if facts.app is not None)
     kept = tuple(r for r in found.check_runs if not any(n.name == r.name and n.app == r.app for n in ran))
+    vouches = {**found.vouches, **{runner: by_state["success" if p.state == "success" else "other"]
+                                   for p in plan_statuses
+                                   if (by_state := facts.vouches_after.get(runner := p.context.removeprefix("ds4ci/")))}}
     return merge.checklist_markdown(merge.evaluate(replace(found, statuses=new + found.statuses,
-                                                           check_runs=ran + kept), need))
+                                                           check_runs=ran + kept, vouches=vouches), need))
 
 
-def _comment(build: BodyBuilder, settings: Settings, facts: Facts) -> CommentPlan | None:
+def update_only(settings: Settings, views: Sequence[RunnerView]) -> bool:
+    """comment_mode = failures and every runner's status success: no new comment (an existing one is updated)."""
+    return settings.comment_mode == FAILURES and all(publish.status_state(v.doc) == "success" for v in views)
+
+
+def _comment(build: BodyBuilder, settings: Settings, facts: Facts, only_update: bool = False) -> CommentPlan | None:
     if settings.pr is None or not settings.comment or facts.publisher is None:
         return None
     ours = facts.comments
+    if only_update and not ours:
+        return None
     body, sections = build([s for c in ours for s in parse_sections(c.body)])
     action = "created" if not ours else "unchanged" if ours[0].body == body and len(ours) == 1 else "updated"
     return CommentPlan(settings.pr, facts.publisher, body, action, ours,
                        facts.seen_until, build, tuple(sections))
 
 
-def job_summary(docs: Sequence[Results], run_url: str | None, template_dir: Path | None,
-                seen: Mapping[str, DocView] | None = None) -> str:
+def job_summary(docs: Sequence[Results], settings: Settings, seen: Mapping[str, DocView] | None = None) -> str:
     """The job summary: every runner's document at full detail (written also where publishing stopped short)."""
-    body, _ = render.render(docs, kind="summary", run_url=run_url, template_dir=template_dir, seen=seen)
+    body, _ = render.render(docs, kind="summary", run_url=settings.target_url, template_dir=settings.template_dir,
+                            seen=seen, calibrations=settings.calibrations)
     return body
 
 
@@ -209,15 +228,20 @@ def make(views: Sequence[RunnerView], settings: Settings, facts: Facts) -> Publi
         notes.append(f"no check runs: {facts.publisher} is not a GitHub App's account (a personal token cannot "
                      "create check runs; the statuses were set); set [publish] check_runs = false to stop this note")
         runs = ()
-    summary = job_summary(docs, settings.target_url, settings.template_dir, {v.name: v.words for v in views})
+    summary = job_summary(docs, settings, {v.name: v.words for v in views})
     build = BodyBuilder(docs, run_url=settings.target_url, template_dir=settings.template_dir,
                         predecessors=dict(facts.predecessors), seen={v.name: v.words for v in views},
                         merge_status=_merge_status((*send, *unchanged), runs, facts, head),
-                        extra=_needs_hardware(views, settings, facts, head))
-    comment = _comment(build, settings, facts)
-    shown = comment.body if comment is not None else (build([])[0] if settings.pr is not None and settings.comment
-                                                       else None)
-    return PublishPlan(head, settings.repo, settings.pr, send, unchanged, runs, comment, shown, summary, tuple(notes))
+                        extra=_needs_hardware(views, settings, facts, head), calibrations=settings.calibrations)
+    quiet = update_only(settings, views)
+    comment = _comment(build, settings, facts, quiet)
+    if quiet and comment is None and settings.pr is not None:
+        notes.append(f"no comment on #{settings.pr}: every runner's status is success (comment_mode = failures)")
+    shown = comment.body if comment is not None else (
+        build([])[0] if settings.pr is not None and settings.comment and not quiet else None)
+    verdicts = {v.name: v.state for v in views if v.may_set_status}
+    return PublishPlan(head, settings.repo, settings.pr, send, unchanged, runs, comment, shown, summary, tuple(notes),
+                       verdicts, settings.verdicts_out)
 
 
 def pending(runner: str, sha: str, settings: Settings, facts: Facts) -> PublishPlan:

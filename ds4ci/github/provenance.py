@@ -33,6 +33,9 @@ class RunRecord:
     head_branch: str
     repo: str
     title: str  # display_title: gate.yml's run-name names the head commit
+    head_sha: str = ""  # the commit whose workflow file ran (pull_request_target: the base branch's)
+    attempt: int = 0  # run_attempt: the latest attempt (a re-run adds one)
+    started: str = ""  # run_started_at of the latest attempt (ISO 8601): which of two runs is newer
 
 
 def run_id(target_url: str | None, repo: str) -> int | None:
@@ -60,7 +63,15 @@ def parse_run(doc: Any, wanted: int) -> RunRecord:
         head_branch=_text(doc, "head_branch"),
         repo=_text(doc, "repository", "full_name"),
         title=_text(doc, "display_title"),
+        head_sha=_text(doc, "head_sha"),
+        attempt=_number(doc, "run_attempt"),
+        started=_text(doc, "run_started_at"),
     ) if found == wanted else RunRecord(0, "", "", "", "", "")
+
+
+def _number(doc: Any, key: str) -> int:
+    value = doc.get(key) if isinstance(doc, dict) else None
+    return value if isinstance(value, int) and not isinstance(value, bool) and value > 0 else 0
 
 
 def problem(run: RunRecord, *, repo: str, workflow: str, base_branch: str, head: str | None) -> str | None:
@@ -71,7 +82,7 @@ def problem(run: RunRecord, *, repo: str, workflow: str, base_branch: str, head:
         return f"run {run.id} belongs to {run.repo or 'no repository'}, not {repo}"
     path, _, ref = run.path.partition("@")
     if path != workflow:
-        return f"run {run.id} ran {run.path or 'no workflow file'}, not the trusted {workflow}"
+        return f"run {run.id} is {run.path or 'no workflow file'}, not the trusted gate ({workflow})"
     if run.event not in TRUSTED_EVENTS:
         return (f"run {run.id} was started by {run.event or 'no event'}: only {' and '.join(TRUSTED_EVENTS)} run "
                 f"{workflow} as the base branch has it (a pull_request run uses the pull request's own copy)")

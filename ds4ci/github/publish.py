@@ -12,8 +12,9 @@ statuses the publisher itself posted count (predecessors, the full pass under a 
 from __future__ import annotations
 
 import re
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
+from typing import TYPE_CHECKING
 
 from ds4ci.errors import UsageError
 from ds4ci.github import statuses
@@ -22,6 +23,11 @@ from ds4ci.judging.tree import tree_note
 from ds4ci.records import Results
 from ds4ci.report import docview, markdown
 from ds4ci.report.sections import head_sha
+
+if TYPE_CHECKING:
+    from ds4ci.github.merge import Vouch
+
+    Vouched = Callable[[str, str], Vouch]  # (commit, runner) -> whether a record of GitHub's vouches for its green
 
 SHA_RE = re.compile(r"^[0-9a-f]{40}$")
 REPO_RE = re.compile(r"^[A-Za-z0-9_.-]+/[A-Za-z0-9_.-]+$")
@@ -153,11 +159,13 @@ def _publisher_run(client: Client, sha: str, context: str, publisher: str) -> tu
     return None if run is None or run.status != "completed" else (str(run.conclusion), run.title)
 
 
-def _walk(client: Client, pr: int, head: str, runner: str, publisher: str, full_only: bool) -> str | None:
+def _walk(client: Client, pr: int, head: str, runner: str, publisher: str, full_only: bool,
+          vouched: Vouched | None = None) -> str | None:
     """The newest PR commit before ``head`` whose ds4ci/<runner> success was posted by ``publisher``.
 
     The publisher's status decides; a commit without one counts by the publisher app's check run of that name
-    (a repository that publishes check runs only), never by anyone else's.
+    (a repository that publishes check runs only), never by anyone else's. With ``vouched`` (ds4ci.github.vouch),
+    a success counts only where a record of GitHub's vouches for it on that commit.
     """
     commits = client.pr_commits(pr)
     if head in commits:
@@ -172,14 +180,16 @@ def _walk(client: Client, pr: int, head: str, runner: str, publisher: str, full_
             if run is None:
                 continue
             state, text = run
-        if state == "success" and not (full_only and text.startswith(FOCUSED_PREFIX)):
+        if state == "success" and not (full_only and text.startswith(FOCUSED_PREFIX)) and (
+                vouched is None or vouched(sha, runner).green):
             return sha
     return None
 
 
-def last_full_pass(client: Client, pr: int, head: str, runner: str, publisher: str) -> str | None:
+def last_full_pass(client: Client, pr: int, head: str, runner: str, publisher: str,
+                   vouched: Vouched | None = None) -> str | None:
     """The newest PR commit before ``head`` (so an ancestor) with a full (not focused) ds4ci/<runner> pass."""
-    return _walk(client, pr, head, runner, publisher, full_only=True)
+    return _walk(client, pr, head, runner, publisher, full_only=True, vouched=vouched)
 
 
 def focused_plan(plan: StatusPlan, doc: Results, full_pass: str | None, allowed: bool) -> StatusPlan:
@@ -194,9 +204,10 @@ def focused_plan(plan: StatusPlan, doc: Results, full_pass: str | None, allowed:
     return replace(plan, state="pending", description=_fit(doc, f"{FOCUSED_PREFIX} at q={widths}; full run required: {why}"))
 
 
-def last_validated_predecessor(client: Client, pr: int, head: str, runner: str, publisher: str) -> str | None:
+def last_validated_predecessor(client: Client, pr: int, head: str, runner: str, publisher: str,
+                               vouched: Vouched | None = None) -> str | None:
     """The newest PR commit before ``head`` whose ds4ci/<runner> status from ``publisher`` is success."""
-    return _walk(client, pr, head, runner, publisher, full_only=False)
+    return _walk(client, pr, head, runner, publisher, full_only=False, vouched=vouched)
 
 
 def validate_runners(expected: Sequence[str]) -> None:
@@ -217,3 +228,4 @@ def validate_target(repo: str | None, pr: int | None, sha: str | None, dry_run: 
         raise UsageError(f"--pr {pr}: expected a pull request number >= 1")
     if sha is not None and not SHA_RE.match(sha):
         raise UsageError(f"--sha {sha!r}: expected a full 40-hex lowercase commit SHA")
+

@@ -38,9 +38,13 @@ def check_runs(items: list[Any], sha: str) -> tuple[merge.CheckRun, ...]:
             conclusion=get(item, "conclusion", str, what, nullable=True),
             head_sha=get(item, "head_sha", str, what),
             app=get(get(item, "app", dict, what, nullable=True) or {"slug": "(no app)"}, "slug", str, what),
+            app_id=get(get(item, "app", dict, what, nullable=True) or {"id": 0}, "id", int, what),
+            details_url=str(get(item, "details_url", str, what, nullable=True) or ""),
             id=get(item, "id", int, what),
             title=str(get(get(item, "output", dict, what, nullable=True) or {}, "title", str, what, nullable=True)
                       or ""),
+            summary=str(get(get(item, "output", dict, what, nullable=True) or {}, "summary", str, what, nullable=True)
+                        or ""),
         )
         for item in items
     )

@@ -176,8 +176,13 @@ def _opened(path: Path, trust: Trust) -> Opened:
         with bundle.opened(path) as root:
             found = verify_dir(root, label=str(path))
             if found.recorded is None:
-                raise UsageError(f"{path}: not a readable evidence bundle ({'; '.join(found.problems[:3])})")
-            opened = Opened(root, found.recorded)
+                why = found.problems[:3] or ([found.unreadable] if found.unreadable else [])
+                raise UsageError(f"{path}: not a readable evidence bundle ({'; '.join(why)})")
+            # sealed with an older schema: what is published is today's derivation (the verdicts may differ)
+            older = found.notes and found.derived is not None
+            opened = Opened(root, found.derived if older and found.derived is not None else found.recorded)
+            if older:
+                opened.recorded["warnings"] = [*found.notes, *opened.recorded["warnings"]]
             if found.problems:
                 opened.problems.append("evidence does not verify: " + "; ".join(found.problems))
             else:

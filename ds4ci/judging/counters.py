@@ -12,8 +12,10 @@ summary instead, ``gen=%d steps=%ld mean_accept=%.2f/%.2f q_cap=%d full_snap=%d`
   per-step line the build printed (``judging.steplines``: a step's accepted drafts are fixed where a
   line shows them, and at most q-1 elsewhere).
 
-Exactly one integer left: the counters are derived. More than one: there are none (and no pass on
-them). None left, or two lines that disagree: a contradiction, which fails, naming both.
+Exactly one integer left: the counters are derived. More than one (the two decimals of a mean over
+many steps allow a few): the counters are the range ``matched_min..matched_max``, and whatever they
+must prove is proven at the safe bound, ``matched_max`` (the fewest rejected drafts). None left, or
+two lines that disagree: a contradiction, which fails, naming both.
 """
 
 from __future__ import annotations
@@ -35,11 +37,14 @@ DERIVED: Final = "derived"
 
 @dataclass(frozen=True)
 class Counters:
-    matched: int | None
+    matched: int | None  # the count, where the evidence fixes one
     offered: int | None
     source: CountersSource | None  # PRINTED | DERIVED | None (no counters)
     contradictions: tuple[str, ...] = ()  # the evidence disagrees with itself: fails
     missing: str = ""  # why there are no counters, when there are none and nothing contradicts
+    matched_min: int | None = None  # the range the evidence allows (both = matched when it fixes one)
+    matched_max: int | None = None  # the safe bound: offered - matched_max is the fewest rejected drafts
+    allowed: str = ""  # how the range was found, where it is one
 
 
 def token_steps(tokens: Sequence[TokenLine], width: int) -> tuple[list[SpecStep], list[str]]:
@@ -136,7 +141,8 @@ def derive(
             problems.append(
                 f"the summary's matched={summary.matched} contradicts the per-step lines, which allow {low}..{high}"
             )
-        return Counters(summary.matched, summary.offered, PRINTED, tuple(problems))
+        return Counters(summary.matched, summary.offered, PRINTED, tuple(problems),
+                        matched_min=summary.matched, matched_max=summary.matched)
     if summary.steps <= 0:
         return Counters(None, None, None, tuple(problems), "the summary counts no step")
     means = _means(summary.mean_accept)
@@ -166,15 +172,12 @@ def derive(
             f"and the per-step lines allow {low}..{high}"
         )
         return Counters(None, offered, None, tuple(problems))
-    if len(fits) > 1:
-        return Counters(None, offered, None, tuple(problems), (
-            f"the counterless summary does not fix matched: mean_accept={summary.mean_accept} over steps="
-            f"{summary.steps}, gen={summary.gen} and the per-step lines allow matched = {_span(fits)}; with no "
-            "unique counters no rejection can be proven (per-step lines, e.g. DS4_TOKEN_TRACE, would fix it)"
-        ))
     if problems:  # evidence that contradicts itself derives nothing
         return Counters(None, offered, None, tuple(problems))
-    return Counters(fits[0], offered, DERIVED, ())
+    allowed = (f"mean_accept={summary.mean_accept} over steps={summary.steps}, gen={summary.gen} and the per-step "
+               f"lines allow matched = {_span(fits)}")
+    return Counters(fits[0] if len(fits) == 1 else None, offered, DERIVED, (),
+                    matched_min=fits[0], matched_max=fits[-1], allowed=allowed if len(fits) > 1 else "")
 
 
 def _span(values: Sequence[int]) -> str:

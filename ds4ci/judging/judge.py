@@ -22,6 +22,7 @@ from ds4ci.judging.counters import request_steps
 from ds4ci.judging.oracle import ORACLE_EXACT, ORACLE_TEXT, ORACLE_TRACE, ORACLE_WORDS, TOKEN_ORACLES, Observed
 from ds4ci.judging.profile import arm_profile
 from ds4ci.judging.protocol import BANNER_FAMILY, scan_log
+from ds4ci.judging.steps import build_reason
 from ds4ci.judging.tinywords import known_target
 from ds4ci.judging.verdict import (
     ERROR,
@@ -376,7 +377,7 @@ def overall(
     if run_reasons:
         return ERROR, list(run_reasons)
     if build is not None and build["status"] != PASS:  # nothing ran after a build that did not pass
-        return (FAIL if build["status"] == FAIL else ERROR), [f"build: {build['status']}: {build['summary']}"]
+        return (FAIL if build["status"] == FAIL else ERROR), [build_reason(build)]
     if target is not None and attempt is not None:
         modeless_reason = _modeless(attempt, widths)
         if modeless_reason:

@@ -45,6 +45,9 @@ class RequestCheck:
     reasons: list[str] = field(default_factory=list)
     ids: tuple[int, ...] | None = None  # the request's token IDs, as the oracle reads them
     counters: counting.Counters | None = None
+    # Of ``reasons``, those that say a proof (a rejection) cannot be shown from the evidence, even at its safe
+    # bound: they make a cell error, never fail (fail means the answers differ or the evidence contradicts itself).
+    unproven: list[str] = field(default_factory=list)
 
 
 def first_of_exactly_one(items: Sequence[T], what: str, where: str, reasons: list[str]) -> T | None:

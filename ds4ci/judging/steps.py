@@ -28,6 +28,7 @@ LOG_TAIL_BYTES = 4096
 MAX_PARSE_BYTES = 64 * 1024 * 1024  # parse at most the last 64 MiB of a (build) log
 MAX_REPORT_BYTES = 64 * 1024 * 1024
 MAX_TEXT = 4096  # the schema's "text" limit
+BUILD_REASON_LINES = 3  # a failed build's reason ends with its log's last lines
 # The line the gate ends a check's or the build's log with when it cut that log at log_cap_mib.
 CUT_MARKER = b"[ds4ci] log cut here:"
 _CUT_TAIL = 512
@@ -340,6 +341,15 @@ def check_result(record: Mapping[str, Any], directory: Path, where: str) -> Chec
     }
 
 
+def build_reason(build: BuildRecord) -> str:
+    """The one reason of a run whose build did not pass: what happened and, for a failure, its log's last lines."""
+    if build["status"] == "error":
+        return f"the build ended without a verdict: {build['summary']}"
+    lines = [line.strip() for line in build["log_tail"].splitlines() if line.strip()][-BUILD_REASON_LINES:]
+    shown = " | ".join(line if len(line) <= 160 else line[:159] + "…" for line in lines)
+    return build["summary"] + (f"; last lines: {shown}" if lines else "")
+
+
 def build_result(record: Mapping[str, Any], directory: Path, where: str) -> BuildRecord:
     """The schema's ``build`` object: the exit code decides; ``[N/M]`` lines give the target counts."""
     if not isinstance(record, Mapping):
@@ -354,7 +364,7 @@ def build_result(record: Mapping[str, Any], directory: Path, where: str) -> Buil
     elif code == 0:
         status, summary = "error", check["summary"]
     else:
-        status, summary = "fail", f"the build failed with exit code {code}" + (
+        status, summary = "fail", f"the build failed: exit {code}" + (
             f" ({check['passed']}/{check['total']} targets built)" if check["total"] is not None else ""
         )
     return {

@@ -50,26 +50,30 @@ def check_target_only_request(obs: Observed, oracle: str = ORACLE_TRACE) -> Requ
     return result
 
 
-def _counter_reasons(where: str, summary: SpecSummary, found: counting.Counters, oracle: str) -> list[str]:
+def _counter_reasons(where: str, summary: SpecSummary, found: counting.Counters, oracle: str) -> tuple[
+        list[str], list[str]]:
+    """(reasons that fail, reasons that leave the rejection unproven: error) of one request's counters."""
     reasons = [f"{where}: {c}" for c in found.contradictions]
     if oracle == ORACLE_TRACE and summary.matched is None:
         return [*reasons, (
             f"{where}: the summary has no matched/offered counters; a build that prints the [ds4-exact-verify-trace] "
             "protocol must print the countered summary (gen= steps= matched= offered= ... full_snap=)"
-        )]
-    if found.matched is None or found.offered is None:
-        return reasons + ([f"{where}: no counters: {found.missing}"] if found.missing else [])
+        )], []
+    if found.matched_max is None or found.offered is None:
+        return reasons, ([f"{where}: no counters: {found.missing}"] if found.missing else [])
     how = "" if found.source == counting.PRINTED else " (derived from the counterless summary)"
+    matched = f"matched={found.matched}" if found.matched is not None else (
+        f"matched={found.matched_min}..{found.matched_max}, of which the safe bound is {found.matched_max}")
     if found.offered <= 0:
         reasons.append(f"{where}: offered={found.offered}{how}; no drafts were offered (expected > 0)")
-    if found.matched > found.offered:
-        reasons.append(f"{where}: matched={found.matched} exceeds offered={found.offered}")
-    elif found.matched == found.offered:
-        reasons.append(
-            f"{where}: no rejection observed (matched={found.matched} == offered={found.offered}{how}); "
+    if found.matched_max > found.offered:
+        reasons.append(f"{where}: {matched} exceeds offered={found.offered}")
+    elif found.matched_max == found.offered:
+        return reasons, [
+            f"{where}: no rejection observed ({matched} == offered={found.offered}{how}); "
             "rollback was never exercised, so exactness is unproven"
-        )
-    return reasons
+        ]
+    return reasons, []
 
 
 def _answer_agrees(where: str, obs: Observed, summary: SpecSummary, ids: tuple[int, ...] | None) -> list[str]:
@@ -106,7 +110,9 @@ def check_spec_request(obs: Observed, q: int, oracle: str = ORACLE_TRACE) -> Req
         result.reasons.append(f"{where}: steps={summary.steps}; speculation did not run (expected steps > 0)")
     found = counting.derive(summary, q, obs.log.steps, obs.log.step_lines, obs.log.tokens)
     result.counters = found
-    result.reasons += _counter_reasons(where, summary, found, oracle)
+    failing, unproven = _counter_reasons(where, summary, found, oracle)
+    result.reasons += failing + unproven
+    result.unproven += unproven
     if summary.matched is None and oracle != ORACLE_TRACE:
         result.reasons += _answer_agrees(where, obs, summary, result.ids if oracle in TOKEN_ORACLES else None)
     if summary.full_snap != 1:
@@ -271,7 +277,7 @@ def _repeats(where: str, checks: Sequence[RequestCheck], runs: int, oracle: str 
         reasons.append(f"{where}: repeated requests on one server gave different speculation counters")
     found = [c.counters for c in checks if c.counters is not None and c.counters.source is not None]
     rejection = bool(found) and len(found) == runs and all(
-        c.matched is not None and c.offered is not None and c.matched < c.offered for c in found)
+        c.matched_max is not None and c.offered is not None and c.matched_max < c.offered for c in found)
     return _Repeats(ids_identical, counters_identical, rejection, reasons)
 
 
@@ -302,7 +308,8 @@ def judge_width_prompt(
         verdict = ERROR if not reference.deterministic or reference.verdict == ERROR else FAIL
         reasons.append(f"{where}: no usable target-only reference for this prompt")
     else:
-        verdict = FAIL if reasons else PASS
+        unproven = {r for c in checks for r in c.unproven}
+        verdict = FAIL if any(r not in unproven for r in reasons) else ERROR if reasons else PASS
     tokens = oracle in TOKEN_ORACLES  # text parity has characters, not token counts
     first_ids = next((c.ids for c in checks if c.ids is not None), None) if tokens else None
     first_summary = next((c.summary for c in checks if c.summary is not None), None)
@@ -319,11 +326,13 @@ def judge_width_prompt(
         "steps": first_summary.steps if first_summary else None,
         "matched": first_counters.matched if first_counters else None,
         "offered": first_counters.offered if first_counters else None,
+        "matched_min": first_counters.matched_min if first_counters else None,
+        "matched_max": first_counters.matched_max if first_counters else None,
         "counters": first_counters.source if first_counters else None,
         "rejection_observed": repeats.rejection,
-        "rejected_drafts": (first_counters.offered - first_counters.matched
-                            if first_counters and first_counters.matched is not None and first_counters.offered is not None
-                            else None),
+        "rejected_drafts": (first_counters.offered - first_counters.matched_max
+                            if first_counters and first_counters.matched_max is not None
+                            and first_counters.offered is not None else None),
         "full_snap_claimed": (first_summary.full_snap == 1) if first_summary else None,
         "banner_claimed": banner_seen,
         "repeats_identical": repeats.ids_identical,

@@ -9,15 +9,14 @@ an unset variable is an error, never an empty string.
 
 from __future__ import annotations
 
-import os
 import socket
-from collections.abc import Mapping, Sequence
+from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from ds4ci.errors import NoVerdictError, UsageError
-from ds4ci.options import sections, table
+from ds4ci.errors import UsageError
+from ds4ci.options import inputfiles, sections, table
 from ds4ci.options import values as v
 from ds4ci.options.sections import BuildSpec, CheckSpec, PinnedFile, read_section
 from ds4ci.options.table import (
@@ -263,30 +262,6 @@ def _server_bin(src: _Sources, build: BuildSpec | None, needs_models: bool) -> P
     return PinnedFile("server_bin", build.server_bin, sha)
 
 
-def _check_files(prompts: Sequence[PinnedFile], pinned: Sequence[PinnedFile], server: PinnedFile | None) -> None:
-    """A gate runner's models and prompts: present, pinned, non-empty, before any work."""
-    if not prompts:
-        raise UsageError("missing --prompt-file/--prompt-sha256 (or gate.prompts in the config file)")
-    for prompt in prompts:
-        if prompt.sha256 is None:
-            raise UsageError(f"{prompt.path}: every prompt must be pinned by SHA-256")
-    # A pinned file that is not on this runner is the runner's state, like a file that does not match its
-    # pin: no verdict (exit 3), as `ds4ci preflight` says "not ready"; the config's form is exit 2.
-    for item in (*pinned, *prompts, *([server] if server else [])):
-        if not item.path.is_file():
-            raise NoVerdictError(f"{item.role} file {item.path} does not exist or is not a regular file "
-                                 "(this runner is not ready: stage the file or fix its path)")
-    if server is not None and not os.access(server.path, os.X_OK):
-        raise NoVerdictError(f"server binary {server.path} is not executable (chmod +x it)")
-    for prompt in prompts:  # an empty or whitespace-only prompt proves nothing
-        try:
-            data = prompt.path.read_bytes()
-        except OSError as exc:
-            raise NoVerdictError(f"{prompt.role} file {prompt.path} cannot be read: {exc.strerror or exc}") from exc
-        if not data.strip():
-            raise UsageError(f"{prompt.role} file {prompt.path} is empty or whitespace only; a prompt needs text")
-
-
 def _prompts(src: _Sources, found: Any) -> tuple[PinnedFile, ...]:
     prompts = sections.prompts(found, src.overrides.get("prompt_files"), src.overrides.get("prompt_sha256s"), src.base)
     seen: dict[Path, int] = {}
@@ -403,7 +378,8 @@ def load(
     target, draft = _pinned(src, "target", needs_models), _pinned(src, "draft", needs_models)
     prompts = _prompts(src, src.tables["gate"].get("prompts"))
     if needs_models and check_files:
-        _check_files(prompts, (target, draft), server_bin if build is None and src.value("server") != SIMULATOR else None)
+        inputfiles.check_given(prompts, (target, draft), server_bin if build is None and src.value("server") != SIMULATOR
+                               else None, overrides)
     runner = src.value("runner") or src.value("name", "runner") or socket.gethostname()
     return GateConfig(
         server_bin=server_bin, target=target, draft=draft, prompts=prompts,

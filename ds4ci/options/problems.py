@@ -40,10 +40,11 @@ def _unknown(keys: Mapping[str, Any], allowed: frozenset[str], where: str, found
         found.append(str(exc))
 
 
-def key_problems(doc: Mapping[str, Any]) -> list[str]:
-    """One line per problem a key shows on its own; [] when every key and value has the expected form."""
+def key_problems(doc: Mapping[str, Any], source: str) -> list[str]:
+    """One line per problem a key shows on its own; [] when every key and value has the expected form. ``source``
+    names the file (its top-level keys' problems say it)."""
     found: list[str] = []
-    _unknown(doc, frozenset(table.TOP_KEYS), "ds4ci.toml", found)
+    _unknown(doc, frozenset(table.TOP_KEYS), source, found)
     for name in _SINGLE:
         part = doc.get(name)
         if part is None:

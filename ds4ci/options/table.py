@@ -20,7 +20,9 @@ DEFAULT_WIDTHS = (2, 3, 4)
 DEFAULT_STALE_OVERRIDE_FILES = ("/tmp/ds4_spec_q", "/tmp/ds4_awidth")  # noqa: S108 - the server reads these
 DEFAULT_EVIDENCE_DIR = "ds4ci-evidence"
 SERVER_KINDS = ("program", "simulator")  # gate.server: the configured binary, or ds4ci's bundled simulator
+COMMENT_MODES = ("always", "failures", "off")  # publish.comment_mode
 SIGNING_KINDS = ("service", "job-key")  # gate.signing: whose key may sign under GitHub Actions
+VOUCH_KINDS = ("workflow", "publisher")  # merge.vouch: which of GitHub's records vouches for a green gate
 # The interpreters a server that is a script may name: the system's shell and env (a test server, a wrapper).
 DEFAULT_SERVER_INTERPRETERS = ("/bin/sh", "/usr/bin/sh", "/usr/bin/env")
 DEFAULT_CONFIG = "ds4ci.toml"  # read from the working directory by `gate` and `config check` when no --config
@@ -135,13 +137,13 @@ OPTIONS: tuple[Option, ...] = (
           "(an empty list: ELF executables only).", check=v.interpreters, default=DEFAULT_SERVER_INTERPRETERS,
           toml_type="array of strings", flag=None, attr="server_interpreters"),
     _gate("server_sha256", _PIN.format("server binary; its identity is recorded either way."),
-          check=v.parse_sha256, attr="server_bin.sha256", reproduce=True),
+          check=v.parse_sha256, attr="server_bin.sha256", reproduce=True, metavar="HEX"),
     _gate("target", "Target model file (GGUF).", toml_type="path", cli_type=Path, attr="target.path", reproduce=True),
     _gate("target_sha256", _PIN.format("target model (required)."), check=v.parse_sha256, attr="target.sha256",
-          reproduce=True),
+          reproduce=True, metavar="HEX"),
     _gate("draft", "Draft model file (GGUF).", toml_type="path", cli_type=Path, attr="draft.path", reproduce=True),
     _gate("draft_sha256", _PIN.format("draft model (required)."), check=v.parse_sha256, attr="draft.sha256",
-          reproduce=True),
+          reproduce=True, metavar="HEX"),
     _gate("prompts", "Prompt files, each pinned: an array of tables {file = \"p.txt\", sha256 = \"...\"}; "
           "on the command line --prompt-file/--prompt-sha256.", toml_type="array of tables", flag=None),
     Option(CLI, "prompt_files", "Prompt text file; repeat for several prompts, each paired in order with "
@@ -159,10 +161,10 @@ OPTIONS: tuple[Option, ...] = (
     _gate("bundle_out", "Also write the sealed evidence as one .tar.gz here, for `ds4ci verify` elsewhere.",
           toml_type="path", cli_type=Path),
     _gate("runner", "Runner name, used in the status context ds4ci/<runner>; overrides runner.name.",
-          check=v.runner_name, default_doc="runner.name, else the host name", attr="runner", reproduce=True),
+          check=v.runner_name, default_doc="runner.name, else the host name", attr="runner", reproduce=True, metavar="NAME"),
     _gate("widths", "Comma-separated draft widths q to prove, each >= 2 (in the file: a list of integers).",
           check=v.parse_widths, default=DEFAULT_WIDTHS, toml_type="array of integers", recorded="widths",
-          attr="widths", reproduce=True),
+          attr="widths", reproduce=True, metavar="Q,Q"),
     _gate("max_tokens", "Tokens generated per request (>= 2).", check=v.integer(2), default=96,
           toml_type="integer", cli_type=int, recorded="max_tokens", attr="max_tokens", reproduce=True),
     _gate("seed", "Request seed (an unsigned 64-bit integer).",
@@ -178,13 +180,13 @@ OPTIONS: tuple[Option, ...] = (
           "\"text parity\" (never token parity; docs/protocol.md). Off by default: then such a build gets an error.",
           check=v.boolean, default=False, toml_type="boolean", flag=None, recorded="text_parity", attr="text_parity"),
     _gate("target_device", "Server --target-device, e.g. hip:0 or cuda:0.", check=v.device, default="hip:0",
-          recorded="target_device", attr="target_device", reproduce=True),
+          recorded="target_device", attr="target_device", reproduce=True, metavar="DEVICE"),
     _gate("devices", "Devices to spread the arms over (target-only and one per width), one arm per device at a "
           "time unless parallel says more; each arm's server gets its device as --target-device (counted within "
           "CUDA_VISIBLE_DEVICES or HIP_VISIBLE_DEVICES where the runner sets one). Same kind as target_device, "
           "each listed once, no more than the arms (comma-separated as a flag).", check=v.parse_devices,
           default_doc="target_device alone", toml_type="array of strings", recorded="devices", attr="devices",
-          record_attr="arm_devices", reproduce=True),
+          record_attr="arm_devices", reproduce=True, metavar="DEVICE,DEVICE"),
     _gate("parallel", "Arms running side by side on each device (>= 1, at most the number of arms). Above 1 only "
           "with ds4ci's tiny models (`ds4ci tiny-models`, known by the target's SHA-256): a real model takes a "
           "whole GPU, so one real-model arm per device.", check=v.integer(1), default=1, toml_type="integer",
@@ -233,9 +235,9 @@ OPTIONS: tuple[Option, ...] = (
     _gate("source_dir", "Git checkout of the server source; its revisions are recorded in results.json.",
           toml_type="path", cli_type=Path, attr="source_dir", reproduce=True),
     _gate("base_ref", "Base ref for the revisions record (with --source-dir).", check=v.git_ref,
-          attr="base_ref", reproduce=True),
+          attr="base_ref", reproduce=True, metavar="REF"),
     _gate("upstream_ref", "Upstream main ref for the revisions record (with --source-dir).", check=v.git_ref,
-          attr="upstream_ref", reproduce=True),
+          attr="upstream_ref", reproduce=True, metavar="REF"),
     _gate("allow_dirty_tree", "Let a run whose source checkout has uncommitted changes to tracked files "
           "(revisions.dirty) pass: the binary is then not the commit's. Either way the comment and the status say "
           "\"built from a modified tree\"; without it such a run is an error. publish --expect-config accepts it "
@@ -249,6 +251,9 @@ OPTIONS: tuple[Option, ...] = (
            flag="--no-build", switch=True, cli_type=bool),
     Option(CLI, "json", "Print a JSON summary (verdict, exit code, evidence, per-width verdicts) on stdout; "
            "the table and progress go to stderr.", flag="--json", switch=True, cli_type=bool),
+    Option(CLI, "junit_xml", "Also write the run as JUnit XML here (one testcase per width and prompt, plus the build, "
+           "each check and the verdict; the reason is the failure message), for dorny/test-reporter or "
+           "EnricoMi/publish-unit-test-result-action.", flag="--junit-xml", cli_type=Path, metavar="PATH"),
     Option("runner", "name", "This runner's name (the gate's --runner and gate.runner win).", check=v.runner_name,
            default_doc="the host name"),
     Option("runner", "role", "gate: prove parity; negative-control: run the extra checks only (no models).",
@@ -324,6 +329,18 @@ OPTIONS: tuple[Option, ...] = (
            "(target_url) a run that GitHub says ran this file from pull_request_target, or from workflow_dispatch on "
            "the base branch, for the head; any other is listed as ignored (docs/security.md).", check=v.text,
            default=".github/workflows/gate.yml", flag="--trusted-workflow", command="merge-check", metavar="PATH"),
+    Option("merge", "calibration_max_age_days", "When above 0: each gate runner's check run must cite a calibration "
+           "(`ds4ci publish --calibrations`, docs/calibration.md) no older than this many days; 0 requires none.",
+           check=v.integer(0), default=0, toml_type="integer"),
+    Option("merge", "vouch", "Which of GitHub's records vouches for a ds4ci/<runner> success (docs/merging.md): "
+           "\"workflow\" (the run of merge.workflow that the status links, looked up: pull_request_target or "
+           "workflow_dispatch on the base branch, from a commit of that branch, titled with the head, its job `verdict "
+           "<runner>` concluded success in its latest attempt; the newest such run decides) or \"publisher\" (a check "
+           "run ds4ci/<runner> created by the GitHub App merge.vouch_app_id, whose key no job holds).",
+           check=v.one_of(VOUCH_KINDS), default="workflow"),
+    Option("merge", "vouch_app_id", "With vouch = \"publisher\": the app.id of the GitHub App whose check runs "
+           "vouch (its private key kept by the gate service, out of every job's reach).", check=v.integer(1),
+           toml_type="integer"),
     Option("merge.checks", "name", "The check run's name or the commit status context (required).", check=v.text),
     Option("merge.checks", "app", "The GitHub App (app.slug) whose check runs of this name count.", check=v.text,
            default=DEFAULT_CHECK_APP),
@@ -333,6 +350,10 @@ OPTIONS: tuple[Option, ...] = (
            "name per runner (the Checks tab: summary, annotations on the PR's own files). Needs the permission "
            "`checks: write` and a GitHub App token (the Actions GITHUB_TOKEN is one).", check=v.boolean, default=True,
            toml_type="boolean"),
+    Option("publish", "comment_mode", "When the sticky pull-request comment is written: \"always\"; \"failures\" (created "
+           "only when a runner's status is not success; one that exists is still updated, so it never keeps an old "
+           "failure); \"off\" (never, as --no-comment). The statuses and check runs are set either way.",
+           check=v.one_of(COMMENT_MODES), default="always", flag="--comment-mode", command="publish", metavar="MODE"),
     Option("preflight", "busy_wait", "Seconds to wait for a GPU busy with another process to become free.",
            check=v.wait_seconds, default=0.0, toml_type="number", flag="--busy-wait", command="preflight",
            cli_type=float),

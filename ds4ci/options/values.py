@@ -46,6 +46,19 @@ _DEVICE = re.compile(r"^[a-z]+:\d+$")
 _VAR = re.compile(r"\$\{([A-Za-z_][A-Za-z0-9_]*)\}")
 
 
+def loads_toml(text: str, where: str) -> dict[str, Any]:
+    """TOML text read as a table; ``where`` names it in the error."""
+    if sys.version_info >= (3, 11):  # imported here: `ds4ci --help` reads no TOML
+        import tomllib
+    else:  # pragma: no cover - exercised on 3.10 only
+        import tomli as tomllib  # type: ignore[import-not-found, unused-ignore]
+    try:
+        loaded: dict[str, Any] = tomllib.loads(text)
+    except tomllib.TOMLDecodeError as exc:
+        raise UsageError(f"{where} is not valid TOML: {exc}") from exc
+    return loaded
+
+
 def read_toml(path: Path) -> dict[str, Any]:
     if sys.version_info >= (3, 11):  # imported here: `ds4ci --help` reads no TOML
         import tomllib

@@ -31,8 +31,9 @@ from typing import Any, Protocol
 
 import torch
 
+from ds4ci.refserver import faults
 from ds4ci.refserver.env import MAX_Q
-from ds4ci.refserver.faults import ENGINE_MUTANTS, RESTORE_SKIPS, FaultState, is_near_tie, stale_boundary
+from ds4ci.refserver.faults import ENGINE_MUTANTS, FaultState, is_near_tie, stale_boundary
 from ds4ci.refserver.model import argmax
 
 
@@ -235,6 +236,31 @@ def _bonus(verified: list[int], accepted: int, fault: FaultState | None, step: i
     return verified[accepted]
 
 
+def _rollback_skipped(accepted: int, width: int, fault: FaultState | None, step: int) -> bool:
+    """Whether the planted mutant skips this rejection's rollback: the cache keeps the verify's writes, rejected
+    drafts' included (the engine's accept counts the seed: ``accepted + 1``)."""
+    if fault is None:
+        return False
+    name = fault.plan.name
+    if name == "last-slot-not-rolled-back":  # only the last draft was rejected
+        return accepted == width - 1 and fault.acts(name, step)
+    if name in faults.ROLLBACK_SKIPPED_AT:
+        return accepted + 1 == faults.ROLLBACK_SKIPPED_AT[name] and fault.acts(name, step)
+    return fault.acts("no-rollback", step)
+
+
+def _restore(cache: Any, snapshot: Any, fault: FaultState | None, step: int) -> None:
+    """The snapshot restore, less what the planted mutant leaves out (``faults.RESTORE_SKIPS``)."""
+    name = fault.plan.name if fault else ""
+    if fault and name in faults.RESTORE_SKIPS and fault.acts(name, step):
+        parts, layer = faults.RESTORE_SKIPS[name]
+        cache.restore(snapshot, parts, layer)
+        return
+    if fault and name in faults.RESTORE_NOOPS:
+        fault.acts(name, step)  # the double's restore holds no such state to leave out
+    cache.restore(snapshot)
+
+
 def _rollback(target: Model, cache: Any, snapshot: Any, fed: Sequence[int], accepted: int, start: int,
               sequential: bool, fault: FaultState | None, step: int) -> None:
     """Reference-exact, after the verify of ``fed`` (the seed and the drafts) from ``start``: where a draft was
@@ -245,8 +271,8 @@ def _rollback(target: Model, cache: Any, snapshot: Any, fed: Sequence[int], acce
     commit = start + accepted + 1
     if accepted >= width:
         return  # every draft accepted: the cache holds the committed tokens already
-    if accepted == width - 1 and fault and fault.acts("last-slot-not-rolled-back", step):
-        cache.seek(commit)  # only the last draft was rejected: left in the cache
+    if _rollback_skipped(accepted, width, fault, step):
+        cache.seek(commit)
         return
     boundary = stale_boundary(start, width, accepted)
     if fault and boundary is not None and fault.ready("stale-compressor", step):
@@ -256,15 +282,7 @@ def _rollback(target: Model, cache: Any, snapshot: Any, fed: Sequence[int], acce
         fault.fire(step, position=start)
         _verify(target, cache, fed[:accepted + 1], sequential)  # appended after what the verify wrote
         return
-    if fault and fault.acts("no-rollback", step):
-        cache.seek(commit)
-        return
-    if fault and fault.plan.name in RESTORE_SKIPS and fault.acts(fault.plan.name, step):
-        cache.restore(snapshot, RESTORE_SKIPS[fault.plan.name])
-    else:
-        if fault:
-            fault.acts("hc-state-not-restored", step)  # the double's restore holds no such state to leave out
-        cache.restore(snapshot)
+    _restore(cache, snapshot, fault, step)
     if fault and fault.acts("restore-without-replay", step):
         cache.seek(commit)
         return
@@ -273,6 +291,8 @@ def _rollback(target: Model, cache: Any, snapshot: Any, fed: Sequence[int], acce
         replay = fed[1:accepted + 2]  # the accepted drafts and the rejected one, without the seed
     if fault and fault.acts("replay-wrong-position", step):
         at = start + 1
+    if accepted and fault and fault.acts("replay-drops-last-accepted", step):
+        replay = fed[:accepted]  # the last accepted draft's position keeps the restored snapshot's rows
     if cache.length != at:
         cache.seek(at)
     _verify(target, cache, replay, sequential)

@@ -13,9 +13,12 @@ the DS4 families before each arm) passes them through untouched:
 - ``DS4REF_FAULT=near-tie|stale-compressor|skip-restore``, ``DS4REF_FAULT_SEED`` (default 0) and
   ``DS4REF_FAULT_LOG`` (a path): one small planted verifier fault for the sensitivity benchmark
   (``refserver.faults`` says what each does); it too keeps claiming reference-exact verification.
-  ``DS4REF_FAULT`` also takes the names of the real-engine mutant catalogue (``no-rollback``,
-  ``restore-without-replay`` ... ``faults.ENGINE_MUTANTS``; tiny-models targets only), each the
-  wrong behaviour of its source substitution in this server's reference-exact loop.
+  ``DS4REF_FAULT`` also takes every name of the real-engine mutant catalogue (``no-rollback``,
+  ``restore-without-replay`` ... ``replay-drops-last-accepted``: ``faults.ENGINE_MUTANTS``, all 27;
+  tiny-models targets only), each the wrong behaviour of its source substitution in this server's
+  reference-exact loop and its per-layer engine-shaped cache; the five the catalogue calls equivalent
+  (``faults.EQUIVALENT``, the indexer's two among them: the double keeps no indexer) change nothing.
+  Which ones the shipped tiny models catch, at which widths: docs/benchmarks.md, "CPU mirror".
 
 ``DS4_TIMING`` and ``DS4_TOKEN_TRACE`` (either prefix) make speculative requests print the spec
 loop's per-step compare/timing lines and per-token lines, in the real build's formats.

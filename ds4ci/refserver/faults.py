@@ -20,8 +20,10 @@ The engine mutants (``ENGINE_MUTANTS``) carry the names of the real-engine catal
 (``bench/mutants/lucebox-ds4-reference-exact.toml``, one planted fault per source substitution in
 the lucebox engine's reference-exact loop and its snapshot restore) and act as that substitution
 does, at every step from the first (the seed is not used): the reference-exact loop in
-``refserver.decoding`` says what each one changes there, and ``EQUIVALENT`` why three of them change
-nothing in this server either. They need the tiny models' double, whose cache has the engine's shape
+``refserver.decoding`` says what each one changes there, and ``EQUIVALENT`` why five of them change
+nothing in this server either; at the widths of the catalogue's ``equivalent_at`` the others change
+nothing here too, for the catalogue's reasons (``tests/unit/refserver/test_engine_mutants.py`` holds
+it). They need the tiny models' double, whose cache has the engine's shape, layer for layer
 (``refserver.enginecache``).
 
 ``DS4REF_FAULT_LOG`` (a path) gets one JSON line per fault that fired (an engine mutant: the first
@@ -48,7 +50,11 @@ ENGINE_MUTANTS = (
     "no-rollback", "restore-without-replay", "replay-off-by-one", "replay-wrong-position", "accept-off-by-one",
     "bonus-wrong-slot", "snapshot-after-verify", "stale-snapshot", "batched-verify", "compressor-not-restored",
     "n-comp-not-restored", "raw-ring-not-restored", "last-slot-not-rolled-back", "hc-state-not-restored",
-    "comp-rows-not-restored", "draft-context-frozen",
+    "comp-rows-not-restored", "draft-context-frozen", "attn-compressor-not-restored",
+    "indexer-compressor-not-restored", "n-comp-only-not-restored", "n-index-comp-not-restored",
+    "raw-ring-layer-0-not-restored", "raw-ring-last-layer-not-restored", "compressor-last-layer-not-restored",
+    "rollback-skipped-at-accept-1", "rollback-skipped-at-accept-2", "rollback-skipped-at-accept-3",
+    "replay-drops-last-accepted",
 )
 EQUIVALENT = {  # accepted, and why each changes no answer here
     "hc-state-not-restored": "the double keeps no hyper-connection state (nor does any forward of the engine read "
@@ -57,13 +63,29 @@ EQUIVALENT = {  # accepted, and why each changes no answer here
                               "the commit stays invisible until the forward that completes its block writes it again",
     "draft-context-frozen": "the double's draft reads no features (its Markov head and own logits depend on the last "
                             "token alone), and every emitted token is the target's own argmax",
+    "indexer-compressor-not-restored": "the double keeps no indexer (under the exact prefill no attention of the "
+                                       "engine reads it), so the restore is the same",
+    "n-index-comp-not-restored": "the double keeps no indexer rows to count (under the exact prefill no attention of "
+                                 "the engine reads them), so the restore is the same",
 }
-RESTORE_SKIPS = {  # the parts of the snapshot (refserver.enginecache.PARTS) a mutant's restore leaves out
-    "compressor-not-restored": frozenset({"compressor"}),
-    "n-comp-not-restored": frozenset({"n_comp"}),
-    "raw-ring-not-restored": frozenset({"raw"}),
-    "comp-rows-not-restored": frozenset({"comp_rows"}),
+# The parts of the snapshot (refserver.enginecache.PARTS) a mutant's restore leaves out, and in which layer (None:
+# every layer; -1: the last). The double has no indexer, so leaving out the indexer's part too changes nothing:
+# compressor-not-restored is attn-compressor-not-restored there, n-comp-not-restored n-comp-only-not-restored.
+RESTORE_SKIPS: dict[str, tuple[frozenset[str], int | None]] = {
+    "compressor-not-restored": (frozenset({"compressor"}), None),
+    "n-comp-not-restored": (frozenset({"n_comp"}), None),
+    "raw-ring-not-restored": (frozenset({"raw"}), None),
+    "comp-rows-not-restored": (frozenset({"comp_rows"}), None),
+    "attn-compressor-not-restored": (frozenset({"compressor"}), None),
+    "n-comp-only-not-restored": (frozenset({"n_comp"}), None),
+    "raw-ring-layer-0-not-restored": (frozenset({"raw"}), 0),
+    "raw-ring-last-layer-not-restored": (frozenset({"raw"}), -1),
+    "compressor-last-layer-not-restored": (frozenset({"compressor"}), -1),
 }
+# The restore mutants of state the double does not keep (its restore is the same).
+RESTORE_NOOPS = ("hc-state-not-restored", "indexer-compressor-not-restored", "n-index-comp-not-restored")
+# The engine's accept (the seed plus the accepted drafts) whose rollback a mutant skips.
+ROLLBACK_SKIPPED_AT = {f"rollback-skipped-at-accept-{k}": k for k in (1, 2, 3)}
 FAULTS = SEEDED + ENGINE_MUTANTS
 NEAR_TIE_SHARE = 0.25  # a near-tie: the runner-up within this share of the argmax's margin over the row's mean (the
 # successor models' near-tie words are at 0..0.19 of it, their other words at 0.30 or more)

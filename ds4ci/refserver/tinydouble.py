@@ -11,14 +11,16 @@ stands in for the rest with a small, documented term:
 - reproduced from the draft file, the **DSpark Markov head**: ``bias_j(prev) = w2[j] . w1[prev]``,
   added to the draft's own logits, argmax, chained for the q-1 drafts;
 - stood in for, the **layers** (target) and the draft's own logits. The target adds a
-  cache-dependent context term read from an engine-shaped cache (``enginecache``: the raw ring of
-  the file's ``attention.sliding_window`` rows, the ratio-4 and ratio-128 compressors and their
-  visible-row counts, as the DS4 engine keeps them): every position writes a row (a fixed random
-  vector of its token) into the ring and the compressors, and the logits at ``p`` get
-  ``CONTEXT_GAIN x std(blk.0.attn_output_b)`` times a random projection of what a query at ``p``
-  reads there: the ring rows, weighted by ``DECAY`` per position behind ``p`` that each stands for
-  (``p``'s own row left out: it is a function of the token, which the direct path already is), and
-  the visible compressed rows of each ratio, ``DECAY`` per row from the newest (1.2 logits for the
+  cache-dependent context term read from an engine-shaped cache (``enginecache``: per layer of the
+  file's ``attention.compress_ratios``, a raw ring of its ``attention.sliding_window`` rows and, in
+  the layers of ratio 4 and 128, a compressor and its visible-row count, as the DS4 engine keeps
+  them): every position writes a row (a fixed random vector of its token) into every layer's ring
+  and compressor, and the logits at ``p`` get ``CONTEXT_GAIN x std(blk.0.attn_output_b)`` times a
+  random projection of what a query at ``p`` reads there: the ring rows, weighted by ``DECAY`` per
+  position behind ``p`` that each stands for (``p``'s own row left out: it is a function of the
+  token, which the direct path already is) and averaged over the layers (so one layer's ring weighs
+  1/layers: the double's layers are not chained), and each compressor layer's visible compressed
+  rows, ``DECAY`` per row from the newest (1.2 logits for the
   shipped successor set, whose layers write at 0.015; 0.4 for the earlier sets at 0.005; 4 for the
   random kind at 0.05). So what the cache holds, and whether a rollback restores it, matter as in
   the real engine, but only where the direct path is close (the successor kind's near-ties). The
@@ -40,12 +42,13 @@ import numpy as np
 import torch
 
 from ds4ci.judging.tinywords import word
-from ds4ci.refserver.enginecache import EngineCache
+from ds4ci.refserver.enginecache import RATIOS, EngineCache
 from ds4ci.refserver.model import AppendOnly
 from ds4ci.tinymodels.vocab import N_BYTES, SPECIALS
 
 TARGET_ARCH = "deepseek4"
 SLIDING_WINDOW = f"{TARGET_ARCH}.attention.sliding_window"
+COMPRESS_RATIOS = f"{TARGET_ARCH}.attention.compress_ratios"
 CONTEXT_DIM = 64
 CONTEXT_GAIN = 80.0  # logits of the context term per unit of the layers' output-projection std
 DECAY = 0.7  # recency weight of a ring row (per position) and of a compressed row (per row)
@@ -69,7 +72,8 @@ def _tensors(path: Path, names: Sequence[str]) -> tuple[dict[str, np.ndarray], d
     if missing:
         raise TinyModelError(f"{path}: missing tensor(s) {', '.join(missing)}; expected a `ds4ci tiny-models` file")
     out = {n: np.asarray(gguf.quants.dequantize(found[n].data, found[n].tensor_type), dtype=np.float64) for n in names}
-    fields = {k: f.contents() for k, f in reader.fields.items() if k.startswith("general.") or k == SLIDING_WINDOW}
+    wanted = (SLIDING_WINDOW, COMPRESS_RATIOS)
+    fields = {k: f.contents() for k, f in reader.fields.items() if k.startswith("general.") or k in wanted}
     return out, fields
 
 
@@ -85,11 +89,13 @@ class TinyArch:
     name: str
     context_logits: float
     n_swa: int
+    compress_ratios: tuple[int, ...]
 
     def describe(self) -> str:
         return (f"tiny-model double of {self.name}: vocab={self.vocab} n_embd={self.n_embd} direct path from the file, "
                 f"context term {self.context_logits:.2f} logits standing in for the layers, read from an engine-shaped "
-                f"cache (raw ring of {self.n_swa} rows, ratio-4 and ratio-128 compressors)")
+                f"cache of {len(self.compress_ratios)} layers (compress ratios {list(self.compress_ratios)}, raw rings of "
+                f"{self.n_swa} rows)")
 
 
 class TinyTarget:
@@ -103,12 +109,15 @@ class TinyTarget:
         window = fields.get(SLIDING_WINDOW)
         if not isinstance(window, int) or window < 1:
             raise TinyModelError(f"{path}: {SLIDING_WINDOW} is {window!r}; expected a positive integer")
+        ratios = fields.get(COMPRESS_RATIOS)
+        if not isinstance(ratios, list) or not ratios or set(ratios) - set(RATIOS):
+            raise TinyModelError(f"{path}: {COMPRESS_RATIOS} is {ratios!r}; expected one of {RATIOS} per layer")
         self.n_swa = window
         self.direct: np.ndarray = _rms(emb) @ out.T  # [prev, next]
         self.embedding = emb
         self.head = out
         scale = CONTEXT_GAIN * float(t["blk.0.attn_output_b.weight"].std())
-        self.arch = TinyArch(emb.shape[0], emb.shape[1], name, scale, window)
+        self.arch = TinyArch(emb.shape[0], emb.shape[1], name, scale, window, tuple(ratios))
         rng = np.random.default_rng(int.from_bytes(bytes.fromhex(sha256)[:8], "little"))
         self.token_rows = rng.standard_normal((emb.shape[0], CONTEXT_DIM))
         self.projection = rng.standard_normal((emb.shape[0], CONTEXT_DIM)) * (scale / np.sqrt(CONTEXT_DIM))
@@ -117,7 +126,7 @@ class TinyTarget:
                                    + (DECAY ** (2 * np.arange(RECENT_BLOCKS))).sum()))
 
     def new_cache(self, capacity: int) -> EngineCache:
-        return EngineCache(self.n_swa, CONTEXT_DIM, capacity)
+        return EngineCache(self.n_swa, CONTEXT_DIM, capacity, self.arch.compress_ratios)
 
     def _blocks(self, rows: np.ndarray, visible: int) -> np.ndarray:
         recent = rows[max(0, visible - RECENT_BLOCKS):visible][::-1]
@@ -127,12 +136,15 @@ class TinyTarget:
     def context(self, cache: EngineCache, p: int) -> np.ndarray:
         """The context vector at position p (after p's own writes): the ring rows the query reads, each
         weighted by how far behind p the position it stands for lies (p's own row and rows over RECENT_ROWS
-        behind left out), and the visible compressed rows of each ratio, the newest weighted most."""
+        behind left out), averaged over the layers' rings, and each compressor layer's visible compressed
+        rows, the newest weighted most."""
         rows, ages = cache.raw_ages(p)
         keep = (ages >= 1) & (ages <= RECENT_ROWS)
-        c = (self._decay[ages[keep], None] * cache.raw[rows[keep]]).sum(axis=0)
-        visible4, visible128 = cache.visible(p)
-        c = c + self._blocks(cache.comp4, visible4) + self._blocks(cache.comp128, visible128)
+        weights = self._decay[ages[keep], None]
+        read = [(weights * ring[rows[keep]]).sum(axis=0) for ring in cache.raw]
+        c = read[0] + sum((r - read[0]) / len(read) for r in read[1:])  # the mean, exactly read[0] where all agree
+        for compressor, visible in zip(cache.compressors.values(), cache.visible(p), strict=True):
+            c = c + self._blocks(compressor.rows, visible)
         vector: np.ndarray = c / self._norm
         return vector
 

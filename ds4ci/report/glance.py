@@ -12,7 +12,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from ds4ci.judging.coverage import BOUNDARY_NAMES
-from ds4ci.records import Results
+from ds4ci.records import PromptResult, Results
 
 _DS4CI_REF = re.compile(r"^([A-Za-z0-9_.-]+/[A-Za-z0-9_.-]+)@([A-Za-z0-9_./-]+)$")
 
@@ -41,6 +41,17 @@ def grouped_reasons(reasons: Sequence[str]) -> list[str]:
         if match:
             groups[key].append(match.group(1))
     return [f"q={','.join(groups[key])} {key}" if groups[key] else key for key in order]
+
+
+def matched_span(prompts: Sequence[PromptResult]) -> str | None:
+    """Drafts accepted over ``prompts``: one count ("81"), the range the evidence allows where a counterless
+    summary does not fix one ("79..80"), or None when a prompt has no counters."""
+    low = high = 0
+    for prompt in prompts:
+        if prompt["matched_min"] is None or prompt["matched_max"] is None:
+            return None
+        low, high = low + prompt["matched_min"], high + prompt["matched_max"]
+    return None if not prompts else f"{low:,}" if low == high else f"{low:,}..{high:,}"
 
 
 def rejected_drafts(doc: Results) -> int | None:

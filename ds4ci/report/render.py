@@ -22,6 +22,7 @@ from ds4ci.errors import UsageError
 from ds4ci.records import Results
 from ds4ci.report import docview, markdown, views
 from ds4ci.report.docview import DocView
+from ds4ci.report.glance import matched_span
 from ds4ci.report.sections import BISECT, MARKER, Section, head_sha, merge_sections
 from ds4ci.report.views import Detail, state_label
 
@@ -122,6 +123,7 @@ def environment(template_dir: Path | None = None) -> Any:
             "short": views.short,
             "bytes": views.size_bytes,
             "num": docview.fmt_int,
+            "matched": lambda cell: matched_span([cell]) or docview.fmt_int(None),
             "yesno": views.yes_no,
             "claimed": views.claimed,
             "state": state_label,
@@ -150,8 +152,10 @@ def render_section(
     predecessor: str | None = None,
     kind: str = "comment",
     seen: DocView | None = None,
+    calibration: str | None = None,
 ) -> Section:
-    context = views.runner_context(doc, detail, run_url, predecessor, kind, seen)
+    """``calibration``: how strong the proof is on this runner (``ds4ci.calibrate.latest.cite``), shown when given."""
+    context = {**views.runner_context(doc, detail, run_url, predecessor, kind, seen), "calibration": calibration}
     body = render_template(env, "runner.md.j2", context)
     return Section(
         runner=doc["runner"]["name"],
@@ -261,6 +265,7 @@ def render(
     limit: int | None = None,
     merge_status: Sequence[str] = (),
     seen: Mapping[str, DocView] | None = None,
+    calibrations: Mapping[str, str] | None = None,
 ) -> tuple[str, list[Section]]:
     """Render ``docs`` (plus sections kept from an existing comment) within the size limit.
 
@@ -288,6 +293,7 @@ def render(
                 predecessor=predecessors.get(doc["runner"]["name"]) or _recorded_predecessor(doc),
                 kind=kind,
                 seen=(seen or {}).get(doc["runner"]["name"]),
+                calibration=(calibrations or {}).get(doc["runner"]["name"]),
             )
             for doc in docs
         ]

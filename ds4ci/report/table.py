@@ -7,6 +7,7 @@ from ds4ci.gate.settings import scope_note
 from ds4ci.judging.coverage import compact_line
 from ds4ci.judging.tree import tree_line
 from ds4ci.records import Results
+from ds4ci.report.glance import matched_span
 from ds4ci.report.views import parity_column, target_only_words
 
 _REASON_LINES = 24  # a reason quoting a log tail is bounded (judging.logtail); show all of it
@@ -31,7 +32,8 @@ def rows(doc: Results) -> list[tuple[str, ...]]:
         for cell in cells:
             label = f"q={width['q']}" + (f" p{cell['prompt_index']}" if len(cells) > 1 else "")
             parity = f"{cell['parity_requests']}/{cell['requests']}"
-            ratio = "-" if cell["matched"] is None else f"{cell['matched']}/{cell['offered']}"
+            span = matched_span([cell])
+            ratio = "-" if span is None else f"{span}/{cell['offered']}"
             out.append((
                 label, parity, _cell(cell["steps"]), ratio, _cell(cell["rejected_drafts"]),
                 _cell(cell["full_snap_claimed"]), cell["verdict"],

@@ -18,7 +18,7 @@ from ds4ci.judging.tree import tree_line
 from ds4ci.records import FileIdentity, MismatchRecord, Results
 from ds4ci.report import markdown
 from ds4ci.report.docview import DocView, first_line, fmt_int, sum_or_none, view_of
-from ds4ci.report.glance import COVERAGE_DOC, docs_link, grouped_reasons, rejected_drafts
+from ds4ci.report.glance import COVERAGE_DOC, docs_link, grouped_reasons, matched_span, rejected_drafts
 from ds4ci.report.markdown import Trusted
 from ds4ci.report.sections import UNVERIFIED
 
@@ -74,7 +74,6 @@ def _gate_rows(doc: Results) -> list[dict[str, Any]]:
         snaps = [p["full_snap_claimed"] for p in prompts]
         unknown = not prompts or any(s is None for s in snaps)
         full_snap = claimed(None if unknown else all(snaps))
-        matched = sum_or_none(p["matched"] for p in prompts) if prompts else None
         offered = sum_or_none(p["offered"] for p in prompts) if prompts else None
         rows.append(
             {
@@ -82,7 +81,7 @@ def _gate_rows(doc: Results) -> list[dict[str, Any]]:
                 "verdict": width["verdict"],
                 "parity": f"{sum(p['parity_requests'] for p in prompts)}/{sum(p['requests'] for p in prompts)}",
                 "steps": fmt_int(sum_or_none(p["steps"] for p in prompts) if prompts else None),
-                "matched_offered": f"{fmt_int(matched)}/{fmt_int(offered)}",
+                "matched_offered": f"{matched_span(prompts) or fmt_int(None)}/{fmt_int(offered)}",
                 "rejected": fmt_int(sum_or_none(p["rejected_drafts"] for p in prompts) if prompts else None),
                 "full_snap": full_snap,
                 "tokens": "/".join(

@@ -31,6 +31,9 @@ def test_dispatch_runs_gate_on_both_runners_and_publishes_one_comment(
 
     assert proc.returncode == 0, act_log(proc)
     assert fake.latest_states(head) == {"ds4ci/gfx1151": "success", "ds4ci/sm86": "success"}, act_log(proc)
+    # Each runner's job `verdict <runner>` (GitHub's own record, what merge-check reads) succeeded on publish's word.
+    for runner in ("gfx1151", "sm86"):
+        assert f"runner {runner}: verdict success" in proc.stdout + proc.stderr, act_log(proc)
     # The report job made one check run per runner beside each status, from the same verified bundle.
     runs = {r["name"]: r for r in fake.check_runs(head)}
     assert sorted(runs) == ["ds4ci/gfx1151", "ds4ci/sm86"], runs

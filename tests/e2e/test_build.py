@@ -67,7 +67,8 @@ def test_a_failed_build_is_a_fail_and_no_server_starts(tmp_path: Path) -> None:
     assert run.code == 1, run.stdout + run.stderr
     assert run.results is not None
     assert run.results["verdict"] == "fail"
-    assert run.reasons() == "build: fail: the build failed with exit code 1 (2/3 targets built)"
+    assert run.reasons() == ("the build failed: exit 1 (2/3 targets built); last lines: "
+                             "[1/3] Building CXX object step1.o | [2/3] Building CXX object step2.o | FAILED: step 3")
     assert run.results["timings"]["servers"] == [] and run.results["widths"] == []
     assert "FAILED: step 3" in run.results["build"]["log_tail"]
     final = Path(run.results["evidence"]["dir"])

@@ -227,7 +227,9 @@ def _merge_check(fake: FakeGitHub, *args: str) -> subprocess.CompletedProcess[st
 
 
 def test_merge_check_counts_the_published_check_run_only_from_the_publishers_app(fake: FakeGitHub) -> None:
-    """A repository that keeps only check runs (statuses left to someone else's account) still gates on them."""
+    """A repository that keeps only check runs (statuses left to someone else's account) still gates on them: the
+    check run's details_url names the gate run, whose job `verdict <runner>` GitHub recorded as success."""
+    fake.add_run(7, title=f"ds4ci gate {HEAD}", jobs={"verdict gfx1151": "success"})  # RUN_URL
     assert publish(fake, doc(PASS), no_status=True, no_comment=True) == 0
     assert fake.statuses() == [] and runs_by_name(fake)["ds4ci/gfx1151"]["conclusion"] == "success"
     args = ("--pr", "42", "--runner", "gfx1151", "--approvals", "0", "--json")
@@ -255,7 +257,15 @@ def test_the_predecessor_lookup_reads_the_publishers_check_run(fake: FakeGitHub)
     fake.add_check_run(OLD, "ds4ci/gfx1151", conclusion="success", app="mallory-app")
     assert publish(fake, doc(FAIL)) == 0
     assert f"`{OLD}`" not in fake.comments(42)[0]["body"]  # not the publisher's app
-    fake.add_check_run(OLD, "ds4ci/gfx1151", conclusion="success", app="github-actions", title="pass: token parity")
+    # the publisher's app, but its link names a gate run whose verdict job failed: not vouched for
+    failed = fake.add_run(8, title=f"ds4ci gate {OLD}", jobs={"verdict gfx1151": "failure"})
+    fake.add_check_run(OLD, "ds4ci/gfx1151", conclusion="success", app="github-actions", title="pass: token parity",
+                       details_url=failed)
+    assert publish(fake, doc(FAIL)) == 0
+    assert f"`{OLD}`" not in fake.comments(42)[0]["body"]
+    passed = fake.add_run(9, title=f"ds4ci gate {OLD}", jobs={"verdict gfx1151": "success"})
+    fake.add_check_run(OLD, "ds4ci/gfx1151", conclusion="success", app="github-actions", title="pass: token parity",
+                       details_url=passed)
     assert publish(fake, doc(FAIL)) == 0
     body = fake.comments(42)[0]["body"]
     assert f"Last hardware-validated predecessor on this runner: `{OLD}`" in body

@@ -23,6 +23,9 @@ def test_demo_passes_catches_the_leak_and_its_results_report_and_dry_run_publish
     demo = run("demo", "--keep", str(keep))
     assert demo.returncode == 0, demo.stdout + demo.stderr
     assert "clean run passed; leaked approximate verifier was caught" in demo.stdout
+    # the simulator needs no GPU, and the demo says none (issue 41): no hip:0, nothing to free
+    assert "hip:0" not in demo.stdout + demo.stderr and "free the GPU" not in demo.stderr, demo.stderr
+    assert "target-only: on cpu:0" in demo.stderr
     good = json.loads((keep / "demo-sim.results.json").read_text())
     leak = json.loads((keep / "demo-sim-leak.results.json").read_text())
     assert (good["verdict"], leak["verdict"]) == ("pass", "fail")

@@ -64,9 +64,10 @@ def test_a_divergence_fails(tmp_path: Path, tiny_target: Path) -> None:
     assert "q=3 prompt 0 requests 1, 2: token IDs differ: first differing position 63" in run.reasons()
 
 
-def test_a_run_without_a_rejection_fails(tmp_path: Path, tiny_target: Path) -> None:
+def test_a_run_without_a_rejection_is_an_error_never_a_fail(tmp_path: Path, tiny_target: Path) -> None:
+    # the answers agree: nothing is proven wrong, the rejection the proof needs cannot be shown (error, exit 3)
     run = _gate(tmp_path, tiny_target, "fork-dialect,all-accepted@q2")
-    assert run.code == 1
+    assert run.code == 3 and run.results is not None and run.results["verdict"] == "error"
     assert "q=2 prompt 0 request 1: no rejection observed" in run.reasons()
 
 

@@ -131,11 +131,16 @@ def test_usage_errors_exit_2_before_anything_runs(ws: Workspace, overrides: dict
 
 
 def test_a_missing_pinned_file_is_not_ready_like_a_wrong_pin(ws: Workspace) -> None:
-    """The runner's files, not the config's form: exit 3 (no verdict), as a wrong pin and preflight's "not ready"."""
-    run = ws.gate(target="/nonexistent/target.gguf")
+    """The runner's files, not the config's form: exit 3 (no verdict), as a wrong pin and preflight's "not ready",
+    with the attempt's evidence kept; a path given as a flag that is not there is a usage error (exit 2)."""
+    config = ws.root / "missing-target.toml"
+    config.write_text(f'[gate]\ntarget = "/nonexistent/target.gguf"\ntarget_sha256 = "{"b" * 64}"\n')
+    run = ws.gate(config=config, target=None, target_sha256=None)
     assert run.code == 3, run.stderr
     assert "target file /nonexistent/target.gguf does not exist" in run.stderr and "not ready" in run.stderr
-    assert not (ws.root / "evidence").exists()
+    assert run.results is not None and (ws.root / "evidence" / "failed").is_dir()
+    flag = ws.gate(target="/nonexistent/target.gguf")
+    assert flag.code == 2 and "--target /nonexistent/target.gguf: expected the target file" in flag.stderr
 
 
 def test_prompt_pairs_must_match(ws: Workspace) -> None:

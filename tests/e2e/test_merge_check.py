@@ -73,7 +73,12 @@ def test_ready_pull_request_exits_0(fake: FakeGitHub) -> None:
     make_ready(fake)
     proc = cli(fake, *STANDARD)
     assert proc.returncode == 0, proc.stdout + proc.stderr
-    assert proc.stdout == f"#42 at {HEAD}: ready to merge (9 conditions hold)\n"
+    first, gate = proc.stdout.splitlines()
+    assert first == f"#42 at {HEAD}: ready to merge (9 conditions hold)"
+    # which of GitHub's records vouched for the gate: the trusted run and its verdict job
+    assert gate.startswith("  + gate ds4ci/sm86: success on the head 111111111111, vouched for by run "), gate
+    assert gate.endswith(" (.github/workflows/gate.yml, pull_request_target on main, job 'verdict sm86' success in "
+                         "attempt 1)"), gate
     assert WRITE_TOKEN not in proc.stdout + proc.stderr
 
 
@@ -142,7 +147,8 @@ def test_the_publisher_is_configurable(fake: FakeGitHub, tmp_path: Path) -> None
     fake.add_status(HEAD, "ds4ci/sm86", "failure", creator="github-actions[bot]")
     assert "gate ds4ci/sm86: failure" in cli(fake, *STANDARD).stdout
     proc = cli(fake, *STANDARD, "--publisher", "ds4ci-app[bot]")
-    assert "gate ds4ci/sm86" not in proc.stdout  # green: the configured publisher's status
+    assert "  - gate ds4ci/sm86" not in proc.stdout  # green: the configured publisher's status
+    assert "  + gate ds4ci/sm86: success on the head 111111111111, vouched for by run " in proc.stdout
     # a plain check name counts statuses by the publisher: ai-review's (by github-actions[bot]) is now ignored
     assert "check ai-review: missing" in proc.stdout and "status success by github-actions[bot]" in proc.stdout
     cfg = tmp_path / "ds4ci.toml"

@@ -7,6 +7,7 @@ the bundle, so the forged file never turns a status green.
 
 from __future__ import annotations
 
+import hashlib
 import json
 import os
 import shutil
@@ -183,14 +184,16 @@ def test_the_comment_carries_the_review_and_merge_status_after_this_runs_statuse
     fake.add_check_run(runs["head"], "build")
     fake.add_review(42, "alice", "APPROVED", runs["head"])
     fake.add_thread(42, "server/src/spec.cpp", 311)
-    # the statuses link this run of the trusted gate, as the publish job's do; merge-check counts no other
-    run = fake.add_run(4243, title=f"ds4ci gate {runs['head']}")
+    # the statuses link this run of the trusted gate, as the publish job's do; merge-check counts no other, and
+    # only once the run's own job `verdict <runner>` (it runs after publish) has succeeded
+    run = fake.add_run(4243, title=f"ds4ci gate {runs['head']}", jobs={f"verdict {RUNNER}": "queued"})
     proc = publish(fake, runs["pass"], "--merge-config", str(config), "--target-url", run)
     assert proc.returncode == 0, proc.stderr
     (comment,) = fake.comments(42)
     body = comment["body"]
-    assert "**Review and merge status**" in body and "not ready: 1 condition(s) unmet" in body
-    assert f"- [x] gate ds4ci/{RUNNER}" in body  # green from the status this very publish set
+    assert "**Review and merge status**" in body and "not ready: 2 condition(s) unmet" in body
+    assert f"- [ ] gate ds4ci/{RUNNER}: success on the current head" in body  # the status this very publish set
+    assert f"run 4243's job 'verdict {RUNNER}' has not finished (queued)" in body.replace("&#95;", "_")
     assert "- [ ] review thread server/src/spec.cpp:311" in body
 
 
@@ -210,3 +213,38 @@ def test_a_runner_without_a_result_says_what_it_last_validated_and_what_is_still
     assert f"Last hardware-validated predecessor on this runner: `{ancestor}`" in body
     assert "1 commit(s)" in body and "`server/src/spec.cpp`" in body and "`server/src/verify.cpp`" in body
     assert fake.latest_states(runs["head"]) == {f"ds4ci/{RUNNER}": "success"}  # none made up for the missing one
+
+
+def as_schema_2(runs: dict[str, Any], which: str, tmp_path: Path, flip: str | None = None) -> Path:
+    """A copy of a bundle as ds4ci wrote it before schema 3 (no schema_version, no matched range); ``flip``: every
+    recorded verdict set to it, as an older ds4ci's rules might have judged."""
+    bundle = Path(shutil.copytree(runs[which], tmp_path / which))
+    manifest = json.loads((bundle / "manifest.json").read_text())
+    del manifest["schema_version"]
+    (bundle / "manifest.json").write_text(json.dumps(manifest))
+    doc = json.loads((bundle / "results.json").read_text())
+    del doc["schema_version"]
+    doc["evidence"]["manifest_sha256"] = hashlib.sha256((bundle / "manifest.json").read_bytes()).hexdigest()
+    for width in doc["widths"]:
+        for cell in width["prompts"]:
+            del cell["matched_min"], cell["matched_max"]
+            cell.update(verdict=flip or cell["verdict"])
+        width.update(verdict=flip or width["verdict"])
+    doc.update(verdict=flip or doc["verdict"])
+    (bundle / "results.json").write_text(json.dumps(doc))
+    return bundle
+
+
+def test_an_older_bundle_is_published_by_its_re_derived_verdict_with_the_note(
+    runs: dict[str, Any], fake: FakeGitHub, tmp_path: Path
+) -> None:
+    # recorded pass by an older ds4ci, but today's rules derive the failure: the status is today's
+    assert publish(fake, as_schema_2(runs, "fail", tmp_path, flip="pass")).returncode == 0
+    assert states(fake) == {f"ds4ci/{RUNNER}": "failure"}
+    (comment,) = fake.comments(42)
+    assert "sealed by ds4ci 0.1.0 (schema 2); re-derived by ds4ci 0.1.0 (schema 3): the verdicts differ" in comment["body"]
+
+
+def test_an_older_passing_bundle_still_sets_success(runs: dict[str, Any], fake: FakeGitHub, tmp_path: Path) -> None:
+    assert publish(fake, as_schema_2(runs, "pass", tmp_path)).returncode == 0
+    assert states(fake) == {f"ds4ci/{RUNNER}": "success"}

@@ -223,6 +223,47 @@ def test_a_focused_rerun_over_a_foreign_full_pass_stays_pending(runs: dict[str, 
     assert fake.latest_states(runs["head"]) == {f"ds4ci/{RUNNER}": "success"}
 
 
+def test_a_focused_rerun_over_a_full_pass_no_gate_run_vouches_for_stays_pending(
+        runs: dict[str, Any], fake: FakeGitHub) -> None:
+    """The publisher's own account, but the link is copied from a gate run whose verdict job failed."""
+    ancestor = "a" * 40
+    fake.add_pull(42, runs["head"], [ancestor, runs["head"]])
+    failed = fake.add_run(901, title=f"ds4ci gate {ancestor}", jobs={f"verdict {RUNNER}": "failure"})
+    fake.add_status(ancestor, f"ds4ci/{RUNNER}", "success", "pass: token parity at q=2,3", creator=BOT_LOGIN,
+                    target_url=failed)
+    proc = publish(fake, runs["focused"], "--allow-focused-reruns", "--expect-config", runs["trusted"])
+    assert proc.returncode == 0, proc.stderr
+    assert fake.latest_states(runs["head"]) == {f"ds4ci/{RUNNER}": "pending"}
+    assert "no full pass on an ancestor" in fake.statuses(runs["head"])[0]["description"]
+
+
+def test_a_predecessor_no_gate_run_vouches_for_is_not_shown(runs: dict[str, Any], fake: FakeGitHub) -> None:
+    ancestor, mine = "a" * 40, "b" * 40
+    fake.add_pull(42, runs["head"], [mine, ancestor, runs["head"]])
+    fake.add_status(mine, "ds4ci/gfx1151", "success", "pass", creator=BOT_LOGIN)  # its gate run vouches
+    other = fake.add_run(902, title=f"ds4ci gate {ancestor}", path=".github/workflows/other.yml",
+                         jobs={"verdict gfx1151": "success"})
+    fake.add_status(ancestor, "ds4ci/gfx1151", "success", "pass", creator=BOT_LOGIN, target_url=other)
+    proc = publish(fake, runs["pass"], "--expect-runner", "gfx1151")
+    assert proc.returncode == 0, proc.stderr
+    body = fake.comments(42)[0]["body"]
+    assert f"Last hardware-validated predecessor on this runner: `{mine}`" in body
+    assert ancestor not in body
+
+
+def test_verdicts_out_names_each_runner_s_decided_state(runs: dict[str, Any], fake: FakeGitHub, tmp_path: Path) -> None:
+    out = tmp_path / "verdicts.json"
+    proc = publish(fake, runs["pass"], "--verdicts-out", out)
+    assert proc.returncode == 0, proc.stderr
+    assert json.loads(out.read_text()) == {RUNNER: "success"}
+    fake.inject(500, 10, methods={"POST"}, path_contains="/statuses/")
+    out.unlink()
+    # another run's link: the status differs from the one set (the same publish again writes nothing, issue 43)
+    again = publish(fake, runs["pass"], "--verdicts-out", out, "--target-url", "https://github.com/acme/engine/actions/runs/8")
+    assert again.returncode == 3, again.stderr
+    assert not out.exists()  # a publish that failed leaves no verdict: the verdict job fails
+
+
 def test_a_focused_rerun_says_focused_in_the_pass_line_and_the_table(runs: dict[str, Any]) -> None:
     out = runs["focused.out"]
     (verdict,) = [line for line in out.splitlines() if "verdict PASS" in line]

@@ -267,3 +267,26 @@ def test_a_fork_run_whose_reviews_cannot_be_read_does_not_go_on(tmp_path: Path, 
     """GitHub answers 404 (another run id, or a token without actions: read): fail closed, never a pass."""
     proc = _approval_step(tmp_path, fake)  # no such run recorded
     assert proc.returncode != 0 and "a maintainer approved" not in proc.stdout, proc.stdout + proc.stderr
+
+
+def test_the_junit_step_writes_the_runs_junit_xml_from_results_json_under_bash_e(tmp_path: Path) -> None:
+    import xml.etree.ElementTree as ET
+
+    from gatekit import DS4CI
+
+    results = ROOT / "tests" / "data" / "results" / "fail.json"
+    env = {"DS4CI": str(DS4CI), "DS4CI_RESULTS": str(results), "DS4CI_JUNIT_XML": "reports/ds4ci.xml"}
+    (tmp_path / "reports").mkdir()
+    proc, outputs = _run(_step(ROOT / "action.yml", "junit"), tmp_path, tmp_path, env)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert outputs == {"junit-xml": str((tmp_path / "reports" / "ds4ci.xml").resolve())}
+    suite = ET.parse(tmp_path / "reports" / "ds4ci.xml").getroot().find("testsuite")
+    assert suite is not None and suite.get("failures") == "2", ET.tostring(suite)
+
+
+def test_a_comment_mode_the_publisher_does_not_know_is_refused_before_anything_is_installed(tmp_path: Path) -> None:
+    env = {"DS4CI_PYTHON": "false", "DS4CI_RUNNER": "gfx1151", "DS4CI_PUBLISH": "false", "DS4CI_EVIDENCE_DIR": "",
+           "DS4CI_COMMENT_MODE": "sometimes"}
+    proc, outputs = _run(_step(ROOT / "action.yml", "install"), tmp_path, tmp_path, env)
+    assert proc.returncode == 2 and outputs == {}, proc.stdout + proc.stderr
+    assert "comment-mode: expected always, failures or off (or empty), found 'sometimes'" in proc.stdout

@@ -224,7 +224,8 @@ CASES: list[Case] = [
     Case("no summary", "4", 1, "fail", "holds 0 [ds4-spec] gen=... summary line(s) for 2 request(s)", "no-summary"),
     Case("duplicate summary", "4", 1, "fail", "holds 4 [ds4-spec] gen=... summary line(s) for 2 request(s)",
          "duplicate-summary"),
-    Case("all drafts accepted", "4", 1, "fail", "no rejection observed", "all-accepted"),
+    # the answers agree: nothing is proven wrong, the rejection the proof needs is missing (error, never fail)
+    Case("all drafts accepted", "4", 3, "error", "no rejection observed", "all-accepted"),
     Case("zero steps", "4", 1, "fail", "steps=0", "zero-steps"),
     Case("summary without matched/offered (older format)", "4", 1, "fail", "the summary has no matched/offered counters",
          "old-summary"),

@@ -21,6 +21,7 @@ STAGES = [
     {"ds4ci.runner"},
     {"ds4ci.judging"},
     {"ds4ci.evidence"},
+    {"ds4ci.calibrate"},
     {"ds4ci.gate"},
     {"ds4ci.report"},
     {"ds4ci.github"},

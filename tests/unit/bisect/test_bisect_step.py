@@ -15,14 +15,14 @@ def results(build_status: str | None = "pass", reasons: tuple[str, ...] = ("q=2 
             "mismatch": {"position": 7, "window_start": 0, "target_ids": [], "spec_ids": [], "target_len": 9, "spec_len": 9}}
     return {"reasons": list(reasons), "widths": [{"q": 2, "prompts": [cell]}, {"q": 3, "prompts": [
         {**cell, "verdict": "pass", "mismatch": None}]}],
-            "build": None if build_status is None else {"status": build_status, "summary": "the build failed with exit code 2"}}
+            "build": None if build_status is None else {"status": build_status, "summary": "the build failed: exit 2"}}
 
 
 @pytest.mark.parametrize(("code", "doc", "outcome", "says"), [
     (0, results(), "pass", "passed"),
     (1, results(), "fail", "q=2 token IDs differ"),
     (1, results(None), "fail", "q=2 token IDs differ"),
-    (1, results("fail"), "skip", "does not build: the build failed with exit code 2"),
+    (1, results("fail"), "skip", "does not build: the build failed: exit 2"),
     (3, results(reasons=("a pinned file is missing",)), "skip", "no verdict: a pinned file is missing"),
     (3, None, "skip", "no verdict: the last line"),
     (2, None, "stop", "refused its input (exit 2): the last line"),

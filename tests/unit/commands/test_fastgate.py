@@ -72,8 +72,9 @@ LEFT_TO_TYPER = {
 def recorded_call(monkeypatch: pytest.MonkeyPatch) -> list[tuple[Any, ...]]:
     calls: list[tuple[Any, ...]] = []
 
-    def record(config_file: Path | None, overrides: dict[str, Any], as_json: bool = False) -> int:
-        calls.append((config_file, dict(overrides), as_json))
+    def record(config_file: Path | None, overrides: dict[str, Any], as_json: bool = False,
+               junit_xml: Path | None = None) -> int:
+        calls.append((config_file, dict(overrides), as_json, junit_xml))
         return 0
 
     monkeypatch.setattr(gate_command, "run_gate_command", record)
@@ -104,8 +105,8 @@ def test_both_parsers_hand_the_gate_the_same_settings(argv: list[str], monkeypat
 
 
 def test_every_flag_once_sets_every_setting(monkeypatch: pytest.MonkeyPatch) -> None:
-    _config, overrides, as_json = through_fast_parser(every_flag_once(), monkeypatch)
-    assert as_json is True
+    _config, overrides, as_json, junit_xml = through_fast_parser(every_flag_once(), monkeypatch)
+    assert as_json is True and junit_xml is not None
     unset = [name for name, value in overrides.items() if value is None]
     assert not unset, f"flags given but not passed on: {unset}"
 

@@ -14,6 +14,9 @@ from ds4ci.github.merge import CheckRun, MergeFacts, PullFacts, Requirements, Re
 HEAD = "1" * 40
 OLD = "0" * 40
 NEED = Requirements(runners=("sm86", "gfx1151"), checks=("build", "ai-review"), approvals=1)
+# What the gatherer (ds4ci.github.vouch) found in GitHub's records: each runner's trusted gate run vouches.
+VOUCHED = {r: merge.Vouch(True, f"run 9 (.github/workflows/gate.yml, pull_request_target on main, job 'verdict {r}' "
+                                "success in attempt 1)") for r in NEED.runners}
 
 
 def ready_facts() -> MergeFacts:
@@ -23,6 +26,7 @@ def ready_facts() -> MergeFacts:
         check_runs=(CheckRun("build", "completed", "success", HEAD),),
         reviews=(Review("alice", "APPROVED", HEAD, "MEMBER"),),
         threads=(ReviewThread("src/a.py", 3, resolved=True),),
+        vouches=VOUCHED,
     )
 
 
@@ -201,7 +205,11 @@ def test_text_has_one_line_per_unmet_condition() -> None:
     lines = text.splitlines()
     assert lines[0] == f"#42 at {HEAD}: not ready (2 of 10 conditions unmet)"
     assert lines[1:] == ["  - approvals: 0 of 1 required approval(s) on the head 111111111111",
-                         "  - review thread src/b.py:12: unresolved review thread"]
+                         "  - review thread src/b.py:12: unresolved review thread",
+                         # each green gate, with the record that vouched for it
+                         f"  + gate ds4ci/sm86: success on the head 111111111111, vouched for by {VOUCHED['sm86'].detail}",
+                         f"  + gate ds4ci/gfx1151: success on the head 111111111111, vouched for by "
+                         f"{VOUCHED['gfx1151'].detail}"]
 
 
 # ----- the checklist for a PR comment ----------------------------------------------------------
@@ -211,7 +219,7 @@ def test_checklist_markdown_is_a_task_list_and_escaped() -> None:
     need = replace(NEED, checks=("build", "ai-review", "@team|x"))
     lines = merge.checklist_markdown(merge.evaluate(ready_facts(), need))
     assert lines[0].startswith("**Review and merge status** on `111111111111`: not ready: 1 condition(s) unmet")
-    assert "- [x] gate ds4ci/sm86: success on the head 111111111111" in lines
+    assert any(x.startswith("- [x] gate ds4ci/sm86: success on the head 111111111111, vouched for by run 9") for x in lines)
     (bad,) = [line for line in lines if line.startswith("- [ ]")]
     assert "|" not in bad and "@team" not in bad  # a check name cannot break a table or ping anyone
     assert sum(line.startswith("- [") for line in lines) == 11
@@ -255,3 +263,12 @@ def test_gate_config_loader_accepts_a_merge_table(tmp_path: Path) -> None:
     cfg.write_text('[runner]\nname = "x"\nrole = "negative-control"\n[merge]\nrunners = ["x"]\n[preflight]\nbusy_wait = 5\n',
                    encoding="utf-8")
     assert config_mod.load(cfg, {}).runner == "x"
+
+
+def test_a_green_no_record_vouched_for_is_not_counted_and_says_why() -> None:
+    why = "run 9's job 'verdict sm86' concluded failure (attempt 2)"
+    facts = replace(ready_facts(), vouches={**VOUCHED, "sm86": merge.Vouch(False, why)})
+    assert unmet(facts) == {"gate ds4ci/sm86": f"success on the current head {HEAD[:12]} not counted: {why}"}
+    assert unmet(replace(ready_facts(), vouches={})) == {
+        f"gate ds4ci/{r}": f"success on the current head {HEAD[:12]} not counted: no record of GitHub's was read for it"
+        for r in NEED.runners}

@@ -10,12 +10,14 @@ from ds4ci.github.merge import CheckRun, MergeFacts, PullFacts, Requirements, St
 HEAD = "1" * 40
 OLD = "0" * 40
 NEED = Requirements(runners=("sm86",), approvals=0)  # publisher github-actions[bot]: app github-actions
+VOUCHED = merge.Vouch(True, "run 9 (.github/workflows/gate.yml, pull_request_target on main, job 'verdict sm86' "
+                            "success in attempt 1)")  # what the gatherer found in GitHub's records
 
 
 def facts(*runs: CheckRun, statuses: tuple[Status, ...] = ()) -> MergeFacts:
     return MergeFacts(
         pull=PullFacts(42, HEAD, "open", merged=False, draft=False, mergeable=True, mergeable_state="clean"),
-        statuses=statuses, check_runs=runs,
+        statuses=statuses, check_runs=runs, vouches={"sm86": VOUCHED},
     )
 
 
@@ -25,7 +27,7 @@ def gate(f: MergeFacts, need: Requirements = NEED) -> merge.Condition:
 
 def test_the_publishers_check_run_alone_satisfies_the_gate() -> None:
     found = gate(facts(CheckRun("ds4ci/sm86", "completed", "success", HEAD, app="github-actions", id=7)))
-    assert found.ok and found.detail == f"success on the head {HEAD[:12]} (check run)"
+    assert found.ok and found.detail == f"success on the head {HEAD[:12]} (check run), vouched for by {VOUCHED.detail}"
 
 
 def test_another_apps_check_run_of_the_gates_name_does_not_count() -> None:
@@ -44,7 +46,7 @@ def test_status_and_check_run_must_agree() -> None:
     found = gate(facts(failed_run, statuses=ok_status))
     assert not found.ok and "check run failure" in found.detail
     both = gate(facts(replace(failed_run, conclusion="success"), statuses=ok_status))
-    assert both.ok and both.detail.endswith("(status and check run)")
+    assert both.ok and "(status and check run), vouched for by run 9" in both.detail
 
 
 def test_neutral_and_pending_check_runs_are_not_a_pass() -> None:

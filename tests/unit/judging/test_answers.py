@@ -10,7 +10,7 @@ import json
 
 from paths import TESTS
 
-from ds4ci.evidence.verify import first_difference
+from ds4ci.evidence.differ import first_difference
 from ds4ci.judging.answer import read_answer
 from ds4ci.judging.oracle import Observed, check_trace
 from ds4ci.judging.protocol import RequestLog, parse_trace

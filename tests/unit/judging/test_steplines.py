@@ -104,7 +104,8 @@ def test_the_real_400_token_summaries_fix_matched_only_where_the_loops_arithmeti
         **{f"gen=399 steps=398 q={q}": 1 for q in "234"},
     }
     first = counters.derive(parse_summary("gen=399 steps=395 mean_accept=0.01/1.00 q_cap=2 full_snap=1"), 2, [], [])
-    assert "allow matched = 4..5" in first.missing  # the means alone allow 2..5; gen <= m + steps <= gen + 1
+    assert "allow matched = 4..5" in first.allowed  # the means alone allow 2..5; gen <= m + steps <= gen + 1
+    assert (first.matched, first.matched_min, first.matched_max, first.source) == (None, 4, 5, counters.DERIVED)
 
 
 def test_steps_below_100_fix_matched_from_the_means_alone() -> None:

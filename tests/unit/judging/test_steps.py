@@ -56,6 +56,6 @@ def test_the_build_fails_on_its_exit_code_and_errs_on_a_timeout(tmp_path: Path) 
     (tmp_path / "build.log").write_bytes((DATA / "ninja-fail.txt").read_bytes())
     common = {"log": "build.log", "cwd": "/src", "server_bin": "/src/out/dflash_server"}
     failed = build_result({**record(**common), "exit_code": 1}, tmp_path, "build")
-    assert failed["status"] == "fail" and failed["summary"].startswith("the build failed with exit code 1")
+    assert failed["status"] == "fail" and failed["summary"].startswith("the build failed: exit 1")
     timed_out = build_result({**record(**common), "exit_code": None, "timed_out": True}, tmp_path, "build")
     assert timed_out["status"] == "error" and timed_out["summary"].startswith("timed out after 60 s")

@@ -7,7 +7,7 @@ from pathlib import Path
 import pytest
 
 from ds4ci.errors import NoVerdictError, UsageError
-from ds4ci.options import config
+from ds4ci.options import config, inputfiles
 
 SHA = "a" * 64
 
@@ -101,8 +101,9 @@ def test_unpinned_model_and_non_executable_server_are_usage_errors(tmp_path: Pat
     with pytest.raises(UsageError, match="target file must be pinned"):
         config.load(unpinned, {})
     (tmp_path / "server").chmod(0o644)
-    with pytest.raises(NoVerdictError, match="not executable"):  # the runner's state, like a wrong pin: exit 3
-        config.load(path, {})
+    cfg = config.load(path, {})  # the runner's state, like a wrong pin: checked in the run (exit 3, evidence kept)
+    with pytest.raises(NoVerdictError, match="not executable"):
+        inputfiles.require_present(cfg.prompts, (cfg.target, cfg.draft), cfg.server_bin)
 
 
 def test_a_prompt_given_twice_is_a_usage_error(tmp_path: Path) -> None:

@@ -68,10 +68,10 @@ def test_no_file_and_no_flags_give_the_table_defaults(tmp_path: Path, monkeypatc
 
 def test_every_gate_flag_is_in_the_table_and_every_table_flag_is_on_its_command() -> None:
     assert flags_of("gate") == {o.flag for o in table.for_command("gate")}
-    for name in ("merge-check", "preflight"):
+    for name in ("merge-check", "preflight", "publish"):
         wanted = {o.flag for o in table.for_command(name)}
         assert wanted and wanted <= flags_of(name), name
-    assert {o.command for o in table.OPTIONS if o.flag} == {"gate", "merge-check", "preflight"}
+    assert {o.command for o in table.OPTIONS if o.flag} == {"gate", "merge-check", "preflight", "publish"}
 
 
 def test_flag_help_comes_from_the_table() -> None:

@@ -81,9 +81,9 @@ def test_stale_compressor_keeps_the_rejected_drafts_row(successor: TinySet) -> N
             cache.keep_row(7)
         cache.restore(start)
         target.forward([305, 310, 311, 312], cache)  # the replay: different tokens at 6, 7
-        rows[keep] = cache.comp4[1].copy()
+        rows[keep] = cache.compressor(4).rows[1].copy()
         pooled = target.token_rows[[300, 301, 302, 303, 304, 305, 310, 311]].mean(axis=0)  # prev: block 0, cur: 1
-        assert (cache.comp4[1] == pooled).all() != keep
+        assert (cache.compressor(4).rows[1] == pooled).all() != keep
     assert not (rows[False] == rows[True]).all()
     # the Llama-like models: the KV row at the boundary is the rejected batch's
     arch = Arch(vocab=256, dim=32, layers=2, heads=2, ffn=64)
