@@ -661,6 +661,8 @@ class FakeGitHub:
                 self._send(h, 404, {"message": "Not Found"})
             elif method == "GET":
                 items = sorted((c for c in self._comments.values() if c["pr"] == n), key=lambda c: c["id"])
+                since = query.get("since", [""])[0]  # GitHub: only comments updated at or after this time
+                items = [c for c in items if not since or c["updated_at"] >= since]
                 self._page(h, path, query, [self._comment_json(c) for c in items])
             elif method == "POST":
                 if not isinstance(payload.get("body"), str) or len(payload["body"]) > 65536:

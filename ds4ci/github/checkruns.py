@@ -26,7 +26,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from ds4ci.records import Results
-from ds4ci.report import glance, markdown, render, views
+from ds4ci.report import docview, glance, markdown, render
 from ds4ci.report.sections import results_digest
 
 NAME = "ds4ci/{runner}"
@@ -147,13 +147,13 @@ def _fit(text: str, more: str) -> str:
 
 
 def summary(doc: Results, env: Any, run_url: str | None, predecessor: str | None, left: int,
-            calibration: str | None = None) -> str:
+            seen: docview.DocView | None = None, calibration: str | None = None) -> str:
     """The runner's comment section, at the most detail that fits GitHub's limit."""
     note = f"\n\n{left} more error location(s) in the logs than the 50 annotations shown." if left else ""
     body = ""
     for detail in render.LEVELS:
         body = render.render_section(env, doc, detail, run_url=run_url, predecessor=predecessor, kind="check",
-                                     calibration=calibration).body
+                                     seen=seen, calibration=calibration).body
         if len(body) + len(note) <= MAX_CHARS:
             return body + note
     return _fit(body + note, "")
@@ -178,14 +178,14 @@ def text(doc: Results, signature: str) -> str:
 _STATE_WORDS = {"success": "pass", "failure": "fail", "error": "error"}
 
 
-def title(doc: Results, state: str, description: str, head: str) -> str:
+def title(doc: Results, state: str, description: str, head: str, headline: str | None = None) -> str:
     """A title that is never cut: the decision, the head it judged, and (a pass) what passed or (else) how many
     causes the summary lists; the status description (at most 140 characters) says the first cause."""
     word = _STATE_WORDS.get(state, state)
     if doc["runner"]["role"] == "negative-control":
         word = f"negative control: {word}"
     if state == "success":
-        return f"{word} on {head[:12]}: {views.headline(doc)}"
+        return f"{word} on {head[:12]}: {headline if headline is not None else docview.headline(doc)}"
     causes = len(glance.grouped_reasons(doc["reasons"])) or 1
     if doc["verdict"] == "pass":  # a pass the document contradicts (the status says so)
         return f"{word} on {head[:12]}: {markdown.clean(description)}"
@@ -193,15 +193,16 @@ def title(doc: Results, state: str, description: str, head: str) -> str:
 
 
 def plan(doc: Results, state: str, description: str, head: str, *, env: Any, run_url: str | None,
-         predecessor: str | None, signature: str, calibration: str | None = None) -> CheckRunPlan:
+         predecessor: str | None, signature: str, seen: docview.DocView | None = None,
+         calibration: str | None = None) -> CheckRunPlan:
     """What one runner's check run says, from the document and status decision the commit status uses."""
     notes, left = find_annotations(doc)
     return CheckRunPlan(
         name=NAME.format(runner=doc["runner"]["name"]),
         head_sha=head,
         conclusion=conclusion(doc, state),
-        title=title(doc, state, description, head),
-        summary=summary(doc, env, run_url, predecessor, left, calibration),
+        title=title(doc, state, description, head, seen.headline if seen is not None else None),
+        summary=summary(doc, env, run_url, predecessor, left, seen, calibration),
         text=text(doc, signature),
         details_url=run_url,
         annotations=tuple(notes),

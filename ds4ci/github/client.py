@@ -100,6 +100,7 @@ class Comment:
     author: str
     body: str
     created_at: str
+    updated_at: str = ""
 
 
 def _throttled() -> bool:
@@ -267,11 +268,14 @@ class Client:
         files = [str(f.get("filename")) for f in data.get("files", []) if isinstance(f, dict)]
         return commits, files
 
-    def list_comments(self, number: int) -> list[Comment]:
+    def list_comments(self, number: int, since: str | None = None) -> list[Comment]:
+        """The comments of #number, oldest first; with ``since`` (ISO 8601) only those updated at or after it."""
+
         def call() -> list[Comment]:
             # Raw items: PyGithub's IssueComment.raw_data would re-fetch every comment.
             items: PaginatedList[Any] = PaginatedList(
-                _RawItem, self._gh.requester, f"{self._base}/issues/{number}/comments", None
+                _RawItem, self._gh.requester, f"{self._base}/issues/{number}/comments",
+                {"since": since} if since else None,
             )
             out = []
             for c in items:
@@ -283,6 +287,7 @@ class Client:
                         author=str(user.get("login", "")),
                         body=str(data.get("body") or ""),
                         created_at=str(data.get("created_at", "")),
+                        updated_at=str(data.get("updated_at") or data.get("created_at") or ""),
                     )
                 )
             return out
@@ -293,8 +298,9 @@ class Client:
         data = self._json(
             "POST", f"{self._base}/issues/{number}/comments", f"comment on #{number}", {"body": body}
         )
-        return Comment(int(data["id"]), str((data.get("user") or {}).get("login", "")), body,
-                       str(data.get("created_at", "")))
+        created = str(data.get("created_at", ""))
+        return Comment(int(data["id"]), str((data.get("user") or {}).get("login", "")), body, created,
+                       str(data.get("updated_at") or created))
 
     def edit_comment(self, comment_id: int, body: str) -> None:
         self._json("PATCH", f"{self._base}/issues/comments/{comment_id}", "edit the ds4ci comment", {"body": body})

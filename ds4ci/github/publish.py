@@ -1,4 +1,4 @@
-"""Publishing: the sticky PR comment and one commit status per runner.
+"""Publishing's decisions: each runner's commit status, a focused rerun's, the predecessors in the PR's history.
 
 Safety rules (each enforced before any request that could turn something green):
 only a result whose verdict is ``pass`` *and* is internally consistent becomes ``success``
@@ -11,21 +11,18 @@ statuses the publisher itself posted count (predecessors, the full pass under a 
 
 from __future__ import annotations
 
-import random
 import re
-import time
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
-from pathlib import Path
 from typing import TYPE_CHECKING
 
-from ds4ci.errors import PublishError, UsageError
+from ds4ci.errors import UsageError
 from ds4ci.github import statuses
-from ds4ci.github.client import Client, Comment
+from ds4ci.github.client import Client
 from ds4ci.judging.tree import tree_note
 from ds4ci.records import Results
-from ds4ci.report import markdown, render, views
-from ds4ci.report.sections import MARKER, Section, head_sha, parse_sections
+from ds4ci.report import docview, markdown
+from ds4ci.report.sections import head_sha
 
 if TYPE_CHECKING:
     from ds4ci.github.merge import Vouch
@@ -36,7 +33,6 @@ SHA_RE = re.compile(r"^[0-9a-f]{40}$")
 REPO_RE = re.compile(r"^[A-Za-z0-9_.-]+/[A-Za-z0-9_.-]+$")
 RUNNER_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,62}$")
 PREDECESSOR_WALK = 100  # newest PR commits inspected for the last validated predecessor
-UPSERT_ATTEMPTS = 6
 
 
 class StaleResultsError(UsageError):
@@ -50,13 +46,6 @@ class StatusPlan:
     state: str
     description: str
     target_url: str | None
-
-
-@dataclass(frozen=True)
-class UpsertOutcome:
-    comment_id: int
-    action: str  # "created", "updated" or "unchanged"
-    deleted: int
 
 
 def _consistent_pass(doc: Results) -> bool:
@@ -87,19 +76,24 @@ def status_state(doc: Results) -> str:
     return "failure" if verdict == "fail" else "error"
 
 
-def _description(doc: Results, state: str) -> str:
+def describe(doc: Results, state: str, headline: str | None = None) -> str:
+    """The status description of a runner whose status is ``state`` (``headline``: the document's, if known)."""
+    said = headline if headline is not None else docview.headline(doc)
     control = doc["runner"]["role"] == "negative-control"
     prefix = "negative control: " if control else ""
     if state == "success" and control:
         beside = doc["runner"].get("negative_control_for")
-        text = views.headline(doc) + (f" (parity: ds4ci/{beside})" if beside else "")
+        text = said + (f" (parity: ds4ci/{beside})" if beside else "")
     elif state == "success":
-        text = f"pass: {views.headline(doc)}"
+        text = f"pass: {said}"
     elif doc["verdict"] == "pass":
         text = "error: results claim pass but contradict themselves"
     else:
-        text = f"{doc['verdict'].replace('_', ' ')}: {views.headline(doc)}"
+        text = f"{doc['verdict'].replace('_', ' ')}: {said}"
     return _fit(doc, prefix + text)
+
+
+_description = describe
 
 
 def _fit(doc: Results, text: str) -> str:
@@ -135,14 +129,15 @@ def results_head(docs: Sequence[Results], sha: str | None) -> str:
     return head
 
 
+def decide(doc: Results, head: str, target_url: str | None, words: docview.DocView | None = None) -> StatusPlan:
+    """A runner's commit status on ``head`` (``words``: the document's view, where already computed)."""
+    state = status_state(doc)
+    headline = words.headline if words is not None else None
+    return StatusPlan(head, f"ds4ci/{doc['runner']['name']}", state, describe(doc, state, headline), target_url)
+
+
 def plan_statuses(docs: Sequence[Results], head: str, target_url: str | None) -> list[StatusPlan]:
-    plans = []
-    for doc in docs:
-        state = status_state(doc)
-        plans.append(
-            StatusPlan(head, f"ds4ci/{doc['runner']['name']}", state, _description(doc, state), target_url)
-        )
-    return plans
+    return [decide(doc, head, target_url) for doc in docs]
 
 
 FOCUSED_PREFIX = "focused pass"
@@ -215,99 +210,11 @@ def last_validated_predecessor(client: Client, pr: int, head: str, runner: str, 
     return _walk(client, pr, head, runner, publisher, full_only=False, vouched=vouched)
 
 
-def _ours(comments: Sequence[Comment], identity: str) -> list[Comment]:
-    mine = [c for c in comments if c.author == identity and c.body.startswith(MARKER)]
-    return sorted(mine, key=lambda c: (c.created_at, c.id))
-
-
-def has_own_comment(client: Client, pr: int, identity: str | None) -> bool:
-    """Whether ``identity`` has posted the ds4ci comment on the pull request."""
-    return identity is not None and bool(_ours(client.list_comments(pr), identity))
-
-
-def _landed(body: str, wanted: Sequence[Section]) -> bool:
-    present = {(s.runner, s.state, s.digest) for s in parse_sections(body)}
-    return all((s.runner, s.state, s.digest) in present for s in wanted)
-
-
-def upsert_comment(
-    client: Client,
-    pr: int,
-    identity: str,
-    build: BodyBuilder,
-    wanted: Sequence[Section] | None = None,
-) -> UpsertOutcome:
-    """Create or edit the one sticky comment, merging other runners' sections; converge on races.
-
-    After every write the comments are read again: duplicates (two publishers creating at
-    once) are folded into the oldest and deleted, and if another publisher's edit replaced
-    our sections the merge is redone.
-    """
-    action = "unchanged"
-    deleted = 0
-    for attempt in range(UPSERT_ATTEMPTS):
-        ours = _ours(client.list_comments(pr), identity)
-        existing = [s for c in ours for s in parse_sections(c.body)]
-        body, sections = build(existing)
-        own = wanted if wanted is not None else [s for s in sections if s.runner in build.runners]
-        if not ours:
-            keeper = client.create_comment(pr, body)
-            action = "created"
-        else:
-            keeper = ours[0]
-            if keeper.body != body:
-                client.edit_comment(keeper.id, body)
-                action = "updated" if action != "created" else action
-            for dup in ours[1:]:
-                client.delete_comment(dup.id)
-                deleted += 1
-            if keeper.body == body and len(ours) == 1:
-                return UpsertOutcome(keeper.id, action, deleted)
-        after = _ours(client.list_comments(pr), identity)
-        if len(after) == 1 and _landed(after[0].body, own):
-            return UpsertOutcome(after[0].id, action, deleted)
-        # Someone else wrote at the same time: back off a little (jitter breaks lock-step) and merge again.
-        time.sleep(random.uniform(0.05, 0.3) * (attempt + 1))
-    raise PublishError(
-        f"the ds4ci comment on #{pr} kept changing under concurrent publishers after {UPSERT_ATTEMPTS} attempts"
-    )
-
-
-class BodyBuilder:
-    """Renders the comment from our results plus the sections found in the existing comment."""
-
-    def __init__(
-        self,
-        docs: Sequence[Results],
-        *,
-        run_url: str | None,
-        template_dir: Path | None,
-        predecessors: dict[str, str],
-        extra: Sequence[Section] = (),
-        merge_status: Sequence[str] = (),
-        calibrations: Mapping[str, str] | None = None,
-    ) -> None:
-        self.docs = list(docs)
-        self.calibrations = dict(calibrations or {})
-        self.merge_status = list(merge_status)
-        self.run_url = run_url
-        self.template_dir = template_dir
-        self.predecessors = predecessors
-        self.extra = list(extra)
-        self.runners = {d["runner"]["name"] for d in docs} | {s.runner for s in extra}
-
-    def __call__(self, existing: Sequence[Section]) -> tuple[str, list[Section]]:
-        return render.render(
-            self.docs,
-            kind="comment",
-            run_url=self.run_url,
-            template_dir=self.template_dir,
-            predecessors=self.predecessors,
-            existing=existing,
-            extra=self.extra,
-            merge_status=self.merge_status,
-            calibrations=self.calibrations,
-        )
+def validate_runners(expected: Sequence[str]) -> None:
+    """``--expect-runner`` names: each a runner name."""
+    for runner in expected:
+        if not RUNNER_RE.match(runner):
+            raise UsageError(f"--expect-runner {runner!r}: expected letters, digits, '.', '_' or '-'")
 
 
 def validate_target(repo: str | None, pr: int | None, sha: str | None, dry_run: bool) -> None:
@@ -321,15 +228,4 @@ def validate_target(repo: str | None, pr: int | None, sha: str | None, dry_run: 
         raise UsageError(f"--pr {pr}: expected a pull request number >= 1")
     if sha is not None and not SHA_RE.match(sha):
         raise UsageError(f"--sha {sha!r}: expected a full 40-hex lowercase commit SHA")
-
-
-def write_verdicts(path: Path, plans: list[StatusPlan]) -> None:
-    """{runner: state} as one JSON line: what gate.yml's job `verdict <runner>` succeeds or fails on."""
-    import json
-
-    states = {plan.context.removeprefix("ds4ci/"): plan.state for plan in plans}
-    try:
-        path.write_text(json.dumps(states, sort_keys=True) + "\n", encoding="utf-8")
-    except OSError as exc:
-        raise UsageError(f"--verdicts-out {path}: cannot write it: {exc.strerror or exc}") from exc
 

@@ -20,7 +20,8 @@ from typing import Any
 from ds4ci import __version__
 from ds4ci.errors import UsageError
 from ds4ci.records import Results
-from ds4ci.report import markdown, views
+from ds4ci.report import docview, markdown, views
+from ds4ci.report.docview import DocView
 from ds4ci.report.glance import matched_span
 from ds4ci.report.sections import BISECT, MARKER, Section, head_sha, merge_sections
 from ds4ci.report.views import Detail, state_label
@@ -121,8 +122,8 @@ def environment(template_dir: Path | None = None) -> Any:
             "link": markdown.link,
             "short": views.short,
             "bytes": views.size_bytes,
-            "num": views.fmt_int,
-            "matched": lambda cell: matched_span([cell]) or views.fmt_int(None),
+            "num": docview.fmt_int,
+            "matched": lambda cell: matched_span([cell]) or docview.fmt_int(None),
             "yesno": views.yes_no,
             "claimed": views.claimed,
             "state": state_label,
@@ -150,10 +151,11 @@ def render_section(
     run_url: str | None = None,
     predecessor: str | None = None,
     kind: str = "comment",
+    seen: DocView | None = None,
     calibration: str | None = None,
 ) -> Section:
     """``calibration``: how strong the proof is on this runner (``ds4ci.calibrate.latest.cite``), shown when given."""
-    context = {**views.runner_context(doc, detail, run_url, predecessor, kind), "calibration": calibration}
+    context = {**views.runner_context(doc, detail, run_url, predecessor, kind, seen), "calibration": calibration}
     body = render_template(env, "runner.md.j2", context)
     return Section(
         runner=doc["runner"]["name"],
@@ -162,7 +164,7 @@ def render_section(
         head=context["head"],
         digest=context["digest"],
         body=body,
-        why=markdown.text(context["headline"], limit=views.REASON_CHARS + 20),
+        why=markdown.text(context["headline"], limit=docview.REASON_CHARS + 20),
     )
 
 
@@ -262,6 +264,7 @@ def render(
     extra: Sequence[Section] = (),
     limit: int | None = None,
     merge_status: Sequence[str] = (),
+    seen: Mapping[str, DocView] | None = None,
     calibrations: Mapping[str, str] | None = None,
 ) -> tuple[str, list[Section]]:
     """Render ``docs`` (plus sections kept from an existing comment) within the size limit.
@@ -289,6 +292,7 @@ def render(
                 run_url=run_url,
                 predecessor=predecessors.get(doc["runner"]["name"]) or _recorded_predecessor(doc),
                 kind=kind,
+                seen=(seen or {}).get(doc["runner"]["name"]),
                 calibration=(calibrations or {}).get(doc["runner"]["name"]),
             )
             for doc in docs

@@ -7,19 +7,20 @@ Computed once here rather than in Jinja; every helper takes validated, typed rec
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
 from ds4ci.judging import profile
-from ds4ci.judging.coverage import BOUNDARY_NAMES, compact_line
+from ds4ci.judging.coverage import compact_line
 from ds4ci.judging.oracle import ORACLE_TEXT
 from ds4ci.judging.tree import tree_line
 from ds4ci.records import FileIdentity, MismatchRecord, Results
 from ds4ci.report import markdown
-from ds4ci.report.glance import COVERAGE_DOC, coverage_words, docs_link, grouped_reasons, matched_span, rejected_drafts
+from ds4ci.report.docview import DocView, first_line, fmt_int, sum_or_none, view_of
+from ds4ci.report.glance import COVERAGE_DOC, docs_link, grouped_reasons, matched_span, rejected_drafts
 from ds4ci.report.markdown import Trusted
-from ds4ci.report.sections import UNVERIFIED, head_sha, results_digest
+from ds4ci.report.sections import UNVERIFIED
 
 
 @dataclass(frozen=True)
@@ -31,10 +32,6 @@ class Detail:
     artifacts: bool
     lists: int  # how many reasons / checks / conflicts are listed before "and N more"
     stub: bool = False
-
-
-def fmt_int(value: object) -> str:
-    return f"{value:,}" if isinstance(value, int) else "—"
 
 
 def claimed(value: object) -> str:
@@ -66,15 +63,6 @@ def size_bytes(value: object) -> str:
     return f"{value:,} B" if isinstance(value, int) else "—"
 
 
-def _sum_or_none(values: Iterable[object]) -> int | None:
-    total = 0
-    for value in values:
-        if not isinstance(value, int):
-            return None
-        total += value
-    return total
-
-
 def tail_lines(value: str, lines: int = 40) -> str:
     return "\n".join(value.splitlines()[-lines:])
 
@@ -86,19 +74,19 @@ def _gate_rows(doc: Results) -> list[dict[str, Any]]:
         snaps = [p["full_snap_claimed"] for p in prompts]
         unknown = not prompts or any(s is None for s in snaps)
         full_snap = claimed(None if unknown else all(snaps))
-        offered = _sum_or_none(p["offered"] for p in prompts) if prompts else None
+        offered = sum_or_none(p["offered"] for p in prompts) if prompts else None
         rows.append(
             {
                 "q": width["q"],
                 "verdict": width["verdict"],
                 "parity": f"{sum(p['parity_requests'] for p in prompts)}/{sum(p['requests'] for p in prompts)}",
-                "steps": fmt_int(_sum_or_none(p["steps"] for p in prompts) if prompts else None),
+                "steps": fmt_int(sum_or_none(p["steps"] for p in prompts) if prompts else None),
                 "matched_offered": f"{matched_span(prompts) or fmt_int(None)}/{fmt_int(offered)}",
-                "rejected": fmt_int(_sum_or_none(p["rejected_drafts"] for p in prompts) if prompts else None),
+                "rejected": fmt_int(sum_or_none(p["rejected_drafts"] for p in prompts) if prompts else None),
                 "full_snap": full_snap,
                 "tokens": "/".join(
-                    [fmt_int(_sum_or_none(p["tokens_target"] for p in prompts) if prompts else None),
-                     fmt_int(_sum_or_none(p["tokens_spec"] for p in prompts) if prompts else None)]
+                    [fmt_int(sum_or_none(p["tokens_target"] for p in prompts) if prompts else None),
+                     fmt_int(sum_or_none(p["tokens_spec"] for p in prompts) if prompts else None)]
                 ),
                 "repeats_identical": all(p["repeats_identical"] for p in prompts) if prompts else None,
                 "counters_identical": all(p["counters_identical"] for p in prompts) if prompts else None,
@@ -106,38 +94,6 @@ def _gate_rows(doc: Results) -> list[dict[str, Any]]:
             }
         )
     return rows
-
-
-def _at_widths(qs: Sequence[int]) -> str:
-    return "q=" + ",".join(map(str, qs))
-
-
-def rollback_words(doc: Results) -> str:
-    """What the run says about rollback, split into what the server claimed and what the gate tested.
-
-    The server's own lines claim it (the reference-exact banner, ``full_snap=1``); nothing the gate reads
-    shows a restore happening. What the gate tests is token parity of complete answers in which the
-    server's counters report rejected drafts, and, where per-step lines fix them, at which boundaries."""
-    widths = [w for w in doc["widths"] if w["prompts"]]
-    if not widths:
-        return ""
-    said = [w["q"] for w in widths if all(p["banner_claimed"] and p["full_snap_claimed"] for p in w["prompts"])]
-    claim = (f"claimed by the server (its reference-exact banner and full_snap=1) at {_at_widths(said)}"
-             if said else "not claimed by the server at any width")
-    tested = []
-    for w in widths:
-        rejected = _sum_or_none(p["rejected_drafts"] for p in w["prompts"])
-        parity = all(p["parity_requests"] == p["requests"] > 0 for p in w["prompts"])
-        cov = w.get("coverage")
-        b = cov["boundaries"] if cov else None
-        at = [f"a {name} (first at {', '.join(map(str, b[k]['first_rejected_positions']))})"
-              if b[k]["first_rejected_positions"] else f"a {name}"
-              for k, name in BOUNDARY_NAMES.items() if b and b[k]["rejected_at_boundary"]]
-        where = f", with rejected drafts at {'; '.join(at)}" if at else ""
-        held = "identical answers" if parity else "answers that differ"
-        tested.append(f"q={w['q']}: {held} after {fmt_int(rejected)} rejected drafts{where}")
-    return f"{claim}. What the gate tested: {'; '.join(tested)}."
-
 
 
 def _arm_evidence(doc: Results) -> list[str]:
@@ -237,34 +193,9 @@ def signing_label(doc: Results) -> str | None:
     return SIGNING_LABELS.get(doc["signing"], "not recorded") if "signing" in doc else None
 
 
-REASON_CHARS = 160  # one line of the top table
-def first_line(value: str) -> str:
-    """A reason's first line (a reason may quote a log tail below it), whitespace collapsed."""
-    lines = value.strip().splitlines()
-    return " ".join(lines[0].split()) if lines else ""
-
-
 def parity_column(doc: Results) -> str:
     """The parity column's heading: text parity ([gate] text_parity) is never shown as token parity."""
     return ORACLE_TEXT if doc["target_only"].get("oracle") == ORACLE_TEXT else "token parity"
-
-
-def headline(doc: Results) -> str:
-    """The runner's result in one line: what passed, or the first reason it did not."""
-    if doc["verdict"] == "pass" and doc["runner"]["role"] == "negative-control":
-        return f"{len(doc['checks'])} check(s) passed; no parity claim"
-    if doc["verdict"] == "pass":
-        widths = ",".join(str(w["q"]) for w in doc["widths"])
-        oracle = doc["target_only"].get("oracle")
-        if oracle == ORACLE_TEXT:
-            return (f"text parity (the answers' text, not token IDs) at q={widths}, "
-                    f"{doc['settings']['max_tokens']} tokens (oracle: {oracle})")
-        return f"token parity at q={widths}, {doc['settings']['max_tokens']} tokens" + (f" (oracle: {oracle})" if oracle else "")
-    reasons = grouped_reasons(doc["reasons"])
-    if not reasons:
-        return "no reason recorded"
-    more = f" (+{len(reasons) - 1} more)" if len(reasons) > 1 else ""
-    return markdown.cut_at_word(first_line(reasons[0]), REASON_CHARS - len(more)) + more
 
 
 def present(values: dict[str, str | None], keys: Sequence[str] | None = None) -> list[tuple[str, str]]:
@@ -345,10 +276,13 @@ def artifact_url(run_url: str | None) -> str | None:
 
 
 def runner_context(
-    doc: Results, detail: Detail, run_url: str | None, predecessor: str | None, kind: str
+    doc: Results, detail: Detail, run_url: str | None, predecessor: str | None, kind: str,
+    seen: DocView | None = None,
 ) -> dict[str, Any]:
+    """What runner.md.j2 shows of one document; ``seen``: its :class:`DocView`, where already computed."""
+    words = seen or view_of(doc)
     verdict = doc["verdict"]
-    head = head_sha(doc)
+    head = words.head
     checks = doc["checks"]
     return {
         "kind": kind,
@@ -362,7 +296,7 @@ def runner_context(
         "head": head,
         "predecessor": predecessor if verdict != "pass" else None,
         "gate_rows": _gate_rows(doc),
-        "rollback_line": rollback_words(doc),
+        "rollback_line": words.rollback,
         "parity_column": parity_column(doc),
         "arm_evidence": _arm_evidence(doc),
         "failures": _failures(doc),
@@ -374,17 +308,17 @@ def runner_context(
             if c["log_tail"] and (detail.log_tails == "all" or (detail.log_tails == "failed" and c["status"] != "pass"))
         ],
         "run_url": run_url,
-        "digest": results_digest(doc),
+        "digest": words.digest,
         "containment": containment_label(doc),
         "signing": signing_label(doc),
         "tree": tree_line(doc["revisions"], doc["settings"], doc["reasons"]),  # "built from a modified tree"
-        "headline": headline(doc),
+        "headline": words.headline,
         # The comment shows a passing gate runner as one collapsed line; the job summary and the check run in full.
         "glance": kind == "comment" and verdict == "pass" and doc["runner"]["role"] == "gate" and not detail.stub,
         "reason_lines": [first_line(r) for r in grouped_reasons(doc["reasons"])],
         "reason_more": [r.strip().splitlines()[1:] for r in grouped_reasons(doc["reasons"])],
         "rejected_drafts": rejected_drafts(doc),
-        "coverage_words": [coverage_words(w["coverage"]) for w in doc["widths"] if "coverage" in w],
+        "coverage_words": list(words.coverage),
         "coverage_doc": docs_link(*COVERAGE_DOC),
         "toolchain": present(doc["fingerprint"]["toolchain"]) if doc["fingerprint"] else [],
         "host": present(doc["fingerprint"]["host"], HOST_KEYS) if doc["fingerprint"] else [],

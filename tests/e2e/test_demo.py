@@ -43,9 +43,9 @@ def test_demo_passes_catches_the_leak_and_its_results_report_and_dry_run_publish
     assert dry.returncode == 0, dry.stderr
     assert f"ds4ci/demo-sim=success on {head}" in dry.stdout
     assert f"ds4ci/demo-sim-leak=failure on {head}" in dry.stdout
-    # The comment, the job summary and each check run as GitHub would get them, as Markdown files.
+    # The comment, the job summary and each check run as GitHub would get them, as Markdown files; the plan as JSON.
     assert sorted(p.name for p in out.iterdir()) == [
-        "check-run-demo-sim-leak.md", "check-run-demo-sim.md", "comment.md", "summary.md"]
+        "check-run-demo-sim-leak.md", "check-run-demo-sim.md", "comment.md", "plan.json", "summary.md"]
     comment, summary = (out / "comment.md").read_text(), (out / "summary.md").read_text()
     assert comment.startswith("<!-- ds4ci:sticky-comment -->") and comment.index("demo-sim-leak") < comment.index(
         "`demo-sim`")  # the failure first

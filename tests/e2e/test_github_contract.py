@@ -24,10 +24,9 @@ import pytest
 import requests
 from paths import ROOT, TESTS
 
-from ds4ci.commands import publish as publish_command
 from ds4ci.commands.publish import PublishRequest, publish_documents
 from ds4ci.evidence import results
-from ds4ci.github import checkruns, mergefacts, publish, statuses
+from ds4ci.github import checkruns, mergefacts, statuses
 from ds4ci.github.client import Client, connect
 from ds4ci.github.verified import Published
 
@@ -243,10 +242,12 @@ def test_publish_statuses_match_the_contract(
     )
     assert proc.returncode == 0, proc.stderr
     # The check runs publish makes from the same documents, as a GitHub App's token (Actions: github-actions[bot]).
-    request = PublishRequest(repo="octocat/hello-world", sha=head, api_url=base,
-                             target_url="https://github.com/o/r/actions/runs/1")
-    decisions = publish.plan_statuses([d.doc for d in docs], head, request.target_url)
-    runs = publish_command._check_run_plans(docs, decisions, request, head, {})
+    from ds4ci.github import apply, facts, plan, runnerview
+
+    views = runnerview.views_of(docs, head, {}, allow_focused=False)
+    made = plan.make(views, facts.Settings(repo="octocat/hello-world", target_url="https://github.com/o/r/actions/runs/1",
+                                          status=False, comment=False),
+                     facts.Facts(publisher="github-actions[bot]", app="github-actions"))
     client = Client(connect("ghp_contract_test_token_0123456789abcdef", base), "octocat/hello-world")
-    publish_command._post_check_runs(client, runs, head, "github-actions[bot]")
+    apply.apply(made, client)
     assert request_violations(log) == before

@@ -258,7 +258,9 @@ def test_verdicts_out_names_each_runner_s_decided_state(runs: dict[str, Any], fa
     assert json.loads(out.read_text()) == {RUNNER: "success"}
     fake.inject(500, 10, methods={"POST"}, path_contains="/statuses/")
     out.unlink()
-    assert publish(fake, runs["pass"], "--verdicts-out", out).returncode == 3
+    # another run's link: the status differs from the one set (the same publish again writes nothing, issue 43)
+    again = publish(fake, runs["pass"], "--verdicts-out", out, "--target-url", "https://github.com/acme/engine/actions/runs/8")
+    assert again.returncode == 3, again.stderr
     assert not out.exists()  # a publish that failed leaves no verdict: the verdict job fails
 
 

@@ -11,7 +11,7 @@ import pytest
 from paths import TESTS
 
 from ds4ci.evidence.results import load
-from ds4ci.report import glance, markdown, render, views
+from ds4ci.report import docview, glance, markdown, render, views
 from ds4ci.report.sections import parse_sections
 
 DATA = TESTS / "data" / "results"
@@ -65,7 +65,7 @@ def test_a_cause_at_every_width_is_said_once_with_one_diff_block() -> None:
     assert f"- q=2,3,4 {reason}" in body and f"q=3 {reason}" not in body
     assert body.count("```text") == 1 and "(q=2,3,4, prompt 0)" in body
     assert "the same at each of these widths" in body
-    assert views.headline(failing) == f"q=2,3,4 {reason}"  # no "(+2 more)" for one cause
+    assert docview.headline(failing) == f"q=2,3,4 {reason}"  # no "(+2 more)" for one cause
 
 
 def test_the_marked_token_never_runs_into_its_neighbour() -> None:
@@ -82,8 +82,8 @@ def test_the_why_is_cut_at_a_word() -> None:
     failing["reasons"] = ["q=2 prompt 0 requests 1, 2: token IDs differ: first differing position 19 (target-only "
                           "has 96 IDs, reference-exact 96); IDs from position 19: target-only [1, 2, 3] vs "
                           "reference-exact [4, 5, 6] and a good deal more text to cut somewhere sensible", "other"]
-    why = views.headline(failing)
-    assert why.endswith("… (+1 more)") and len(why) <= views.REASON_CHARS
+    why = docview.headline(failing)
+    assert why.endswith("… (+1 more)") and len(why) <= docview.REASON_CHARS
     kept = why.removesuffix("… (+1 more)")
     assert failing["reasons"][0].startswith(kept) and not failing["reasons"][0][len(kept)].isalnum()
 
