@@ -60,9 +60,11 @@ class GateInterrupted(NoVerdictError):
 def signals_raise(*, held: bool = False) -> Iterator[Callable[[], None]]:
     """Turn SIGTERM/SIGINT into an exception so every server is stopped on the way out.
 
-    With ``held``, a signal is kept until the ``deliver`` this yields is called (it raises there, inside the
-    caller's ``try``; at once for every signal after), so one that comes while the attempt is being created
-    still stops the run through its cleanup. One kept and never delivered raises on the way out.
+    It yields ``check``: it raises GateInterrupted where a signal came and its exception did not get through
+    (a helper that reads "no verdict" as "no answer", such as "is this a git work tree?", swallowed it), so
+    the caller stops at its next step. With ``held``, a signal is only kept until the first ``check`` (called
+    inside the caller's ``try``; every signal after raises at once), so one that comes while the attempt is
+    being created still stops the run through its cleanup. One kept and never checked raises on the way out.
     """
 
     fired: list[int] = []
@@ -83,15 +85,15 @@ def signals_raise(*, held: bool = False) -> Iterator[Callable[[], None]]:
             return
         raise interrupted(signum)
 
-    def deliver() -> None:
+    def check() -> None:
         live[0] = True
-        if kept and not fired:
-            raise interrupted(kept[0])
+        if kept or fired:
+            raise interrupted((fired or kept)[0])
 
     _HURRIED.clear()
     previous = {s: signal.signal(s, handler) for s in (signal.SIGTERM, signal.SIGINT)}
     try:
-        yield deliver
+        yield check
     finally:
         _HURRIED.clear()
         for sig, old in previous.items():

@@ -383,7 +383,7 @@ def run_gate(cfg: GateConfig, progress: Progress | Logger | None = None, safe: S
     Progress goes to *progress* (default: ``Logger.from_env()`` on stderr): one group per server, build and check.
     """
     progress = Logger.from_env() if progress is None else as_logger(progress)
-    with signals_raise(held=True) as deliver:  # a signal while the attempt is created stops it in the try below
+    with signals_raise(held=True) as interrupted:  # a signal while the attempt is created stops it in the try below
         attempt = store.start_attempt(cfg.evidence_dir, cfg.runner)
         progress(f"attempt {attempt.attempt_id} in {attempt.path}")
         run = _Run(cfg, attempt, progress, safe)
@@ -393,15 +393,19 @@ def run_gate(cfg: GateConfig, progress: Progress | Logger | None = None, safe: S
             "notes": run.doc.get("warnings", []),
         })
         try:
-            deliver()
+            interrupted()  # between steps: a signal a step's helper swallowed stops the run here
             ready.prepare(cfg, progress)  # a pinned file missing, [sandbox] require: stops here, before any PR process
             preload()  # everything ds4ci imports later is loaded before PR code runs
             run.record_revisions()  # before any PR process: git never runs on a .git the build wrote
+            interrupted()
             built = run.run_build()  # a PR that does not build is a fail: no server starts
+            interrupted()
             if built:  # checks before hashing and the servers: no check runs after a file is hashed or judged
                 run.run_checks()
+                interrupted()
                 run.verify_identities()
                 settings.refuse_stale_overrides(cfg)
+                interrupted()
             if built and cfg.role == "gate":
                 run.run_arms()  # fingerprint included
             else:
