@@ -31,9 +31,7 @@ CHECKOUT = "actions/checkout@11bd71901bbe5b1630ceea73d27597364c9af683"
 UPLOAD = "actions/upload-artifact@ea165f8d65b6e75b540449e92b4886f43607fa02"
 DOWNLOAD = "actions/download-artifact@d3f86a106a0bac45b974a628896c90dbdf5c8093"
 ACT_RUN_ID = 4242
-# bench/mutants: the catalogue pyproject.toml force-includes into the wheel (ds4ci/mutants)
-PROJECT_FILES = ("pyproject.toml", "README.md", "action.yml", "ds4ci", "templates", ".github", "requirements",
-                 "bench/mutants")
+PROJECT_FILES = ("pyproject.toml", "README.md", "action.yml", "ds4ci", "templates", ".github", "requirements")
 
 # Every act test: marked, slow, and skipped with the reason where act is not installed.
 MARKS = [

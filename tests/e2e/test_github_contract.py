@@ -246,7 +246,7 @@ def test_publish_statuses_match_the_contract(
 
     views = runnerview.views_of(docs, head, {}, allow_focused=False)
     made = plan.make(views, facts.Settings(repo="octocat/hello-world", target_url="https://github.com/o/r/actions/runs/1",
-                                          status=False, comment=False),
+                                          status=False, comment_mode="off"),
                      facts.Facts(publisher="github-actions[bot]", app="github-actions"))
     client = Client(connect("ghp_contract_test_token_0123456789abcdef", base), "octocat/hello-world")
     apply.apply(made, client)
