@@ -64,6 +64,7 @@ class PublishRequest:
     comment_mode: str | None = None  # None: [publish] comment_mode of the trusted config (default always)
     dry_run_dir: Path | None = None  # with dry_run: where the Markdown files go (default ./ds4ci-dry-run)
     calibrations: Path | None = None  # where the runners' calibration records are (the report cites them)
+    bisects: tuple[Path, ...] = ()  # runners' `ds4ci bisect --json` results, a comment section each
 
     def cited(self, docs: list[Results]) -> dict[str, str]:
         """Each gate runner's calibration line (``ds4ci.calibrate.latest``); {} without --calibrations."""
@@ -110,7 +111,7 @@ def publish_documents(published: list[Published], request: PublishRequest) -> in
     """Comment and statuses for documents the trust step (``verified.load``) has already judged: read the facts,
     make the plan (``ds4ci.github.plan``), then apply it, or with --dry-run print it."""
     from ds4ci.github import apply, facts, plan, runnerview
-    from ds4ci.report import render
+    from ds4ci.report import bisect, render
 
     r = request
     mode = commentmode.resolve(r.comment_mode, r.no_comment, r.expect_config)
@@ -125,7 +126,8 @@ def publish_documents(published: list[Published], request: PublishRequest) -> in
                               verdicts_out=r.verdicts_out, api_url=r.api_url, token_env=r.token_env)
     try:
         head = publish.results_head(docs, r.sha)
-        settings = dataclasses.replace(settings, check_runs=_wants_check_runs(r))
+        settings = dataclasses.replace(settings, check_runs=_wants_check_runs(r), bisects=bisect.for_publish(
+            r.bisects, {d["runner"]["name"] for d in docs}, head))
         if not r.dry_run:
             client = _client(r.repo, r.api_url, r.token_env)
             trusted = [p.doc["runner"]["name"] for p in published if p.may_set_status]

@@ -24,6 +24,7 @@ from ds4ci.report.sections import MARKER
 
 if TYPE_CHECKING:
     from ds4ci.github.publish import Vouched
+    from ds4ci.records import BisectResult
 
 
 @dataclass(frozen=True)
@@ -61,6 +62,7 @@ class Settings:
     merge_config: Path | None = None  # the "Review and merge status" checklist's requirements
     expect_config: Path | None = None  # the trusted ds4ci.toml: its [merge] table, where merge_config is not given
     calibrations: Mapping[str, str] = field(default_factory=dict)  # runner -> its latest calibration, cited
+    bisects: tuple[BisectResult, ...] = ()  # runners' `ds4ci bisect --json` results: a section each, never a status
     verdicts_out: Path | None = None  # where apply writes each runner's decided state, after every write
     api_url: str | None = None
     token_env: str = "GITHUB_TOKEN"  # noqa: S105 - the name of the variable, not a token

@@ -20,7 +20,7 @@ from ds4ci.github.facts import Facts, Settings
 from ds4ci.github.runnerview import RunnerView
 from ds4ci.options.table import DEFAULT_WIDTHS
 from ds4ci.records import Results
-from ds4ci.report import render
+from ds4ci.report import bisect, render
 from ds4ci.report.docview import DocView
 from ds4ci.report.sections import Section, parse_sections
 
@@ -210,10 +210,16 @@ def _comment(build: BodyBuilder, settings: Settings, facts: Facts, only_update: 
                        facts.seen_until, build, tuple(sections))
 
 
+def _bisect_sections(settings: Settings, kind: str) -> list[Section]:
+    """A section per runner's bisect result (``kind="summary"``: with every step); they set no status."""
+    env = render.environment(settings.template_dir)
+    return [bisect.section(env, doc, settings.target_url, kind) for doc in settings.bisects]
+
+
 def job_summary(docs: Sequence[Results], settings: Settings, seen: Mapping[str, DocView] | None = None) -> str:
     """The job summary: every runner's document at full detail (written also where publishing stopped short)."""
     body, _ = render.render(docs, kind="summary", run_url=settings.target_url, template_dir=settings.template_dir,
-                            seen=seen, calibrations=settings.calibrations)
+                            seen=seen, calibrations=settings.calibrations, extra=_bisect_sections(settings, "summary"))
     return body
 
 
@@ -232,7 +238,8 @@ def make(views: Sequence[RunnerView], settings: Settings, facts: Facts) -> Publi
     build = BodyBuilder(docs, run_url=settings.target_url, template_dir=settings.template_dir,
                         predecessors=dict(facts.predecessors), seen={v.name: v.words for v in views},
                         merge_status=_merge_status((*send, *unchanged), runs, facts, head),
-                        extra=_needs_hardware(views, settings, facts, head), calibrations=settings.calibrations)
+                        extra=[*_needs_hardware(views, settings, facts, head), *_bisect_sections(settings, "comment")],
+                        calibrations=settings.calibrations)
     quiet = update_only(settings, views)
     comment = _comment(build, settings, facts, quiet)
     if quiet and comment is None and settings.pr is not None:

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+from collections.abc import Collection, Sequence
 from pathlib import Path
 from typing import Any, Final, cast
 
@@ -76,6 +77,27 @@ def load(path: Path) -> BisectResult:
         raise UsageError(f"--bisect {path}: expected a `ds4ci bisect --json` document ({SCHEMA_ID}); at {where}: "
                          f"{problems[0].message[:300]}")
     return cast(BisectResult, doc)
+
+
+def for_publish(paths: Sequence[Path], runners: Collection[str], head: str) -> tuple[BisectResult, ...]:
+    """publish's --bisect documents: each one a published runner's, one per runner, searched up to ``head``.
+
+    A bisect of another runner or another head would put a stale culprit beside today's results: refused.
+    """
+    found: dict[str, BisectResult] = {}
+    for path in paths:
+        doc = load(path)
+        name = doc["runner"]
+        if name not in runners:
+            raise UsageError(f"--bisect {path}: it is runner {name}'s bisect; expected one of the runners published "
+                             f"here ({', '.join(sorted(runners)) or 'none'})")
+        if name in found:
+            raise UsageError(f"--bisect {path}: a second bisect of runner {name}; expected one per runner")
+        if doc["bad"]["sha"] != head:
+            raise UsageError(f"--bisect {path}: it searched up to {doc['bad']['sha']}; expected the head the results "
+                             f"are published for, {head}")
+        found[name] = doc
+    return tuple(found.values())
 
 
 def digest(doc: BisectResult) -> str:

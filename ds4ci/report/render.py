@@ -253,6 +253,13 @@ def _size(text: str) -> int:
     return len(text.encode("utf-8"))
 
 
+def _current(existing: Sequence[Section], docs: Sequence[Results]) -> list[Section]:
+    """The existing comment's sections to keep: all but a bisect that searched up to another head than ``docs``'
+    (its culprit is of a history the pull request no longer has)."""
+    heads = {h for h in (head_sha(d) for d in docs) if h}
+    return [s for s in existing if s.role != BISECT or not heads or s.head in heads]
+
+
 def render(
     docs: Sequence[Results],
     *,
@@ -297,7 +304,7 @@ def render(
             )
             for doc in docs
         ]
-        kept = list(existing)
+        kept = _current(existing, docs)
         if detail.stub:
             kept = [_stub(s, run_url) for s in kept]
         sections = merge_sections([*own, *extra], kept)

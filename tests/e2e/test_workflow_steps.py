@@ -290,3 +290,57 @@ def test_a_comment_mode_the_publisher_does_not_know_is_refused_before_anything_i
     proc, outputs = _run(_step(ROOT / "action.yml", "install"), tmp_path, tmp_path, env)
     assert proc.returncode == 2 and outputs == {}, proc.stdout + proc.stderr
     assert "comment-mode: expected always, failures or off (or empty), found 'sometimes'" in proc.stdout
+
+
+def _bisect_env(tmp: Path, work: Path, stand_in: Path, **extra: str) -> dict[str, str]:
+    return {"DS4CI": str(stand_in), "DS4CI_WORK": str(work), "DS4CI_CONFIG": ".ds4ci-trusted.toml",
+            "DS4CI_RUNNER": "gfx1151", "DS4CI_WIDTHS": "3", "DS4CI_SOURCE_DIR": "", "DS4CI_BASE_REF": "origin/main",
+            "DS4CI_RESULTS": str(tmp / "results" / "results.json"), "DS4CI_SERVICE_SOCKET": "", **extra}
+
+
+def test_the_bisect_step_writes_its_json_beside_results_and_keeps_its_own_code_as_an_output(tmp_path: Path) -> None:
+    work = _work(tmp_path)
+    (tmp_path / "results").mkdir()
+    stand_in = _stand_in(tmp_path, """echo '{"verdict": "not_found"}'; exit 1""")
+    proc, outputs = _run(_step(ROOT / "action.yml", "bisect"), tmp_path, tmp_path, _bisect_env(tmp_path, work, stand_in))
+    assert proc.returncode == 0, proc.stdout + proc.stderr  # `bash -e`: the bisect's 1 is an output, not the step's
+    found = tmp_path / "results" / "bisect.json"
+    assert outputs == {"exit-code": "1", "bisect": str(found)} and json.loads(found.read_text()) == {"verdict": "not_found"}
+    argv = (tmp_path / "argv").read_text().splitlines()
+    assert argv[0] == "bisect" and "--json" in argv and argv[argv.index("--repo-dir") + 1] == "."
+    assert argv[argv.index("--widths") + 1] == "3" and argv[argv.index("--base-ref") + 1] == "origin/main"
+    assert argv[argv.index("--evidence-dir") + 1] == str(work / "bisect-evidence")
+    quiet = _stand_in(tmp_path, "echo 'ds4ci: error: --good: no such commit' >&2; exit 2")
+    proc, outputs = _run(_step(ROOT / "action.yml", "bisect"), tmp_path, tmp_path, _bisect_env(tmp_path, work, quiet))
+    assert proc.returncode == 0 and outputs == {"exit-code": "2"} and not found.exists(), proc.stdout + proc.stderr
+
+
+def test_the_bisect_step_is_skipped_with_a_warning_under_a_gate_service(tmp_path: Path) -> None:
+    work = _work(tmp_path)
+    stand_in = _stand_in(tmp_path, "exit 0")
+    env = _bisect_env(tmp_path, work, stand_in, DS4CI_SERVICE_SOCKET="/run/ds4ci/gfx1151.sock")
+    proc, outputs = _run(_step(ROOT / "action.yml", "bisect"), tmp_path, tmp_path, env)
+    assert proc.returncode == 0 and outputs == {} and not (tmp_path / "argv").exists(), proc.stdout + proc.stderr
+    assert "::warning::bisect skipped" in proc.stdout
+
+
+def test_the_publish_job_passes_each_runners_bisect_beside_its_bundle(tmp_path: Path) -> None:
+    venv = tmp_path / "ds4ci-venv" / "bin"
+    venv.mkdir(parents=True)
+    (venv / "ds4ci").write_bytes(_stand_in(tmp_path, "exit 0").read_bytes())
+    (venv / "ds4ci").chmod(0o755)
+    folders = {r: tmp_path / "ds4ci-results" / f"ds4ci-results-{r}" for r in ("gfx1151", "cuda", "offline")}
+    for runner in ("gfx1151", "cuda"):
+        folders[runner].mkdir(parents=True)
+        (folders[runner] / "bundle.tar.gz").write_bytes(b"x")
+    (folders["gfx1151"] / "bisect.json").write_text("{}")
+    folders["offline"].mkdir()
+    (folders["offline"] / "bisect.json").write_text("{}")  # no bundle beside it: nothing to publish it with
+    env = {"GITHUB_TOKEN": WRITE_TOKEN, "DS4CI_PR": "7", "DS4CI_HEAD_SHA": "a" * 40, "DS4CI_RUNNERS": "gfx1151,cuda",
+           "DS4CI_RUN_URL": "https://github.invalid/run", "DS4CI_CONFIG": "ds4ci.toml", "DS4CI_ALLOW_FOCUSED": "false",
+           "DS4CI_FORK": "false", "DS4CI_APPROVAL": "skipped", "GITHUB_REPOSITORY": "acme/engine"}
+    proc, _ = _run(_step(ROOT / ".github" / "workflows" / "gate.yml", "publish", job="publish"), tmp_path, tmp_path, env)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    argv = (tmp_path / "argv").read_text().splitlines()
+    given = [argv[i + 1] for i, a in enumerate(argv) if a == "--bisect"]
+    assert given == [str(folders["gfx1151"] / "bisect.json")], argv

@@ -68,3 +68,22 @@ def test_a_result_file_is_read_strictly(tmp_path: Path) -> None:
             bisect.load(bad)
     with pytest.raises(UsageError, match="cannot read"):
         bisect.load(tmp_path / "missing.json")
+
+
+def test_a_bisect_of_an_earlier_head_leaves_the_comment_when_results_of_a_new_head_come() -> None:
+    from paths import TESTS
+
+    from ds4ci.evidence import results
+    from ds4ci.report.sections import head_sha
+
+    doc = results.load(TESTS / "data" / "results" / "pass.json")
+    head = head_sha(doc)
+    assert head is not None
+    old, current = found(), found()
+    old["runner"], current["runner"] = "old-box", "box"
+    current["bad"] = {"sha": head, "subject": "the head"}
+    env = render.environment()
+    existing = [bisect.section(env, old), bisect.section(env, current)]
+    _, sections = render.render([doc], existing=existing)
+    kept = [s.runner for s in sections if s.role == "bisect"]
+    assert kept == ["box"]  # old-box searched up to a head the pull request no longer has
