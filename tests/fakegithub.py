@@ -29,7 +29,7 @@ import re
 import subprocess
 import sys
 import threading
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
@@ -731,3 +731,15 @@ def publish_cli(fake: FakeGitHub, *args: str, pr: str = "42") -> subprocess.Comp
         env.pop(name, None)
     return subprocess.run([sys.executable, "-m", "ds4ci", "publish", *args, "--repo", "acme/engine", "--pr", pr,
                            "--api-url", fake.url], capture_output=True, text=True, env=env, check=False, timeout=120)
+
+
+def as_the_publishing_job(monkeypatch: Any, pr: int, commits: list[str]) -> Iterator[FakeGitHub]:
+    """A fixture's body: the fake with pull request ``pr`` at ``commits`` (its head last), and the environment of
+    the publishing job (the Actions GITHUB_TOKEN: github-actions[bot], an app installation token)."""
+    for key, value in {"DS4CI_GITHUB_THROTTLE": "0", "GITHUB_TOKEN": APP_TOKEN, "GITHUB_ACTIONS": "true"}.items():
+        monkeypatch.setenv(key, value)
+    monkeypatch.delenv("GITHUB_STEP_SUMMARY", raising=False)
+    server = FakeGitHub().start()
+    server.add_pull(pr, commits[-1], commits)
+    yield server
+    server.stop()

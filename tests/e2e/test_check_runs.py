@@ -16,7 +16,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from fakegithub import ACTIONS_LOGIN, APP_TOKEN, WRITE_TOKEN, FakeGitHub
+from fakegithub import ACTIONS_LOGIN, APP_TOKEN, WRITE_TOKEN, FakeGitHub, as_the_publishing_job
 from paths import TESTS
 
 from ds4ci.commands.publish import PublishRequest, publish_documents
@@ -38,14 +38,7 @@ RUN_URL = "https://github.com/acme/engine/actions/runs/7"
 
 @pytest.fixture
 def fake(monkeypatch: pytest.MonkeyPatch) -> Iterator[FakeGitHub]:
-    # As in the publishing job: the Actions GITHUB_TOKEN (github-actions[bot], an app installation token).
-    for key, value in {"DS4CI_GITHUB_THROTTLE": "0", "GITHUB_TOKEN": APP_TOKEN, "GITHUB_ACTIONS": "true"}.items():
-        monkeypatch.setenv(key, value)
-    monkeypatch.delenv("GITHUB_STEP_SUMMARY", raising=False)
-    server = FakeGitHub().start()
-    server.add_pull(42, HEAD, [OLD, HEAD])
-    yield server
-    server.stop()
+    yield from as_the_publishing_job(monkeypatch, 42, [OLD, HEAD])
 
 
 def publish(fake: FakeGitHub, *docs: Results, **kw: Any) -> int:

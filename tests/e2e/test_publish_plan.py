@@ -17,7 +17,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from fakegithub import ACTIONS_LOGIN, APP_TOKEN, FakeGitHub
+from fakegithub import ACTIONS_LOGIN, APP_TOKEN, FakeGitHub, as_the_publishing_job
 from paths import TESTS
 
 from ds4ci.commands.publish import PublishRequest, publish_documents
@@ -36,14 +36,7 @@ _VARIABLE = re.compile(r"[0-9a-f]{40}|\d+")  # a request's path with its SHAs an
 
 @pytest.fixture
 def fake(monkeypatch: pytest.MonkeyPatch) -> Iterator[FakeGitHub]:
-    # As in the publishing job: the Actions GITHUB_TOKEN (github-actions[bot], an app installation token).
-    for key, value in {"DS4CI_GITHUB_THROTTLE": "0", "GITHUB_TOKEN": APP_TOKEN, "GITHUB_ACTIONS": "true"}.items():
-        monkeypatch.setenv(key, value)
-    monkeypatch.delenv("GITHUB_STEP_SUMMARY", raising=False)
-    server = FakeGitHub().start()
-    server.add_pull(42, HEAD, [OLD, HEAD])
-    yield server
-    server.stop()
+    yield from as_the_publishing_job(monkeypatch, 42, [OLD, HEAD])
 
 
 def _doc(name: str) -> Results:
@@ -121,12 +114,17 @@ def _state(fake: FakeGitHub) -> Any:
     return (fake.statuses(), fake.check_runs(), fake.comments(42))
 
 
-@pytest.mark.parametrize("kind", ["pass", "fail", "focused", "negative-control"])
-def test_applying_the_same_plan_twice_changes_nothing(kind: str, fake: FakeGitHub) -> None:
+def _applied_once(fake: FakeGitHub, kind: str) -> tuple[plan.PublishPlan, Client, Any]:
+    """The plan for ``kind`` applied once beside a person's comment, and what GitHub holds after it."""
     fake.add_comment(42, "a person's comment", "alice")
     made, client = _plan_now(fake, KINDS[kind]())
     apply.apply(made, client)
-    after_first = copy.deepcopy(_state(fake))
+    return made, client, copy.deepcopy(_state(fake))
+
+
+@pytest.mark.parametrize("kind", ["pass", "fail", "focused", "negative-control"])
+def test_applying_the_same_plan_twice_changes_nothing(kind: str, fake: FakeGitHub) -> None:
+    made, client, after_first = _applied_once(fake, kind)
     before = len(fake.requests)
     apply.apply(made, client)
     assert _state(fake) == after_first and fake.requests[before:] == []
@@ -134,10 +132,7 @@ def test_applying_the_same_plan_twice_changes_nothing(kind: str, fake: FakeGitHu
 
 @pytest.mark.parametrize("kind", ["pass", "fail", "focused", "negative-control"])
 def test_publishing_the_same_documents_again_writes_nothing(kind: str, fake: FakeGitHub) -> None:
-    fake.add_comment(42, "a person's comment", "alice")
-    made, client = _plan_now(fake, KINDS[kind]())
-    apply.apply(made, client)
-    after_first = copy.deepcopy(_state(fake))
+    made, client, after_first = _applied_once(fake, kind)
     again, _ = _plan_now(fake, KINDS[kind]())  # planned afresh from what GitHub now says
     assert again.statuses == () and [s.context for s in again.unchanged] == [s.context for s in made.statuses]
     assert all(a.unchanged for a in again.check_runs) and len(again.check_runs) == len(made.check_runs)
