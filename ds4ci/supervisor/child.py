@@ -279,13 +279,21 @@ class Child:
             try:
                 if os.waitid(os.P_PIDFD, self._pidfd, os.WEXITED | os.WNOHANG) is not None:
                     return  # reaped
-            except ChildProcessError:
-                return  # not our child: the outer process reaped it
+            except ChildProcessError:  # not our child (yet): it comes to us once the outer process exits
+                if not self._keeper_elsewhere():
+                    return  # the outer process reaped it
             except OSError:
                 return
             if time.monotonic() >= deadline:
                 return
             time.sleep(0.005)
+
+    def _keeper_elsewhere(self) -> bool:
+        """The keeper still exists, alive or a zombie, as another process's child: the outer process, ending."""
+        try:
+            return psutil.Process(self.keeper_pid).ppid() != os.getpid()
+        except psutil.Error:
+            return False
 
     def _cleanup(self) -> None:
         """What a kind of child removes once everything is gone (the sandbox: its scratch folder)."""
