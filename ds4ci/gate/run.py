@@ -388,10 +388,8 @@ def run_gate(cfg: GateConfig, progress: Progress | Logger | None = None, safe: S
         progress(f"attempt {attempt.attempt_id} in {attempt.path}")
         run = _Run(cfg, attempt, progress, safe)
         store.write_json(attempt.path / "attempt.json", {
-            "ds4ci_version": __version__, "argv": sys.argv, "started_at": run.started_at,
-            "settings": run.doc["settings"], "runner": run.doc["runner"], "reproduce": run.doc["reproduce"],
-            "notes": run.doc.get("warnings", []),
-        })
+            "ds4ci_version": __version__, "argv": sys.argv, "started_at": run.started_at, "notes": run.doc.get("warnings", []),
+            **{key: run.doc[key] for key in ("settings", "runner", "reproduce")}})
         try:
             interrupted()  # between steps: a signal a step's helper swallowed stops the run here
             ready.prepare(cfg, progress)  # a pinned file missing, [sandbox] require: stops here, before any PR process
@@ -402,7 +400,6 @@ def run_gate(cfg: GateConfig, progress: Progress | Logger | None = None, safe: S
             interrupted()
             if built:  # checks before hashing and the servers: no check runs after a file is hashed or judged
                 run.run_checks()
-                interrupted()
                 run.verify_identities()
                 settings.refuse_stale_overrides(cfg)
                 interrupted()
