@@ -23,6 +23,7 @@ import pytest
 from fakegithub import WRITE_TOKEN, FakeGitHub
 from paths import ROOT
 
+from ds4ci.commands import caller
 from ds4ci.supervisor import sandbox
 
 ACT = shutil.which("act", path=str(Path(sys.executable).parent)) or shutil.which("act")
@@ -170,9 +171,12 @@ def copy_project(dest: Path) -> Path:
     return dest
 
 
-def make_repo(tmp: Path, models: Path) -> tuple[Path, str]:
-    """A repository holding ds4ci itself plus a ds4ci.toml pinning the simulator and small models."""
+def make_repo(tmp: Path, models: Path, calls: str | None = None) -> tuple[Path, str]:
+    """A repository holding ds4ci itself plus a ds4ci.toml pinning the simulator and small models; ``calls``
+    (OWNER/NAME@REF): its gate.yml is instead the short caller of that ds4ci's own, as `ds4ci init` writes it."""
     repo = copy_project(tmp / "engine")
+    if calls is not None:
+        (repo / ".github" / "workflows" / "gate.yml").write_text(caller.render(calls))
     models.mkdir()
     server = models / "sim-server"
     server.write_text(f'#!/bin/sh\nexec "{sys.executable}" -m ds4ci.simulator "$@"\n')
@@ -275,6 +279,8 @@ def run_act(tmp: Path, repo: Path, fake: FakeGitHub, wheelhouse: Path, models: P
     ]
     for uses, directory in local.items():
         cmd += ["--local-repository", f"{uses}={directory}"]
+    for name, directory in (others or {}).items():  # a caller's `uses: NAME/.github/workflows/gate.yml@HEAD`
+        cmd += ["--local-repository", f"{name}@{git(directory, 'rev-parse', 'HEAD')}={directory}"]
     for key, value in inputs.items():
         cmd += ["--input", f"{key}={value}"]
     # Nothing preset: no harness variable (DS4CI_*) reaches the workflows, as on a real runner.

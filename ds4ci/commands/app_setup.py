@@ -14,6 +14,14 @@ config_app = typer.Typer(
 )
 
 
+_REF_HELP = ("The ds4ci the workflows call (or, copied, install and whose action they use): OWNER/NAME@REF of "
+             "ds4ci's repository, REF a tag (v0.1.0) or a full commit. Without it the workflows hold a placeholder "
+             "that `ds4ci config check` and `ds4ci preflight` point out.")
+_NoWorkflows = Annotated[bool, typer.Option("--no-workflows", help="Do not write .github/workflows/gate.yml (or the "
+                                             "copies).")]
+_CopyWorkflows = Annotated[bool, typer.Option("--copy-workflows", help="Write full copies of ds4ci's gate.yml and "
+                                              "report.yml (about 600 lines) instead of the short gate.yml that calls "
+                                              "ds4ci's own, pinned.")]
 _FORCE_HELP = ("Overwrite ds4ci.toml and the workflows if they exist; refused when ds4ci.toml holds a key init did "
                "not write (each is named). To move the workflows to another ds4ci: `ds4ci upgrade`.")
 
@@ -49,20 +57,15 @@ def init(
         list[Path] | None, typer.Option("--prompt-file", metavar="PATH", help="Prompt file, pinned; repeat for several.")
     ] = None,
     directory: Annotated[Path, typer.Option("--dir", help="The repository root to write into.")] = Path(),
-    no_workflows: Annotated[
-        bool, typer.Option("--no-workflows", help="Do not write .github/workflows/gate.yml and report.yml.")
-    ] = False,
+    no_workflows: _NoWorkflows = False,
+    copy_workflows: _CopyWorkflows = False,
     force: Annotated[bool, typer.Option("--force", help=_FORCE_HELP)] = False,
-    ds4ci_ref: Annotated[
-        str | None,
-        typer.Option("--ds4ci-ref", metavar="OWNER/NAME@REF", help="The ds4ci the workflows install and whose action "
-                     "they use: OWNER/NAME@REF "
-                     "of ds4ci's repository, REF a tag (v0.1.0) or a full commit. Without it the workflows hold "
-                     "a placeholder that `ds4ci config check` and `ds4ci preflight` point out."),
-    ] = None,
+    ds4ci_ref: Annotated[str | None, typer.Option("--ds4ci-ref", metavar="OWNER/NAME@REF", help=_REF_HELP)] = None,
 ) -> None:
     """Write a starter ds4ci.toml (pins computed from the files named), .gitignore entries for the evidence
-    folder and its [build]'s output, and the workflows this ds4ci ships, set to run --ds4ci-ref's ds4ci.
+    folder and its [build]'s output, and .github/workflows/gate.yml: about fifteen lines that call ds4ci's own
+    gate workflow at --ds4ci-ref (workflow_call), or with --copy-workflows full copies of the workflows this
+    ds4ci ships, set to run --ds4ci-ref's ds4ci.
 
     A file that is not on this machine (a model staged on the runner only) gets a TODO pin that
     `ds4ci config check` and `ds4ci preflight` explain. Nothing is overwritten without --force.
@@ -74,8 +77,8 @@ def init(
 
     request = InitRequest(
         directory=directory, runners=list(runner or []), simulator=simulator, server_bin=server_bin, target=target,
-        draft=draft, prompts=list(prompt_file or []), workflows=not no_workflows, force=force,
-        ds4ci_ref=ds4ci_ref, build_command=build_command, prebuilt=prebuilt,
+        draft=draft, prompts=list(prompt_file or []), workflows=not no_workflows, copy_workflows=copy_workflows,
+        force=force, ds4ci_ref=ds4ci_ref, build_command=build_command, prebuilt=prebuilt,
     )
     exit_with(lambda: run_init(request))
 

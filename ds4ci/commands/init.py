@@ -8,9 +8,10 @@ request's head by default: a ``[build]`` from the repository's CMake files (``bu
 ``--simulator`` writes tiny model and prompt files and ``gate.server = "simulator"`` (ds4ci's bundled
 simulator), so ``ds4ci gate`` runs here without a GPU (the simulator's paths are absolute: its files are
 this machine's, so the workflows run them too when ``act`` runs them here). ``[merge]`` requires each
-runner's status. The workflows are the ones this ds4ci ships (``gate.yml``,
-``report.yml``), with one line filled in: ``DS4CI_REF``, the ds4ci they install and whose action they
-use (``--ds4ci-ref``, else a placeholder that ``config check`` and ``preflight`` point out).
+runner's status. The workflow is a short ``gate.yml`` that calls ds4ci's own (``caller``), pinned to
+``--ds4ci-ref``; ``--copy-workflows`` writes full copies of the ones this ds4ci ships (``gate.yml``,
+``report.yml``) instead, with one line filled in: ``DS4CI_REF``, the ds4ci they install and whose action
+they use. Without ``--ds4ci-ref`` the pins are placeholders that ``config check`` and ``preflight`` point out.
 Nothing is overwritten without ``--force``, and ``--force`` never drops a key of ``ds4ci.toml`` that init did not
 write (``initkeep``); ``ds4ci upgrade`` moves the workflows alone.
 """
@@ -24,7 +25,7 @@ import sys
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from ds4ci.commands import initkeep, repofiles
+from ds4ci.commands import caller, initkeep, repofiles
 from ds4ci.commands.buildguess import BuildGuess, guess
 from ds4ci.commands.demo import DEMO_PROMPT
 from ds4ci.commands.repofiles import build_folder
@@ -52,6 +53,7 @@ class InitRequest:
     draft: Path | None = None
     prompts: list[Path] = field(default_factory=list)
     workflows: bool = True
+    copy_workflows: bool = False  # full copies of gate.yml and report.yml, not the short caller of ds4ci's own
     force: bool = False
     ds4ci_ref: str | None = None  # OWNER/NAME@REF written into the workflows; None: the placeholder
     build_command: str | None = None  # [build].command; None: guessed from CMake files (buildguess)
@@ -231,6 +233,16 @@ def render_workflow(source: Path, ref: str | None) -> str:
     return "\n".join(lines)
 
 
+def _workflows(req: InitRequest) -> dict[Path, str]:
+    """The workflow files init writes and their text: the caller of ds4ci's gate workflow, or full copies."""
+    folder = req.directory / ".github" / "workflows"
+    if not req.workflows:
+        return {}
+    if not req.copy_workflows:
+        return {folder / caller.NAME: caller.render(req.ds4ci_ref)}
+    return {folder / n: render_workflow(workflow_source(n), req.ds4ci_ref) for n in WORKFLOWS}
+
+
 def _write_new(path: Path, text: str, force: bool, written: list[str]) -> None:
     if path.exists() and not force:
         raise UsageError(f"{path} exists; keep it, or pass --force to overwrite it")
@@ -257,6 +269,8 @@ def run_init(req: InitRequest) -> int:
         ds4ci_ref(req.ds4ci_ref, "--ds4ci-ref")
         if not req.workflows:
             raise UsageError("--ds4ci-ref names the ds4ci the workflows run; it has no use with --no-workflows")
+    if req.copy_workflows and not req.workflows:
+        raise UsageError("--copy-workflows and --no-workflows disagree: keep one")
     if len(set(req.runners)) != len(req.runners):
         raise UsageError(f"--runner: a runner is named twice in {req.runners}")
     if req.simulator and (req.target or req.draft or req.prompts or req.prebuilt):
@@ -268,8 +282,7 @@ def run_init(req: InitRequest) -> int:
     if req.simulator and req.server_bin is not None and req.build_command is None:
         raise UsageError("--server-bin with --simulator names what --build-command makes; name the command too")
     config = req.directory / CONFIG_NAME
-    flows = {req.directory / ".github" / "workflows" / n: render_workflow(workflow_source(n), req.ds4ci_ref)
-             for n in WORKFLOWS} if req.workflows else {}
+    flows = _workflows(req)
     present = [str(p) for p in (config, *flows) if p.exists()]
     if present and not req.force:  # checked before anything is written: never half an init
         raise UsageError(f"{', '.join(present)} already exist(s); keep them, or pass --force to overwrite")
@@ -284,7 +297,8 @@ def run_init(req: InitRequest) -> int:
         _write_new(path, text, True, written)
     print("wrote:\n" + "\n".join(f"  {w}" for w in written))
     if flows and req.ds4ci_ref is None:
-        print(f"placeholder: DS4CI_REF in {', '.join(str(p) for p in flows)} names the ds4ci the workflows run; "
+        what = "DS4CI_REF" if req.copy_workflows else "the uses: and ds4ci-ref lines"
+        print(f"placeholder: {what} in {', '.join(str(p) for p in flows)} name(s) the ds4ci the workflows run; "
               "set it to ds4ci's repository and a tag or commit (OWNER/NAME@v0.1.0): run "
               "`ds4ci upgrade --ds4ci-ref OWNER/NAME@REF` (it never touches ds4ci.toml)")
     named = f" --config {config}" if req.directory.absolute() != Path.cwd() else ""

@@ -11,7 +11,8 @@ when a record a pull request cannot produce ties it to the trusted gate (``[merg
   or ``workflow_dispatch``, ran on the pull request's base branch (``head_branch``), from a commit in that
   branch's history (compare ``BASE...run.head_sha`` is identical or behind) and is titled with the head
   (``run-name`` in gate.yml). The newest such run decides: its job ``verdict <runner>`` (made by Actions
-  inside that run, so its record is GitHub's) must have concluded success in the run's latest attempt.
+  inside that run, so its record is GitHub's; ``<job> / verdict <runner>`` where the trusted file calls
+  ds4ci's gate workflow) must have concluded success in the run's latest attempt.
 * ``"publisher"``: a check run ``ds4ci/<runner>`` created by the GitHub App ``merge.vouch_app_id``, whose
   private key lives with the gate service, out of every job's reach; the newest decides.
 
@@ -31,6 +32,13 @@ from ds4ci.github.statuses import Status
 
 VERDICT_JOB = "verdict {runner}"  # gate.yml's job that succeeds only when that runner's published verdict passed
 IN_HISTORY = ("identical", "behind")  # compare BASE...SHA: SHA is the branch's tip or one of its ancestors
+
+
+def is_verdict_job(job: dict[str, object], name: str) -> bool:
+    """The job ``name`` of the gate workflow: so named in a copy of it, ``<caller's job> / name`` where the
+    trusted file calls ds4ci's own (GitHub names a called workflow's jobs after the calling job)."""
+    found = job.get("name")
+    return isinstance(found, str) and (found == name or found.endswith(f" / {name}"))
 
 
 class Voucher:
@@ -118,7 +126,7 @@ class Voucher:
         job_name = VERDICT_JOB.format(runner=runner)
         if run.attempt < 1:
             return Vouch(False, f"GitHub's record of run {run.id} names no attempt")
-        jobs = [j for j in self._client.run_jobs(run.id, run.attempt) if isinstance(j, dict) and j.get("name") == job_name]
+        jobs = [j for j in self._client.run_jobs(run.id, run.attempt) if isinstance(j, dict) and is_verdict_job(j, job_name)]
         where = f"(attempt {run.attempt})"
         if not jobs:
             return Vouch(False, f"run {run.id} has no job '{job_name}' in attempt {run.attempt}")

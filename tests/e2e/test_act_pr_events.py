@@ -14,6 +14,7 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
 from actkit import (
     ACT,
     CMAKE,
@@ -39,14 +40,19 @@ def test_init_s_workflows_run_green_in_a_fresh_adopter_repository(
     """Defect: init's gate.yml checked out the adopter's own repository as ds4ci, ran `pip install .` there
     ("Directory '.' is not installable") and `uses: ./` (no action.yml), and its matrix was gfx1151/sm86.
 
-    Here ds4ci's repository is this checkout, reached only through the ref init wrote (the checkout stand-in
-    serves acme/ds4ci from it); the matrix is init's one runner, `local`, from ds4ci.toml."""
+    Here ds4ci's repository is this checkout, reached only through the ref init wrote (act serves the called
+    gate.yml, and the checkout stand-in acme/ds4ci, from it); init's gate.yml is the short caller of ds4ci's
+    own (workflow_call); the matrix is init's one runner, `local`, from ds4ci.toml."""
     ds4ci, pin = ds4ci_repository(tmp_path)
     engine, head = adopter(tmp_path, "--ds4ci-ref", f"acme/ds4ci@{pin}", cmake=CMAKE)
     assert "pyproject.toml" not in git(engine, "ls-files") and "action.yml" not in git(engine, "ls-files")
     toml = (engine / "ds4ci.toml").read_text()
     assert 'server = "simulator"' in toml and "server_bin" not in toml.split("[gate]")[1]  # no wrapper script
     assert ("[build]" in toml) == CMAKE
+    caller = (engine / ".github" / "workflows" / "gate.yml").read_text()  # the short caller of ds4ci's own
+    assert len([line for line in caller.splitlines() if not line.startswith("#")]) <= 15, caller
+    assert f"uses: acme/ds4ci/.github/workflows/gate.yml@{pin}" in caller
+    assert not (engine / ".github" / "workflows" / "report.yml").exists()
     fake.add_pull(7, head)
 
     proc = run_act(tmp_path, engine, fake, wheelhouse, None, {"pr": "7", "head-sha": head, "runners": "all"},
@@ -65,17 +71,28 @@ def test_init_s_workflows_run_green_in_a_fresh_adopter_repository(
     assert git(engine, "status", "--porcelain") == ""  # nothing was edited after init
 
 
+def _engine(tmp: Path, models: Path, mode: str) -> tuple[Path, str, dict[str, Path]]:
+    """The engine's repository with a copy of gate.yml, or ("caller") with init's short caller of acme/ds4ci's."""
+    if mode == "copy":
+        return (*make_repo(tmp, models), {})
+    ds4ci, pin = ds4ci_repository(tmp)
+    return (*make_repo(tmp, models, calls=f"acme/ds4ci@{pin}"), {"acme/ds4ci": ds4ci})
+
+
+@pytest.mark.parametrize("mode", ["copy", "caller"])
 def test_a_pull_request_that_edits_the_gates_workflow_is_refused_on_pull_request_target(
-    tmp_path: Path, fake: FakeGitHub, wheelhouse: Path
+    tmp_path: Path, fake: FakeGitHub, wheelhouse: Path, mode: str
 ) -> None:
     """The event that gates every pull request: the plan job refuses a change to the gate's own definition,
-    and nothing after it runs (no gate job on the GPU runners, no status, no comment)."""
+    and nothing after it runs (no gate job on the GPU runners, no status, no comment); the same where the
+    repository's gate.yml calls ds4ci's own."""
     models = tmp_path / "models"
-    repo, head = make_repo(tmp_path, models)
+    repo, head, others = _engine(tmp_path, models, mode)
     fake.add_pull(7, head)
     fake.set_pull_files(7, ["CHANGE.txt", ".github/workflows/gate.yml"])
 
-    proc = run_act(tmp_path, repo, fake, wheelhouse, models, {}, pull=pull_request_payload(repo, 7, head))
+    proc = run_act(tmp_path, repo, fake, wheelhouse, models, {}, pull=pull_request_payload(repo, 7, head),
+                   others=others)
 
     log = proc.stdout + proc.stderr
     assert proc.returncode != 0, act_log(proc)
@@ -85,19 +102,21 @@ def test_a_pull_request_that_edits_the_gates_workflow_is_refused_on_pull_request
     assert fake.statuses() == [] and fake.comments() == []
 
 
+@pytest.mark.parametrize("mode", ["copy", "caller"])
 def test_a_forks_pull_request_without_an_approval_never_reaches_the_gpu_runners(
-    tmp_path: Path, fake: FakeGitHub, wheelhouse: Path
+    tmp_path: Path, fake: FakeGitHub, wheelhouse: Path, mode: str
 ) -> None:
     """pull_request_target gives a fork's run the base's token: the approve job must hold it back until a
-    maintainer approved environment ds4ci-fork-review, and without that no gate job runs and nothing is green."""
+    maintainer approved environment ds4ci-fork-review, and without that no gate job runs and nothing is green
+    (a copy of gate.yml, or init's caller of ds4ci's own)."""
     models = tmp_path / "models"
-    repo, head = make_repo(tmp_path, models)
+    repo, head, others = _engine(tmp_path, models, mode)
     fake.add_pull(7, head)
     fake.set_pull_files(7, ["CHANGE.txt"])
     pull = pull_request_payload(repo, 7, head)
     pull["head"]["repo"] = {"full_name": "mallory/engine"}
 
-    proc = run_act(tmp_path, repo, fake, wheelhouse, models, {}, pull=pull)
+    proc = run_act(tmp_path, repo, fake, wheelhouse, models, {}, pull=pull, others=others)
 
     log = proc.stdout + proc.stderr
     assert proc.returncode != 0, act_log(proc)

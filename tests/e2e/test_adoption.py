@@ -18,6 +18,8 @@ from pathlib import Path
 import pytest
 from gatekit import BIN, DS4CI, Workspace
 
+from ds4ci.commands import caller
+
 pytestmark = pytest.mark.e2e
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -70,13 +72,13 @@ def test_the_readme_first_run_works_verbatim(tmp_path: Path) -> None:
     staged = subprocess.run(["git", "-C", str(repo), "diff", "--cached", "--name-only"], capture_output=True,
                             text=True, check=True).stdout.split()
     assert not [s for s in staged if s.startswith(("ds4ci-evidence", "ds4ci-sim"))], staged
-    assert {"ds4ci.toml", ".gitignore", ".github/workflows/gate.yml", ".github/workflows/report.yml"} <= set(staged)
-    # The workflows are the ones this ds4ci ships, but for the placeholder of the ds4ci they run, which init named.
-    for name in ("gate.yml", "report.yml"):
-        assert_shipped_but_for_the_ref(repo / ".github" / "workflows" / name, "TODO: OWNER/ds4ci@vX.Y.Z")
+    assert {"ds4ci.toml", ".gitignore", ".github/workflows/gate.yml"} <= set(staged)
+    assert ".github/workflows/report.yml" not in staged
+    # The workflow is the short caller of ds4ci's own, its two pins the placeholder init named.
+    assert (repo / ".github" / "workflows" / "gate.yml").read_text() == caller.render(None)
     # init named that placeholder, and config check points it out while it is one (a warning: exit 0 above).
-    assert "placeholder: DS4CI_REF in .github/workflows/gate.yml, .github/workflows/report.yml" in said[0].stdout
-    assert "gate.yml: DS4CI_REF is still the placeholder" in said[1].stderr, said[1].stderr
+    assert "placeholder: the uses: and ds4ci-ref lines in .github/workflows/gate.yml" in said[0].stdout
+    assert "gate.yml: ds4ci-ref is still the placeholder" in said[1].stderr, said[1].stderr
 
 
 def assert_shipped_but_for_the_ref(written: Path, value: str) -> None:
@@ -302,10 +304,11 @@ def test_the_wheel_ships_templates_schema_and_workflows(tmp_path: Path) -> None:
     assert subprocess.run([*python, "-m", "ds4ci", "--help"], env=env, cwd=tmp_path, capture_output=True,
                           check=False).returncode == 0
     repo = git_init(tmp_path / "engine")
-    init = subprocess.run([*python, "-m", "ds4ci", "init", "--runner", "gfx1151"], cwd=repo, env=env,
-                          capture_output=True, text=True, check=False)
+    init = subprocess.run([*python, "-m", "ds4ci", "init", "--runner", "gfx1151", "--copy-workflows"], cwd=repo,
+                          env=env, capture_output=True, text=True, check=False)
     assert init.returncode == 0, init.stderr
-    assert_shipped_but_for_the_ref(repo / ".github" / "workflows" / "gate.yml", "TODO: OWNER/ds4ci@vX.Y.Z")
+    for name in ("gate.yml", "report.yml"):
+        assert_shipped_but_for_the_ref(repo / ".github" / "workflows" / name, "TODO: OWNER/ds4ci@vX.Y.Z")
 
 
 def test_a_run_that_never_started_an_arm_reads_not_run_and_its_reproduce_is_whole(tmp_path: Path) -> None:

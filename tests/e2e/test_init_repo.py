@@ -63,11 +63,34 @@ HAND_EDITS = ('\n[runners.sm86]\nlabels = ["self-hosted", "sm86"]\ntarget_device
               'public_key = "ed25519:AAECAwQFBgcICQoLDA0ODxAREhMUFRYXGBkaGxwdHh8="\n')
 
 
-def test_upgrade_moves_the_workflows_and_keeps_ds4ci_toml_byte_for_byte(tmp_path: Path) -> None:
+def test_upgrade_moves_the_callers_two_pins_and_keeps_every_other_line(tmp_path: Path) -> None:
     repo = git_init(tmp_path / "engine")
     env = clean_env(tmp_path)
     assert ds4ci("init", "--simulator", "--runner", "local", "--ds4ci-ref", "acme/ds4ci@v0.1.0", cwd=repo,
                  env=env).returncode == 0
+    config = repo / "ds4ci.toml"
+    config.write_text(config.read_text() + HAND_EDITS)
+    before = config.read_bytes()
+    gate_yml = repo / ".github" / "workflows" / "gate.yml"
+    offered = "      bisect: {type: boolean, default: false}\n"  # an input the adopter added to the caller
+    gate_yml.write_text(gate_yml.read_text().replace("      widths:", offered + "      widths:")
+                        + "# our note: dispatch with bisect on a red pull request\n")
+    edited = gate_yml.read_text()
+    up = ds4ci("upgrade", "--ds4ci-ref", "acme/ds4ci@v0.2.0", cwd=repo, env=env)
+    assert up.returncode == 0 and "calls acme/ds4ci@v0.2.0" in up.stdout and "every other line kept" in up.stdout, up
+    assert config.read_bytes() == before
+    text = gate_yml.read_text()
+    assert "    uses: acme/ds4ci/.github/workflows/gate.yml@v0.2.0\n" in text
+    assert '    with: {ds4ci-ref: "acme/ds4ci@v0.2.0"}\n' in text and "v0.1.0" not in text
+    assert text == edited.replace("v0.1.0", "v0.2.0")  # nothing else moved
+    assert not (repo / ".github" / "workflows" / "report.yml").exists()
+
+
+def test_upgrade_moves_the_workflows_and_keeps_ds4ci_toml_byte_for_byte(tmp_path: Path) -> None:
+    repo = git_init(tmp_path / "engine")
+    env = clean_env(tmp_path)
+    assert ds4ci("init", "--simulator", "--runner", "local", "--ds4ci-ref", "acme/ds4ci@v0.1.0", "--copy-workflows",
+                 cwd=repo, env=env).returncode == 0
     config = repo / "ds4ci.toml"
     edited = config.read_text().replace("approvals = 1", "approvals = 2") + HAND_EDITS
     config.write_text(edited)

@@ -72,6 +72,25 @@ def test_a_maintainer_s_dispatch_on_the_base_branch_vouches(fake: FakeGitHub) ->
     assert proc.returncode == 0, proc.stdout + proc.stderr
 
 
+def test_a_run_of_the_short_caller_vouches_by_its_called_verdict_job(fake: FakeGitHub) -> None:
+    """init's gate.yml calls ds4ci's own: GitHub names the called jobs '<calling job> / <job>'."""
+    jobs = {"ds4ci / gate sm86": "success", "ds4ci / verdict sm86": "success"}
+    url = fake.add_run(712, title=f"ds4ci gate {HEAD}", jobs=jobs)
+    fake.add_status(HEAD, "ds4ci/sm86", "success", "pass", target_url=url)
+    proc = merge_check(fake, "--json")
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    (gate,) = [c for c in json.loads(proc.stdout)["conditions"] if c["name"] == "gate ds4ci/sm86"]
+    assert gate["ok"] is True and "job 'verdict sm86' success" in gate["detail"], gate["detail"]
+
+
+def test_a_caller_run_whose_called_verdict_job_failed_is_not_counted(fake: FakeGitHub) -> None:
+    jobs = {"ds4ci / verdict sm86": "failure", "other / verdicts sm86": "success", "xverdict sm86": "success"}
+    url = fake.add_run(713, title=f"ds4ci gate {HEAD}", jobs=jobs)
+    fake.add_status(HEAD, "ds4ci/sm86", "success", "pass", target_url=url)
+    proc = merge_check(fake)
+    assert proc.returncode != 0 and "run 713's job 'verdict sm86' concluded failure" in gate_line(proc)
+
+
 def test_attack_5_a_success_copying_the_link_of_a_failed_gate_run_is_not_counted(fake: FakeGitHub) -> None:
     """Red team #5: after a real failure, a success by github-actions[bot] whose target_url is the real run's."""
     url = trusted_run(fake, 702, verdict="failure")

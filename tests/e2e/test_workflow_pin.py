@@ -41,15 +41,33 @@ def _ref_lines(repo: Path) -> dict[str, list[str]]:
                    if line.startswith("  DS4CI_REF:")] for name in ("gate.yml", "report.yml")}
 
 
-@pytest.mark.parametrize("ref", ["acme/ds4ci@v0.1.0", f"acme/ds4ci@{COMMIT}", "my-org/ds4ci.fork@v1.2.3-rc.1"])
-def test_init_writes_the_ds4ci_ref_into_both_workflows_and_nothing_warns(tmp_path: Path, ref: str) -> None:
+REFS = ["acme/ds4ci@v0.1.0", f"acme/ds4ci@{COMMIT}", "my-org/ds4ci.fork@v1.2.3-rc.1"]
+
+
+@pytest.mark.parametrize("ref", REFS)
+def test_init_writes_the_ds4ci_ref_into_both_copies_and_nothing_warns(tmp_path: Path, ref: str) -> None:
     repo = _repo(tmp_path)
-    init = _run("init", "--simulator", "--runner", "local", "--ds4ci-ref", ref, cwd=repo)
+    init = _run("init", "--simulator", "--runner", "local", "--ds4ci-ref", ref, "--copy-workflows", cwd=repo)
     assert init.returncode == 0, init.stderr
     assert "placeholder" not in init.stdout
     assert _ref_lines(repo) == {"gate.yml": [f'  DS4CI_REF: "{ref}"'], "report.yml": [f'  DS4CI_REF: "{ref}"']}
     check = _run("config", "check", cwd=repo)
     assert check.returncode == 0 and "DS4CI_REF" not in check.stderr, check.stderr
+
+
+@pytest.mark.parametrize("ref", REFS)
+def test_init_writes_a_short_caller_pinned_twice_to_the_ref_and_nothing_warns(tmp_path: Path, ref: str) -> None:
+    repo = _repo(tmp_path)
+    init = _run("init", "--simulator", "--runner", "local", "--ds4ci-ref", ref, cwd=repo)
+    assert init.returncode == 0 and "placeholder" not in init.stdout, init.stderr
+    assert sorted(p.name for p in (repo / ".github" / "workflows").iterdir()) == ["gate.yml"]
+    text = (repo / ".github" / "workflows" / "gate.yml").read_text()
+    owner_name, _, at = ref.partition("@")
+    assert f"    uses: {owner_name}/.github/workflows/gate.yml@{at}\n" in text
+    assert f'    with: {{ds4ci-ref: "{ref}"}}\n' in text and "DS4CI_REF" not in text
+    assert len([line for line in text.splitlines() if not line.startswith("#")]) <= 15, text
+    check = _run("config", "check", cwd=repo)
+    assert check.returncode == 0 and "warning" not in check.stderr, check.stderr
 
 
 @pytest.mark.parametrize(("ref", "why"), [
@@ -66,11 +84,14 @@ def test_init_refuses_a_malformed_ds4ci_ref_and_writes_nothing(tmp_path: Path, r
 def test_a_ds4ci_ref_without_workflows_is_refused(tmp_path: Path) -> None:
     init = _run("init", "--no-workflows", "--ds4ci-ref", "acme/ds4ci@v0.1.0", cwd=_repo(tmp_path))
     assert init.returncode == 2 and "no use with --no-workflows" in init.stderr
+    (tmp_path / "again").mkdir()
+    both = _run("init", "--no-workflows", "--copy-workflows", cwd=_repo(tmp_path / "again"))
+    assert both.returncode == 2 and "--copy-workflows and --no-workflows disagree" in both.stderr
 
 
 def test_config_check_and_preflight_warn_while_the_ref_is_the_placeholder(tmp_path: Path) -> None:
     repo = _repo(tmp_path)
-    init = _run("init", "--simulator", "--runner", "local", cwd=repo)
+    init = _run("init", "--simulator", "--runner", "local", "--copy-workflows", cwd=repo)
     assert init.returncode == 0, init.stderr
     assert "placeholder: DS4CI_REF in .github/workflows/gate.yml, .github/workflows/report.yml" in init.stdout
     check = _run("config", "check", cwd=repo)
@@ -84,9 +105,29 @@ def test_config_check_and_preflight_warn_while_the_ref_is_the_placeholder(tmp_pa
     assert "DS4CI_REF" not in actions.stderr, actions.stderr
 
 
+def test_the_callers_placeholder_and_disagreeing_pins_are_warned_about(tmp_path: Path) -> None:
+    repo = _repo(tmp_path)
+    init = _run("init", "--simulator", "--runner", "local", cwd=repo)
+    assert init.returncode == 0 and "placeholder: the uses: and ds4ci-ref lines in .github/workflows/gate.yml" \
+        in init.stdout, init.stdout
+    check = _run("config", "check", cwd=repo)
+    assert check.returncode == 0 and "gate.yml: ds4ci-ref is still the placeholder" in check.stderr, check.stderr
+    gate = repo / ".github" / "workflows" / "gate.yml"
+    upgraded = _run("upgrade", "--ds4ci-ref", "acme/ds4ci@v0.2.0", cwd=repo)
+    assert upgraded.returncode == 0 and "calls acme/ds4ci@v0.2.0" in upgraded.stdout, upgraded.stderr
+    assert _run("config", "check", cwd=repo).stderr.count("warning") == 0
+    gate.write_text(gate.read_text().replace('ds4ci-ref: "acme/ds4ci@v0.2.0"', 'ds4ci-ref: "acme/ds4ci@v0.3.0"'))
+    check = _run("config", "check", cwd=repo)
+    assert "uses: calls acme/ds4ci@v0.2.0 but ds4ci-ref names acme/ds4ci@v0.3.0" in check.stderr, check.stderr
+    gate.write_text(gate.read_text().replace('    with: {ds4ci-ref: "acme/ds4ci@v0.3.0"}\n', ""))
+    check = _run("config", "check", cwd=repo)
+    assert "names ds4ci only in uses:" in check.stderr, check.stderr
+
+
 def test_config_check_warns_about_a_malformed_an_empty_or_a_disagreeing_ref(tmp_path: Path) -> None:
     repo = _repo(tmp_path)
-    assert _run("init", "--runner", "local", "--ds4ci-ref", "acme/ds4ci@v0.1.0", cwd=repo).returncode == 0
+    assert _run("init", "--runner", "local", "--ds4ci-ref", "acme/ds4ci@v0.1.0", "--copy-workflows",
+                cwd=repo).returncode == 0
     gate = repo / ".github" / "workflows" / "gate.yml"
     text = gate.read_text()
     for value, said in [

@@ -95,6 +95,32 @@ def test_zizmor_catches_template_injection_in_a_run_script(tmp_path: Path) -> No
     assert proc.returncode != 0 and "template-injection" in proc.stdout + proc.stderr
 
 
+def test_the_caller_init_writes_is_lint_clean_and_asks_for_what_the_called_jobs_need(tmp_path: Path) -> None:
+    """init's short gate.yml: actionlint, zizmor and the schema are clean, and its one job grants exactly the
+    permissions the called workflow's jobs ask for (a called job gets no more than its caller allows).
+
+    actionlint's advice to set `cache-mode` on the calling job is not taken: act (the local runs) rejects the
+    key, and the called workflow uses no cache."""
+    from ds4ci.commands import caller
+
+    folder = tmp_path / ".github" / "workflows"
+    folder.mkdir(parents=True)
+    subprocess.run(["git", "init", "-q", str(tmp_path)], check=True)  # actionlint lints a repository's workflows
+    (folder / "gate.yml").write_text(caller.render(f"acme/ds4ci@{'a' * 40}"))
+    env = {k: v for k, v in os.environ.items() if k not in ("GH_TOKEN", "GITHUB_TOKEN", "ZIZMOR_GITHUB_TOKEN")}
+    for cmd in ([_tool("actionlint"), "-no-color", "-oneline", "-ignore", "no explicit cache access limit"],
+                [_tool("zizmor"), "--offline", "--no-progress", "."],
+                [_tool("check-jsonschema"), "--builtin-schema", "vendor.github-workflows", str(folder / "gate.yml")]):
+        proc = subprocess.run(cmd, cwd=tmp_path, capture_output=True, text=True, timeout=300, env=env)
+        assert proc.returncode == 0, (cmd[0], proc.stdout + proc.stderr)
+    wanted: dict[str, str] = {}
+    for job in _load(ROOT / ".github" / "workflows" / "gate.yml")["jobs"].values():
+        for scope, level in (job.get("permissions") or {}).items():
+            wanted[scope] = "write" if "write" in (level, wanted.get(scope)) else level
+    (job,) = _load(folder / "gate.yml")["jobs"].values()
+    assert job["permissions"] == wanted
+
+
 def test_workflows_match_the_github_workflow_schema() -> None:
     proc = _run(_tool("check-jsonschema"), "--builtin-schema", "vendor.github-workflows",
                 *[str(p) for p in WORKFLOWS])
@@ -180,9 +206,12 @@ def test_gate_queues_per_pull_request_and_runner_and_never_cancels_another_pull_
 def test_the_gate_runs_the_base_branch_s_definition_and_forks_wait_for_a_maintainer() -> None:
     """Defect: `on: pull_request` ran the PR's own gate.yml, which the PR could edit to read the runner key."""
     doc = _load(ROOT / ".github" / "workflows" / "gate.yml")
-    assert set(doc["on"]) == {"pull_request_target", "workflow_dispatch"}
+    assert set(doc["on"]) == {"pull_request_target", "workflow_dispatch", "workflow_call"}
     assert doc["on"]["pull_request_target"] == {"types": ["opened", "synchronize", "reopened"]}
-    assert doc["run-name"] == "ds4ci gate ${{ inputs.head-sha || github.event.pull_request.head.sha }}"
+    # Called, its only input is the ds4ci it was called at; a dispatch's inputs come from the caller's event.
+    assert set(doc["on"]["workflow_call"]["inputs"]) == {"ds4ci-ref"}
+    assert "ds4ci-ref" not in doc["on"]["workflow_dispatch"]["inputs"]  # no dispatcher picks the ds4ci
+    assert doc["run-name"] == "ds4ci gate ${{ github.event.inputs.head-sha || github.event.pull_request.head.sha }}"
     jobs = doc["jobs"]
     approve = jobs["approve"]
     assert approve["if"] == "needs.plan.outputs.fork == 'true'" and approve["environment"] == "ds4ci-fork-review"
@@ -236,7 +265,9 @@ def test_every_workflow_names_the_ds4ci_it_runs_once_and_checks_it_as_the_cli_do
         text = (ROOT / ".github" / "workflows" / name).read_text()
         assert text.count('  DS4CI_REF: ""\n') == 1
         assert v.DS4CI_REF.pattern in text, name  # the bash [[ =~ ]] test is the same expression
-        assert "OWNER/ds4ci" not in text and "inputs.ds4ci" not in text
+        assert "OWNER/ds4ci" not in text
+        # gate.yml reads a caller's ds4ci-ref once, in the step that resolves the pin; report.yml is never called.
+        assert text.count("inputs.ds4ci-ref") == (1 if name == "gate.yml" else 0), name
     jobs = _load(ROOT / ".github" / "workflows" / "gate.yml")["jobs"]
     checkouts = {job: [s["with"] for s in jobs[job]["steps"] if str(s.get("uses", "")).startswith("actions/checkout@")
                        and "path" not in s["with"]] for job in jobs}
@@ -322,5 +353,5 @@ def test_gate_workflow_passes_base_trusted_config_and_focused_policy() -> None:
     (trusted,) = [s for s in publish if s.get("with", {}).get("path") == "trusted"]
     assert trusted["with"]["ref"] == "${{ github.event.pull_request.base.sha || github.sha }}"
     (step,) = [s for s in publish if "publish" in s.get("run", "") and "--expect-config" in s["run"]]
-    assert step["env"]["DS4CI_ALLOW_FOCUSED"] == "${{ inputs.allow-focused-reruns }}"
+    assert step["env"]["DS4CI_ALLOW_FOCUSED"] == "${{ github.event.inputs.allow-focused-reruns }}"
     assert '--expect-config "trusted/$DS4CI_CONFIG"' in step["run"] and "--allow-focused-reruns" in step["run"]
