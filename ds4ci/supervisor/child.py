@@ -70,6 +70,9 @@ def _pidfd(pid: int, parent: int) -> int | None:
     return None
 
 
+ADOPTION_WAIT_S = 2.0  # how long a keeper that exited may stay the ending outer process's zombie before it is ours
+
+
 class Child:
     """A running command under supervision. Create with ``Supervisor.spawn``; see the package docstring."""
 
@@ -275,23 +278,26 @@ class Child:
         """
         if self._pidfd is None:
             return
+        deadline = min(deadline, time.monotonic() + ADOPTION_WAIT_S)
         while True:
             try:
                 if os.waitid(os.P_PIDFD, self._pidfd, os.WEXITED | os.WNOHANG) is not None:
                     return  # reaped
             except ChildProcessError:  # not our child (yet): it comes to us once the outer process exits
-                if not self._keeper_elsewhere():
-                    return  # the outer process reaped it
+                if not self._keeper_dead_elsewhere():
+                    return  # the outer process reaped it, or it lives on (the sweep kills what is left)
             except OSError:
                 return
             if time.monotonic() >= deadline:
                 return
             time.sleep(0.005)
 
-    def _keeper_elsewhere(self) -> bool:
-        """The keeper still exists, alive or a zombie, as another process's child: the outer process, ending."""
+    def _keeper_dead_elsewhere(self) -> bool:
+        """The keeper has exited and is still another process's zombie: the outer process's, which is ending
+        and hands it to us (a subreaper) as it goes."""
         try:
-            return psutil.Process(self.keeper_pid).ppid() != os.getpid()
+            keeper = psutil.Process(self.keeper_pid)
+            return keeper.status() == psutil.STATUS_ZOMBIE and keeper.ppid() != os.getpid()
         except psutil.Error:
             return False
 

@@ -94,7 +94,9 @@ def test_dispatch_refused_when_the_pr_head_moved(tmp_path: Path, fake: FakeGitHu
 def test_init_s_placeholder_stops_the_workflow_before_anything_runs(
     tmp_path: Path, fake: FakeGitHub, wheelhouse: Path
 ) -> None:
-    engine, head = adopter(tmp_path)  # no --ds4ci-ref: the placeholder init named
+    # No --ds4ci-ref: the placeholder init named, in a copy of gate.yml. (The caller's placeholder names no
+    # workflow GitHub can fetch: GitHub refuses the file itself, and `config check` warns, test_workflow_pin.py.)
+    engine, head = adopter(tmp_path, "--copy-workflows")
     fake.add_pull(7, head)
 
     proc = run_act(tmp_path, engine, fake, wheelhouse, None, {"pr": "7", "head-sha": head})
