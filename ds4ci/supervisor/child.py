@@ -70,7 +70,7 @@ def _pidfd(pid: int, parent: int) -> int | None:
     return None
 
 
-ADOPTION_WAIT_S = 2.0  # how long a keeper that exited may stay the ending outer process's zombie before it is ours
+ADOPTION_WAIT_S = 2.0  # how long an exited keeper may stay the ending outer process's zombie before it is ours
 
 
 class Child:
@@ -284,22 +284,13 @@ class Child:
                 if os.waitid(os.P_PIDFD, self._pidfd, os.WEXITED | os.WNOHANG) is not None:
                     return  # reaped
             except ChildProcessError:  # not our child (yet): it comes to us once the outer process exits
-                if not self._keeper_dead_elsewhere():
+                if not procs.is_others_zombie(self.keeper_pid):  # exited, and the ending outer process's zombie
                     return  # the outer process reaped it, or it lives on (the sweep kills what is left)
             except OSError:
                 return
             if time.monotonic() >= deadline:
                 return
             time.sleep(0.005)
-
-    def _keeper_dead_elsewhere(self) -> bool:
-        """The keeper has exited and is still another process's zombie: the outer process's, which is ending
-        and hands it to us (a subreaper) as it goes."""
-        try:
-            keeper = psutil.Process(self.keeper_pid)
-            return keeper.status() == psutil.STATUS_ZOMBIE and keeper.ppid() != os.getpid()
-        except psutil.Error:
-            return False
 
     def _cleanup(self) -> None:
         """What a kind of child removes once everything is gone (the sandbox: its scratch folder)."""

@@ -189,6 +189,15 @@ def freeze_and_kill(
     return kill_all(((p, reason) for p in frozen.values()), seen)
 
 
+def is_others_zombie(pid: int) -> bool:
+    """``pid`` has exited and is still another process's zombie (not yet handed to us, a subreaper)."""
+    try:
+        proc = psutil.Process(pid)
+        return proc.status() == psutil.STATUS_ZOMBIE and proc.ppid() != os.getpid()
+    except psutil.Error:
+        return False
+
+
 def reap_adopted(pids: Iterable[int], wait_s: float = 2.0) -> None:
     """Reap killed processes that were re-parented to us (we are a subreaper); never anyone else's child."""
     me = os.getpid()
