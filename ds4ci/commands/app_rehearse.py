@@ -48,14 +48,14 @@ def rehearse(
     failure (red: a verdict, and it is no); 2 usage: act not installed, not a git repository, no gate.yml or
     no DS4CI_REF in it, a head or base that is not a commit, --keep exists, no ds4ci source; 3 no verdict: an
     event set no ds4ci/ status (the workflows stopped first: the failing steps are printed), an error or
-    pending status, act did not finish, the wheelhouse could not be built. With several events the most
+    pending status, act did not finish, the wheelhouse could not be built, act could not start. With several events the most
     severe code wins, in the order 3, 1, 0.
     """
-    from ds4ci.commands.rehearse import events_of, run_rehearse, workflows_ds4ci
+    from ds4ci.commands.rehearse import events_of, run_rehearse
     from ds4ci.rehearse.run import Rehearsal
 
     def go() -> int:
-        r = Rehearsal(repo=repo, ds4ci_ref=workflows_ds4ci(repo), head=head, base=base, events=events_of(event),
+        r = Rehearsal(repo=repo, head=head, base=base, events=events_of(event),
                       models=models, keep=keep, ds4ci_source=ds4ci_source, wheelhouse=wheelhouse, pr=pr)
         return run_rehearse(r, json_out)
 

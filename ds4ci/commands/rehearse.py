@@ -3,25 +3,19 @@
 from __future__ import annotations
 
 import json
-from pathlib import Path
 
 from ds4ci.commands.workflowpin import ref_in
 from ds4ci.errors import UsageError
 from ds4ci.options.values import DS4CI_REF
-from ds4ci.rehearse.act import GATE
 from ds4ci.rehearse.outcome import as_json, exit_code, render
 from ds4ci.rehearse.run import EVENTS, Rehearsal, rehearse
 
 
-def workflows_ds4ci(repo: Path) -> str:
-    """The ds4ci the repository's gate.yml installs (its DS4CI_REF); refused unless OWNER/NAME@REF."""
-    try:
-        text = (repo / GATE).read_text(encoding="utf-8", errors="replace")
-    except OSError:
-        raise UsageError(f"{repo}: expected {GATE} (ds4ci init writes it), found none") from None
+def workflows_ds4ci(text: str, where: str) -> str:
+    """The ds4ci a gate.yml installs (its DS4CI_REF); refused unless OWNER/NAME@REF."""
     value = ref_in(text)
     if value is None or not DS4CI_REF.match(value):
-        raise UsageError(f"{repo / GATE}: expected DS4CI_REF: OWNER/NAME@REF (a tag or a full commit; ds4ci init "
+        raise UsageError(f"{where}: expected DS4CI_REF: OWNER/NAME@REF (a tag or a full commit; ds4ci init "
                          f"--ds4ci-ref or ds4ci upgrade --ds4ci-ref writes it), found {value or 'no such line'!r}")
     return value
 
@@ -34,7 +28,7 @@ def events_of(name: str) -> tuple[str, ...]:
 
 def run_rehearse(r: Rehearsal, as_json_out: bool) -> int:
     """The rehearsal printed as text (or JSON); its exit code (docs/exit-codes.md)."""
-    outcomes = rehearse(r)
+    outcomes = rehearse(r, workflows_ds4ci)
     if as_json_out:
         print(json.dumps(as_json(outcomes), indent=2))
     else:

@@ -13,7 +13,7 @@ import shutil
 import subprocess
 import sys
 import tempfile
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, replace
 from pathlib import Path
@@ -31,11 +31,10 @@ _GITHUB_REMOTE = re.compile(r"github\.com[:/]([A-Za-z0-9_.-]+/[A-Za-z0-9_.-]+?)(
 
 @dataclass(frozen=True)
 class Rehearsal:
-    """What to rehearse. ``ds4ci_ref``: the workflows' DS4CI_REF (OWNER/NAME@REF); ``base`` None: origin's default
-    branch, else main; ``keep`` None: a temporary work folder, removed at the end."""
+    """What to rehearse. ``base`` None: origin's default branch, else main; ``keep`` None: a temporary work folder,
+    removed at the end."""
 
     repo: Path
-    ds4ci_ref: str
     head: str = "HEAD"
     base: str | None = None
     events: tuple[str, ...] = EVENTS["both"]
@@ -60,6 +59,7 @@ class Plan:
     base_sha: str
     files: list[str]
     source: Path
+    gate: str  # the text of the base's gate.yml
 
 
 def _say(line: str) -> None:
@@ -101,8 +101,11 @@ def plan(r: Rehearsal) -> Plan:
     repo = Path(top.stdout.strip())
     base = r.base or _default_branch(repo)
     base_sha = _commit(repo, f"refs/heads/{base}", "the base branch")
-    if not (repo / act.GATE).is_file():
-        raise UsageError(f"{repo}: expected {act.GATE} (ds4ci init writes it), found none")
+    gate = subprocess.run(["git", "-C", str(repo), "show", f"{base_sha}:{act.GATE}"], capture_output=True, text=True,
+                          check=False)
+    if gate.returncode != 0:
+        raise UsageError(f"{repo}: expected {act.GATE} on the base branch {base} (ds4ci init writes it; commit it "
+                         "there), found none")
     head = _commit(repo, r.head, "the pull request's head")
     if head == base_sha:
         raise UsageError(f"the head {r.head} is the tip of {base}: nothing to rehearse; commit the change on a branch "
@@ -111,7 +114,7 @@ def plan(r: Rehearsal) -> Plan:
                           text=True, check=False).stdout.strip()
     files = git(repo, "diff", "--no-renames", "--name-only", f"{base_sha}...{head}").splitlines()
     return Plan(found, repo, _repository(repo), head, name if name and name != "HEAD" else "rehearsal", base, base_sha,
-                files, source.source_folder(r.ds4ci_source))
+                files, source.source_folder(r.ds4ci_source), gate.stdout)
 
 
 @contextmanager
@@ -131,13 +134,15 @@ def work_folder(keep: Path | None) -> Iterator[Path]:
         shutil.rmtree(folder, ignore_errors=True)
 
 
-def rehearse(r: Rehearsal) -> list[EventOutcome]:
-    """Each event of ``r`` under act; what the pull request shows after each."""
+def rehearse(r: Rehearsal, pin_of: Callable[[str, str], str]) -> list[EventOutcome]:
+    """Each event of ``r`` under act; what the pull request shows after each. ``pin_of(text, where)``: the
+    DS4CI_REF (OWNER/NAME@REF) of a gate.yml's text, or a UsageError."""
     p = plan(r)
-    ds4ci_repo, pinned = r.ds4ci_ref.split("@", 1)
+    ds4ci_ref = pin_of(p.gate, f"{act.GATE} of {p.base}")
+    ds4ci_repo, pinned = ds4ci_ref.split("@", 1)
     with work_folder(r.keep) as work:
         served = source.serve(p.source, work / "ds4ci")
-        _say(f"ds4ci {r.ds4ci_ref} is served from {p.source} (its files as they are now: commit {served[:12]})")
+        _say(f"ds4ci {ds4ci_ref} is served from {p.source} (its files as they are now: commit {served[:12]})")
         wheelhouse = r.wheelhouse
         if wheelhouse is None:
             _say("building the wheelhouse of ds4ci's dependencies (pip wheel; give --wheelhouse DIR to reuse one)")

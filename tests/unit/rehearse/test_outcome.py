@@ -77,15 +77,12 @@ def test_the_stand_ins_replace_the_actions_the_workflows_name(tmp_path: Path) ->
 
 def test_refusals_before_any_work(tmp_path: Path) -> None:
     with pytest.raises(UsageError, match="expected a git repository"):
-        plan(Rehearsal(tmp_path, "acme/ds4ci@v0.1.0"))
-    with pytest.raises(UsageError, match=r"expected \.github/workflows/gate\.yml"):
-        workflows_ds4ci(tmp_path)
-    (tmp_path / ".github" / "workflows").mkdir(parents=True)
-    (tmp_path / ".github" / "workflows" / "gate.yml").write_text('env:\n  DS4CI_REF: "TODO: OWNER/ds4ci@vX.Y.Z"\n')
-    with pytest.raises(UsageError, match="expected DS4CI_REF: OWNER/NAME@REF"):
-        workflows_ds4ci(tmp_path)
-    with pytest.raises(UsageError, match="--event: expected one of"):
-        events_of("push")
+        plan(Rehearsal(tmp_path))
     subprocess.run(["git", "init", "-q", "-b", "main", str(tmp_path)], check=True)
     with pytest.raises(UsageError, match="the base branch 'refs/heads/main'"):
-        plan(Rehearsal(tmp_path, "acme/ds4ci@v0.1.0"))
+        plan(Rehearsal(tmp_path))
+    with pytest.raises(UsageError, match="expected DS4CI_REF: OWNER/NAME@REF"):
+        workflows_ds4ci('env:\n  DS4CI_REF: "TODO: OWNER/ds4ci@vX.Y.Z"\n', "gate.yml")
+    assert workflows_ds4ci("env:\n  DS4CI_REF: acme/ds4ci@v0.1.0\n", "gate.yml") == "acme/ds4ci@v0.1.0"
+    with pytest.raises(UsageError, match="--event: expected one of"):
+        events_of("push")
