@@ -164,7 +164,7 @@ def _event(r: Rehearsal, p: Plan, event: str, folder: Path, checkout: Path, remo
     run = act.ActRun(folder, checkout, "", wheelhouse, {u: local[a] for u, a in uses.items()}, p.repository,
                      default_branch=p.base, pull=pull if event == act.PULL_REQUEST else None,
                      inputs={} if event == act.PULL_REQUEST else {"pr": str(r.pr), "head-sha": p.head, "runners": "all"},
-                     models=r.models, token=APP_TOKEN)
+                     models=r.models.resolve() if r.models else None, token=APP_TOKEN)
     owner, name = p.repository.split("/", 1)
     fake = FakeGitHub(owner, name).start()
     try:
