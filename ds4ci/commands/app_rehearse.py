@@ -26,7 +26,7 @@ def rehearse(
         metavar="DIR", help="Keep the work folder (a new folder): each event's act.log, artifacts and stand-ins, "
         "the wheelhouse. Default: a temporary folder, removed at the end.")] = None,
     ds4ci_source: Annotated[Path | None, typer.Option(
-        metavar="DIR", help="The ds4ci source folder served as the workflows' DS4CI_REF. Default: the one this "
+        metavar="DIR", help="The ds4ci source folder served as the ds4ci the workflows name. Default: the one this "
         "ds4ci runs from (an editable install).")] = None,
     wheelhouse: Annotated[Path | None, typer.Option(
         metavar="DIR", help="Wheels of ds4ci's dependencies for the workflows' pip (no index is used). Default: "
@@ -40,13 +40,14 @@ def rehearse(
     Docker, GPU or network), for a pull request from --head onto --base, once as its pull_request_target
     event and once as a maintainer's workflow_dispatch. A fake GitHub API on 127.0.0.1 stands in for
     GitHub, local stand-ins for actions/checkout, upload-artifact and download-artifact; ds4ci's repository
-    (the workflows' DS4CI_REF) is served from a ds4ci source folder, its files as they are now. The
+    (the caller's pins, or a copy's DS4CI_REF: the called gate workflow and ds4ci's checkout) is served from a
+    ds4ci source folder, its files as they are now. The
     repository itself is not changed. Printed per event: act's exit, each commit status (context, state,
     description), the check runs and the sticky comment.
 
     Exit codes: 0 every event set its ds4ci/<runner> statuses and all are success (green); 1 a status is
     failure (red: a verdict, and it is no); 2 usage: act not installed, not a git repository, no gate.yml or
-    no DS4CI_REF in it, a head or base that is not a commit, --keep exists, no ds4ci source; 3 no verdict: an
+    no ds4ci named in it, a head or base that is not a commit, --keep exists, no ds4ci source; 3 no verdict: an
     event set no ds4ci/ status (the workflows stopped first: the failing steps are printed), an error or
     pending status, act did not finish, the wheelhouse could not be built, act could not start. With several events the most
     severe code wins, in the order 3, 1, 0.
