@@ -4,8 +4,7 @@ from __future__ import annotations
 
 import json
 
-from ds4ci.commands import caller
-from ds4ci.commands.workflowpin import ref_in
+from ds4ci.commands.workflowpin import named
 from ds4ci.errors import UsageError
 from ds4ci.options.values import DS4CI_REF
 from ds4ci.rehearse.outcome import as_json, exit_code, render
@@ -15,15 +14,11 @@ from ds4ci.rehearse.run import EVENTS, Rehearsal, rehearse
 def workflows_ds4ci(text: str, where: str) -> str:
     """The ds4ci a gate.yml runs (a caller's `uses:` and `ds4ci-ref`, which must agree; a copy's DS4CI_REF);
     refused unless OWNER/NAME@REF."""
-    if caller.is_caller(text):
-        called, named = caller.pins(text)
-        if called != named or named is None or not DS4CI_REF.match(named):
-            raise UsageError(f"{where}: expected `uses:` and `ds4ci-ref` to name the same OWNER/NAME@REF (a tag or "
-                             f"a full commit; ds4ci upgrade --ds4ci-ref writes both), found {called!r} and {named!r}")
-        return named
-    value = ref_in(text)
+    value, label, problems = named(where, text)
+    if problems:
+        raise UsageError(problems[0])
     if value is None or not DS4CI_REF.match(value):
-        raise UsageError(f"{where}: expected DS4CI_REF: OWNER/NAME@REF (a tag or a full commit; ds4ci init "
+        raise UsageError(f"{where}: expected {label}: OWNER/NAME@REF (a tag or a full commit; ds4ci init "
                          f"--ds4ci-ref or ds4ci upgrade --ds4ci-ref writes it), found {value or 'no such line'!r}")
     return value
 

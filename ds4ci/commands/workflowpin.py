@@ -34,7 +34,7 @@ def ref_in(text: str) -> str | None:
     return caller.unquote(match.group("value")) if match is not None else None
 
 
-def _named(path: Path, text: str) -> tuple[str | None, str, list[str]]:
+def named(path: Path | str, text: str) -> tuple[str | None, str, list[str]]:
     """The ds4ci a workflow names, what names it (``DS4CI_REF`` of a copy, ``ds4ci-ref`` of a caller), and
     what is wrong with a caller's two pins."""
     if not caller.is_caller(text):
@@ -71,7 +71,7 @@ def warnings(config_file: Path) -> list[str]:
             text = path.read_text(encoding="utf-8", errors="replace")
         except OSError:
             continue
-        ref, label, said = _named(path, text)
+        ref, label, said = named(path, text)
         out += said
         if ref is None:
             continue

@@ -213,7 +213,7 @@ def compose(
     ``merge_status`` is the "Review and merge status" checklist (``merge.checklist_markdown``:
     already escaped Markdown lines).
     """
-    current_heads = {h for h in (head_sha(d) for d in docs) if h}
+    current_heads = _heads(docs)
     rows = [
         {
             "runner": s.runner,
@@ -256,8 +256,13 @@ def _size(text: str) -> int:
 def _current(existing: Sequence[Section], docs: Sequence[Results]) -> list[Section]:
     """The existing comment's sections to keep: all but a bisect that searched up to another head than ``docs``'
     (its culprit is of a history the pull request no longer has)."""
-    heads = {h for h in (head_sha(d) for d in docs) if h}
+    heads = _heads(docs)
     return [s for s in existing if s.role != BISECT or not heads or s.head in heads]
+
+
+def _heads(docs: Sequence[Results]) -> set[str]:
+    """The heads ``docs`` were made for (a document without one adds none)."""
+    return {h for h in (head_sha(d) for d in docs) if h}
 
 
 def render(
