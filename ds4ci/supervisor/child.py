@@ -205,9 +205,14 @@ class Child:
                 self._proc.send_signal(sig)
 
     def kill(self) -> None:
-        """SIGKILL the command and everything it started (namespace: its init, so the kernel kills all)."""
-        targets = [(p, "descendant") for p in procs.descendants(self.keeper_pid)] if self.keeper_pid else []
-        self.killed.extend(procs.kill_all(targets, self._seen))  # one by one first, to name them
+        """SIGKILL the command and everything it started (namespace: then its init, so the kernel kills all).
+
+        Everything is frozen first (``procs.freeze``) and killed one by one, to name it: a process forked after a
+        single listing would go down unnamed with the namespace (or outlive this call in the fallback).
+        """
+        if self.keeper_pid:
+            keeper = self.keeper_pid
+            self.killed.extend(procs.freeze_and_kill(lambda: procs.descendants(keeper), "descendant", self._seen))
         if self._pidfd is not None:
             with contextlib.suppress(OSError):
                 signal.pidfd_send_signal(self._pidfd, signal.SIGKILL)

@@ -42,6 +42,7 @@ from ds4ci.supervisor import (
     TOKEN_VARIABLE,
     Supervisor,
     SupervisorError,
+    procs,
     sweep_stale,
     tcp_listeners,
 )
@@ -159,6 +160,40 @@ def test_terminate_kills_a_command_that_ignores_sigterm(sup: Supervisor, marker:
         wait_for(up)
         assert child.terminate(grace_s=0.5) is True
         assert child.returncode == -signal.SIGKILL
+    finally:
+        child.sweep()
+    assert not wait_unmarked(marker)
+
+
+def test_kill_names_a_process_forked_after_it_first_listed_the_tree(
+    sup: Supervisor, marker: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A fork between the listing and the SIGKILLs is named too (in a namespace it would die unnamed with the init)."""
+    child = sup.spawn(["bash", "-c", "trap '' TERM; while :; do sleep 300 & sleep 0.05; done", marker])
+    listed = procs.descendants
+    late: list[int] = []
+
+    def helper(proc: psutil.Process) -> bool:
+        with contextlib.suppress(psutil.Error):
+            return proc.cmdline() == ["sleep", "300"]
+        return False
+
+    def racing(pid: int) -> list[psutil.Process]:
+        """The first listing, handed back only once the command has started another long-lived helper since."""
+        found = listed(pid)
+        known = {p.pid for p in found}
+        deadline = time.monotonic() + 30
+        while not late:
+            assert time.monotonic() < deadline, "the command started no new helper"
+            late.extend(p.pid for p in listed(pid) if p.pid not in known and helper(p))
+            time.sleep(0.01)
+        return found
+
+    try:
+        with monkeypatch.context() as patch:
+            patch.setattr(procs, "descendants", racing)
+            child.kill()
+        assert late[0] in {k.pid for k in child.killed}, (late, child.killed)
     finally:
         child.sweep()
     assert not wait_unmarked(marker)
