@@ -142,8 +142,8 @@ class SandboxChild(Child):
         if code is not None and not self.keeper_pid and self._proc.returncode is not None:
             self.returncode = code = self._proc.returncode
         if code is not None and self._helpers is not None:
-            if self._stopped:
-                self.killed.extend(r for _, r in sorted(self._helpers.items()))  # the namespace's init is gone
+            if self._stopped:  # the namespace's init is gone: named here unless ds4ci's kill named them already
+                self.killed.extend(r for pid, r in sorted(self._helpers.items()) if pid not in self._seen)
                 self._seen.update(self._helpers)  # named once, even if a sweep still finds them dying
             self._helpers = None
         return code
@@ -171,6 +171,8 @@ class SandboxChild(Child):
     def kill(self) -> None:
         self._stopped = True
         super().kill()
+        if self._helpers is not None:  # the kill named all it found; an earlier look may name processes gone since
+            self._helpers.clear()
 
     def _cleanup(self) -> None:
         if self.connector is not None:

@@ -264,3 +264,23 @@ def test_helpers_still_running_when_a_stopped_command_exits_are_recorded_as_kill
     assert child.containment == "sandbox" and child.returncode == -15
     assert [k.reason for k in killed if marker in k.cmdline] == ["killed with its namespace"], killed
     assert processes_mentioning(marker) == []
+
+
+def test_helpers_that_needed_sigkill_are_named_once(tmp_path: Path) -> None:
+    """The kill names what it killed; the namespace going down afterwards does not name the same processes again."""
+    marker = f"987653.{os.getpid()}"
+    command = f"trap '' TERM; sleep {marker} & while :; do sleep 0.05; done"  # both ignore SIGTERM
+    child = supervisor.Supervisor(sweep_stale=False).spawn(["bash", "-c", command], view=supervisor.View())
+    try:
+        deadline = time.monotonic() + 10  # until the helper runs sleep itself (bwrap's argv names the marker too)
+        while not any(line.split(": ", 1)[1].startswith("sleep") for line in processes_mentioning(marker)):
+            assert time.monotonic() < deadline, "the helper did not start"
+            time.sleep(0.02)
+        assert child.poll() is None  # a look at the namespace while the helper runs
+        assert child.terminate(0.5) is True
+    finally:
+        killed = child.sweep()
+    pids = [k.pid for k in killed]
+    assert len(pids) == len(set(pids)), killed
+    assert [k.reason for k in killed if k.cmdline == f"sleep {marker}"] == ["descendant"], killed
+    assert processes_mentioning(marker) == []
