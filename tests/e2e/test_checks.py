@@ -342,9 +342,10 @@ def test_timeout_kills_the_whole_process_group(tmp_path: Path, monkeypatch: pyte
     monkeypatch.setattr(checks, "KILL_GRACE_S", 0.5)
     marker = new_marker()
     monkeypatch.setenv(MARKER_VARIABLE, marker)
-    # A helper in the background, and a foreground that ignores SIGTERM: only SIGKILL to
-    # everything the check started ends both.
-    command = "sleep 300 & trap '' TERM; echo started; while :; do sleep 0.1; done"
+    # A helper in the background, and a foreground, that both ignore SIGTERM (the helper is started after the
+    # trap, so it inherits the ignored signal): only SIGKILL to everything the check started ends both, and
+    # both are still running to be named when it comes (the foreground's short sleeps may be between two).
+    command = "trap '' TERM; sleep 300 & echo started; while :; do sleep 0.1; done"
     lines: list[str] = []
     sup = supervisor_or_skip(mode)
     (result,) = run_checks([spec("hang", command, timeout_s=1.0)], tmp_path / "logs", progress=lines.append, sup=sup)
