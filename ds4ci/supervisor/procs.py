@@ -17,6 +17,8 @@ _TOKEN_PREFIX = "v1"  # noqa: S105
 _PR_SET_CHILD_SUBREAPER = 36
 _CMDLINE_LIMIT = 300
 _FREEZE_PASSES = 1000  # a pass finds what forked since the last one; each pass freezes more of a finite tree
+_SETTLE_S = 2.0  # how long a scan looks again at a process caught in exec before it gives up on telling its token
+_PF_EXITING, _PF_KTHREAD = 0x4, 0x00200000  # /proc/PID/stat flags: no memory of its own to read an environment from
 # Addresses whose listener also accepts connections to 127.0.0.1.
 _COVERS_LOOPBACK = frozenset({"127.0.0.1", "0.0.0.0", "::", "::ffff:127.0.0.1", "::ffff:0.0.0.0"})
 
@@ -98,17 +100,64 @@ def describe(proc: psutil.Process, reason: str) -> KilledProcess:
     return KilledProcess(proc.pid, name, cmdline, reason)
 
 
-def _token_of(proc: psutil.Process) -> str | None:
+def _in_exec(pid: int) -> bool:
+    """Is ``pid`` inside exec, its new program's memory in place but not yet its environment (which reads empty)?
+
+    The kernel sets the environment's end (/proc/PID/stat field 51) last; it is 0 until then, and 0 in a process
+    without memory of its own (a kernel thread, one exiting), told apart by its flags (field 9).
+    """
     try:
-        return proc.environ().get(TOKEN_VARIABLE)
+        with open(f"/proc/{pid}/stat", "rb") as fh:  # noqa: PTH123 - one pseudo-file that psutil does not parse this far
+            fields = fh.read().rsplit(b")", 1)[1].split()  # fields[0] is field 3: the name before may hold anything
+    except (OSError, IndexError):
+        return False
+    if len(fields) < 51 - 2:  # a kernel older than 3.5 does not say: the environment read is all there is
+        return False
+    return not int(fields[9 - 3]) & (_PF_EXITING | _PF_KTHREAD) and int(fields[51 - 3]) == 0
+
+
+def _token_of(proc: psutil.Process) -> tuple[str | None, bool]:
+    """Its token (None: none, or the process is gone, a zombie or another user's), and whether that could be told:
+    not while exec has yet to put the new program's environment in place."""
+    try:
+        environ = proc.environ()
+        if not environ:
+            if _in_exec(proc.pid):
+                return None, False
+            environ = proc.environ()  # exec may have ended between the two reads; else it is really empty
+        return environ.get(TOKEN_VARIABLE), True
     except psutil.Error:  # gone, a zombie, or another user's process
-        return None
+        return None, True
+
+
+def _carrying(wanted: Callable[[psutil.Process, str | None], bool]) -> list[psutil.Process]:
+    """Live processes whose token ``wanted`` accepts. One caught inside exec is looked at again until its
+    environment can be read (up to ``_SETTLE_S``): read then, it would be passed over as tokenless."""
+    found, pending = [], []
+    for proc in psutil.process_iter():
+        token, told = _token_of(proc)
+        if not told:
+            pending.append(proc)
+        elif wanted(proc, token):
+            found.append(proc)
+    deadline = time.monotonic() + _SETTLE_S
+    while pending and time.monotonic() < deadline:
+        time.sleep(0.001)
+        still = []
+        for proc in pending:
+            token, told = _token_of(proc)
+            if not told:
+                still.append(proc)
+            elif wanted(proc, token):
+                found.append(proc)
+        pending = still
+    return found
 
 
 def token_holders(token: str, exclude: Iterable[int] = ()) -> list[psutil.Process]:
     """Live processes whose environment carries ``DS4CI_RUN_TOKEN=token``."""
     skip = {os.getpid(), *exclude}
-    return [p for p in psutil.process_iter() if p.pid not in skip and _token_of(p) == token]
+    return _carrying(lambda proc, carried: proc.pid not in skip and carried == token)
 
 
 def stale_holders() -> list[psutil.Process]:
@@ -117,13 +166,10 @@ def stale_holders() -> list[psutil.Process]:
     Our own token (ds4ci run under another ds4ci) is left alone: it marks our siblings, and the
     direct children we started without the supervisor, which are not ours to kill or reap.
     """
-    own = os.environ.get(TOKEN_VARIABLE)
-    found = []
-    for proc in psutil.process_iter():
-        token = _token_of(proc)
-        if token is not None and token != own and proc.pid != os.getpid() and not _owner_alive(token):
-            found.append(proc)
-    return found
+    own, me = os.environ.get(TOKEN_VARIABLE), os.getpid()
+    return _carrying(
+        lambda proc, token: token is not None and token != own and proc.pid != me and not _owner_alive(token)
+    )
 
 
 def descendants(pid: int) -> list[psutil.Process]:

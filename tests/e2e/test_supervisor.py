@@ -338,6 +338,63 @@ def test_stale_sweep_judges_owners_by_namespace_pid_and_start_time(tmp_path: Pat
     assert seen["alive"] == ["live owner", "not ours", "other namespace"]
 
 
+def running(argv: list[str], env: dict[str, str]) -> subprocess.Popen[bytes]:
+    """``argv`` started with ``env``, returned once it runs its own program (so no longer inside exec)."""
+    proc = subprocess.Popen(argv, env=env)
+    deadline = time.monotonic() + 30
+    while psutil.Process(proc.pid).cmdline() != argv:
+        assert time.monotonic() < deadline, f"{argv} never ran"
+        time.sleep(0.01)
+    return proc
+
+
+def test_a_token_holder_caught_inside_exec_is_looked_at_again(marker: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Inside exec a process's environment reads empty until the kernel has put the new one in place: a scan that
+    read it then would pass over a holder of the token (the sweeps' last pass would leave it running)."""
+    token = f"v1:0:0:0.00:{marker}"
+    holder = running(["sleep", "1000"], {**os.environ, TOKEN_VARIABLE: token})
+    try:
+        caught: list[int] = []  # reads of the holder's environment made "inside exec"
+        environ = psutil.Process.environ
+
+        def read(proc: psutil.Process) -> dict[str, str]:
+            if proc.pid == holder.pid and len(caught) < 3:
+                caught.append(proc.pid)
+                return {}
+            return environ(proc)
+
+        monkeypatch.setattr(psutil.Process, "environ", read)
+        monkeypatch.setattr(procs, "_in_exec", lambda pid: pid == holder.pid and len(caught) < 3)
+        assert [p.pid for p in procs.token_holders(token)] == [holder.pid]
+        assert len(caught) == 3
+    finally:
+        holder.kill()
+        holder.wait()
+
+
+def kernel_threads() -> list[int]:
+    """Pids of kernel threads (kthreadd, pid 2, and its children), where this PID namespace shows them."""
+    found = []
+    for proc in psutil.process_iter():
+        with contextlib.suppress(psutil.Error):
+            if proc.pid == 2 or proc.ppid() == 2:
+                found.append(proc.pid)
+    return found
+
+
+def test_an_empty_environment_is_not_taken_for_one_inside_exec() -> None:
+    """A process started with no environment at all, a kernel thread, this process: none is waited on as inside exec."""
+    bare = running(["sleep", "1000"], {})
+    try:
+        assert psutil.Process(bare.pid).environ() == {}
+        assert not procs._in_exec(bare.pid)
+        assert not procs._in_exec(os.getpid())
+        assert not any(procs._in_exec(pid) for pid in kernel_threads())
+    finally:
+        bare.kill()
+        bare.wait()
+
+
 def test_stale_sweep_spares_processes_of_a_running_owner(sup: Supervisor, marker: str) -> None:
     child = sup.spawn(["sh", "-c", "sleep 1000 & wait", marker])
     try:
