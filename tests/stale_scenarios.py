@@ -60,6 +60,22 @@ def dead(pid: int, within_s: float = 20.0) -> bool:
         return True
 
 
+def read_marked(marker: str, within_s: float = 30.0) -> dict[int, tuple[str, dict[str, str]]]:
+    """Marked processes by pid: command line and environment, each read once, in a look where every environment
+    read still carries the marker (one read inside exec comes back empty until exec has put it in place)."""
+    deadline = time.monotonic() + within_s
+    while True:
+        seen = {}
+        for proc in marked(marker, SELF):
+            try:
+                seen[proc.pid] = (" ".join(proc.cmdline()), proc.environ())
+            except psutil.Error:
+                continue  # gone since
+        if all(environ.get(MARKER_VARIABLE) == marker for _, environ in seen.values()) or time.monotonic() > deadline:
+            return seen
+        time.sleep(0.02)
+
+
 def fallback_kill9(tmp: Path, marker: str, command: list[str]) -> dict[str, Any]:
     argv = [sys.executable, "-c", PARENT, str(tmp / "command.ready"), *command]
     parent = subprocess.Popen(argv, env={**os.environ, "PYTHONPATH": str(REPO)}, stdout=subprocess.PIPE, text=True)
@@ -71,13 +87,31 @@ def fallback_kill9(tmp: Path, marker: str, command: list[str]) -> dict[str, Any]
     result: dict[str, Any] = {"held": held, "token": token}
     result["keeper_dead"] = dead(int(keeper_pid))
     result["command_dead"] = dead(int(command_pid))
-    survivors = marked(marker, SELF)
-    result["survivors"] = {p.pid: " ".join(p.cmdline()) for p in survivors}
-    result["survivor_tokens"] = sorted({str(p.environ().get(TOKEN_VARIABLE)) for p in survivors})
+    survivors = read_marked(marker)
+    result["survivors"] = {pid: cmdline for pid, (cmdline, _) in survivors.items()}
+    result["survivor_tokens"] = sorted({str(environ.get(TOKEN_VARIABLE)) for _, environ in survivors.values()})
     killed = sweep_stale()
     result["killed"] = {k.pid: k.reason for k in killed}
     result["left"] = [p.pid for p in wait_unmarked(marker, exclude=SELF)]
     return result
+
+
+def settled(marker: str, made: dict[str, str]) -> dict[int, tuple[psutil.Process, str]]:
+    """The orphans that run ``sleep`` itself, by pid, each with the kind of token its environment carries (read
+    once). Not yet: a copy of sh on its way to exec, or one inside exec (its environment reads empty until exec
+    has put the new one in place)."""
+    found = {}
+    for proc in carrying(MARKER_VARIABLE, marker):
+        if proc.pid in SELF:
+            continue
+        try:
+            token, argv = proc.environ().get(TOKEN_VARIABLE), proc.cmdline()
+        except psutil.Error:
+            continue
+        which = [name for name, made_token in made.items() if made_token == token]
+        if argv[:1] == ["sleep"] and which:
+            found[proc.pid] = (proc, which[0])
+    return found
 
 
 def tokens(marker: str) -> dict[str, Any]:
@@ -93,11 +127,12 @@ def tokens(marker: str) -> dict[str, Any]:
         env = {**os.environ, TOKEN_VARIABLE: token}
         subprocess.run(["sh", "-c", "sleep 1000 >/dev/null 2>&1 &"], env=env, check=True)
     deadline = time.monotonic() + 30
-    while len(found := [p for p in carrying(MARKER_VARIABLE, marker) if p.pid not in SELF]) < len(made):
+    while len(orphans := settled(marker, made)) < len(made):
         if time.monotonic() > deadline:
-            raise SystemExit("the orphans never showed up")
+            raise SystemExit(f"the orphans never all ran sleep: {orphans}")
         time.sleep(0.02)
-    kind = {p.pid: next(k for k, t in made.items() if t == p.environ()[TOKEN_VARIABLE]) for p in found}
+    found = [proc for proc, _ in orphans.values()]
+    kind = {pid: which for pid, (_, which) in orphans.items()}
     killed = sweep_stale()
     gone, alive = psutil.wait_procs(found, timeout=2)
     result = {
