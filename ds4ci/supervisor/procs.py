@@ -195,14 +195,19 @@ def is_descendant(pid: int, ancestor: int) -> bool:
 
 
 def kill_all(targets: Iterable[tuple[psutil.Process, str]], seen: set[int]) -> list[KilledProcess]:
-    """SIGKILL each target (psutil refuses a pid that was reused); describe those not killed before."""
+    """SIGKILL each target (psutil refuses a pid that was reused); describe those not killed before.
+
+    The targets are frozen (``freeze``): all are described first, then killed, because the kill of one can take
+    others down before their turn (a sandbox's init ends with its command, and the kernel empties its namespace).
+    One gone by its turn was killed that way: a stopped process cannot exit by itself.
+    """
+    described = [(proc, describe(proc, reason)) for proc, reason in targets if proc.pid not in seen and _running(proc)]
     killed = []
-    for proc, reason in targets:
-        if proc.pid in seen or not _running(proc):
-            continue
-        record = describe(proc, reason)
+    for proc, record in described:
         try:
             proc.kill()
+        except psutil.NoSuchProcess:
+            pass  # gone since it was described: a kill before its own took it down
         except psutil.Error:
             continue
         seen.add(proc.pid)

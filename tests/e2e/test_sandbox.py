@@ -18,6 +18,7 @@ import tempfile
 import time
 from pathlib import Path
 
+import psutil
 import pytest
 from gatekit import DS4CI, Workspace, processes_mentioning
 from paths import ROOT
@@ -266,21 +267,36 @@ def test_helpers_still_running_when_a_stopped_command_exits_are_recorded_as_kill
     assert processes_mentioning(marker) == []
 
 
-def test_helpers_that_needed_sigkill_are_named_once(tmp_path: Path) -> None:
-    """The kill names what it killed; the namespace going down afterwards does not name the same processes again."""
+def test_helpers_that_needed_sigkill_are_named_once(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The kill names all it kills, also what bwrap's init takes down with the command before its own turn comes;
+    the namespace going down does not name the same processes again."""
     marker = f"987653.{os.getpid()}"
     command = f"trap '' TERM; sleep {marker} & while :; do sleep 0.05; done"  # both ignore SIGTERM
     child = supervisor.Supervisor(sweep_stale=False).spawn(["bash", "-c", command], view=supervisor.View())
+    kill = psutil.Process.kill
+    helper = 0
+
+    def kill_then_let_the_namespace_go(proc: psutil.Process) -> None:
+        """When the command is killed, its init ends and the kernel kills the rest: wait until the helper is gone."""
+        kill(proc)
+        deadline = time.monotonic() + 30
+        while proc.pid == child.pid and any(line.startswith(f"{helper}:") for line in processes_mentioning(marker)):
+            assert time.monotonic() < deadline, "the namespace did not go with its command"
+            time.sleep(0.01)
+
     try:
         deadline = time.monotonic() + 10  # until the helper runs sleep itself (bwrap's argv names the marker too)
-        while not any(line.split(": ", 1)[1].startswith("sleep") for line in processes_mentioning(marker)):
+        while not (running := [line for line in processes_mentioning(marker) if line.split(": ", 1)[1].startswith("sleep")]):
             assert time.monotonic() < deadline, "the helper did not start"
             time.sleep(0.02)
+        helper = int(running[0].split(":")[0])
         assert child.poll() is None  # a look at the namespace while the helper runs
-        assert child.terminate(0.5) is True
+        with monkeypatch.context() as patch:
+            patch.setattr(psutil.Process, "kill", kill_then_let_the_namespace_go)
+            assert child.terminate(0.5) is True
     finally:
         killed = child.sweep()
     pids = [k.pid for k in killed]
     assert len(pids) == len(set(pids)), killed
-    assert [k.reason for k in killed if k.cmdline == f"sleep {marker}"] == ["descendant"], killed
+    assert [(k.cmdline, k.reason) for k in killed if k.pid == helper] == [(f"sleep {marker}", "descendant")], killed
     assert processes_mentioning(marker) == []
