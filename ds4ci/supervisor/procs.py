@@ -133,16 +133,9 @@ def _token_of(proc: psutil.Process) -> tuple[str | None, bool]:
 def _carrying(wanted: Callable[[psutil.Process, str | None], bool]) -> list[psutil.Process]:
     """Live processes whose token ``wanted`` accepts. One caught inside exec is looked at again until its
     environment can be read (up to ``_SETTLE_S``): read then, it would be passed over as tokenless."""
-    found, pending = [], []
-    for proc in psutil.process_iter():
-        token, told = _token_of(proc)
-        if not told:
-            pending.append(proc)
-        elif wanted(proc, token):
-            found.append(proc)
-    deadline = time.monotonic() + _SETTLE_S
-    while pending and time.monotonic() < deadline:
-        time.sleep(0.001)
+    found: list[psutil.Process] = []
+    pending, deadline = list(psutil.process_iter()), None
+    while True:
         still = []
         for proc in pending:
             token, told = _token_of(proc)
@@ -151,7 +144,10 @@ def _carrying(wanted: Callable[[psutil.Process, str | None], bool]) -> list[psut
             elif wanted(proc, token):
                 found.append(proc)
         pending = still
-    return found
+        deadline = deadline if deadline is not None else time.monotonic() + _SETTLE_S  # counted from the first look
+        if not pending or time.monotonic() >= deadline:
+            return found
+        time.sleep(0.001)
 
 
 def token_holders(token: str, exclude: Iterable[int] = ()) -> list[psutil.Process]:
