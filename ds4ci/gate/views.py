@@ -142,16 +142,21 @@ def interpreters(cfg: GateConfig) -> tuple[str, ...] | None:
     return None if cfg.simulator else cfg.server_interpreters
 
 
-def checkout(cfg: GateConfig) -> Path:
-    """The pull request's checkout: ``source_dir``, else the working folder (where the action runs the gate)."""
-    return _absolute(cfg.source_dir)
+def checkout(cfg: GateConfig) -> Path | None:
+    """The pull request's checkout: ``source_dir``, else the git checkout the gate runs in (the nearest folder from
+    the working folder up that holds ``.git``, as where the action runs it); None when there is neither."""
+    if cfg.source_dir is not None:
+        return cfg.source_dir.absolute()
+    here = Path.cwd()
+    return next((f for f in (here, *here.parents) if os.path.lexists(f / ".git")), None)
 
 
 def pr_trees(cfg: GateConfig) -> tuple[Path, ...]:
     """The checkout and every folder pull-request code may write (the build's, the built server's, each check's
     and its report's, ``[sandbox] rw_paths``): the trees of every view. A file ds4ci reads there, and every bind
     named there, is opened beneath them with no link followed (``supervisor.resolve``, ``fileio.open_regular``)."""
-    trees = [checkout(cfg), *_build_trees(cfg.build)]
+    top = checkout(cfg)
+    trees = [*([top] if top is not None else []), *_build_trees(cfg.build)]
     for spec in cfg.checks:
         trees.append(_absolute(spec.cwd))
         if spec.report is not None:
