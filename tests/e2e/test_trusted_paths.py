@@ -25,6 +25,7 @@ from pathlib import Path
 
 import pytest
 from gatekit import Workspace
+from test_built_links import NOBODY, gate, root, user  # noqa: F401 - root, user: fixtures
 from test_sandbox_binds import as_user, everything_under  # noqa: F401 - as_user: a fixture
 
 from ds4ci.gate import views
@@ -42,12 +43,17 @@ def commit(checkout: Path) -> None:
     subprocess.run([*git, "commit", "-qm", "the pull request"], check=True)
 
 
-def gate_with(ws: Workspace, config: str) -> tuple[int, str, dict[str, object] | None]:
-    """``ds4ci gate`` in the checkout with ``config`` committed there (paths relative to the checkout)."""
+def gate_with(ws: Workspace, config: str, who: str = "root") -> tuple[int, str, dict[str, object] | None]:
+    """``ds4ci gate`` in the checkout with ``config`` committed there (paths relative to the checkout), as ``who``
+    (``nobody``: the system's Python with this venv's packages, every file of the scratch folder its own)."""
     checkout = ws.checkout()
     (checkout / "ds4ci.toml").write_text(config)
     commit(checkout)
-    run = ws.gate(widths="2", server_bin=None, config=checkout / "ds4ci.toml", timeout=120)
+    if who == "nobody":
+        top = Path(*ws.root.parts[:3])  # the scratch folder (/tmp/ds4ci-links-...): the runner's user owns it all
+        for path in (top, *top.rglob("*")):
+            os.chown(path, NOBODY, NOBODY, follow_symlinks=False)
+    run = gate(ws, who, checkout / "ds4ci.toml")
     return run.code, run.stdout + run.stderr, run.results
 
 
@@ -85,31 +91,31 @@ def test_a_link_at_the_root_of_each_configured_folder_is_refused_before_any_pr_p
     assert "no PR code was run" in said
 
 
-def _swapped_after_open(user: str, root: Path, nested: bool) -> subprocess.CompletedProcess[str]:
+def _swapped_after_open(who: str, folder: Path, nested: bool) -> subprocess.CompletedProcess[str]:
     """``cat checkout/src/file`` under bwrap, the view opened (the argv built) before the PR swaps ``src`` for a link
     to a folder holding a secret; ``nested``: the checkout is bound too (``src`` a writable bind inside it)."""
-    checkout = root / "checkout"
+    checkout = folder / "checkout"
     (checkout / "src").mkdir(parents=True)
     (checkout / "src" / "file").write_text("the folder ds4ci opened\n")
-    (root / "secret").mkdir()
-    (root / "secret" / "file").write_text(f"{TOKEN}\n")
-    (root / "scratch").mkdir()
-    for path in (root, *root.rglob("*")):
-        if user == "nobody":
+    (folder / "secret").mkdir()
+    (folder / "secret" / "file").write_text(f"{TOKEN}\n")
+    (folder / "scratch").mkdir()
+    for path in (folder, *folder.rglob("*")):
+        if who == "nobody":
             os.chown(path, 65534, 65534)
     view = sandbox.View(ro=(checkout,) if nested else (), rw=(checkout / "src",), trees=(checkout,))
     read_fd, write_fd = os.pipe()
-    argv = sandbox.argv(["cat", str(checkout / "src" / "file")], sandbox.Policy(), view, scratch=root / "scratch",
-                        cwd=None, status_fd=write_fd, unprivileged=user == "nobody")
+    argv = sandbox.argv(["cat", str(checkout / "src" / "file")], sandbox.Policy(), view, scratch=folder / "scratch",
+                        cwd=None, status_fd=write_fd, unprivileged=who == "nobody")
     try:
         (checkout / "src").rename(checkout / "moved")  # the swap, after the resolver opened the folder
-        (checkout / "src").symlink_to(root / "secret")
+        (checkout / "src").symlink_to(folder / "secret")
         assert "--bind-fd" in argv and len(argv.fds) == (2 if nested else 1)
         assert str(checkout / "src") not in [argv[i + 1] for i, a in enumerate(argv) if a in ("--bind", "--ro-bind")]
         return subprocess.run(list(argv), pass_fds=(write_fd, *argv.fds), capture_output=True, text=True, timeout=60,
                               check=False, env=sandbox.environment({"PATH": sandbox.DEFAULT_PATH}),
                               preexec_fn=(lambda: (os.setgroups([]), os.setgid(65534), os.setuid(65534)))
-                              if user == "nobody" else None)
+                              if who == "nobody" else None)
     finally:
         argv.close()
         os.close(write_fd)
@@ -133,10 +139,10 @@ def test_a_swap_inside_a_bound_checkout_stops_bwrap_and_shows_nothing(as_user: t
     assert TOKEN not in done.stderr and "Can't bind mount" in done.stderr, done.stderr
 
 
-def fake_runner(root: Path) -> tuple[Path, Path]:
+def fake_runner(folder: Path) -> tuple[Path, Path]:
     """A self-hosted runner's install (``.runner``, ``.credentials``, ``bin``, ``externals/node20/bin/node``, ``_work``);
     (the install, its node)."""
-    install = root / "actions-runner"
+    install = folder / "actions-runner"
     node = install / "externals" / "node20" / "bin" / "node"
     node.parent.mkdir(parents=True)
     node.write_text("#!/bin/sh\necho the runner's own node\n")
@@ -148,11 +154,11 @@ def fake_runner(root: Path) -> tuple[Path, Path]:
     return install, node
 
 
-def test_a_build_folder_linked_into_the_runners_node_is_refused_and_node_is_untouched(tmp_path: Path) -> None:
+def test_a_build_folder_linked_into_the_runners_node_is_refused_and_node_is_untouched(user: str, root: Path) -> None:  # noqa: F811
     """The pull request commits ``out/bin`` as a link to the runner's own ``externals/node20/bin`` (``[build] cwd =
     "src"``, ``server_bin = "out/bin/dflash_server"``): a writable bind of it would let the build replace the ``node``
     the job's next step runs outside every sandbox. It is refused before the build starts."""
-    install, node = fake_runner(tmp_path)
+    install, node = fake_runner(root)
     before = node.read_bytes()
     ws = Workspace.create(install / "_work" / "engine")
     checkout = ws.checkout()
@@ -162,7 +168,7 @@ def test_a_build_folder_linked_into_the_runners_node_is_refused_and_node_is_unto
     target = os.path.relpath(node.parent, checkout / "out")
     (checkout / "out" / "bin").symlink_to(target)
     config = '[build]\ncommand = "sh build.sh; touch the-build-ran"\ncwd = "src"\nserver_bin = "out/bin/dflash_server"\n'
-    code, said, _ = gate_with(ws, config)
+    code, said, _ = gate_with(ws, config, user)
     assert node.read_bytes() == before and not (checkout / "src" / "the-build-ran").exists(), said
     assert code == 3
     assert f"build.server_bin (its folder) = {checkout}/out/bin: {checkout}/out/bin is a symbolic link (to {target})" in said
@@ -181,19 +187,18 @@ def test_nothing_in_a_runners_install_but_its_work_folder_is_bound(tmp_path: Pat
             sandbox.checked_binds(policy, sandbox.View(ro=(shown,)))
 
 
-def test_a_relative_ro_path_linked_to_the_gh_token_is_refused_and_in_no_log(tmp_path: Path) -> None:
-    home = tmp_path / "home"
-    hosts = home / ".config" / "gh" / "hosts.yml"
+def test_a_relative_ro_path_linked_to_the_gh_token_is_refused_and_in_no_log(user: str, root: Path) -> None:  # noqa: F811
+    hosts = root / "runner-home" / ".config" / "gh" / "hosts.yml"
     hosts.parent.mkdir(parents=True)
     hosts.write_text(f"github.com:\n    oauth_token: {TOKEN}\n    user: maintainer\n")
-    ws = Workspace.create(tmp_path)
+    ws = Workspace.create(root)
     checkout = ws.checkout()
     (checkout / "src").mkdir()
     (checkout / "src" / "README").write_text("the engine\n")
     (checkout / "hosts.yml").symlink_to(hosts)
     config = (f'[build]\ncommand = "cat {shlex.quote(str(checkout / "hosts.yml"))}; touch the-build-ran"\ncwd = "src"\n'
               'server_bin = "src/out/dflash_server"\n\n[sandbox]\nro_paths = ["hosts.yml"]\n')
-    code, said, _ = gate_with(ws, config)
+    code, said, _ = gate_with(ws, config, user)
     assert TOKEN not in said
     assert TOKEN.encode() not in everything_under(ws.root / "evidence")
     assert code == 3 and not (checkout / "src" / "the-build-ran").exists(), said
