@@ -190,7 +190,9 @@ def test_a_writable_bind_inside_ds4cis_install_is_refused(tmp_path: Path) -> Non
     install = tmp_path / "install"
     install.mkdir()
     policy = sandbox.Policy(frozen=(install,))
-    assert sandbox.checked_binds(policy, sandbox.View(ro=(install,)))  # shown read-only: allowed
+    shown = sandbox.checked_binds(policy, sandbox.View(ro=(install,)))  # shown read-only: allowed
+    assert [bind.at for bind in shown] == [install]
+    sandbox.close_binds(shown)
     with pytest.raises(sandbox.BindRefused, match="ds4ci's own install"):
         sandbox.checked_binds(policy, sandbox.View(rw=(install,)))
 
@@ -340,7 +342,9 @@ def test_the_runners_install_and_temp_folder_are_never_shown_whole(tmp_path: Pat
     monkeypatch.chdir(checkout)
     monkeypatch.setenv("RUNNER_TEMP", str(temp))
     policy = sandbox.Policy(homes=views.runner_folders())
-    assert sandbox.checked_binds(policy, sandbox.View(ro=(checkout,)))
+    shown = sandbox.checked_binds(policy, sandbox.View(ro=(checkout,)))
+    assert [bind.at for bind in shown] == [checkout]
+    sandbox.close_binds(shown)
     for shown in (runner, runner / "_work", temp, checkout / ".." / ".." / ".."):
         with pytest.raises(sandbox.BindRefused, match="would show"):
             sandbox.checked_binds(policy, sandbox.View(ro=(shown,)))
