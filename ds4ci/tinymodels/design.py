@@ -7,7 +7,8 @@ with the compressed rows) and on how much the layers write into the residual str
 lengths place the answer's first verify steps at the ratio-128 boundary and the window's wrap, and
 the answer's length is how many decisions a build gets to make. The shipped design was chosen by
 measuring real builds with planted faults (docs/benchmarks.md, "Real-engine mutants"); the earlier
-ones still write the sets whose recorded runs must keep verifying.
+ones still write the sets whose recorded runs must keep verifying, and the candidates not yet measured wait by
+name (``--design``) until a GPU has judged them.
 """
 
 from __future__ import annotations
@@ -37,7 +38,7 @@ FIRST = Design(FIRST_NEAR_TIES, 0.005, 128, (118, 248), 96)
 # (bench/tiny_designs.py), the only one whose answers a real build without rollback changed at every
 # width, with the unchanged build passing inside the acceptance band (docs/benchmarks.md).
 FOURTH = Design(NEAR_TIES, 0.015, 16, (118, 248), 96)
-# 2026-12-05 candidates (issue 39), to measure on the H200 against the catalogue; FOURTH stays shipped until then.
+# 2026-12-05 candidates, to measure on a GPU against the catalogue (FOURTH stayed shipped until 2026-12-07).
 # On 2026-12-04 FOURTH missed compressor-not-restored and last-slot-not-rolled-back at q=3 and n-comp-not-restored
 # at every width: what slips through is the compressed path. Two levers:
 # - louder compressed rows: the compressors' output norm at 3 (an earlier attempt, whose code was lost, measured on
@@ -62,7 +63,11 @@ FIFTH_LOUD = replace(FOURTH, compressor_norm=3.0)
 FIFTH_LOUDER = replace(FOURTH, compressor_norm=5.0)
 FIFTH_ALIGNED = replace(FOURTH, prompt_bytes=(117, 246))
 FIFTH_LOUD_ALIGNED = replace(FIFTH_LOUD, prompt_bytes=FIFTH_ALIGNED.prompt_bytes)  # both levers
-SHIPPED = FOURTH
+# Shipped from 2026-12-07: on an H100 (sm_90, fork 41ee7d0) every non-equivalent catalogue mutant failed the gate
+# with it, 56 of the 62 widths where one can act caught, the unchanged build passing at 96, 192 and 256 tokens with
+# acceptance 51-76 % (docs/benchmarks.md, "The catalogue with the shipped models"). FOURTH and the earlier sets stay
+# by name: their recorded runs must keep verifying (ds4ci.judging.tinywords.KNOWN_TARGETS).
+SHIPPED = FIFTH_LOUD_ALIGNED
 # `ds4ci tiny-models --design NAME`: every design by its name (the default is SHIPPED).
 BY_NAME: dict[str, Design] = {
     "FIRST": FIRST, "SECOND": SECOND, "THIRD": THIRD, "FOURTH": FOURTH,
