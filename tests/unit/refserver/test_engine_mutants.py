@@ -54,7 +54,7 @@ NOT_SEEN = {
     # one ring of four layers, each weighing a quarter of raw-ring-not-restored's: 0.015 logits at most, where the
     # nearest margin it meets is 0.021
     "raw-ring-layer-0-not-restored": {2, 3, 4},
-    "raw-ring-last-layer-not-restored": {2, 3, 4},
+    "raw-ring-last-layer-not-restored": {3, 4},  # equivalent at q=2 (the catalogue)
     # the last layer's ratio-128 compressor: where a rejected draft's slot reaches a flush (a rejected boundary, or a
     # replayed seed on one), it is one of the 128 rows the compressed row averages: 0.04 logits at most, no near-tie
     # that close
