@@ -68,10 +68,28 @@ FIFTH_LOUD_ALIGNED = replace(FIFTH_LOUD, prompt_bytes=FIFTH_ALIGNED.prompt_bytes
 # acceptance 51-76 % (docs/benchmarks.md, "The catalogue with the shipped models"). FOURTH and the earlier sets stay
 # by name: their recorded runs must keep verifying (ds4ci.judging.tinywords.KNOWN_TARGETS).
 SHIPPED = FIFTH_LOUD_ALIGNED
+# 2026-12-07 candidates, not shipped until a GPU has measured them: what FIFTH_LOUD_ALIGNED's H100 run left uncaught.
+# bench/gpu_walk_events.py replays the reference-exact schedule over that run's own answers (it reproduces every
+# recorded matched/offered count) and shows where each mutant's state differs from the control's at a kept forward:
+# - compressor-last-layer-not-restored at q=2 needs a rejecting step seeded on a ratio-128 boundary (its replayed
+#   flush pools the slot the rejected draft overwrote); no q=2 step of those answers is, at 96, 192 or 256 tokens.
+#   The second prompt at P = 251 (247 bytes) puts one there: the answers' first 14 tokens are the same for both
+#   prompts on the H100 and in the double, and over them a q=2 step seeded at offset 4 rejects, so its seed
+#   lands on 255; at q=3 and q=4 a kept flush at 255 still pools a rejected slot. The first prompt stays at
+#   P = 121 (1 mod 4), and the first eight steps still meet every coverage minimum.
+# - n-comp-not-restored at q=4 shows an unwritten compressed row to a used verify slot at 5 near-tie decisions in
+#   96 tokens (and caught nothing there); 192 tokens give 17. At q=2 it reaches only the replayed seed's forward
+#   (the rows the last layer keeps from it, no logits): 9 of those in 96 tokens, 19 in 192. The H100's answers of
+#   96 tokens are the first halves of its answers of 192 (the same walk), so a mutant whose answer differed
+#   within 96 tokens differs there still; the unchanged build's gate takes 38.5 s instead of 29.4 s.
+SIXTH_SEEDED = replace(FIFTH_LOUD_ALIGNED, prompt_bytes=(117, 247))
+SIXTH_LONG = replace(FIFTH_LOUD_ALIGNED, max_tokens=192)
+SIXTH = replace(SIXTH_SEEDED, max_tokens=192)  # both levers
 # `ds4ci tiny-models --design NAME`: every design by its name (the default is SHIPPED).
 BY_NAME: dict[str, Design] = {
     "FIRST": FIRST, "SECOND": SECOND, "THIRD": THIRD, "FOURTH": FOURTH,
     "FIFTH_LOUD": FIFTH_LOUD, "FIFTH_ALIGNED": FIFTH_ALIGNED, "FIFTH_LOUDER": FIFTH_LOUDER,
     "FIFTH_LOUD_ALIGNED": FIFTH_LOUD_ALIGNED,
+    "SIXTH_SEEDED": SIXTH_SEEDED, "SIXTH_LONG": SIXTH_LONG, "SIXTH": SIXTH,
 }
 

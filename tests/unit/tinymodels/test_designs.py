@@ -115,3 +115,13 @@ def test_the_command_takes_a_design_by_name(tmp_path: Path, capsys: pytest.Captu
         run_tiny_models(tmp_path / "x", 1, design="sixth")
     with pytest.raises(UsageError, match="successor kind only"):
         run_tiny_models(tmp_path / "y", 1, kind="random", design="FOURTH")
+
+
+def test_the_sixth_candidates_move_the_second_prompt_and_lengthen_the_answer_and_keep_the_shipped_target(
+        tmp_path: Path) -> None:
+    made = write_tiny_set(tmp_path / "sixth", 1, design=design.BY_NAME["SIXTH"])
+    assert [len(p.read_bytes()) for p in made.prompts] == [117, 247]  # P = 121 and 251: a q=2 seed on 255
+    assert "max_tokens = 192" in made.config.read_text(encoding="utf-8").splitlines()
+    assert made.sha256[TARGET_FILE] == "155283d1ca0a2a93bce1e171ad775736b8d01bff967f930b3b047fa980cd9749"
+    assert design.SIXTH_SEEDED.max_tokens == 96 and design.SIXTH_LONG.prompt_bytes == design.SHIPPED.prompt_bytes
+    assert design.SHIPPED is not design.SIXTH  # a candidate until a GPU has measured it
