@@ -8,8 +8,10 @@ gated. The record (``OUT/record``) keeps every gate's own bundle and derives wha
 
 from __future__ import annotations
 
+import concurrent.futures
 import datetime as dt
 import json
+import threading
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -19,10 +21,11 @@ from ds4ci import __version__
 from ds4ci.calibrate import record
 from ds4ci.calibrate.build import BuildPlan, require_models
 from ds4ci.calibrate.catalogue import CONTROL, Catalogue, Mutant
-from ds4ci.calibrate.gates import BUNDLE, run_gate
+from ds4ci.calibrate.cpusets import NONE, Slots
+from ds4ci.calibrate.gates import BUNDLE, LiveGates, run_gate
 from ds4ci.calibrate.loop import build_each, check_ready
 from ds4ci.calibrate.observe import observe_gpu
-from ds4ci.calibrate.workspace import engine_commit
+from ds4ci.calibrate.workspace import Workspace, engine_commit, restoring_on_signals
 from ds4ci.errors import NoVerdictError, UsageError
 
 RECORD = "record"
@@ -37,6 +40,8 @@ class Calibration:
     out: Path
     key: Path | None
     gate_args: tuple[str, ...] = ()
+    jobs: int = 1  # mutants' gates side by side (the unchanged build's always runs alone, first)
+    cpu_sets: str = NONE  # ds4ci.calibrate.cpusets.LEVERS
 
 
 def _now() -> str:
@@ -63,31 +68,56 @@ def calibrate(job: Calibration, catalogue: Catalogue, chosen: Sequence[Mutant], 
     config = require_models(job.models)
     commit = engine_commit(job.source)
     check_ready(job.source, job.out, chosen)
+    slots = Slots(job.cpu_sets, job.jobs)
     prepare_out(job.out)
     started = _now()
     gates: dict[str, dict[str, Any]] = {}
     bundles: dict[str, Path] = {}
+    live, lock = LiveGates(), threading.Lock()
 
-    def gate(name: str, binary: Path, _built: dict[str, Any]) -> bool:
+    def one_gate(name: str, binary: Path) -> dict[str, Any]:
         work = job.out / "gates" / name
-        row = run_gate(binary, config, job.runner, work, job.gate_args)
-        gates[name] = {"exit_code": row["exit_code"], "wall_s": row["wall_s"]}
-        if (work / BUNDLE).is_file():
-            bundles[name] = work / BUNDLE
-        elif name == CONTROL:
-            raise NoVerdictError(f"the unchanged build's gate left no evidence bundle (exit {row['exit_code']}): "
-                                 f"{last_line(work / 'gate.log')}; see {work / 'gate.log'}")
-        say(f"gated {name}: {row.get('verdict')} (exit {row['exit_code']}, {row['wall_s']} s)")
-        return name != CONTROL or row.get("verdict") == "pass"
+        with slots.take() as cpus:
+            row = run_gate(binary, config, job.runner, work, (*job.gate_args, *slots.gate_args()), cpus=cpus, live=live)
+        with lock:
+            gates[name] = {"exit_code": row["exit_code"], "wall_s": row["wall_s"], **slots.describe(cpus)}
+            if (work / BUNDLE).is_file():
+                bundles[name] = work / BUNDLE
+        say(f"gated {name}: {row.get('verdict')} (exit {row['exit_code']}, {row['wall_s']} s"
+            f"{'' if cpus is None else ', CPUs ' + str(gates[name]['cpus'])})")
+        return row
 
-    builds = build_each(job.plan, job.source, job.out, chosen, gate, say)
+    with concurrent.futures.ThreadPoolExecutor(max_workers=job.jobs) as pool:
+        pending: list[concurrent.futures.Future[dict[str, Any]]] = []
+
+        def gate(name: str, binary: Path, _built: dict[str, Any]) -> bool:
+            if name != CONTROL and job.jobs > 1:  # side by side, while the next mutant builds
+                pending.append(pool.submit(one_gate, name, binary))
+                return True
+            row = one_gate(name, binary)
+            if name == CONTROL and name not in bundles:
+                raise NoVerdictError(f"the unchanged build's gate left no evidence bundle (exit {row['exit_code']}): "
+                                     f"{last_line(job.out / 'gates' / name / 'gate.log')}; see "
+                                     f"{job.out / 'gates' / name / 'gate.log'}")
+            return name != CONTROL or row.get("verdict") == "pass"
+
+        try:
+            builds = build_each(job.plan, job.source, job.out, chosen, gate, say)
+            with restoring_on_signals(Workspace(job.source, job.out), say):
+                for done in pending:
+                    done.result()
+        except BaseException:  # an interrupt or a failure: no further gate starts; those running stop and seal
+            pool.shutdown(wait=False, cancel_futures=True)
+            live.stop_all()
+            raise
     for name, built in builds.items():
         if "error" in built:
             gates[name] = {"error": built["error"]}
     inputs = {"schema": "ds4ci/calibration-inputs/v1", "runner": job.runner, "gpu": observe_gpu(),
               "engine": {"commit": commit, "source": str(job.source), "build": job.plan.describe()},
               "ds4ci_version": __version__, "started": started, "finished": _now(),
-              "catalogue_path": str(catalogue.path.resolve()), "models_config": str(config), "builds": builds, "gates": gates}
+              "catalogue_path": str(catalogue.path.resolve()), "models_config": str(config), "builds": builds, "gates": gates,
+              "side_by_side": {"jobs": job.jobs, "cpu_sets": job.cpu_sets}}
     doc = record.seal(job.out / RECORD, inputs, catalogue.path.read_bytes(), bundles, job.key)
     (job.out / "calibration.txt").write_text("\n".join(table(doc)) + "\n", encoding="utf-8")
     say("\n".join(table(doc)))

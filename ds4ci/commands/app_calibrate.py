@@ -41,6 +41,13 @@ def calibrate(
                                                             "(OUT/applied.json), then stop.")] = False,
     gate_arg: Annotated[list[str] | None, typer.Option(
         metavar="ARG", help="One more argument for every `ds4ci gate` (repeatable).")] = None,
+    jobs: Annotated[int, typer.Option(
+        metavar="N", help="Mutants' gates side by side (each started as soon as its binary is built, while the next "
+        "builds); the unchanged build's gate always runs first, alone.")] = 1,
+    cpu_sets: Annotated[str, typer.Option(
+        metavar="LEVER", help="How gates side by side share the CPUs: none (every gate on every CPU); affinity (gate "
+        "slot i of N runs on the i-th of N disjoint sets of this process's CPUs); affinity+online (also each server's "
+        "sandbox lists only that set in /sys/devices/system/cpu/online). Recorded per gate in the record.")] = "none",
 ) -> None:
     """Calibrate this runner: plant each catalogued fault in the engine, rebuild, gate, and record what was caught.
 
@@ -57,5 +64,5 @@ def calibrate(
     from ds4ci.commands.calibrate import CalibrateArgs, run_calibrate
 
     args = CalibrateArgs(out, build, engine_config, source, target, models, runner, catalogue, only, signing_key,
-                         restore, tuple(gate_arg or ()))
+                         restore, tuple(gate_arg or ()), jobs, cpu_sets)
     exit_with(lambda: run_calibrate(args))

@@ -152,7 +152,7 @@ def server_view(cfg: GateConfig) -> supervisor.View:
     trees = _build_trees(cfg.build)
     if cfg.source_dir is not None:
         trees = (cfg.source_dir.absolute(), *trees)
-    return supervisor.View(ro=tuple(dict.fromkeys((*ro, *trees))), trees=trees)
+    return supervisor.View(ro=tuple(dict.fromkeys((*ro, *trees))), trees=trees, cpu_online=cfg.sandbox.cpu_online)
 
 
 def check_view(spec: CheckSpec) -> supervisor.View:

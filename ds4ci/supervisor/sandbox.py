@@ -143,6 +143,7 @@ class View:
     trees: tuple[Path, ...] = ()  # the PR's folders (checkout, build folder): what is named inside them stays inside
     own_network: bool = False  # a network namespace of its own (the server): no host service in reach
     scratch_bytes: int | None = None  # /tmp a tmpfs of this size (the server's quota); None: the scratch folder
+    cpu_online: bool = False  # /sys/devices/system/cpu/online shows only the CPUs of the caller's affinity
 
 
 class BindRefused(SupervisorError):
@@ -319,6 +320,33 @@ def _user_binds(policy: Policy, view: View, scratch: Path) -> list[str]:
     return args + _aliases(binds, [*system, *shown])
 
 
+CPU_ONLINE: Final = "/sys/devices/system/cpu/online"
+
+
+def cpu_list(cpus: Iterable[int]) -> str:
+    """CPUs as the kernel lists them (``0-3,8``)."""
+    runs: list[list[int]] = []
+    for cpu in sorted(set(cpus)):
+        if runs and cpu == runs[-1][1] + 1:
+            runs[-1][1] = cpu
+        else:
+            runs.append([cpu, cpu])
+    return ",".join(f"{a}-{b}" if a != b else str(a) for a, b in runs)
+
+
+def _cpu_online(view: View, scratch: Path) -> list[str]:
+    """With ``view.cpu_online``: a file in the scratch folder (removed with it) listing this process's CPUs (its
+    affinity, which the sandboxed process inherits), bound read-only over the online list, so a program that sizes
+    its thread pools by the CPUs online (glibc's get_nprocs) sizes them by its own CPU set. It changes only what
+    the process counts, never what it may reach."""
+    if not view.cpu_online:
+        return []
+    listing = scratch / ".ds4ci-cpu-online"
+    listing.write_text(cpu_list(os.sched_getaffinity(0)) + "\n", encoding="ascii")
+    listing.chmod(0o444)
+    return ["--ro-bind", str(listing), CPU_ONLINE]
+
+
 def argv(
     command: Sequence[str], policy: Policy, view: View, *, scratch: Path, cwd: Path | None, status_fd: int,
     unprivileged: bool | None = None,
@@ -333,7 +361,7 @@ def argv(
     args = [path, *_namespaces(unprivileged), *(["--unshare-net"] if view.own_network else []), *_system_binds()]
     for name in _expand((*ETC_FILES, *TOOLCHAINS)):
         args += ["--ro-bind", name, name]
-    args += ["--proc", "/proc", "--dev", "/dev", "--ro-bind", "/sys", "/sys"]
+    args += ["--proc", "/proc", "--dev", "/dev", "--ro-bind", "/sys", "/sys", *_cpu_online(view, scratch)]
     for node in _expand((*DEFAULT_DEVICES, *policy.devices)):
         args += ["--dev-bind", node, node]
     args += _dev_scratch(view)
