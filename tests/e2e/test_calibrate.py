@@ -19,6 +19,7 @@ from pathlib import Path
 import pytest
 from gatekit import CLI
 
+from ds4ci.calibrate import cpusets
 from ds4ci.supervisor import sandbox
 
 pytest.importorskip("gguf")
@@ -356,3 +357,28 @@ def test_sigterm_during_a_gate_stops_the_gate_and_applies_nothing(shell_models: 
     assert _git(source, "status", "--porcelain") == "" and not (tmp_path / "out" / "record").exists()
     assert not (tmp_path / "out" / "gates" / "no-rollback").exists()
     assert "interrupted by SIGTERM" in log.read_text(encoding="utf-8")  # the gate stopped its servers and sealed
+
+
+@pytest.mark.skipif(len(os.sched_getaffinity(0)) < 2, reason="two disjoint CPU sets need two CPUs")
+def test_mutants_gated_side_by_side_on_disjoint_cpu_sets_make_a_record_that_verifies(shell_models: Path,
+                                                                                      tmp_path: Path) -> None:
+    source, config, commit = shell_engine(tmp_path)
+    catalogue = _catalogue(tmp_path / "c.toml", commit, "server.sh", 'FAULT="{}"')
+    done = _calibrate(tmp_path, "--engine-config", str(config), "--models", str(shell_models), "--runner", "r",
+                      "--out", str(tmp_path / "out"), "--catalogue", str(catalogue), "--jobs", "2",
+                      "--cpu-sets", "affinity+online",
+                      env=_env(XDG_CONFIG_HOME=str(tmp_path / "config"), DS4_PYTHON=sys.executable))
+    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+    record = tmp_path / "out" / "record"
+    inputs = json.loads((record / "inputs.json").read_text(encoding="utf-8"))
+    assert inputs["side_by_side"] == {"jobs": 2, "cpu_sets": "affinity+online"}
+    gates = inputs["gates"]
+    assert {g["cpu_sets"] for g in gates.values()} == {"affinity+online"}
+    mutant_sets = [gates[n]["cpus"] for n in ("no-rollback", "hc-state-not-restored")]
+    slots = cpusets.split(sorted(os.sched_getaffinity(0)), 2)
+    assert sorted(mutant_sets) == sorted(sandbox.cpu_list(s) for s in slots)  # the two ran on the two disjoint sets
+    doc = json.loads((record / "calibration.json").read_text(encoding="utf-8"))
+    assert doc["summary"]["line"] == "planted faults caught: 1 of 1 at every width where they can act"
+    verified = subprocess.run([*CLI, "verify", str(record)], capture_output=True, text=True, check=False, timeout=300)
+    assert verified.returncode == 0, verified.stdout + verified.stderr
+    assert _git(source, "status", "--porcelain") == ""
