@@ -55,3 +55,4 @@ def test_the_launcher_runs_the_command_on_the_cpus_and_refuses_a_bad_list() -> N
     bad = subprocess.run([sys.executable, "-m", "ds4ci.calibrate.pin", "x", "--", *probe], capture_output=True,
                          text=True, check=False, timeout=60)
     assert bad.returncode == 2 and "cannot run on CPUs 'x'" in bad.stderr
+
