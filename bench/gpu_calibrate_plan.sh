@@ -44,6 +44,8 @@ stage git-source git_source
 stage sbs-build timed sbs-build 600 python3 bench/real_mutants.py --build $W/build --only $SBS --build-only --out $W/sbs
 # One at a time: the baseline on this card (the control, then one mutant).
 stage alone bench alone 300 --only no-rollback --jobs 1
+# What one repeat instead of the config's two saves per gate (calibrate --mutant-repeats 1 gates mutants so).
+stage alone-r1 bench alone-r1 300 --only no-rollback --jobs 1 --gate-arg=--repeats --gate-arg=1
 # Two gates side by side (the control and one mutant), with each lever.
 stage sbs2-none bench sbs2-none 600 --only no-rollback --jobs 2 --cpu-sets none
 stage sbs2-affinity bench sbs2-affinity 600 --only no-rollback --jobs 2 --cpu-sets affinity
@@ -58,6 +60,9 @@ stage calibrate timed calibrate 1500 python3 -m ds4ci calibrate --build $W/build
 stage verify timed verify 300 python3 -m ds4ci verify $W/cal/record
 # Side work last: one gate's four arms side by side (target-only and q=2,3,4 on the one GPU: [gate] parallel).
 stage arms-parallel bench arms-parallel 300 --only no-rollback --jobs 1 --gate-arg=--parallel --gate-arg=4
+# With one repeat for the mutants (a lower bound the record says), if the lease has time left (uncomment):
+# stage calibrate-r1 timed calibrate-r1 1500 python3 -m ds4ci calibrate --build $W/build --models $W/models \
+#   --runner $RUNNER --out $W/cal-r1 --jobs 4 --cpu-sets "$BEST" --mutant-repeats 1
 # With jobs 2 instead of 4, if the lease has time left (uncomment):
 # stage calibrate-2 timed calibrate-2 1500 python3 -m ds4ci calibrate --build $W/build --models $W/models \
 #   --runner $RUNNER --out $W/cal-2 --jobs 2 --cpu-sets "$BEST"

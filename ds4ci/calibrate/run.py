@@ -42,6 +42,7 @@ class Calibration:
     gate_args: tuple[str, ...] = ()
     jobs: int = 1  # mutants' gates side by side (the unchanged build's always runs alone, first)
     cpu_sets: str = NONE  # ds4ci.calibrate.cpusets.LEVERS
+    mutant_repeats: int | None = None  # the mutants' gates with this many repeats (None: the config's)
 
 
 def _now() -> str:
@@ -69,6 +70,8 @@ def calibrate(job: Calibration, catalogue: Catalogue, chosen: Sequence[Mutant], 
     commit = engine_commit(job.source)
     check_ready(job.source, job.out, chosen)
     slots = Slots(job.cpu_sets, job.jobs)
+    if job.mutant_repeats is not None and job.mutant_repeats < 1:
+        raise UsageError(f"--mutant-repeats must be at least 1, found {job.mutant_repeats}")
     prepare_out(job.out)
     started = _now()
     gates: dict[str, dict[str, Any]] = {}
@@ -77,8 +80,11 @@ def calibrate(job: Calibration, catalogue: Catalogue, chosen: Sequence[Mutant], 
 
     def one_gate(name: str, binary: Path) -> dict[str, Any]:
         work = job.out / "gates" / name
+        extra = (*job.gate_args, *slots.gate_args())
+        if name != CONTROL and job.mutant_repeats is not None:
+            extra += ("--repeats", str(job.mutant_repeats))
         with slots.take() as cpus:
-            row = run_gate(binary, config, job.runner, work, (*job.gate_args, *slots.gate_args()), cpus=cpus, live=live)
+            row = run_gate(binary, config, job.runner, work, extra, cpus=cpus, live=live)
         with lock:
             gates[name] = {"exit_code": row["exit_code"], "wall_s": row["wall_s"], **slots.describe(cpus)}
             if (work / BUNDLE).is_file():
@@ -117,7 +123,7 @@ def calibrate(job: Calibration, catalogue: Catalogue, chosen: Sequence[Mutant], 
               "engine": {"commit": commit, "source": str(job.source), "build": job.plan.describe()},
               "ds4ci_version": __version__, "started": started, "finished": _now(),
               "catalogue_path": str(catalogue.path.resolve()), "models_config": str(config), "builds": builds, "gates": gates,
-              "side_by_side": {"jobs": job.jobs, "cpu_sets": job.cpu_sets}}
+              "side_by_side": {"jobs": job.jobs, "cpu_sets": job.cpu_sets}, "mutant_repeats": job.mutant_repeats}
     doc = record.seal(job.out / RECORD, inputs, catalogue.path.read_bytes(), bundles, job.key)
     (job.out / "calibration.txt").write_text("\n".join(table(doc)) + "\n", encoding="utf-8")
     say("\n".join(table(doc)))

@@ -48,6 +48,11 @@ def calibrate(
         metavar="LEVER", help="How gates side by side share the CPUs: none (every gate on every CPU); affinity (gate "
         "slot i of N runs on the i-th of N disjoint sets of this process's CPUs); affinity+online (also each server's "
         "sandbox lists only that set in /sys/devices/system/cpu/online). Recorded per gate in the record.")] = "none",
+    mutant_repeats: Annotated[int | None, typer.Option(
+        metavar="N", help="Gate the mutants with N repeats (fewer than the tiny config's): the unchanged build keeps "
+        "the config's. A mutant caught with fewer repeats is caught by the runner's gate too (its requests are the "
+        "first rounds of the gate's); one missed may not be, and the record says a count so made is a lower "
+        "bound.")] = None,
 ) -> None:
     """Calibrate this runner: plant each catalogued fault in the engine, rebuild, gate, and record what was caught.
 
@@ -64,5 +69,6 @@ def calibrate(
     from ds4ci.commands.calibrate import CalibrateArgs, run_calibrate
 
     args = CalibrateArgs(out, build, engine_config, source, target, models, runner, catalogue, only, signing_key,
-                         restore, tuple(gate_arg or ()), jobs, cpu_sets)
+                         restore, tuple(gate_arg or ()), jobs, cpu_sets,
+                         mutant_repeats)
     exit_with(lambda: run_calibrate(args))

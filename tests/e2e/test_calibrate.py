@@ -382,3 +382,24 @@ def test_mutants_gated_side_by_side_on_disjoint_cpu_sets_make_a_record_that_veri
     verified = subprocess.run([*CLI, "verify", str(record)], capture_output=True, text=True, check=False, timeout=300)
     assert verified.returncode == 0, verified.stdout + verified.stderr
     assert _git(source, "status", "--porcelain") == ""
+
+
+def test_mutants_gated_with_fewer_repeats_count_only_divergences_and_say_so(shell_models: Path, tmp_path: Path) -> None:
+    source, config, commit = shell_engine(tmp_path)
+    catalogue = _catalogue(tmp_path / "c.toml", commit, "server.sh", 'FAULT="{}"')
+    done = _calibrate(tmp_path, "--engine-config", str(config), "--models", str(shell_models), "--runner", "r",
+                      "--out", str(tmp_path / "out"), "--catalogue", str(catalogue), "--mutant-repeats", "1",
+                      env=_env(XDG_CONFIG_HOME=str(tmp_path / "config"), DS4_PYTHON=sys.executable))
+    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+    record = tmp_path / "out" / "record"
+    doc = json.loads((record / "calibration.json").read_text(encoding="utf-8"))
+    rows = {r["name"]: r for r in doc["mutants"]}
+    assert rows["no-rollback"]["repeats"] == 1 and doc["pins"]["repeats"] == 2  # the control kept the config's
+    assert [(w["q"], w["verdict"], w["caught"]) for w in rows["no-rollback"]["widths"]] == [
+        (2, "fail", True), (3, "fail", True), (4, "fail", True)]
+    assert doc["summary"]["fewer_repeats"] == ["no-rollback"]
+    assert doc["summary"]["line"] == ("planted faults caught: 1 of 1 at every width where they can act; 1 mutant(s) "
+                                      "gated with fewer repeats than the unchanged build's, so at least that many caught")
+    verified = subprocess.run([*CLI, "verify", str(record)], capture_output=True, text=True, check=False, timeout=300)
+    assert verified.returncode == 0, verified.stdout + verified.stderr
+    assert _git(source, "status", "--porcelain") == ""
