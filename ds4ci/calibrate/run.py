@@ -8,10 +8,8 @@ gated. The record (``OUT/record``) keeps every gate's own bundle and derives wha
 
 from __future__ import annotations
 
-import concurrent.futures
 import datetime as dt
 import json
-import threading
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -21,12 +19,12 @@ from ds4ci import __version__
 from ds4ci.calibrate import record
 from ds4ci.calibrate.build import BuildPlan, require_models
 from ds4ci.calibrate.catalogue import CONTROL, Catalogue, Mutant
-from ds4ci.calibrate.cpusets import NONE, Slots
-from ds4ci.calibrate.gates import BUNDLE, LiveGates, run_gate
+from ds4ci.calibrate.cpusets import NONE
+from ds4ci.calibrate.gating import GateJob, Gating
 from ds4ci.calibrate.loop import build_each, check_ready
 from ds4ci.calibrate.observe import observe_gpu
 from ds4ci.calibrate.workspace import Workspace, engine_commit, restoring_on_signals
-from ds4ci.errors import NoVerdictError, UsageError
+from ds4ci.errors import UsageError
 
 RECORD = "record"
 
@@ -49,14 +47,6 @@ def _now() -> str:
     return dt.datetime.now(dt.timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
 
 
-def last_line(log: Path) -> str:
-    try:
-        lines = [ln for ln in log.read_text(encoding="utf-8", errors="replace").splitlines() if ln.strip()]
-    except OSError:
-        return "no log"
-    return lines[-1][:300] if lines else "an empty log"
-
-
 def prepare_out(out: Path) -> None:
     if out.exists() and any(out.iterdir()):
         raise UsageError(f"--out {out}: expected a new or empty folder for the calibration, found one with files "
@@ -69,53 +59,18 @@ def calibrate(job: Calibration, catalogue: Catalogue, chosen: Sequence[Mutant], 
     config = require_models(job.models)
     commit = engine_commit(job.source)
     check_ready(job.source, job.out, chosen)
-    slots = Slots(job.cpu_sets, job.jobs)
-    if job.mutant_repeats is not None and job.mutant_repeats < 1:
-        raise UsageError(f"--mutant-repeats must be at least 1, found {job.mutant_repeats}")
+    gating = Gating(GateJob(config, job.runner, job.out, job.gate_args, job.jobs, job.cpu_sets, job.mutant_repeats),
+                    say)
     prepare_out(job.out)
     started = _now()
-    gates: dict[str, dict[str, Any]] = {}
-    bundles: dict[str, Path] = {}
-    live, lock = LiveGates(), threading.Lock()
-
-    def one_gate(name: str, binary: Path) -> dict[str, Any]:
-        work = job.out / "gates" / name
-        extra = (*job.gate_args, *slots.gate_args())
-        if name != CONTROL and job.mutant_repeats is not None:
-            extra += ("--repeats", str(job.mutant_repeats))
-        with slots.take() as cpus:
-            row = run_gate(binary, config, job.runner, work, extra, cpus=cpus, live=live)
-        with lock:
-            gates[name] = {"exit_code": row["exit_code"], "wall_s": row["wall_s"], **slots.describe(cpus)}
-            if (work / BUNDLE).is_file():
-                bundles[name] = work / BUNDLE
-        say(f"gated {name}: {row.get('verdict')} (exit {row['exit_code']}, {row['wall_s']} s"
-            f"{'' if cpus is None else ', CPUs ' + str(gates[name]['cpus'])})")
-        return row
-
-    with concurrent.futures.ThreadPoolExecutor(max_workers=job.jobs) as pool:
-        pending: list[concurrent.futures.Future[dict[str, Any]]] = []
-
-        def gate(name: str, binary: Path, _built: dict[str, Any]) -> bool:
-            if name != CONTROL and job.jobs > 1:  # side by side, while the next mutant builds
-                pending.append(pool.submit(one_gate, name, binary))
-                return True
-            row = one_gate(name, binary)
-            if name == CONTROL and name not in bundles:
-                raise NoVerdictError(f"the unchanged build's gate left no evidence bundle (exit {row['exit_code']}): "
-                                     f"{last_line(job.out / 'gates' / name / 'gate.log')}; see "
-                                     f"{job.out / 'gates' / name / 'gate.log'}")
-            return name != CONTROL or row.get("verdict") == "pass"
-
-        try:
-            builds = build_each(job.plan, job.source, job.out, chosen, gate, say)
-            with restoring_on_signals(Workspace(job.source, job.out), say):
-                for done in pending:
-                    done.result()
-        except BaseException:  # an interrupt or a failure: no further gate starts; those running stop and seal
-            pool.shutdown(wait=False, cancel_futures=True)
-            live.stop_all()
-            raise
+    try:
+        builds = build_each(job.plan, job.source, job.out, chosen, gating.on_built, say)
+        with restoring_on_signals(Workspace(job.source, job.out), say):
+            gating.wait()
+    except BaseException:  # an interrupt or a failure: no further gate starts; those running stop and seal
+        gating.stop()
+        raise
+    gates, bundles = gating.gates, gating.bundles
     for name, built in builds.items():
         if "error" in built:
             gates[name] = {"error": built["error"]}

@@ -41,18 +41,13 @@ def calibrate(
                                                             "(OUT/applied.json), then stop.")] = False,
     gate_arg: Annotated[list[str] | None, typer.Option(
         metavar="ARG", help="One more argument for every `ds4ci gate` (repeatable).")] = None,
-    jobs: Annotated[int, typer.Option(
-        metavar="N", help="Mutants' gates side by side (each started as soon as its binary is built, while the next "
-        "builds); the unchanged build's gate always runs first, alone.")] = 1,
-    cpu_sets: Annotated[str, typer.Option(
-        metavar="LEVER", help="How gates side by side share the CPUs: none (every gate on every CPU); affinity (gate "
-        "slot i of N runs on the i-th of N disjoint sets of this process's CPUs); affinity+online (also each server's "
-        "sandbox lists only that set in /sys/devices/system/cpu/online). Recorded per gate in the record.")] = "none",
-    mutant_repeats: Annotated[int | None, typer.Option(
-        metavar="N", help="Gate the mutants with N repeats (fewer than the tiny config's): the unchanged build keeps "
-        "the config's. A mutant caught with fewer repeats is caught by the runner's gate too (its requests are the "
-        "first rounds of the gate's); one missed may not be, and the record says a count so made is a lower "
-        "bound.")] = None,
+    jobs: Annotated[int, typer.Option(metavar="N", help="Mutants' gates side by side, each started once its binary "
+                                      "is built; the unchanged build's gate runs first, alone.")] = 1,
+    cpu_sets: Annotated[str, typer.Option(metavar="LEVER", help="none (every gate on every CPU), affinity (the i-th "
+        "gate running on the i-th of N disjoint CPU sets) or affinity+online (also listed as its servers' online "
+        "CPUs in their sandbox); recorded per gate.")] = "none",
+    mutant_repeats: Annotated[int | None, typer.Option(metavar="N", help="The mutants' gates with N repeats, fewer "
+        "than the config's (the unchanged build keeps them): the record then counts a lower bound.")] = None,
 ) -> None:
     """Calibrate this runner: plant each catalogued fault in the engine, rebuild, gate, and record what was caught.
 
