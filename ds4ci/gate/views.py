@@ -71,6 +71,9 @@ def prepare(cfg: GateConfig, progress: Logger | Callable[[str], None]) -> None:
     if why is None:
         refuse_hidden_inside_views(cfg)
         progress("sandbox: PR code runs under bubblewrap (level: sandbox)")
+    elif cfg.sandbox.cpu_online:  # the online CPU list is the sandbox's own file: without it nothing would say so
+        raise NoVerdictError(f"sandbox.cpu_online (--sandbox-cpu-online) needs the sandbox, which is not used here "
+                             f"({why}); no PR code was run")
     else:
         progress(f"sandbox: not used ({why}); PR code runs in a PID namespace where the kernel allows")
 

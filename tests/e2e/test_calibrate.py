@@ -403,3 +403,24 @@ def test_mutants_gated_with_fewer_repeats_count_only_divergences_and_say_so(shel
     verified = subprocess.run([*CLI, "verify", str(record)], capture_output=True, text=True, check=False, timeout=300)
     assert verified.returncode == 0, verified.stdout + verified.stderr
     assert _git(source, "status", "--porcelain") == ""
+
+
+@pytest.mark.skipif(len(os.sched_getaffinity(0)) < 2, reason="two disjoint CPU sets need two CPUs")
+def test_sigterm_with_gates_side_by_side_stops_every_gate_and_writes_no_record(shell_models: Path, tmp_path: Path) -> None:
+    source, config, commit = shell_engine(tmp_path)
+    catalogue = _catalogue(tmp_path / "c.toml", commit, "server.sh", 'FAULT="{}"')
+    argv = [*CLI, "calibrate", "--engine-config", str(config), "--models", str(shell_models), "--runner", "r",
+            "--out", str(tmp_path / "out"), "--catalogue", str(catalogue), "--gate-arg=--target-device",
+            "--gate-arg=cpu:0", "--jobs", "2", "--cpu-sets", "affinity"]
+    env = _env(XDG_CONFIG_HOME=str(tmp_path / "config"), DS4_PYTHON=sys.executable)
+    proc = subprocess.Popen(argv, cwd=tmp_path, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=env)
+    logs = [tmp_path / "out" / "gates" / name / "gate.log" for name in ("no-rollback", "hc-state-not-restored")]
+    while not all(log.exists() and log.stat().st_size > 0 for log in logs):  # both mutants' gates have started
+        assert proc.poll() is None, proc.communicate()[0][-3000:]
+        time.sleep(0.2)
+    proc.send_signal(signal.SIGTERM)
+    out, _ = proc.communicate(timeout=300)
+    assert proc.returncode == 3 and "Traceback" not in out, out[-3000:]
+    assert _git(source, "status", "--porcelain") == "" and not (tmp_path / "out" / "record").exists()
+    for log in logs:  # each gate side by side stopped its servers and sealed
+        assert "interrupted by SIGTERM" in log.read_text(encoding="utf-8"), log.read_text(encoding="utf-8")[-2000:]

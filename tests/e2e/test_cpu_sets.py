@@ -66,3 +66,14 @@ def test_affinity_and_online_shows_the_server_only_its_cpus_as_online(tmp_path: 
     report, cpus = gate_on(tmp_path, cpusets.ONLINE)
     assert report == f"CPUS affinity={sandbox.cpu_list(cpus)} online={sandbox.cpu_list(cpus)}"
     assert sandbox.cpu_list(cpus) != HOST_ONLINE
+
+
+def test_the_online_list_without_the_sandbox_is_no_verdict(tmp_path: Path) -> None:
+    """The online list is the sandbox's own file: with the sandbox off, asking for it stops the gate, none runs."""
+    ws = Workspace.create(tmp_path, server=reporting_server(tmp_path))
+    config = tmp_path / "off.toml"
+    config.write_text("[sandbox]\nenabled = false\n")
+    run = ws.gate(cpusets.ONLINE_FLAG, widths="2", config=config)
+    assert run.code == 3, run.stdout + run.stderr
+    assert "sandbox.cpu_online (--sandbox-cpu-online) needs the sandbox" in run.stderr + run.stdout
+    assert "Traceback" not in run.stderr
