@@ -22,7 +22,7 @@ import sys
 from collections.abc import Iterator, Sequence
 
 from ds4ci.errors import UsageError
-from ds4ci.supervisor.sandbox import cpu_list
+from ds4ci.supervisor.cpuonline import cpu_list
 
 NONE, AFFINITY, ONLINE = "none", "affinity", "affinity+online"
 LEVERS = (NONE, AFFINITY, ONLINE)

@@ -21,6 +21,7 @@ from gatekit import CLI
 
 from ds4ci.calibrate import cpusets
 from ds4ci.supervisor import sandbox
+from ds4ci.supervisor.cpuonline import cpu_list
 
 pytest.importorskip("gguf")
 pytest.importorskip("torch")
@@ -376,7 +377,7 @@ def test_mutants_gated_side_by_side_on_disjoint_cpu_sets_make_a_record_that_veri
     assert {g["cpu_sets"] for g in gates.values()} == {"affinity+online"}
     mutant_sets = [gates[n]["cpus"] for n in ("no-rollback", "hc-state-not-restored")]
     slots = cpusets.split(sorted(os.sched_getaffinity(0)), 2)
-    assert sorted(mutant_sets) == sorted(sandbox.cpu_list(s) for s in slots)  # the two ran on the two disjoint sets
+    assert sorted(mutant_sets) == sorted(cpu_list(s) for s in slots)  # the two ran on the two disjoint sets
     doc = json.loads((record / "calibration.json").read_text(encoding="utf-8"))
     assert doc["summary"]["line"] == "planted faults caught: 1 of 1 at every width where they can act"
     verified = subprocess.run([*CLI, "verify", str(record)], capture_output=True, text=True, check=False, timeout=300)

@@ -17,6 +17,7 @@ from gatekit import DS4CI, Workspace
 
 from ds4ci.calibrate import cpusets
 from ds4ci.supervisor import sandbox
+from ds4ci.supervisor.cpuonline import cpu_list
 
 pytestmark = pytest.mark.skipif(sandbox.refusal() is not None, reason=f"no sandbox here: {sandbox.refusal()}")
 HOST_ONLINE = Path("/sys/devices/system/cpu/online").read_text().strip()
@@ -58,14 +59,14 @@ def gate_on(tmp_path: Path, lever: str) -> tuple[str, tuple[int, ...]]:
 def test_affinity_puts_the_server_on_its_gates_cpus_and_leaves_the_online_list(tmp_path: Path) -> None:
     report, cpus = gate_on(tmp_path, cpusets.AFFINITY)
     assert cpus and set(cpus) < set(CPUS)
-    assert report == f"CPUS affinity={sandbox.cpu_list(cpus)} online={HOST_ONLINE}"
+    assert report == f"CPUS affinity={cpu_list(cpus)} online={HOST_ONLINE}"
 
 
 @pytest.mark.skipif(len(CPUS) < 2, reason="two disjoint CPU sets need two CPUs")
 def test_affinity_and_online_shows_the_server_only_its_cpus_as_online(tmp_path: Path) -> None:
     report, cpus = gate_on(tmp_path, cpusets.ONLINE)
-    assert report == f"CPUS affinity={sandbox.cpu_list(cpus)} online={sandbox.cpu_list(cpus)}"
-    assert sandbox.cpu_list(cpus) != HOST_ONLINE
+    assert report == f"CPUS affinity={cpu_list(cpus)} online={cpu_list(cpus)}"
+    assert cpu_list(cpus) != HOST_ONLINE
 
 
 def test_the_online_list_without_the_sandbox_is_no_verdict(tmp_path: Path) -> None:

@@ -10,7 +10,7 @@ import pytest
 
 from ds4ci.calibrate import cpusets, pin
 from ds4ci.errors import UsageError
-from ds4ci.supervisor.sandbox import cpu_list
+from ds4ci.supervisor.cpuonline import cpu_list
 
 
 def test_split_gives_disjoint_runs_covering_every_cpu() -> None:
