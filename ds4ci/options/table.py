@@ -124,6 +124,11 @@ OPTIONS: tuple[Option, ...] = (
     Option(CLI, "config", "ds4ci.toml with the gate settings; flags override it.", flag="--config",
            cli_type=Path, dest="config_file", attr="config_file", reproduce=True,
            default_doc="./ds4ci.toml when that file exists"),
+    Option(CLI, "config_base", "The folder the config's relative paths ([build] cwd, prompts, server_bin...) are read "
+           "from, when the config file itself lies elsewhere: gate.yml keeps the trusted settings outside the checkout "
+           "($RUNNER_TEMP), where no pull-request build can rewrite them, and names the checkout's folder here.",
+           flag="--config-base", cli_type=Path, metavar="DIR", attr="config_base", reproduce=True,
+           default_doc="the config file's own folder"),
     _gate("server_bin", "The inference server binary (dflash_server, or any program speaking its protocol); "
           "with [build], the binary is build.server_bin instead.", toml_type="path", cli_type=Path,
           attr="prebuilt_server_bin", reproduce=True),
