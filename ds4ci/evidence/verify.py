@@ -22,9 +22,10 @@ from __future__ import annotations
 
 import hashlib
 import json
+import posixpath
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
-from pathlib import Path
+from pathlib import Path, PurePosixPath
 from typing import Any, Final, TypedDict
 
 from ds4ci import __version__
@@ -282,6 +283,10 @@ def expectation_mismatches(
     checks = [[c["name"], c["command"]] for c in recorded["checks"]]
     if "checks" in want and checks != want["checks"]:
         out.append(("checks", checks, want["checks"]))
+    out += _build_mismatches(recorded, want)
+    server = settings.get("server", "program")  # a bundle of a ds4ci that did not record it ran a program
+    if server != want.get("server", "program"):
+        out.append(("server", server, want.get("server", "program")))
     if role != "gate":  # a negative control runs the checks only: no models, widths or prompts
         return out
     widths = settings["widths"]
@@ -307,6 +312,52 @@ def expectation_mismatches(
     if want.get("prompt_sha256s") is not None and prompts != list(want["prompt_sha256s"]):
         out.append(("prompts", prompts, list(want["prompt_sha256s"])))
     return out
+
+
+def _build_mismatches(recorded: Results, want: Mapping[str, Any]) -> list[tuple[str, object, object]]:
+    """The bundle's [build] against the trusted one: the same command, and a cwd and server_bin that are the
+    trusted config's paths (relative ones: the recorded absolute path ends with them; the runner's checkout lies
+    wherever its runner keeps it). A build the trusted config does not ask for is a mismatch; a missing build
+    only when the run went past the point where it would have run (it hashed its inputs)."""
+    trusted = want.get("build")
+    ran = recorded.get("build")
+    if ran is None:
+        return [] if trusted is None or never_hashed(recorded) else [("build", None, trusted["command"])]
+    if trusted is None:
+        return [("build", ran["command"], None)]
+    out: list[tuple[str, object, object]] = []
+    if ran["command"] != trusted["command"]:
+        out.append(("build.command", ran["command"], trusted["command"]))
+    base = _base_of(ran["server_bin"], trusted["server_bin"])
+    if base is None:
+        out.append(("build.server_bin", ran["server_bin"], trusted["server_bin"]))
+    cwd = trusted["cwd"] if trusted["cwd"] is not None else "."
+    started = _base_of(ran["cwd"], cwd, allow_same=True)
+    if started is None or (started != _ABSOLUTE and base not in (None, _ABSOLUTE) and started != base):
+        out.append(("build.cwd", ran["cwd"], trusted["cwd"]))
+    return out
+
+
+_ABSOLUTE: Final = PurePosixPath("/")  # _base_of's answer for a trusted absolute path that matched
+
+
+def _base_of(recorded: str, trusted: object, allow_same: bool = False) -> PurePosixPath | None:
+    """The folder the trusted config's relative path ``trusted`` started from on the runner, read off the
+    ``recorded`` absolute path that must end with it (``_ABSOLUTE`` when ``trusted`` is absolute and equal); None
+    when ``recorded`` is not the place ``trusted`` names. A trusted path that climbs (``..``) matches nothing."""
+    if not isinstance(trusted, str):
+        return None
+    have = PurePosixPath(posixpath.normpath(recorded))
+    want = PurePosixPath(posixpath.normpath(trusted))
+    if want.is_absolute():
+        return _ABSOLUTE if have == want else None
+    if ".." in want.parts or not have.is_absolute():
+        return None
+    if want == PurePosixPath("."):
+        return have if allow_same else None
+    if len(have.parts) <= len(want.parts) or have.parts[-len(want.parts):] != want.parts:
+        return None
+    return PurePosixPath(*have.parts[:-len(want.parts)])
 
 
 def expectation_problems(found: Verification, expected: Mapping[str, Any]) -> list[str]:
@@ -348,6 +399,8 @@ def _gate_expectations(gate: Mapping[str, Any], where: str) -> dict[str, Any]:
         out["widths"] = list(parse_widths(gate["widths"]))
     if "role" in gate:
         out["role"] = gate["role"]
+    if "server" in gate:
+        out["server"] = gate["server"]
     if "allow_dirty_tree" in gate:
         out["allow_dirty_tree"] = gate["allow_dirty_tree"] is True
     prompts = gate.get("prompts")
@@ -373,6 +426,12 @@ def expectations(config_file: Path) -> dict[str, Any]:
     if not isinstance(checks, list) or not all(isinstance(c, dict) for c in checks):
         raise UsageError(f"{config_file}: checks must be [[checks]] tables")
     out["checks"] = [[c.get("name"), c.get("command")] for c in checks]
+    build = doc.get("build")
+    if build is not None and not isinstance(build, dict):
+        raise UsageError(f"{config_file}: [build] must be a table")
+    out["build"] = None if build is None else {"command": build.get("command"), "cwd": build.get("cwd"),
+                                               "server_bin": build.get("server_bin")}
+    out.setdefault("server", "program")
     out["runners"] = {name: _gate_expectations(t, f"{config_file}: runners.{name}") for name, t in runners.items()}
     return out
 

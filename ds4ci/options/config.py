@@ -388,6 +388,7 @@ def load(
     if doc is None:
         doc = read_toml(config_file) if config_file is not None else {}
     src = _sources(doc, config_file, overrides)
+    sandbox = _sandbox(src)  # first: under Actions a config that turns the sandbox off is refused before all else
     role = src.value("role", "runner")
     needs_models = role == "gate"
     build = None if overrides.get("no_build") else sections.build(doc.get("build"), src.base)
@@ -408,6 +409,6 @@ def load(
         checks=checks, source_dir=src.path("source_dir"),
         config_file=config_file, config_base=src.base if overrides.get("config_base") is not None else None,
         notes=src.value("notes", table.CLI) or (), build=build,
-        sandbox=_sandbox(src), signing_key=src.path("signing_key"), server=src.value("server"),
+        sandbox=sandbox, signing_key=src.path("signing_key"), server=src.value("server"),
         signing=src.value("signing"), service_state=src.value("service_state", table.CLI),
     )

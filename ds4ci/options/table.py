@@ -136,7 +136,7 @@ OPTIONS: tuple[Option, ...] = (
           "(ds4ci's bundled simulator, run by the Python this ds4ci runs on, which the sandbox then shows read-only "
           "because this trusted setting says so; no GPU, no server_bin: for trying the gate and the workflows).",
           check=v.one_of(SERVER_KINDS), default="program", attr="server", reproduce=True, metavar="KIND",
-          omit_default=True),
+          omit_default=True, recorded="server"),
     _gate("server_interpreters", "The interpreters a server that is a script (#!) may name, as absolute paths; a "
           "server is run only when it is an ELF executable or such a script, anything else is refused before it runs "
           "(an empty list: ELF executables only).", check=v.interpreters, default=DEFAULT_SERVER_INTERPRETERS,
