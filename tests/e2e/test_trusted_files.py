@@ -9,6 +9,7 @@ a user runs it, the link case also as the unprivileged user ``nobody`` (a runner
 
 from __future__ import annotations
 
+import json
 import os
 import re
 import shutil
@@ -24,9 +25,13 @@ from fakegithub import FakeGitHub
 from gatekit import DS4CI, Workspace, git_repo
 from paths import ROOT
 from ruamel.yaml import YAML
+from test_bisect import _git as bisect_git
+from test_bisect import two_commits
 from test_build import build_config
 from test_publish_trust import publish
 from test_workflow_steps import GATE_YML, _bisect_env, _run, _settings_workspace, _stand_in, _step, _work
+
+from ds4ci.supervisor import sandbox
 
 pytestmark = pytest.mark.e2e
 
@@ -343,3 +348,32 @@ def test_the_grep_finds_a_write_into_the_checkout_where_there_is_one() -> None:
     assert _destinations(old) == ['"subject/$trusted"'] and not _resolved('"subject/$trusted"', old, {})
     junit = '"$DS4CI" report --format junit --output "$DS4CI_JUNIT_XML" "$DS4CI_RESULTS"'
     assert not _resolved(_destinations(junit)[0], junit, {"DS4CI_JUNIT_XML": "${{ inputs.junit-xml }}"})
+
+
+@pytest.mark.skipif(sandbox.refusal() is not None, reason=f"no sandbox: {sandbox.refusal()}")
+def test_each_bisect_step_runs_the_trusted_config_kept_outside_the_tree_not_the_commits_own(tmp_path: Path) -> None:
+    """The commit under test rewrites the repository's ds4ci.toml (another build command); bisect, given the
+    trusted config from outside the repository with --config-base, builds with the trusted command."""
+    ws = Workspace.create(tmp_path / "files")
+    shas = two_commits(tmp_path, ws, "clean")
+    repo = tmp_path / "engine"
+    trusted = tmp_path / "temp" / "ds4ci-trusted" / "ds4ci.toml"
+    trusted.parent.mkdir(parents=True)
+    shutil.copy(repo / "ds4ci.toml", trusted)
+    marker = tmp_path / "the-commit's-own-build-ran"
+    (repo / "evil.sh").write_text(f"#!/bin/sh\ntouch '{marker}'\n./build.sh\n")
+    (repo / "evil.sh").chmod(0o755)
+    (repo / "ds4ci.toml").write_text((repo / "ds4ci.toml").read_text().replace("./build.sh", "./evil.sh"))
+    bisect_git(repo, "add", "-A")
+    bisect_git(repo, "commit", "-qm", "its own build")
+    proc = subprocess.run([DS4CI, "bisect", "--good", shas[0], "--runner", "box", "--config", str(trusted),
+                           "--config-base", ".", "--evidence-dir", str(tmp_path / "evidence"), "--json"], cwd=repo,
+                          env=ws.env(DS4CI_CONTAINMENT="sandbox"), capture_output=True, text=True, timeout=300,
+                          check=False)
+    assert proc.returncode == 1 and "the bad end passes" in proc.stderr, proc.stdout + proc.stderr[-3000:]
+    assert not marker.exists()  # the trusted build command ran, not the commit's
+    steps = json.loads(proc.stdout)["steps"]
+    assert bisect_git(repo, "rev-parse", "HEAD") in [s["sha"] for s in steps], steps  # the commit with its own build
+    for step in steps:
+        results = json.loads((Path(step["evidence"]) / "results.json").read_text())
+        assert results["build"]["command"] == "./build.sh" and results["containment"] == "sandbox"
