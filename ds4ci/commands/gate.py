@@ -173,8 +173,9 @@ def refuse_outputs_in_checkout(cfg: config.GateConfig, junit_xml: Path | None) -
     """--results-out, --bundle-out and --junit-xml name places for the gate's own output: refused inside the tree
     under test (--source-dir, --config-base, any git checkout), where the build may leave a link at the name."""
     from ds4ci.fileio import refuse_inside_checkout
+    from ds4ci.gate.views import checkout
 
-    trees = tuple(p for p in (cfg.source_dir, cfg.config_base) if p is not None)
+    trees = tuple(p for p in (checkout(cfg), cfg.config_base) if p is not None)
     for option, path in (("--results-out", cfg.results_out), ("--bundle-out", cfg.bundle_out),
                          ("--junit-xml", junit_xml)):
         if path is not None:
