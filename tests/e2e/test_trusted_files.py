@@ -377,3 +377,15 @@ def test_each_bisect_step_runs_the_trusted_config_kept_outside_the_tree_not_the_
     for step in steps:
         results = json.loads((Path(step["evidence"]) / "results.json").read_text())
         assert results["build"]["command"] == "./build.sh" and results["containment"] == "sandbox"
+
+
+@pytest.mark.parametrize(("name", "value"), [("DS4CI_RESULTS_OUT", "results.json"),
+                                             ("DS4CI_RESULTS_OUT", "/elsewhere/results.json"),
+                                             ("DS4CI_EVIDENCE_DIR", "ds4ci-evidence")])
+def test_the_action_refuses_results_or_evidence_outside_the_runners_temporary_folder(tmp_path: Path, name: str,
+                                                                                     value: str) -> None:
+    env = {"DS4CI_PYTHON": "false", "DS4CI_RUNNER": "gfx1151", "DS4CI_PUBLISH": "false", "DS4CI_EVIDENCE_DIR": "",
+           "DS4CI_COMMENT_MODE": "", "DS4CI_RESULTS_OUT": "", name: value}
+    proc, outputs = _run(_step(ACTION, "install"), tmp_path, tmp_path / "..", env)
+    assert proc.returncode == 2 and outputs == {}, proc.stdout + proc.stderr
+    assert "expected an absolute path under $RUNNER_TEMP" in proc.stdout
