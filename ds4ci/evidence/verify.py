@@ -22,15 +22,15 @@ from __future__ import annotations
 
 import hashlib
 import json
-import posixpath
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
-from pathlib import Path, PurePosixPath
+from pathlib import Path
 from typing import Any, Final, TypedDict
 
 from ds4ci import __version__
 from ds4ci.errors import EXIT_ERROR, EXIT_FAIL, EXIT_PASS, ResultsError, UsageError
 from ds4ci.evidence import attestation, bundle, convert, results
+from ds4ci.evidence.buildexpect import build_mismatches
 from ds4ci.evidence.derive import DeriveError, derive
 from ds4ci.evidence.differ import across_versions, compare
 from ds4ci.evidence.store import MANIFEST, MANIFEST_SCHEMA, RESULTS, regular_files
@@ -283,7 +283,7 @@ def expectation_mismatches(
     checks = [[c["name"], c["command"]] for c in recorded["checks"]]
     if "checks" in want and checks != want["checks"]:
         out.append(("checks", checks, want["checks"]))
-    out += _build_mismatches(recorded, want)
+    out += build_mismatches(recorded.get("build"), want.get("build"), hashed=not never_hashed(recorded))
     server = settings.get("server", "program")  # a bundle of a ds4ci that did not record it ran a program
     if server != want.get("server", "program"):
         out.append(("server", server, want.get("server", "program")))
@@ -312,52 +312,6 @@ def expectation_mismatches(
     if want.get("prompt_sha256s") is not None and prompts != list(want["prompt_sha256s"]):
         out.append(("prompts", prompts, list(want["prompt_sha256s"])))
     return out
-
-
-def _build_mismatches(recorded: Results, want: Mapping[str, Any]) -> list[tuple[str, object, object]]:
-    """The bundle's [build] against the trusted one: the same command, and a cwd and server_bin that are the
-    trusted config's paths (relative ones: the recorded absolute path ends with them; the runner's checkout lies
-    wherever its runner keeps it). A build the trusted config does not ask for is a mismatch; a missing build
-    only when the run went past the point where it would have run (it hashed its inputs)."""
-    trusted = want.get("build")
-    ran = recorded.get("build")
-    if ran is None:
-        return [] if trusted is None or never_hashed(recorded) else [("build", None, trusted["command"])]
-    if trusted is None:
-        return [("build", ran["command"], None)]
-    out: list[tuple[str, object, object]] = []
-    if ran["command"] != trusted["command"]:
-        out.append(("build.command", ran["command"], trusted["command"]))
-    base = _base_of(ran["server_bin"], trusted["server_bin"])
-    if base is None:
-        out.append(("build.server_bin", ran["server_bin"], trusted["server_bin"]))
-    cwd = trusted["cwd"] if trusted["cwd"] is not None else "."
-    started = _base_of(ran["cwd"], cwd, allow_same=True)
-    if started is None or (started != _ABSOLUTE and base not in (None, _ABSOLUTE) and started != base):
-        out.append(("build.cwd", ran["cwd"], trusted["cwd"]))
-    return out
-
-
-_ABSOLUTE: Final = PurePosixPath("/")  # _base_of's answer for a trusted absolute path that matched
-
-
-def _base_of(recorded: str, trusted: object, allow_same: bool = False) -> PurePosixPath | None:
-    """The folder the trusted config's relative path ``trusted`` started from on the runner, read off the
-    ``recorded`` absolute path that must end with it (``_ABSOLUTE`` when ``trusted`` is absolute and equal); None
-    when ``recorded`` is not the place ``trusted`` names. A trusted path that climbs (``..``) matches nothing."""
-    if not isinstance(trusted, str):
-        return None
-    have = PurePosixPath(posixpath.normpath(recorded))
-    want = PurePosixPath(posixpath.normpath(trusted))
-    if want.is_absolute():
-        return _ABSOLUTE if have == want else None
-    if ".." in want.parts or not have.is_absolute():
-        return None
-    if want == PurePosixPath("."):
-        return have if allow_same else None
-    if len(have.parts) <= len(want.parts) or have.parts[-len(want.parts):] != want.parts:
-        return None
-    return PurePosixPath(*have.parts[:-len(want.parts)])
 
 
 def expectation_problems(found: Verification, expected: Mapping[str, Any]) -> list[str]:
