@@ -208,6 +208,7 @@ class RecordedSettings(TypedDict):
     allow_dirty_tree: NotRequired[bool]
     devices: NotRequired[list[str]]
     parallel: NotRequired[int]
+    server: NotRequired[Literal["program", "simulator"]]
 
 
 class PolicyRecord(TypedDict):

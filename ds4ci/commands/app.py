@@ -301,6 +301,9 @@ def preflight(
                                                 "Default: ./ds4ci.toml when it exists (as for every command).")] = None,
     runner: Annotated[str | None, typer.Option(metavar="NAME", help="Runner name recorded with the fingerprint.")] = None,
     json_out: Annotated[bool, typer.Option("--json", help="Print the fingerprint and checks as JSON.")] = False,
+    config_base: Annotated[Path | None, typer.Option(metavar="DIR", help="The folder the config's relative paths are "
+                                                     "read from (default: the config file's own folder), as for "
+                                                     "`ds4ci gate --config-base`.")] = None,
     deadline: Annotated[float, typer.Option(help="Hard deadline in seconds for the GPU health probe.")] = 20.0,
     **settings: Any,
 ) -> None:
@@ -318,7 +321,8 @@ def preflight(
     busy_wait = table.overrides("preflight", settings)["busy_wait"]
 
     exit_with(
-        lambda: run_preflight(config=config, runner=runner, as_json=json_out, deadline_s=deadline, busy_wait_s=busy_wait)
+        lambda: run_preflight(config=config, runner=runner, as_json=json_out, deadline_s=deadline, busy_wait_s=busy_wait,
+                              config_base=config_base)
     )
 
 

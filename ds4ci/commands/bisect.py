@@ -15,7 +15,8 @@ from ds4ci.textsafe import neutralise
 
 
 def run_bisect(repo_dir: Path, config: Path | None, *, good: str | None, bad: str | None, base_ref: str | None,
-               runner: str | None, widths: str | None, evidence_dir: Path | None, as_json: bool) -> int:
+               runner: str | None, widths: str | None, evidence_dir: Path | None, as_json: bool,
+               config_base: Path | None = None) -> int:
     from ds4ci.bisect.outcome import text
     from ds4ci.bisect.run import Request, run
     from ds4ci.commands.gate import refuse_credentials
@@ -23,7 +24,7 @@ def run_bisect(repo_dir: Path, config: Path | None, *, good: str | None, bad: st
     log = Logger.from_env()
     refuse_credentials(os.environ, log)  # each step's gate would refuse them: refused once, before any work
     config_file = configpath.required(configpath.resolve(config, "bisect"))
-    doc = run(Request(repo_dir, config_file, good, bad, base_ref, runner, widths, evidence_dir), log)
+    doc = run(Request(repo_dir, config_file, good, bad, base_ref, runner, widths, evidence_dir, config_base), log)
     human = sys.stderr if as_json else sys.stdout
     print(neutralise(text(doc)), file=human, flush=True)
     _job_summary(doc, log)

@@ -141,6 +141,7 @@ def _run_gate_command(config_file: Path | None, overrides: Mapping[str, Any], as
     signing_key = _signing_key(cfg)  # a bad key is a usage error before anything runs
     guard = protected.protected_for(cfg, signing_key)
     try:  # before anything runs or is read: no config path reaches the key's folder or the service's state
+        refuse_outputs_in_checkout(cfg, junit_xml)
         protected.refuse(cfg, overrides, guard)
         signing = signer(cfg, signing_key)
     except UsageError as exc:
@@ -166,6 +167,19 @@ def _run_gate_command(config_file: Path | None, overrides: Mapping[str, Any], as
     if as_json:
         sys.stdout.write(json.dumps(summary(outcome.results, cfg), indent=2, sort_keys=True) + "\n")
     return outcome.exit_code
+
+
+def refuse_outputs_in_checkout(cfg: config.GateConfig, junit_xml: Path | None) -> None:
+    """--results-out, --bundle-out and --junit-xml name places for the gate's own output: refused inside the tree
+    under test (--source-dir, --config-base, any git checkout), where the build may leave a link at the name."""
+    from ds4ci.fileio import refuse_inside_checkout
+    from ds4ci.gate.views import checkout
+
+    trees = tuple(p for p in (checkout(cfg), cfg.config_base) if p is not None)
+    for option, path in (("--results-out", cfg.results_out), ("--bundle-out", cfg.bundle_out),
+                         ("--junit-xml", junit_xml)):
+        if path is not None:
+            refuse_inside_checkout(path, option, trees)
 
 
 def _signing_key(cfg: config.GateConfig) -> Path | None:

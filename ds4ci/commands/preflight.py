@@ -20,7 +20,8 @@ def _progress(message: str) -> None:
 
 
 def run_preflight(
-    config: Path | None, runner: str | None, as_json: bool, deadline_s: float, busy_wait_s: float | None = None
+    config: Path | None, runner: str | None, as_json: bool, deadline_s: float, busy_wait_s: float | None = None,
+    config_base: Path | None = None,
 ) -> int:
     if not math.isfinite(deadline_s) or deadline_s <= 0:
         raise UsageError(f"--deadline: expected a positive number of seconds, found {deadline_s}")
@@ -30,7 +31,8 @@ def run_preflight(
     elif config is not None:
         busy_wait_s = busy.load_busy_wait(config)
     # The files are checked by preflight itself (a problem each: not ready, exit 3), not by the loader.
-    gate_config = config_mod.load(config, {"runner": runner}, check_files=False) if config is not None else None
+    gate_config = config_mod.load(config, {"runner": runner, "config_base": config_base},
+                                  check_files=False) if config is not None else None
     report = preflight(gate_config, runner, deadline_s, _progress, busy_wait_s or 0.0)
     if as_json:
         sys.stdout.write(json.dumps(report.to_json(), indent=2, sort_keys=True, allow_nan=False) + "\n")

@@ -83,6 +83,10 @@ def run_publish(
     publish.validate_target(request.repo, request.pr, request.sha, request.dry_run)
     if request.dry_run_dir is not None and not request.dry_run:
         raise UsageError("--dry-run-dir names where --dry-run writes its files; pass --dry-run too, or leave it out")
+    if request.verdicts_out is not None:  # ds4ci's own output: never inside a checkout, never through a link
+        from ds4ci.fileio import refuse_inside_checkout
+
+        refuse_inside_checkout(request.verdicts_out, "--verdicts-out")
     if pending:
         return _run_pending(results, request, runner)
     if runner is not None:

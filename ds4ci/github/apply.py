@@ -62,8 +62,10 @@ def apply(plan: PublishPlan, client: Client) -> None:
 
 def write_verdicts(path: Path, verdicts: Mapping[str, str]) -> None:
     """{runner: state} as one JSON line: what gate.yml's job `verdict <runner>` succeeds or fails on."""
+    from ds4ci.fileio import write_new
+
     try:
-        path.write_text(json.dumps(dict(verdicts), sort_keys=True) + "\n", encoding="utf-8")
+        write_new(path, (json.dumps(dict(verdicts), sort_keys=True) + "\n").encode("utf-8"))
     except OSError as exc:
         raise UsageError(f"--verdicts-out {path}: cannot write it: {exc.strerror or exc}") from exc
 

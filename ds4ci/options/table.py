@@ -124,6 +124,11 @@ OPTIONS: tuple[Option, ...] = (
     Option(CLI, "config", "ds4ci.toml with the gate settings; flags override it.", flag="--config",
            cli_type=Path, dest="config_file", attr="config_file", reproduce=True,
            default_doc="./ds4ci.toml when that file exists"),
+    Option(CLI, "config_base", "The folder the config's relative paths ([build] cwd, prompts, server_bin...) are read "
+           "from, when the config file itself lies elsewhere: gate.yml keeps the trusted settings outside the checkout "
+           "($RUNNER_TEMP), where no pull-request build can rewrite them, and names the checkout's folder here.",
+           flag="--config-base", cli_type=Path, metavar="DIR", attr="config_base", reproduce=True,
+           default_doc="the config file's own folder"),
     _gate("server_bin", "The inference server binary (dflash_server, or any program speaking its protocol); "
           "with [build], the binary is build.server_bin instead.", toml_type="path", cli_type=Path,
           attr="prebuilt_server_bin", reproduce=True),
@@ -131,7 +136,7 @@ OPTIONS: tuple[Option, ...] = (
           "(ds4ci's bundled simulator, run by the Python this ds4ci runs on, which the sandbox then shows read-only "
           "because this trusted setting says so; no GPU, no server_bin: for trying the gate and the workflows).",
           check=v.one_of(SERVER_KINDS), default="program", attr="server", reproduce=True, metavar="KIND",
-          omit_default=True),
+          omit_default=True, recorded="server"),
     _gate("server_interpreters", "The interpreters a server that is a script (#!) may name, as absolute paths; a "
           "server is run only when it is an ELF executable or such a script, anything else is refused before it runs "
           "(an empty list: ELF executables only).", check=v.interpreters, default=DEFAULT_SERVER_INTERPRETERS,

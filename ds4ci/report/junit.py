@@ -82,4 +82,6 @@ def render(docs: Sequence[Results]) -> str:
 
 
 def write(doc: Results, path: Path) -> None:
-    path.write_text(render([doc]), encoding="utf-8")
+    from ds4ci.fileio import write_new
+
+    write_new(path, render([doc]).encode("utf-8"))

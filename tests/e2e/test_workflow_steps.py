@@ -80,7 +80,8 @@ BUSY = json.dumps({"ready": False, "busy": {"busy": True, "summary": "pid 42 hol
 
 def _preflight_env(tmp: Path, work: Path, stand_in: Path) -> dict[str, str]:
     return {"DS4CI": str(stand_in), "DS4CI_PY": str(work / "venv" / "bin" / "python"), "DS4CI_CONFIG": "ds4ci.toml",
-            "DS4CI_RUNNER": "gfx1151", "DS4CI_WORK": str(work), "DS4CI_RESULTS_OUT": str(tmp / "results" / "results.json")}
+            "DS4CI_CONFIG_BASE": "", "DS4CI_RUNNER": "gfx1151", "DS4CI_WORK": str(work),
+            "DS4CI_RESULTS_OUT": str(tmp / "results" / "results.json")}
 
 
 def test_a_busy_runner_leaves_its_record_and_prints_the_report_under_bash_e(tmp_path: Path) -> None:
@@ -124,7 +125,8 @@ def test_preflight_never_imports_a_json_py_the_pull_request_committed(tmp_path: 
 
 def _gate_env(tmp: Path, work: Path, stand_in: Path, **extra: str) -> dict[str, str]:
     return {"DS4CI": str(stand_in), "DS4CI_WORK": str(work), "DS4CI_EVIDENCE_DIR": str(tmp / "evidence"),
-            "DS4CI_CONFIG": ".ds4ci-trusted.toml", "DS4CI_RUNNER": "gfx1151", "DS4CI_WIDTHS": "",
+            "DS4CI_CONFIG": str(tmp / "trusted" / "ds4ci.toml"), "DS4CI_CONFIG_BASE": ".", "DS4CI_RUNNER": "gfx1151",
+            "DS4CI_WIDTHS": "",
             "DS4CI_RESULTS_OUT": str(tmp / "results" / "results.json"), "DS4CI_SOURCE_DIR": ".",
             "DS4CI_BASE_REF": "", "DS4CI_UPSTREAM_REF": "", "DS4CI_NOTE": "", "DS4CI_SERVICE_SOCKET": "", **extra}
 
@@ -201,18 +203,24 @@ def _settings_workspace(tmp: Path) -> tuple[Path, Path]:
     return workspace, victim
 
 
-def test_the_trusted_settings_are_written_beside_the_pr_s_config(tmp_path: Path) -> None:
+def test_the_trusted_settings_are_written_outside_the_checkout(tmp_path: Path) -> None:
+    """In a fresh folder of $RUNNER_TEMP (the PR's build may write the whole checkout, and a later step reads them
+    again); config-base names the folder of the checkout their relative paths start from."""
     workspace, _ = _settings_workspace(tmp_path)
     proc, outputs = _run(_step(GATE_YML, "settings", "gate"), tmp_path, workspace, {"DS4CI_CONFIG": "ds4ci.toml"})
     assert proc.returncode == 0, proc.stdout + proc.stderr
-    assert outputs["config"] == "./.ds4ci-trusted.toml" and "this pull request changes ds4ci.toml" in outputs["note"]
-    assert (workspace / "subject" / ".ds4ci-trusted.toml").read_text() == "[gate]\nwidths = [2, 3, 4]\n"
+    config = Path(outputs["config"])
+    assert config.parent.parent == tmp_path and config.parent.name.startswith("ds4ci-trusted.")
+    assert outputs["config-base"] == "." and "this pull request changes ds4ci.toml" in outputs["note"]
+    assert config.read_text() == "[gate]\nwidths = [2, 3, 4]\n"
+    assert sorted(p.name for p in (workspace / "subject").iterdir()) == ["ds4ci.toml"]
 
 
 @pytest.mark.parametrize("link", ["file", "dangling", "folder"])
 def test_the_trusted_settings_are_never_written_through_a_link_the_pr_committed(tmp_path: Path, link: str) -> None:
     """Defect (medium): `cp trusted/... subject/.ds4ci-trusted.toml` wrote through a committed symlink and overwrote
-    the runner key. A link at the file's name, a dangling one, or a linked folder: nothing is written, exit 2."""
+    the runner key. Now nothing is written into the checkout: a link at the old name, or a dangling one, is never
+    touched; a linked config folder is refused (exit 2), since the settings' relative paths would be read there."""
     workspace, victim = _settings_workspace(tmp_path)
     config = "ds4ci.toml"
     if link == "file":
@@ -226,8 +234,12 @@ def test_the_trusted_settings_are_never_written_through_a_link_the_pr_committed(
         (workspace / "trusted" / "ci" / "ds4ci.toml").write_text("[gate]\n")
         config = "ci/ds4ci.toml"
     proc, outputs = _run(_step(GATE_YML, "settings", "gate"), tmp_path, workspace, {"DS4CI_CONFIG": config})
-    assert proc.returncode == 2, proc.stdout + proc.stderr
-    assert "::error::" in proc.stdout and "config" not in outputs
+    if link == "folder":
+        assert proc.returncode == 2, proc.stdout + proc.stderr
+        assert "::error::" in proc.stdout and "config" not in outputs
+    else:
+        assert proc.returncode == 0, proc.stdout + proc.stderr
+        assert not Path(outputs["config"]).is_relative_to(workspace), outputs
     assert victim.read_text() == "PRIVATE KEY\n"
     assert not (tmp_path / "new-file").exists() and not (tmp_path / ".ds4ci-trusted.toml").exists()
 
@@ -293,8 +305,9 @@ def test_a_comment_mode_the_publisher_does_not_know_is_refused_before_anything_i
 
 
 def _bisect_env(tmp: Path, work: Path, stand_in: Path, **extra: str) -> dict[str, str]:
-    return {"DS4CI": str(stand_in), "DS4CI_WORK": str(work), "DS4CI_CONFIG": ".ds4ci-trusted.toml",
-            "DS4CI_RUNNER": "gfx1151", "DS4CI_WIDTHS": "3", "DS4CI_SOURCE_DIR": "", "DS4CI_BASE_REF": "origin/main",
+    return {"DS4CI": str(stand_in), "DS4CI_WORK": str(work), "DS4CI_CONFIG": str(tmp / "trusted" / "ds4ci.toml"),
+            "DS4CI_CONFIG_BASE": ".", "DS4CI_RUNNER": "gfx1151", "DS4CI_WIDTHS": "3", "DS4CI_SOURCE_DIR": "",
+            "DS4CI_BASE_REF": "origin/main",
             "DS4CI_RESULTS": str(tmp / "results" / "results.json"), "DS4CI_SERVICE_SOCKET": "", **extra}
 
 
