@@ -18,6 +18,7 @@ from ds4ci.commands import commentmode
 from ds4ci.errors import PublishError, UsageError
 from ds4ci.github import publish
 from ds4ci.options import table as options
+from ds4ci.textsafe import neutralise
 
 if TYPE_CHECKING:
     from ds4ci.github.client import Client
@@ -34,7 +35,7 @@ def _write_summary(body: str, summary_file: Path | None) -> None:
     try:
         # $GITHUB_STEP_SUMMARY is shared by the job's steps: append, never replace.
         with target.open("a", encoding="utf-8") as fh:
-            fh.write(body)
+            fh.write(neutralise(body))  # it quotes server and pull-request text
     except OSError as exc:
         raise UsageError(f"cannot write the job summary to {target}: {exc.strerror or exc}") from exc
 
