@@ -6,7 +6,7 @@ so ``ds4ci gate ...`` is parsed first by ``commands.fastgate`` from the same opt
 argument list that parser does not take exactly (``--help`` included) goes to the Typer app, which
 parses it and reports any error itself.
 
-Everything the command prints goes through ``textsafe.guarded_output``: each line of stdout and stderr is
+Everything the command prints goes through ``textsafe.guard_output``: each line of stdout and stderr is
 neutralised (no workflow command in it), whichever part of ds4ci printed it.
 """
 
@@ -16,13 +16,9 @@ import sys
 
 
 def main() -> None:
-    from ds4ci.textsafe import guarded_output
+    from ds4ci.textsafe import guard_output
 
-    with guarded_output():
-        _main()
-
-
-def _main() -> None:
+    guard_output()
     argv = sys.argv[1:]
     if argv[:1] == ["gate"]:
         from ds4ci.commands import fastgate

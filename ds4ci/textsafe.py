@@ -23,12 +23,12 @@ it is printed:
 
 from __future__ import annotations
 
+import atexit
 import contextlib
 import io
 import re
 import sys
 import threading
-from collections.abc import Iterator
 from typing import TextIO
 
 # Every bidirectional control (marks, embeddings, overrides, isolates): each can make a reader see other text than
@@ -136,16 +136,18 @@ class Guarded(io.TextIOBase):
             self.stream.flush()
 
 
-@contextlib.contextmanager
-def guarded_output() -> Iterator[None]:
-    """``sys.stdout`` and ``sys.stderr`` as :class:`Guarded` streams for the block (the CLI's whole run)."""
-    before = sys.stdout, sys.stderr
-    out, err = (s if isinstance(s, Guarded) else Guarded(s) for s in before)
-    sys.stdout, sys.stderr = out, err
-    try:
-        yield
-    finally:
-        for stream in (out, err):
-            with contextlib.suppress(OSError, ValueError):
-                stream.finish()
-        sys.stdout, sys.stderr = before
+def guard_output() -> None:
+    """Make ``sys.stdout`` and ``sys.stderr`` :class:`Guarded` streams for the rest of the process (the CLI's
+    first step: a traceback the interpreter prints at the very end goes through them too); what is held is
+    printed at exit."""
+    for name in ("stdout", "stderr"):
+        stream = getattr(sys, name)
+        if stream is not None and not isinstance(stream, Guarded):
+            guarded = Guarded(stream)
+            setattr(sys, name, guarded)
+            atexit.register(_finish, guarded)
+
+
+def _finish(stream: Guarded) -> None:
+    with contextlib.suppress(OSError, ValueError):
+        stream.finish()

@@ -129,12 +129,13 @@ def test_a_server_failure_line_with_commands_mid_line_forges_none(tmp_path: Path
 def test_python_printing_through_the_cli_streams_is_neutralised(tmp_path: Path) -> None:
     """Whatever part of ds4ci prints, by ``print`` or the logger, in pieces or whole: each line is defused, and
     the logger's own annotation still reads as one."""
-    code = ("import sys\nfrom ds4ci.textsafe import guarded_output\nfrom ds4ci.log import Logger\n"
-            "with guarded_output():\n"
-            "    sys.stdout.write('a #'); sys.stdout.flush(); sys.stdout.write('#[warning]forged\\n')\n"
-            "    print('b :', end=''); print(':add-mask::FAIL', file=sys.stdout)\n"
-            "    Logger('actions', sys.stderr).error('quoted ##[stop-commands]tok')\n"
-            "    print('no newline ::stop-commands::tok', end='')\n")
+    code = ("import sys\nfrom ds4ci.textsafe import guard_output\nfrom ds4ci.log import Logger\n"
+            "guard_output()\n"
+            "sys.stdout.write('a #'); sys.stdout.flush(); sys.stdout.write('#[warning]forged\\n')\n"
+            "print('b :', end=''); print(':add-mask::FAIL', file=sys.stdout)\n"
+            "Logger('actions', sys.stderr).error('quoted ##[stop-commands]tok')\n"
+            "print('no newline ::stop-commands::tok', end='')\n"
+            "raise SystemExit(0)\n")
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True, timeout=60)
     assert done.stdout == "a ## [warning]forged\nb : :add-mask: :FAIL\nno newline : :stop-commands: :tok"
     assert done.stderr == "::error::quoted ## [stop-commands]tok\n"
