@@ -66,6 +66,7 @@ class PublishRequest:
     dry_run_dir: Path | None = None  # with dry_run: where the Markdown files go (default ./ds4ci-dry-run)
     calibrations: Path | None = None  # where the runners' calibration records are (the report cites them)
     bisects: tuple[Path, ...] = ()  # runners' `ds4ci bisect --json` results, a comment section each
+    comment_record: Path | None = None  # where the written comment's id goes (gate.yml uploads the record)
 
     def cited(self, docs: list[Results]) -> dict[str, str]:
         """Each gate runner's calibration line (``ds4ci.calibrate.latest``); {} without --calibrations."""
@@ -124,7 +125,8 @@ def publish_documents(published: list[Published], request: PublishRequest) -> in
                               comment_mode=mode, status=not r.no_status, expect_runners=r.expect_runners,
                               comment_author=r.comment_author, merge_config=r.merge_config,
                               expect_config=r.expect_config, calibrations=r.cited(docs),
-                              verdicts_out=r.verdicts_out, api_url=r.api_url, token_env=r.token_env)
+                              verdicts_out=r.verdicts_out, api_url=r.api_url, token_env=r.token_env,
+                              comment_record=r.comment_record)
     try:
         head = publish.results_head(docs, r.sha)
         settings = dataclasses.replace(settings, check_runs=_wants_check_runs(r), bisects=bisect.for_publish(

@@ -104,7 +104,11 @@ class Voucher:
             self._runs[run_id] = provenance.parse_run(self._client.workflow_run(run_id), run_id)
         return self._runs[run_id]
 
-    def _untrusted(self, run_id: int, head: str) -> str | None:
+    def run_problem(self, run_id: int) -> str | None:
+        """Why run ``run_id`` is no run of the trusted gate on the base branch, of whichever commit (None: it is)."""
+        return self._untrusted(run_id, None)
+
+    def _untrusted(self, run_id: int, head: str | None) -> str | None:
         """Why run ``run_id`` is no run of the trusted gate for ``head`` on the base branch (None: it is)."""
         run = self._record(run_id)
         why = provenance.problem(run, repo=self._repo, workflow=self._need.workflow, base_branch=self._base, head=head)
