@@ -18,6 +18,8 @@ from pathlib import Path
 import pytest
 from gatekit import DS4CI, FOREIGN_SERVER, Workspace
 
+from ds4ci.supervisor import sandbox
+
 pytestmark = pytest.mark.e2e
 
 # The runner's registered command names (its command extensions).
@@ -140,3 +142,29 @@ def test_python_printing_through_the_cli_streams_is_neutralised(tmp_path: Path) 
     assert done.stdout == "a ## [warning]forged\nb : :add-mask: :FAIL\nno newline : :stop-commands: :tok"
     assert done.stderr == "::error::quoted ## [stop-commands]tok\n"
     assert forged(done.stdout + "\n" + done.stderr) == []
+
+
+@pytest.mark.skipif(sandbox.refusal() is not None, reason=f"no sandbox: {sandbox.refusal()}")
+def test_a_commit_subject_with_commands_forges_none_in_a_bisect(tmp_path: Path) -> None:
+    """A bisect prints and summarises commit subjects, which the pull request's author wrote."""
+    from test_bisect import _git, tiny_project
+
+    ws = Workspace.create(tmp_path / "files")
+    good = tiny_project(tmp_path, ws)[0]
+    repo = tmp_path / "engine"
+    _git(repo, "reset", "-q", "--hard", good)
+    (repo / "faults.txt").write_text("leak-fused-verify")
+    _git(repo, "add", "-A")
+    _git(repo, "commit", "-qm", " | ".join(ATTACKS))
+    summary = tmp_path / "summary.md"
+    for extra in ((), ("--json",)):
+        done = subprocess.run([DS4CI, "bisect", "--good", good, "--runner", "box", *extra], cwd=repo,
+                              env={**_actions_env(ws, summary), "DS4CI_CONTAINMENT": "sandbox"},
+                              capture_output=True, text=True, timeout=600, check=False)
+        assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+        _assert_clean(done, summary)
+        if extra:
+            assert json.loads(done.stdout)["first_failing"]["subject"] == " | ".join(ATTACKS)  # read back unchanged
+        else:
+            assert "## [warning]forged" in done.stdout, done.stdout
+    assert "warning&#93;forged" in summary.read_text("utf-8")  # the summary's Markdown quotes it escaped
