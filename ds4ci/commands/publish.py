@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import dataclasses
 import os
+import re
 import sys
 from dataclasses import dataclass
 from pathlib import Path
@@ -103,6 +104,15 @@ def run_publish(
     return publish_documents(verified.load(results, verified.Trust(expected, unverified, keys)), request)
 
 
+def own_run(target_url: str | None, repo: str | None) -> int | None:
+    """The workflow run this publish runs in: ``GITHUB_RUN_ID`` under Actions (report.yml's --target-url names
+    the gate's run, not its own), else the run ``--target-url`` names."""
+    from ds4ci.github.provenance import run_id
+
+    raw = os.environ.get("GITHUB_RUN_ID", "") if os.environ.get("GITHUB_ACTIONS") == "true" else ""
+    return int(raw) if re.fullmatch(r"[1-9][0-9]{0,17}", raw) else run_id(target_url, repo or "")
+
+
 def _trusted_keys(config_file: Path) -> dict[str, tuple[str, ...]]:
     from ds4ci.evidence import attestation
 
@@ -126,7 +136,7 @@ def publish_documents(published: list[Published], request: PublishRequest) -> in
                               comment_author=r.comment_author, merge_config=r.merge_config,
                               expect_config=r.expect_config, calibrations=r.cited(docs),
                               verdicts_out=r.verdicts_out, api_url=r.api_url, token_env=r.token_env,
-                              comment_record=r.comment_record)
+                              comment_record=r.comment_record, own_run=own_run(r.target_url, r.repo))
     try:
         head = publish.results_head(docs, r.sha)
         settings = dataclasses.replace(settings, check_runs=_wants_check_runs(r), bisects=bisect.for_publish(
@@ -202,7 +212,7 @@ def _run_pending(results: list[Path], request: PublishRequest, runner: str | Non
         raise UsageError("--pending needs --sha: the full commit SHA the gate is running on")
     settings = facts.Settings(repo=r.repo, pr=r.pr, target_url=r.target_url, template_dir=r.template_dir,
                               comment_mode=commentmode.OFF if r.no_comment else "always",
-                              comment_author=r.comment_author)
+                              comment_author=r.comment_author, own_run=own_run(r.target_url, r.repo))
     if r.dry_run:
         for status in plan.pending(runner, sha, settings, facts.Facts()).statuses:
             print(f"--- would set status {status.context}={status.state} on {status.sha}: {status.description}")

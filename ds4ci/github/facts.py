@@ -69,6 +69,7 @@ class Settings:
     comment_record: Path | None = None  # where apply writes the id of the comment it wrote (commentrecord)
     api_url: str | None = None
     token_env: str = "GITHUB_TOKEN"  # noqa: S105 - the name of the variable, not a token
+    own_run: int | None = None  # the run this publish runs in (None: the one target_url names); commentrecord
 
     @property
     def comment(self) -> bool:

@@ -220,10 +220,11 @@ def _comment(build: BodyBuilder, settings: Settings, facts: Facts, only_update: 
 
 def record_run(settings: Settings, facts: Facts) -> int | None:
     """The run the comment names as its writer (``commentrecord``): the run whose record vouches for our comment,
-    else this run (``--target-url``), which records the comment once written; None where neither is known."""
+    else the run this publish runs in, which records the comment once written; None where neither is known."""
     if facts.comments and facts.comment_run is not None:
         return facts.comment_run
-    return provenance.run_id(settings.target_url, settings.repo or "")
+    return settings.own_run if settings.own_run is not None else provenance.run_id(settings.target_url,
+                                                                                   settings.repo or "")
 
 
 def lookalikes(facts: Facts) -> tuple[list[str], str]:

@@ -128,3 +128,19 @@ def test_the_cli_writes_the_record_gate_yml_uploads(fake: FakeGitHub, tmp_path: 
     done = subprocess.run(args, capture_output=True, text=True, env=env, check=False, timeout=120)
     assert done.returncode == 0, done.stderr
     assert [c["id"] for c in fake.comments(42)] == [mine["id"]]  # found by its record: updated, not a second one
+
+
+def test_the_reporters_own_run_records_its_comment(
+        fake: FakeGitHub, tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch) -> None:
+    """report.yml (workflow_run, which GitHub starts only from the default branch's file) names its own run
+    (GITHUB_RUN_ID), not the gate run its --target-url links, and records the comment there."""
+    fake.add_run(31, path=".github/workflows/report.yml", event="workflow_run", title="ds4ci report")
+    fake.publishing_run = 31
+    monkeypatch.setenv("GITHUB_RUN_ID", "31")
+    forged = _forge(fake, _forged_pass())
+    _publish(fake, FAIL, tmp_path / "summary.md", capsys)
+    (mine,) = [c for c in fake.comments(42) if c["login"] == ACTIONS_LOGIN and c["id"] != forged["id"]]
+    assert mine["body"].split("\n")[1] == "<!-- ds4ci:comment-of-run 31 -->"
+    said = _publish(fake, PASS, tmp_path / "summary.md", capsys)
+    assert [c["id"] for c in fake.comments(42) if c["id"] != forged["id"]] == [mine["id"]]
+    assert f"comment {forged['id']}" in said and f"comment {mine['id']} updated" in said
