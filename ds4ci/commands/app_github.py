@@ -78,6 +78,10 @@ _CheckRuns = Annotated[
         show_default=False,
     ),
 ]
+_CommentRecord = Annotated[Path | None, typer.Option(
+    metavar="FILE", help='Once the comment is written, its id as one JSON line {"comment_id": N, "artifact": '
+    '"ds4ci-comment-N"}: gate.yml uploads it as an artifact of that name, the record that makes the comment '
+    "ds4ci's where the token posts as github-actions[bot] (docs/security.md).")]
 _CommentMode = Annotated[
     str | None,
     typer.Option("--comment-mode", metavar="MODE", help=table.get("publish", "comment_mode").flag_help(),
@@ -128,10 +132,7 @@ def publish(
                             "each runner's decided state as one JSON line {runner: state} (gate.yml's job `verdict "
                             "<runner>` succeeds only on success). Nothing is written when publish fails.")] = None,
     comment_mode: _CommentMode = None,
-    comment_record: Annotated[Path | None, typer.Option(metavar="FILE", help="Once the comment is written, its id "
-                              'as one JSON line {"comment_id": N, "artifact": "ds4ci-comment-N"}: gate.yml uploads '
-                              "it as an artifact of that name, the record that makes the comment ds4ci's where "
-                              "the token posts as github-actions[bot] (docs/security.md).")] = None,
+    comment_record: _CommentRecord = None,
     bisect: Annotated[list[Path] | None, typer.Option(metavar="FILE", help="A runner's `ds4ci bisect --json` result "
                       "on this head: a section of the comment and the job summary naming the first failing commit "
                       "(never a status). Repeatable, one per runner.")] = None,
