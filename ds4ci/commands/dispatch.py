@@ -3,10 +3,12 @@
 from __future__ import annotations
 
 import os
+import sys
 from pathlib import Path
 
 from ds4ci.errors import EXIT_PASS, UsageError
 from ds4ci.github import dispatch
+from ds4ci.log import Logger
 from ds4ci.options import configpath
 from ds4ci.options import runners as runner_table_of
 
@@ -83,8 +85,8 @@ def run_dispatch_check(
         changed = dispatch.definition_changes(dispatch.fetch_pull_files(repo_name, run.pr, api_url=url, token=token))
         dispatch.refuse_definition_changes(run, changed, event.name)
         if changed:
-            print(f"::warning::pull request #{run.pr} changes the gate's own definition ({', '.join(changed)}); "
-                  "gated because a maintainer dispatched it")
+            Logger.from_env(sys.stdout).warning(f"pull request #{run.pr} changes the gate's own definition "
+                                                f"({', '.join(changed)}); gated because a maintainer dispatched it")
 
     values = dispatch.outputs(run)
     for key, value in values.items():

@@ -21,6 +21,7 @@ from ds4ci.gate.signer import Safeguards, signer
 from ds4ci.log import Logger
 from ds4ci.options import config, protected
 from ds4ci.records import Results
+from ds4ci.textsafe import json_text
 
 # Write credentials a GitHub job may carry. The gate runs the pull request's code (the server it
 # builds) as the same user, which can read ds4ci's environment through /proc/<pid>/environ.
@@ -165,7 +166,7 @@ def _run_gate_command(config_file: Path | None, overrides: Mapping[str, Any], as
 
     announce(log, outcome.results)
     if as_json:
-        sys.stdout.write(json.dumps(summary(outcome.results, cfg), indent=2, sort_keys=True) + "\n")
+        sys.stdout.write(json_text(json.dumps(summary(outcome.results, cfg), indent=2, sort_keys=True)) + "\n")
     return outcome.exit_code
 
 

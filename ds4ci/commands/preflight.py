@@ -12,7 +12,7 @@ from ds4ci.options import config as config_mod
 from ds4ci.options import configpath
 from ds4ci.runner import busy
 from ds4ci.runner.preflight import preflight, render_table
-from ds4ci.textsafe import neutralise
+from ds4ci.textsafe import json_text, neutralise
 
 
 def _progress(message: str) -> None:
@@ -35,7 +35,7 @@ def run_preflight(
                                   check_files=False) if config is not None else None
     report = preflight(gate_config, runner, deadline_s, _progress, busy_wait_s or 0.0)
     if as_json:
-        sys.stdout.write(json.dumps(report.to_json(), indent=2, sort_keys=True, allow_nan=False) + "\n")
+        sys.stdout.write(json_text(json.dumps(report.to_json(), indent=2, sort_keys=True, allow_nan=False)) + "\n")
     else:
         sys.stdout.write(neutralise(render_table(report)))  # a PR-built binary's probes are quoted
     sys.stdout.flush()

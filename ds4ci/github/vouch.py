@@ -31,6 +31,7 @@ from ds4ci.github.shapes import check_runs
 from ds4ci.github.statuses import Status
 
 VERDICT_JOB = "verdict {runner}"  # gate.yml's job that succeeds only when that runner's published verdict passed
+REPORTER = ".github/workflows/report.yml"  # ds4ci's reporter for forks, started only by workflow_run
 IN_HISTORY = ("identical", "behind")  # compare BASE...SHA: SHA is the branch's tip or one of its ancestors
 
 
@@ -104,7 +105,16 @@ class Voucher:
             self._runs[run_id] = provenance.parse_run(self._client.workflow_run(run_id), run_id)
         return self._runs[run_id]
 
-    def _untrusted(self, run_id: int, head: str) -> str | None:
+    def run_problem(self, run_id: int) -> str | None:
+        """Why run ``run_id`` is no run of the trusted gate on the base branch, of whichever commit, nor of the
+        reporter (None: it is one of them). A ``workflow_run`` run is always of the default branch's file: GitHub
+        starts one only from there, so a pull request cannot make one of its own copy of report.yml."""
+        run = self._record(run_id)
+        if (run.path.partition("@")[0], run.event, run.repo.lower()) == (REPORTER, "workflow_run", self._repo.lower()):
+            return None
+        return self._untrusted(run_id, None)
+
+    def _untrusted(self, run_id: int, head: str | None) -> str | None:
         """Why run ``run_id`` is no run of the trusted gate for ``head`` on the base branch (None: it is)."""
         run = self._record(run_id)
         why = provenance.problem(run, repo=self._repo, workflow=self._need.workflow, base_branch=self._base, head=head)

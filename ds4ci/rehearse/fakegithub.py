@@ -109,6 +109,11 @@ class FakeGitHub(FakeState):
                                   "check_suite_id": 50000 + run_id, "attempts": [dict(jobs or {})]}
         return f"https://github.com/{full}/actions/runs/{run_id}"
 
+    def add_artifact(self, run_id: int, name: str) -> None:
+        """An artifact of run ``run_id`` (only that run's own job could have uploaded it), listed by name."""
+        with self.lock:
+            self._runs[run_id].setdefault("artifacts", []).append(name)
+
     def add_attempt(self, run_id: int, jobs: dict[str, str]) -> None:
         """A re-run of every job of ``run_id``: a new attempt (run_attempt + 1) whose jobs concluded ``jobs``."""
         with self.lock:

@@ -149,14 +149,16 @@ def _count(fake: FakeGitHub, *published: Published) -> Counter[str]:
     return Counter(f"{m} {_VARIABLE.sub('#', p)}" for m, p in fake.requests[before:])
 
 
-def test_first_publish_and_update_on_a_pr_with_150_comments_take_at_most_12_requests(fake: FakeGitHub) -> None:
+def test_first_publish_and_update_on_a_pr_with_150_comments_take_at_most_12_and_15_requests(fake: FakeGitHub) -> None:
     for i in range(150):
         fake.add_comment(42, f"review comment {i}", "someone")
     first = _count(fake, *KINDS["pass"]())
     assert sum(first.values()) <= 12, first
     update = _count(fake, Published(_doc("fail.json"), may_set_status=True),
                     Published(_doc("pass-second-runner.json"), may_set_status=True))
-    assert sum(update.values()) <= 12, update
+    # 3 more: the record that the comment found is ours (the run it names, that run in the base branch's
+    # history, the run's artifacts), as github-actions[bot] posts for every workflow
+    assert sum(update.values()) <= 15, update
     again = _count(fake, Published(_doc("fail.json"), may_set_status=True),
                    Published(_doc("pass-second-runner.json"), may_set_status=True))
     assert not [k for k in again if not k.startswith("GET ")], again  # nothing new to say: nothing written
