@@ -273,7 +273,10 @@ def choose_oracle(attempt: Path, keys: Sequence[str], settings: Settings) -> Ora
     Otherwise an exact-differential trace collected from any arm (its tokens records: every arm must have
     one). Otherwise ds4ci's own tiny models, known from the target's SHA-256 as ds4ci hashed it (never from
     the answers' look): their answers spell their token IDs. Otherwise the answers' text, only where the
-    config opts in ([gate] text_parity). Otherwise none."""
+    config opts in ([gate] text_parity). Otherwise none; and none for a server that does not speak the protocol
+    (``speaks_protocol``), whatever its answers."""
+    if not speaks_protocol(attempt, keys):
+        return None
     if modeless.prints_trace(attempt, keys):
         return ORACLE_TRACE
     if any(os.path.lexists(attempt / exact_trace_path(k)) for k in keys):  # a link too: it is refused when read
@@ -283,6 +286,12 @@ def choose_oracle(attempt: Path, keys: Sequence[str], settings: Settings) -> Ora
     if settings.text_parity:
         return ORACLE_TEXT
     return None
+
+
+def speaks_protocol(attempt: Path, keys: Sequence[str]) -> bool:
+    """Whether the server shows any sign of the DS4 protocol: a DS4 line in some arm's log, or an exact-differential
+    trace file (``modeless.SILENT`` when neither)."""
+    return any(os.path.lexists(attempt / exact_trace_path(k)) for k in keys) or modeless.prints_ds4(attempt, keys)
 
 
 def no_ids_reason(banner: bool) -> str:
@@ -373,7 +382,8 @@ def overall(
     """The attempt's verdict: an error that stopped the run outranks everything judged after it.
 
     With ``attempt`` (the sealed evidence), a build that answered target-only requests but printed no
-    reference-exact line in any arm gets the one reason of ``modeless.no_mode_reason``."""
+    reference-exact line in any arm gets the one reason of ``modeless.no_mode_reason`` (``modeless.SILENT`` where
+    no arm printed a DS4 line at all)."""
     if run_reasons:
         return ERROR, list(run_reasons)
     if build is not None and build["status"] != PASS:  # nothing ran after a build that did not pass
@@ -411,4 +421,6 @@ def _modeless(attempt: Path, widths: Sequence[WidthResult]) -> str | None:
     except EvidenceError:
         return None
     keys = [TARGET_KEY, *(server_key(w["q"]) for w in widths)]
-    return modeless.no_mode_reason(attempt, keys) if answered else None
+    if not answered:
+        return None
+    return modeless.SILENT if not speaks_protocol(attempt, keys) else modeless.no_mode_reason(attempt, keys)

@@ -27,6 +27,8 @@ FOREIGN_BEHAVIOUR:
   deep-answer            every completion answer is an array nested 30000 levels deep
   drip-answer            every completion answer is sent one byte every FOREIGN_DRIP_S (default 0.5) s
   endless-props          GET /props answers chunked with a chunk size of -1, then bytes without end
+  silent                 answers the HTTP API as "good" does, but prints no DS4 line at all (an engine that does not
+                         speak the protocol: its own log lines only)
   fill-tmp               before it serves, writes files of 1 MiB into /tmp until a write fails or 168 MiB are written
 """
 
@@ -164,6 +166,8 @@ def main() -> int:
                     out.append((UPSTREAM_TRACE_TARGET, False))
                 return out, [8, 13, 21]
             ids = tokens(body["messages"][0]["content"], n)
+            if behaviour == "silent":  # its own kind of log line, never one of the DS4 families
+                return [(f"srv  update_slots: id 0 | task 1 | n_predict = {n}, prompt done", False)], ids
             if speculating and behaviour == "mismatch":
                 ids[5] += 1
             if speculating:
