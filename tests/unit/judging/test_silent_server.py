@@ -81,3 +81,16 @@ def test_a_log_without_any_ds4_line_is_one_error_and_no_parity_ratio(name: str, 
 def test_the_message_says_what_was_expected_and_where_to_read_it() -> None:
     assert modeless.SILENT.startswith("this server does not print the DS4 reference-exact protocol (expected ")
     assert "docs/protocol.md" in modeless.SILENT
+
+
+@pytest.mark.parametrize(("doc", "before", "link"), [("README.md", "## Quick start", "(docs/protocol.md)"),
+                                                     ("docs/adopting.md", "## 0.", "(protocol.md)")])
+def test_who_fits_is_said_before_anything_else(doc: str, before: str, link: str) -> None:
+    """README's first screen and adopting.md's opening say what a server must do, link protocol.md, and quote
+    the error a server that does not speak it gets."""
+    text = (TESTS.parent / doc).read_text(encoding="utf-8")
+    opening = text[:text.index(before)]
+    for needed in ("[ds4-exact-verify-trace]", "[ds4-spec] reference-exact verifier:", "[ds4-spec] gen=",
+                   "DFLASH_", "LUCE_", "SPEC_REFERENCE_EXACT=1", "GET /health", "POST /v1/chat/completions", link,
+                   modeless.SILENT[:modeless.SILENT.index(" (")]):
+        assert needed in opening, (doc, needed)
