@@ -62,7 +62,7 @@ COMMANDS: Final[dict[str, tuple[tuple[int, str], ...]]] = {
                (3, "error: the bundle does not verify (tampered, unreadable, malformed or not a bundle)"),
                (4, "intact and consistent, but the gate reached no verdict (verdict error)"),
                (5, "intact, but sealed with an evidence schema this ds4ci cannot read: the message names the "
-                   "`pip install ds4ci==VERSION` that can")),
+                   "install line (from ds4ci's tag vVERSION) of the ds4ci that can")),
     "publish": ((0, "published (a failing gate published correctly is 0 too)"),
                 (2, "refused input: nothing is posted"), (3, "error: GitHub failed or refused")),
     "preflight": ((0, "ready"), (2, "usage, or a config file that is invalid (a TODO pin included)"),
