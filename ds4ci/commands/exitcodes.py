@@ -35,7 +35,9 @@ COMMANDS: Final[dict[str, tuple[tuple[int, str], ...]]] = {
     "upgrade": ((0, "the workflows written"), (2, "refused: a bad ref, or no workflows here; nothing is written")),
     "pin": ((0, "written, or nothing to change"),
             (2, "the file is missing or invalid, or a pin is not on one line of its table; nothing is written")),
-    "config check": ((0, "valid"), (2, "invalid: each problem is listed once, every TODO pin named")),
+    "config check": ((0, "valid"), (2, "invalid: each problem is listed once, every TODO pin named, and what "
+                                       "`config runners` or `merge-check` would refuse (a file that names no runner, "
+                                       "`[merge] runners = []`)")),
     "config runners": ((0, "printed"), (2, "the file names no runner, or a runner table is invalid")),
     "gate": ((0, "pass"), (1, "fail"), (2, "usage or configuration error (nothing ran)"),
              (3, "error, no verdict: a pinned file missing or not matching its pin, a stale override, a crash or hang, "
