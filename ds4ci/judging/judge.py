@@ -15,7 +15,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from ds4ci.judging import confined, coverage, coverpolicy, exacttrace, modeless, strictjson
+from ds4ci.judging import confined, coverage, coverpolicy, crash, exacttrace, modeless, strictjson
 from ds4ci.judging.answer import read_answer
 from ds4ci.judging.attribution import ServerLog, attribute
 from ds4ci.judging.counters import request_steps
@@ -404,7 +404,7 @@ def overall(
         reasons.extend(target["reasons"])
         for width in widths:
             verdicts.append(width["verdict"])
-            reasons.extend(width["reasons"])
+            reasons.extend(crash.run_reason(r, target["verdict"] == PASS) for r in width["reasons"])
     for check in checks:
         verdicts.append(check["status"])
         if check["status"] != "pass":

@@ -12,6 +12,7 @@ FOREIGN_BEHAVIOUR:
   good                   the format above
   mismatch               spec arm: token 5 differs
   crash-on-request       exits 9 on the first completion
+  crash-on-spec-request  speculative arm only: exits 9 on the first completion without printing a line
   crash-on-props         exits 9 on GET /props, after printing an assertion line to stderr
   upstream-lines         prints exactly the upstream gate's example lines, whatever is asked
   trace-stdout           the trace goes to stdout
@@ -189,7 +190,7 @@ def main() -> int:
 
         def do_POST(self) -> None:
             body = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
-            if behaviour == "crash-on-request":
+            if behaviour == "crash-on-request" or (behaviour == "crash-on-spec-request" and spec_asked):
                 os._exit(9)
             lines, ids = self.lines_for(body)
             late = behaviour == "summary-after-response"
