@@ -3,10 +3,11 @@ parity ratio, whatever oracle the config would allow (tests/servers/foreign_serv
 
 from __future__ import annotations
 
+import subprocess
 from pathlib import Path
 
 import pytest
-from gatekit import FOREIGN_SERVER, Workspace
+from gatekit import DS4CI, FOREIGN_SERVER, Workspace
 
 from ds4ci.judging.modeless import SILENT
 
@@ -27,6 +28,9 @@ def test_a_server_that_prints_no_ds4_line_is_told_so_and_shows_no_parity(tmp_pat
     rows = [line.split("|") for line in run.stdout.splitlines() if line.startswith("q=")]
     assert [(r[0].strip(), r[1].strip(), r[-1].strip()) for r in rows] == [("q=2", "-", "error"), ("q=3", "-", "error")]
     assert "parity" in run.stdout.splitlines()[1]  # the column is there, and empty
+    verified = subprocess.run([DS4CI, "verify", run.results["evidence"]["dir"]], capture_output=True, text=True,
+                              timeout=120, check=False)
+    assert verified.returncode == 4, verified.stdout + verified.stderr  # intact and consistent: no verdict
 
 
 def test_the_same_server_printing_the_protocol_passes(tmp_path: Path) -> None:
