@@ -33,6 +33,15 @@ def _arms(attempt: Path) -> list[str]:
     return sorted(p.name for p in (attempt / "servers").iterdir() if p.is_dir())
 
 
+def _strip_ds4_lines(attempt: Path) -> None:
+    """Every arm's logs without their DS4-tagged lines: what a server that does not speak the protocol leaves."""
+    for arm in _arms(attempt):
+        for stream in ("stderr.log", "stdout.log"):
+            log = attempt / "servers" / arm / stream
+            log.write_bytes(b"".join(line for line in log.read_bytes().splitlines(keepends=True)
+                                     if not line.startswith(DS4_TAGS)))
+
+
 def test_there_are_real_bundles_to_read() -> None:
     assert len(BUNDLES) >= 10 and REAL / "h200-62880e2" / "public.bundle.tar.gz" in BUNDLES
 
@@ -63,11 +72,7 @@ def test_a_log_without_any_ds4_line_is_one_error_and_no_parity_ratio(name: str, 
     attempt = _attempt(REAL / f"{name}.bundle.tar.gz", tmp_path)
     before = derive(attempt)
     assert modeless.SILENT not in before["reasons"]
-    for arm in _arms(attempt):
-        for stream in ("stderr.log", "stdout.log"):
-            log = attempt / "servers" / arm / stream
-            kept = [line for line in log.read_bytes().splitlines(keepends=True) if not line.startswith(DS4_TAGS)]
-            log.write_bytes(b"".join(kept))
+    _strip_ds4_lines(attempt)
     assert not judge.speaks_protocol(attempt, _arms(attempt))
     doc = derive(attempt)
     assert (doc["verdict"], doc["reasons"][0], doc["exit_code"]) == ("error", modeless.SILENT, 3)
@@ -94,3 +99,17 @@ def test_who_fits_is_said_before_anything_else(doc: str, before: str, link: str)
                    "DFLASH_", "LUCE_", "SPEC_REFERENCE_EXACT=1", "GET /health", "POST /v1/chat/completions", link,
                    modeless.SILENT[:modeless.SILENT.index(" (")]):
         assert needed in opening, (doc, needed)
+
+
+def test_no_oracle_is_chosen_for_a_silent_server_whatever_the_target_or_the_config(tmp_path: Path) -> None:
+    """Not the tiny models' words (a target ds4ci wrote), not opted-in text parity: a silent server's answers are
+    never compared; the same evidence with its DS4 lines left in gets the oracle those allow."""
+    from ds4ci.judging.oracle import ORACLE_WORDS
+    from ds4ci.judging.tinywords import KNOWN_TARGETS
+
+    attempt = _attempt(REAL / "h200-62880e2" / "fixed-verify.bundle.tar.gz", tmp_path)
+    tiny = judge.Settings(widths=(2, 3, 4), repeats=2, seed=1234, max_tokens=96, prompt_sha256s=("0" * 64,),
+                          target_sha256=next(iter(KNOWN_TARGETS)), text_parity=True)
+    assert judge.choose_oracle(attempt, _arms(attempt), tiny) == ORACLE_WORDS
+    _strip_ds4_lines(attempt)
+    assert judge.choose_oracle(attempt, _arms(attempt), tiny) is None
