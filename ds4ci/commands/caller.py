@@ -46,7 +46,7 @@ def render(ref: str | None) -> str:
 # OWNER/NAME@REF` moves both pins below (they must name the same ds4ci). Settings: ds4ci.toml. Dispatch
 # inputs it also reads when offered here: runners, allow-focused-reruns, bisect (ds4ci's docs/adopting.md).
 # actionlint's cache-call-unrestricted: the called workflow uses no cache, and act (`ds4ci rehearse`) does
-# not know `cache-mode` yet; ds4ci's docs/adopting.md gives the one-line actionlint.yaml suppression.
+# not know `cache-mode` yet; ds4ci's docs/adopting.md gives the actionlint.yaml entry that suppresses it.
 name: ds4ci gate
 run-name: ds4ci gate ${{{{ inputs.head-sha || github.event.pull_request.head.sha }}}}
 on:
