@@ -274,8 +274,8 @@ def choose_oracle(attempt: Path, keys: Sequence[str], settings: Settings) -> Ora
     one). Otherwise ds4ci's own tiny models, known from the target's SHA-256 as ds4ci hashed it (never from
     the answers' look): their answers spell their token IDs. Otherwise the answers' text, only where the
     config opts in ([gate] text_parity). Otherwise none; and none for a server that does not speak the protocol
-    (``speaks_protocol``), whatever its answers."""
-    if not speaks_protocol(attempt, keys):
+    (``modeless.speaks_protocol``), whatever its answers."""
+    if not modeless.speaks_protocol(attempt, keys):
         return None
     if modeless.prints_trace(attempt, keys):
         return ORACLE_TRACE
@@ -286,12 +286,6 @@ def choose_oracle(attempt: Path, keys: Sequence[str], settings: Settings) -> Ora
     if settings.text_parity:
         return ORACLE_TEXT
     return None
-
-
-def speaks_protocol(attempt: Path, keys: Sequence[str]) -> bool:
-    """Whether the server shows any sign of the DS4 protocol: a DS4 line in some arm's log, or an exact-differential
-    trace file (``modeless.SILENT`` when neither)."""
-    return any(os.path.lexists(attempt / exact_trace_path(k)) for k in keys) or modeless.prints_ds4(attempt, keys)
 
 
 def no_ids_reason(banner: bool) -> str:
@@ -421,6 +415,4 @@ def _modeless(attempt: Path, widths: Sequence[WidthResult]) -> str | None:
     except EvidenceError:
         return None
     keys = [TARGET_KEY, *(server_key(w["q"]) for w in widths)]
-    if not answered:
-        return None
-    return modeless.SILENT if not speaks_protocol(attempt, keys) else modeless.no_mode_reason(attempt, keys)
+    return modeless.run_reason(attempt, keys) if answered else None

@@ -17,10 +17,11 @@ It reads only sealed files of the attempt: the servers' logs.
 
 from __future__ import annotations
 
+import os
 from collections.abc import Sequence
 from pathlib import Path
 
-from ds4ci.judging import confined
+from ds4ci.judging import confined, exacttrace
 from ds4ci.judging.protocol import BANNER, MALFORMED, SUMMARY, TRACE, TRACE_TAG, LogRecord, prints_ds4_line, scan_log
 
 NO_MODE = (
@@ -95,3 +96,16 @@ def prints_ds4(attempt: Path, keys: Sequence[str]) -> bool:
             except (confined.ConfinedError, OSError):
                 return True
     return False
+
+
+def speaks_protocol(attempt: Path, keys: Sequence[str]) -> bool:
+    """Whether the server shows any sign of the DS4 protocol: a DS4 line in some arm's log, or an exact-differential
+    trace file in some arm (``SILENT`` when neither)."""
+    traced = any(os.path.lexists(attempt / "servers" / key / exacttrace.EVIDENCE_NAME) for key in keys)
+    return traced or prints_ds4(attempt, keys)
+
+
+def run_reason(attempt: Path, keys: Sequence[str]) -> str | None:
+    """The run's one reason for a server that cannot be judged for want of the protocol: ``SILENT`` where no arm
+    printed a DS4 line, ``NO_MODE`` where it printed no reference-exact one; None when it has the mode."""
+    return SILENT if not speaks_protocol(attempt, keys) else no_mode_reason(attempt, keys)

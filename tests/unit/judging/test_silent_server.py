@@ -49,7 +49,7 @@ def test_there_are_real_bundles_to_read() -> None:
 @pytest.mark.parametrize("bundle", BUNDLES, ids=[str(b.relative_to(REAL)) for b in BUNDLES])
 def test_no_real_servers_log_is_called_silent(bundle: Path, tmp_path: Path) -> None:
     attempt = _attempt(bundle, tmp_path)
-    assert judge.speaks_protocol(attempt, _arms(attempt))
+    assert modeless.speaks_protocol(attempt, _arms(attempt))
     assert modeless.SILENT not in derive(attempt)["reasons"]
 
 
@@ -63,7 +63,7 @@ def test_the_engines_own_lines_alone_are_not_silence(tmp_path: Path) -> None:
         if arm != "target-only":
             for stream in ("stderr.log", "stdout.log"):
                 (attempt / "servers" / arm / stream).write_bytes(b"")
-    assert judge.speaks_protocol(attempt, _arms(attempt))
+    assert modeless.speaks_protocol(attempt, _arms(attempt))
     assert derive(attempt)["reasons"] == [modeless.NO_MODE]
 
 
@@ -73,7 +73,7 @@ def test_a_log_without_any_ds4_line_is_one_error_and_no_parity_ratio(name: str, 
     before = derive(attempt)
     assert modeless.SILENT not in before["reasons"]
     _strip_ds4_lines(attempt)
-    assert not judge.speaks_protocol(attempt, _arms(attempt))
+    assert not modeless.speaks_protocol(attempt, _arms(attempt))
     doc = derive(attempt)
     assert (doc["verdict"], doc["reasons"][0], doc["exit_code"]) == ("error", modeless.SILENT, 3)
     assert set(doc["reasons"][1:]) <= set(before["reasons"])  # what the tree adds (41ee7d0 was built modified)
