@@ -110,7 +110,7 @@ def verify(
     Exit codes: 0: every bundle intact, consistent and passing; 1: intact and consistent, some failing;
     4: intact and consistent, but the gate reached no verdict (verdict error); 3: does not verify:
     tampered, unreadable or not a bundle (the message says what); 5: intact, but of an evidence schema
-    this ds4ci cannot read (the message names the `pip install ds4ci==VERSION` that can); 2: a path that
+    this ds4ci cannot read (the message names the install line, from ds4ci's tag vVERSION, of the ds4ci that can); 2: a path that
     does not exist, or a bad flag. With several bundles the most severe code wins, in the order 3, 5, 4, 1, 0.
     """
     from ds4ci.commands.verify import run_verify

@@ -7,6 +7,7 @@ Computed once here rather than in Jinja; every helper takes validated, typed rec
 
 from __future__ import annotations
 
+import re
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -207,6 +208,19 @@ def present(values: dict[str, str | None], keys: Sequence[str] | None = None) ->
 HOST_KEYS = ("os", "kernel", "cpu")  # a glance; the fingerprint in the bundle has every field
 
 
+_QUOTING_ARM = re.compile(r"(target-only|reference-exact q=[0-9,]+)(?=:| crashed)")
+_NOTHING_QUOTED = ("(empty logs)",)  # what evidence of earlier versions quoted for two empty logs
+
+
+def quote_of(reason: str) -> tuple[str, list[str]]:
+    """What a reason quotes below its first line (a server's log lines), labelled with the arm whose log it is,
+    or with "its reason"; no lines when it quotes nothing, or only that the logs were empty."""
+    lines = reason.strip().splitlines()
+    arm = _QUOTING_ARM.search(lines[0]) if lines else None
+    quoted = lines[1:] if tuple(lines[1:]) != _NOTHING_QUOTED else []
+    return (f"Log of {arm.group(1)}, quoted with its reason" if arm else "Quoted with its reason"), quoted
+
+
 def target_only_words(doc: Results) -> str:
     """The target-only arm in the terminal's and the comment's words.
 
@@ -216,7 +230,8 @@ def target_only_words(doc: Results) -> str:
     if target["verdict"] == "not_run":
         return "not run"
     if not any(p["n"] is not None or p["ids_sha256"] is not None for p in target["prompts"]):
-        return f"{target['verdict']} (no answer)"
+        unread = "oracle" in target and target["oracle"] is None  # answered or not, no IDs were read from it
+        return f"{target['verdict']} ({'no parity oracle' if unread else 'no answer'})"
     return f"{target['verdict']} (deterministic: {yes_no(target['deterministic'])})"
 
 
@@ -316,7 +331,7 @@ def runner_context(
         # The comment shows a passing gate runner as one collapsed line; the job summary and the check run in full.
         "glance": kind == "comment" and verdict == "pass" and doc["runner"]["role"] == "gate" and not detail.stub,
         "reason_lines": [first_line(r) for r in grouped_reasons(doc["reasons"])],
-        "reason_more": [r.strip().splitlines()[1:] for r in grouped_reasons(doc["reasons"])],
+        "reason_more": [quote_of(r) for r in grouped_reasons(doc["reasons"])],
         "rejected_drafts": rejected_drafts(doc),
         "coverage_words": list(words.coverage),
         "coverage_doc": docs_link(*COVERAGE_DOC),

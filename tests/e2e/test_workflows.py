@@ -95,20 +95,38 @@ def test_zizmor_catches_template_injection_in_a_run_script(tmp_path: Path) -> No
     assert proc.returncode != 0 and "template-injection" in proc.stdout + proc.stderr
 
 
-def test_the_caller_init_writes_is_lint_clean_and_asks_for_what_the_called_jobs_need(tmp_path: Path) -> None:
-    """init's short gate.yml: actionlint, zizmor and the schema are clean, and its one job grants exactly the
-    permissions the called workflow's jobs ask for (a called job gets no more than its caller allows).
+def _documented_actionlint_suppression() -> str:
+    """The `.github/actionlint.yaml` block docs/adopting.md gives adopters for the caller (the one tested here)."""
+    text = (ROOT / "docs" / "adopting.md").read_text(encoding="utf-8")
+    blocks = re.findall(r"```yaml\n(paths:\n.*?)```", text, flags=re.DOTALL)
+    assert len(blocks) == 1, f"expected one actionlint `paths:` block in docs/adopting.md, found {len(blocks)}"
+    return str(blocks[0])
 
-    actionlint's advice to set `cache-mode` on the calling job is not taken: act (the local runs) rejects the
-    key, and the called workflow uses no cache."""
+
+@pytest.mark.parametrize("at", ["v0.1.0", "a" * 40], ids=["tag-pin", "commit-pin"])
+def test_the_caller_init_writes_is_lint_clean_and_asks_for_what_the_called_jobs_need(tmp_path: Path, at: str) -> None:
+    """init's short gate.yml, pinned to a tag or to a commit: actionlint (with the suppression docs/adopting.md
+    gives, and no other), zizmor (the tag pin's suppression is on its `uses:` line) and the schema are clean,
+    and its one job grants exactly the permissions the called workflow's jobs ask for (a called job gets no
+    more than its caller allows).
+
+    actionlint's advice to set `cache-mode` on the calling job is not taken: act (the local runs, `ds4ci
+    rehearse`) rejects the key, and the called workflow uses no cache."""
     from ds4ci.commands import caller
 
     folder = tmp_path / ".github" / "workflows"
     folder.mkdir(parents=True)
     subprocess.run(["git", "init", "-q", str(tmp_path)], check=True)  # actionlint lints a repository's workflows
-    (folder / "gate.yml").write_text(caller.render(f"acme/ds4ci@{'a' * 40}"))
+    text = caller.render(f"acme/ds4ci@{at}")
+    (folder / "gate.yml").write_text(text)
+    assert ("zizmor: ignore[unpinned-uses]" in text) == (at == "v0.1.0")  # a commit pin needs none
     env = {k: v for k, v in os.environ.items() if k not in ("GH_TOKEN", "GITHUB_TOKEN", "ZIZMOR_GITHUB_TOKEN")}
-    for cmd in ([_tool("actionlint"), "-no-color", "-oneline", "-ignore", "no explicit cache access limit"],
+    bare = subprocess.run([_tool("actionlint"), "-no-color", "-oneline"], cwd=tmp_path, capture_output=True,
+                          text=True, timeout=300, env=env)
+    assert bare.returncode == 1 and bare.stdout.count("\n") == 1 and "[cache-call-unrestricted]" in bare.stdout, \
+        bare.stdout + bare.stderr  # the one finding the documented suppression is for
+    (tmp_path / ".github" / "actionlint.yaml").write_text(_documented_actionlint_suppression())
+    for cmd in ([_tool("actionlint"), "-no-color", "-oneline"],
                 [_tool("zizmor"), "--offline", "--no-progress", "."],
                 [_tool("check-jsonschema"), "--builtin-schema", "vendor.github-workflows", str(folder / "gate.yml")]):
         proc = subprocess.run(cmd, cwd=tmp_path, capture_output=True, text=True, timeout=300, env=env)
