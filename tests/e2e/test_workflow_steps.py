@@ -38,7 +38,9 @@ def _run(step: dict[str, Any], tmp: Path, cwd: Path, env: dict[str, str],
     out.write_text("")
     (tmp / "github-env").touch()
     base = {k: v for k, v in os.environ.items() if not k.startswith(("GITHUB_", "RUNNER_", "DS4CI"))}
-    full = {**base, "GITHUB_OUTPUT": str(out), "GITHUB_ENV": str(tmp / "github-env"), "RUNNER_TEMP": str(tmp), **env}
+    declared = {k: "" for k in step.get("env") or {}}  # GitHub sets every key a step declares (an empty value too)
+    full = {**base, "GITHUB_OUTPUT": str(out), "GITHUB_ENV": str(tmp / "github-env"), "RUNNER_TEMP": str(tmp),
+            **declared, **env}
     proc = subprocess.run([*shell, str(script)], cwd=cwd, env=full, capture_output=True, text=True, timeout=120)
     outputs = dict(line.split("=", 1) for line in out.read_text().splitlines() if "=" in line)
     return proc, outputs
@@ -207,6 +209,34 @@ def test_the_trusted_settings_are_written_beside_the_pr_s_config(tmp_path: Path)
     assert proc.returncode == 0, proc.stdout + proc.stderr
     assert outputs["config"] == "./.ds4ci-trusted.toml" and "this pull request changes ds4ci.toml" in outputs["note"]
     assert (workspace / "subject" / ".ds4ci-trusted.toml").read_text() == "[gate]\nwidths = [2, 3, 4]\n"
+    assert "merge queue" not in outputs["note"]  # a pull request's run gated its head
+
+
+def test_a_merge_queue_s_run_says_it_gated_the_merge_commit(tmp_path: Path) -> None:
+    workspace, _ = _settings_workspace(tmp_path)
+    (workspace / "subject" / "ds4ci.toml").write_text("[gate]\nwidths = [2, 3, 4]\n")  # the same settings
+    merge = "c" * 40
+    proc, outputs = _run(_step(GATE_YML, "settings", "gate"), tmp_path, workspace,
+                         {"DS4CI_CONFIG": "ds4ci.toml", "DS4CI_GATED": "merge", "DS4CI_QUEUED_PR": "7",
+                          "DS4CI_HEAD_SHA": merge})
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert outputs["note"] == (f"merge queue: this run gated the merge commit {merge} (the entry of pull request #7), "
+                               "not the pull request's head")
+
+
+@pytest.mark.parametrize(("queue_base", "github_sha", "expected"), [
+    ("", "a" * 40, "a" * 40), ("b" * 40, "a" * 40, "b" * 40), ("", "", None), ("main", "a" * 40, None)],
+    ids=["pull_request_target or a dispatch: GITHUB_SHA", "merge_group: the queue's base", "none", "not a commit"])
+def test_the_trusted_settings_commit_is_the_default_branch_s(tmp_path: Path, queue_base: str, github_sha: str,
+                                                             expected: str | None) -> None:
+    """pull_request_target runs the default branch's gate.yml with GITHUB_SHA its tip, whatever the pull request's
+    base: the settings are taken from that same commit (a merge queue: from its base, the default branch)."""
+    proc, outputs = _run(_step(GATE_YML, "settings", "plan"), tmp_path, tmp_path,
+                         {"DS4CI_QUEUE_BASE_SHA": queue_base, "GITHUB_SHA": github_sha})
+    if expected is None:
+        assert proc.returncode == 2 and "expected a 40-hex commit" in proc.stdout, proc.stdout + proc.stderr
+    else:
+        assert proc.returncode == 0 and outputs["sha"] == expected, proc.stdout + proc.stderr
 
 
 @pytest.mark.parametrize("link", ["file", "dangling", "folder"])
