@@ -113,8 +113,7 @@ def test_a_forks_pull_request_without_an_approval_never_reaches_the_gpu_runners(
     repo, head, others = _engine(tmp_path, models, mode)
     fake.add_pull(7, head)
     fake.set_pull_files(7, ["CHANGE.txt"])
-    pull = pull_request_payload(repo, 7, head)
-    pull["head"]["repo"] = {"full_name": "mallory/engine"}
+    pull = pull_request_payload(repo, 7, head, fork="mallory/engine")
 
     proc = run_act(tmp_path, repo, fake, wheelhouse, models, {}, pull=pull, others=others)
 
