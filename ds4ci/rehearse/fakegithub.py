@@ -112,6 +112,11 @@ class FakeGitHub(FakeState):
                                   "check_suite_id": 50000 + run_id, "attempts": [dict(jobs or {})]}
         return f"https://github.com/{full}/actions/runs/{run_id}"
 
+    def record_jobs(self, run_id: int, jobs: dict[str, str]) -> None:
+        """The jobs GitHub recorded for the latest attempt of ``run_id`` once it finished (name -> conclusion)."""
+        with self.lock:
+            self._runs[run_id]["attempts"][-1] = dict(jobs)
+
     def add_attempt(self, run_id: int, jobs: dict[str, str]) -> None:
         """A re-run of every job of ``run_id``: a new attempt (run_attempt + 1) whose jobs concluded ``jobs``."""
         with self.lock:
