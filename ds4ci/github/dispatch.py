@@ -75,7 +75,7 @@ class PullHead:
     number: int
     state: str
     head_sha: str
-    base_ref: str = ""  # the branch the PR merges into: a trusted gate run's definition comes from it
+    base_ref: str = ""  # the branch the PR merges into (the definition and settings that gate it are the default branch's)
 
 
 # What defines the gate itself: a pull request that changes one of these gets no run from pull_request_target

@@ -70,7 +70,11 @@ def record_run(fake: FakeGitHub, run: ActRun) -> None:
         fake.add_run(RUN_ID, event=run.event, head_branch=str(run.merge_group["head_ref"]).removeprefix("refs/heads/"),
                      head_sha=run.head_sha, title=f"ds4ci gate {run.head_sha}")
         return
-    fake.add_run(RUN_ID, event=run.event, head_branch=run.default_branch, title=f"ds4ci gate {run.head_sha}")
+    # GitHub today (and act, which plays an older GitHub, does not): the run's commit is the default branch's tip.
+    tip = subprocess.run(["git", "-C", str(run.repo), "rev-parse", "--verify", "--quiet",
+                          f"refs/heads/{run.default_branch}^{{commit}}"], capture_output=True, text=True, check=False)
+    fake.add_run(RUN_ID, event=run.event, head_branch=run.default_branch, title=f"ds4ci gate {run.head_sha}",
+                 head_sha=tip.stdout.strip() or None)
 
 
 def payload(run: ActRun) -> dict[str, Any]:

@@ -2,7 +2,9 @@
 
 * pull_request_target runs the default branch's gate.yml (GitHub, since 2025-12-08) whatever the pull
   request's base: a pull request into main and one into a release branch are gated with the default branch's
-  settings, and merge-check, reading GitHub's record of the run, says each is ready.
+  settings, and merge-check, reading GitHub's record of the run, says each is ready. (act 0.2.89 still plays the
+  older GitHub: its GITHUB_SHA is the base's tip; the settings' commit comes from GitHub's record of the run, which
+  the fake holds as GitHub makes it today, so the release branch's own, broken, ds4ci.toml is never read.)
 * actions/checkout v7.0.1 (v6.1.0 too) refuses a fork pull request's head under pull_request_target unless the
   step sets ``allow-unsafe-pr-checkout: true``; the checkout stand-in keeps that guard (tests/unit/rehearse/
   test_checkout_guard.py), so an approved fork's run that reaches its statuses passed it.
@@ -64,6 +66,10 @@ def test_a_pull_request_into_the_default_or_a_release_branch_is_gated_and_merge_
     main = git(repo, "rev-parse", "main")
     git(repo, "checkout", "-q", "-b", "release", "main")
     (repo / "RELEASE.txt").write_text("the release branch moved on\n")
+    # The release branch's own ds4ci.toml pins a target that matches nothing: were it read, the gate would fail.
+    toml = (repo / "ds4ci.toml").read_text()
+    pin = next(line for line in toml.splitlines() if line.startswith("target_sha256"))
+    (repo / "ds4ci.toml").write_text(toml.replace(pin, f'target_sha256 = "{"f" * 64}"'))
     git(repo, "add", "-A")
     git(repo, "commit", "-q", "-m", "release notes")
     release = git(repo, "rev-parse", "HEAD")
@@ -80,7 +86,7 @@ def test_a_pull_request_into_the_default_or_a_release_branch_is_gated_and_merge_
     log = proc.stdout + proc.stderr
     assert proc.returncode == 0, act_log(proc)
     assert f"the default branch main (pull_request_target); the pull request merges into {base}" in log, act_log(proc)
-    assert f"trusted settings: ds4ci.toml of {main}" in log, act_log(proc)
+    assert f"trusted settings: ds4ci.toml of {main}, from GitHub's record of run {ACT_RUN_ID}" in log, act_log(proc)
     # The PR's own ds4ci.toml (widths [5], a pin that matches nothing) was not used: the default branch's passed.
     assert fake.latest_states(head) == {f"ds4ci/{r}": "success" for r in RUNNERS}, act_log(proc)
     (comment,) = fake.comments(7)
@@ -141,7 +147,7 @@ def test_a_merge_queue_entry_is_gated_on_its_merge_commit_and_the_statuses_land_
     log = proc.stdout + proc.stderr
     assert proc.returncode == 0, act_log(proc)
     for line in (f"merge queue: gating the merge commit {merge} of pull request #7's entry", "gated=merge",
-                 f"trusted settings: ds4ci.toml of {main}",
+                 f"trusted settings: ds4ci.toml of {main}, from the merge queue's base",
                  f"merge queue: this run gated the merge commit {merge} (the entry of pull request #7)"):
         assert line in log, (line, act_log(proc))
     assert fake.latest_states(merge) == {f"ds4ci/{r}": "success" for r in RUNNERS}, act_log(proc)

@@ -224,19 +224,46 @@ def test_a_merge_queue_s_run_says_it_gated_the_merge_commit(tmp_path: Path) -> N
                                "not the pull request's head")
 
 
-@pytest.mark.parametrize(("queue_base", "github_sha", "expected"), [
-    ("", "a" * 40, "a" * 40), ("b" * 40, "a" * 40, "b" * 40), ("", "", None), ("main", "a" * 40, None)],
-    ids=["pull_request_target or a dispatch: GITHUB_SHA", "merge_group: the queue's base", "none", "not a commit"])
-def test_the_trusted_settings_commit_is_the_default_branch_s(tmp_path: Path, queue_base: str, github_sha: str,
-                                                             expected: str | None) -> None:
-    """pull_request_target runs the default branch's gate.yml with GITHUB_SHA its tip, whatever the pull request's
-    base: the settings are taken from that same commit (a merge queue: from its base, the default branch)."""
-    proc, outputs = _run(_step(GATE_YML, "settings", "plan"), tmp_path, tmp_path,
-                         {"DS4CI_QUEUE_BASE_SHA": queue_base, "GITHUB_SHA": github_sha})
-    if expected is None:
-        assert proc.returncode == 2 and "expected a 40-hex commit" in proc.stdout, proc.stdout + proc.stderr
-    else:
-        assert proc.returncode == 0 and outputs["sha"] == expected, proc.stdout + proc.stderr
+SETTINGS_RUN = 4444  # the gate run whose trusted settings' commit is looked up
+
+
+def _settings_commit(tmp: Path, fake: FakeGitHub, queue_base: str = "") -> tuple[subprocess.CompletedProcess[str],
+                                                                                  dict[str, str]]:
+    """gate.yml's plan step that names the trusted settings' commit, in run SETTINGS_RUN, against the fake GitHub."""
+    env = {"GITHUB_TOKEN": WRITE_TOKEN, "GITHUB_API_URL": fake.url, "GITHUB_REPOSITORY": "acme/engine",
+           "GITHUB_RUN_ID": str(SETTINGS_RUN), "DS4CI_QUEUE_BASE_SHA": queue_base,
+           "GITHUB_SHA": "e" * 40}  # what an older GitHub (and act) says for pull_request_target: the base's tip
+    return _run(_step(GATE_YML, "settings", "plan"), tmp, tmp, env)
+
+
+@pytest.mark.parametrize("event", ["pull_request_target", "workflow_dispatch"])
+def test_the_trusted_settings_commit_is_the_one_github_records_for_the_run(tmp_path: Path, fake: FakeGitHub,
+                                                                          event: str) -> None:
+    """GitHub runs the default branch's gate.yml for pull_request_target whatever the pull request's base, and
+    records the run there (head_sha: the default branch's tip): the settings come from that commit, for a pull
+    request into a release branch too, never from the base's (GITHUB_SHA of an older GitHub)."""
+    fake.add_branch("main", ["d" * 40])
+    fake.add_run(SETTINGS_RUN, event=event, title="ds4ci gate " + "a" * 40)
+    proc, outputs = _settings_commit(tmp_path, fake)
+    assert proc.returncode == 0 and outputs["sha"] == "d" * 40, proc.stdout + proc.stderr
+    assert f"GitHub's record of run {SETTINGS_RUN} (head_sha)" in proc.stdout
+
+
+def test_a_merge_queue_s_trusted_settings_are_its_base_s(tmp_path: Path, fake: FakeGitHub) -> None:
+    proc, outputs = _settings_commit(tmp_path, fake, queue_base="b" * 40)  # no run record is read
+    assert proc.returncode == 0 and outputs["sha"] == "b" * 40, proc.stdout + proc.stderr
+
+
+@pytest.mark.parametrize("head_sha", [None, "main", ""], ids=["no such run", "not a commit", "empty"])
+def test_no_trusted_settings_commit_without_github_s_record_of_one(tmp_path: Path, fake: FakeGitHub,
+                                                                   head_sha: str | None) -> None:
+    """GitHub has no record of the run (404), or one without a 40-hex head_sha: fail closed, no checkout follows."""
+    if head_sha is not None:
+        fake.add_run(SETTINGS_RUN, title="ds4ci gate " + "a" * 40)
+        with fake.lock:
+            fake._runs[SETTINGS_RUN]["head_sha"] = head_sha
+    proc, outputs = _settings_commit(tmp_path, fake)
+    assert proc.returncode != 0 and "sha" not in outputs, proc.stdout + proc.stderr
 
 
 @pytest.mark.parametrize("link", ["file", "dangling", "folder"])
