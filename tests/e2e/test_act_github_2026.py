@@ -22,7 +22,19 @@ import sys
 from pathlib import Path
 
 import pytest
-from actkit import ACT_RUN_ID, MARKS, act_log, ds4ci_repository, git, make_repo, pull_request_payload, run_act
+from actkit import (
+    ACT,
+    ACT_RUN_ID,
+    CHECKOUT,
+    MARKS,
+    act_log,
+    ds4ci_repository,
+    git,
+    make_repo,
+    pull_request_payload,
+    run_act,
+    stand_ins,
+)
 from fakegithub import APP_TOKEN, WRITE_TOKEN, FakeGitHub
 
 from ds4ci.rehearse import act
@@ -154,3 +166,49 @@ def test_a_merge_queue_entry_is_gated_on_its_merge_commit_and_the_statuses_land_
     assert fake.statuses(head) == [] and fake.comments() == [], act_log(proc)
     for runner in RUNNERS:
         assert f"runner {runner}: verdict success" in log, act_log(proc)
+
+
+@pytest.mark.parametrize("allow", [False, True], ids=["without the input", "with allow-unsafe-pr-checkout"])
+def test_under_act_the_checkout_stand_in_keeps_the_fork_guard(tmp_path: Path, allow: bool) -> None:
+    """The guard is live where act runs the stand-in (the event's name and payload reach it): a fork's head is
+    refused unless the step opts in, so the gate runs above passed it because gate.yml sets the input."""
+    repo = tmp_path / "engine"
+    (repo / ".github" / "workflows").mkdir(parents=True)
+    (repo / "CHANGE.txt").write_text("the fork's change\n")
+    git(repo, "init", "-q", "-b", "main")
+    git(repo, "add", "-A")
+    git(repo, "commit", "-q", "-m", "head")
+    head = git(repo, "rev-parse", "HEAD")
+    opt_in = "\n          allow-unsafe-pr-checkout: true" if allow else ""
+    (repo / ".github" / "workflows" / "probe.yml").write_text(f"""\
+on: pull_request_target
+jobs:
+  probe:
+    runs-on: ubuntu-latest
+    steps:
+      - uses: {CHECKOUT}
+        with:
+          repository: acme/engine
+          ref: {head}
+          path: subject
+          persist-credentials: false{opt_in}
+      - run: test -f subject/CHANGE.txt && echo "checked out the fork's head"
+""")
+    event = tmp_path / "event.json"
+    event.write_text(json.dumps({"pull_request": pull_request_payload(repo, 7, head, fork="mallory/engine"),
+                                 "repository": {"full_name": "acme/engine", "id": act.REPOSITORY_ID}}))
+    (tmp_path / "store").mkdir()
+    local = stand_ins(tmp_path / "stand-ins", repo, tmp_path / "store")
+    (tmp_path / "home").mkdir()
+    cmd = [str(ACT), "pull_request_target", "-W", ".github/workflows/probe.yml", "-e", str(event),
+           "-P", "ubuntu-latest=-self-hosted", "--action-cache-path", str(tmp_path / "actcache"),
+           "--local-repository", f"{CHECKOUT}={local[CHECKOUT]}"]
+    proc = subprocess.run(cmd, cwd=repo, env=act.environment(tmp_path / "home"), capture_output=True, text=True,
+                          timeout=300, check=False)
+    log = proc.stdout + proc.stderr
+    if allow:
+        assert proc.returncode == 0 and "checked out the fork's head" in log, act_log(proc)
+    else:
+        assert proc.returncode != 0, act_log(proc)
+        assert "Refusing to check out fork pull request code from a 'pull_request_target' workflow" in log, act_log(proc)
+        assert "checked out the fork's head" not in log
