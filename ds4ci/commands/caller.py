@@ -1,7 +1,8 @@
 """The short ``gate.yml`` ``ds4ci init`` writes by default: it calls ds4ci's own gate workflow (workflow_call).
 
 The adopter's file holds only what GitHub needs from the calling side: the events (``pull_request_target``,
-so GitHub runs the base branch's copy of it, and ``workflow_dispatch`` with the inputs it offers), the run's
+so GitHub runs the default branch's copy of it whatever a pull request's base, ``merge_group`` for a merge
+queue, and ``workflow_dispatch`` with the inputs it offers), the run's
 title (``run-name``: ``merge-check`` and ``dispatch-check`` read the head from it), the token's permissions
 and the pinned call. ds4ci is named twice, the same way: in ``uses:`` (the workflow GitHub runs) and in the
 ``ds4ci-ref`` input (the ds4ci that workflow installs, since a called workflow cannot see its own ref).
@@ -41,16 +42,18 @@ def render(ref: str | None) -> str:
         uses, named = _uses(f"{repository}/{CALLED}", at), ref
     return f"""\
 # ds4ci's parity gate on this repository's pull requests: ds4ci's own gate workflow at the pinned tag or
-# commit, run as this repository's run. pull_request_target: GitHub runs this file as the base branch has
-# it, so no pull request chooses what gates it. Written by `ds4ci init`; `ds4ci upgrade --ds4ci-ref
+# commit, run as this repository's run. pull_request_target: GitHub runs this file as the default branch
+# has it (whatever a pull request's base), so no pull request chooses what gates it; merge_group: a merge
+# queue's commit is gated too. Written by `ds4ci init`; `ds4ci upgrade --ds4ci-ref
 # OWNER/NAME@REF` moves both pins below (they must name the same ds4ci). Settings: ds4ci.toml. Dispatch
 # inputs it also reads when offered here: runners, allow-focused-reruns, bisect (ds4ci's docs/adopting.md).
 # actionlint's cache-call-unrestricted: the called workflow uses no cache, and act (`ds4ci rehearse`) does
 # not know `cache-mode` yet; ds4ci's docs/adopting.md gives the actionlint.yaml entry that suppresses it.
 name: ds4ci gate
-run-name: ds4ci gate ${{{{ inputs.head-sha || github.event.pull_request.head.sha }}}}
+run-name: ds4ci gate ${{{{ inputs.head-sha || github.event.pull_request.head.sha || github.event.merge_group.head_sha }}}}
 on:
   pull_request_target: {{types: [opened, synchronize, reopened]}} # zizmor: ignore[dangerous-triggers] head is data
+  merge_group: {{types: [checks_requested]}}
   workflow_dispatch:
     inputs:
       pr: {{description: Pull request number to gate, required: true, type: string}}

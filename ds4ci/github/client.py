@@ -210,6 +210,14 @@ class Client:
             raise PublishError(f"pull request #{number}: GitHub's answer is not a JSON object")
         return data
 
+    def default_branch(self) -> str:
+        """The repository's default branch, as GitHub records it: pull_request_target runs its workflow file."""
+        data = self._json("GET", self._base, f"read the repository {self.repo}")
+        found = data.get("default_branch") if isinstance(data, dict) else None
+        if not isinstance(found, str) or not found:
+            raise PublishError(f"the repository {self.repo}: GitHub's answer names no default branch")
+        return found
+
     def workflow_run(self, run_id: int) -> Any:
         """GitHub's record of one workflow run of this repository; None when GitHub has no such run (404)."""
         return self._get_or_none(f"{self._base}/actions/runs/{run_id}", f"read workflow run {run_id}")

@@ -217,16 +217,16 @@ def gather(client: Client, settings: Settings, docs: Sequence[Any], head: str, t
 
 def _voucher(client: Client, pr: int | None, publisher: str | None, config: Path | None) -> Vouched | None:
     """What vouches for an older commit's green (``ds4ci.github.vouch``), as the trusted config's [merge] says."""
-    from ds4ci.github import mergeconfig, mergefacts, vouch
+    from ds4ci.github import mergeconfig, vouch
 
     if pr is None or publisher is None:
         return None
     need = mergeconfig.trusted_gate(mergeconfig.load_merge_table(config) if config is not None else {}, publisher)
     made: list[vouch.Voucher] = []
 
-    def judged(sha: str, runner: str) -> Vouch:  # the PR's base branch is read only when a green is judged
+    def judged(sha: str, runner: str) -> Vouch:  # made only when a green is judged
         if not made:
-            made.append(vouch.Voucher(client, client.repo, need, mergefacts.pull_facts(pr, client.pull(pr)).base_ref))
+            made.append(vouch.Voucher(client, client.repo, need))
         return made[0].judge_commit(sha, runner)
 
     return judged
@@ -285,7 +285,7 @@ def _merge_facts(client: Client, pr: int, settings: Settings, facts: Facts, head
     gql = mergefacts.GraphQL(mergefacts.graphql_url(url), os.environ.get(settings.token_env, ""),
                              backoff_s=1.0 if polite else 0.0)
     found = mergefacts.gather(client, gql, client.repo, pr, need, mergeable_delay_s=2.0 if polite else 0.0)
-    voucher = vouch.Voucher(client, client.repo, need, found.pull.base_ref)
+    voucher = vouch.Voucher(client, client.repo, need)
     after: dict[str, dict[str, Vouch]] = {}
     green_on = dict(found.gate_green_on)
     for runner in (r for r in need.runners if r in publishing):

@@ -338,15 +338,16 @@ OPTIONS: tuple[Option, ...] = (
            "as); statuses from anyone else are listed as ignored.", check=v.text, default=DEFAULT_PUBLISHER,
            flag="--publisher", command="merge-check", metavar="LOGIN"),
     Option("merge", "workflow", "The trusted gate's workflow file: a ds4ci/<runner> success counts only when it links "
-           "(target_url) a run that GitHub says ran this file from pull_request_target, or from workflow_dispatch on "
-           "the base branch, for the head; any other is listed as ignored (docs/security.md).", check=v.text,
+           "(target_url) a run that GitHub says ran this file of the default branch (pull_request_target, for a pull "
+           "request into any branch, or workflow_dispatch on it), for the head; any other is listed as ignored "
+           "(docs/security.md).", check=v.text,
            default=".github/workflows/gate.yml", flag="--trusted-workflow", command="merge-check", metavar="PATH"),
     Option("merge", "calibration_max_age_days", "When above 0: each gate runner's check run must cite a calibration "
            "(`ds4ci publish --calibrations`, docs/calibration.md) no older than this many days; 0 requires none.",
            check=v.integer(0), default=0, toml_type="integer"),
     Option("merge", "vouch", "Which of GitHub's records vouches for a ds4ci/<runner> success (docs/merging.md): "
            "\"workflow\" (the run of merge.workflow that the status links, looked up: pull_request_target or "
-           "workflow_dispatch on the base branch, from a commit of that branch, titled with the head, its job `verdict "
+           "workflow_dispatch on the default branch, from a commit of that branch, titled with the head, its job `verdict "
            "<runner>` concluded success in its latest attempt; the newest such run decides) or \"publisher\" (a check "
            "run ds4ci/<runner> created by the GitHub App merge.vouch_app_id, whose key no job holds).",
            check=v.one_of(VOUCH_KINDS), default="workflow"),

@@ -23,7 +23,8 @@ def _user(fake: FakeState, req: Request, m: re.Match[str]) -> None:
 
 def _repository(fake: FakeState, req: Request, m: re.Match[str]) -> None:
     fake._send(req.h, 200, {"id": 1, "name": fake.repo, "full_name": f"{fake.owner}/{fake.repo}",
-                            "owner": {"login": fake.owner}, "url": f"{fake.url}{fake.api}"})
+                            "owner": {"login": fake.owner}, "url": f"{fake.url}{fake.api}",
+                            "default_branch": fake.default_branch})
 
 
 def _pull(fake: FakeState, req: Request, m: re.Match[str]) -> None:
@@ -41,7 +42,8 @@ def _pull(fake: FakeState, req: Request, m: re.Match[str]) -> None:
                                 "issue_url": f"{fake.url}{fake.api}/issues/{n}", "draft": pr["draft"],
                                 "merged": pr["merged"], "mergeable": mergeable,
                                 "mergeable_state": "unknown" if mergeable is None else pr["mergeable_state"],
-                                "head": {"sha": pr["head"], "ref": "feature"}, "base": {"sha": "0" * 40, "ref": "main"},
+                                "head": {"sha": pr["head"], "ref": "feature"},
+                                "base": {"sha": (fake.branches.get(pr["base"]) or ["0" * 40])[-1], "ref": pr["base"]},
                                 "changed_files": len(pr["files"])})
 
 

@@ -69,6 +69,7 @@ class FakeState:
         self._approvals: dict[int, list[dict[str, Any]]] = {}  # workflow run id -> its environment reviews
         # branch -> its history, oldest first (compare BRANCH...SHA answers identical / behind / diverged)
         self.branches: dict[str, list[str]] = {"main": [MAIN_TIP]}
+        self.default_branch = "main"  # GET /repos/OWNER/NAME's default_branch: whose gate.yml pull_request_target runs
         self.graphql_page_size = 100
         self.graphql_queries: list[dict[str, Any]] = []
         # Called (under the lock: mutate state directly) on every GraphQL query, e.g. to push mid-check.

@@ -308,7 +308,7 @@ def test_the_wheel_ships_templates_schema_and_workflows(tmp_path: Path) -> None:
     names = set(zipfile.ZipFile(wheel).namelist())
     for needed in ("ds4ci/templates/comment.md.j2", "ds4ci/evidence/schema/result-v1.json", "ds4ci/workflows/gate.yml",
                    "ds4ci/workflows/report.yml", "ds4ci/__main__.py", "ds4ci/py.typed",
-                   "ds4ci/mutants/lucebox-ds4-reference-exact.toml"):
+                   "ds4ci/mutants/lucebox-ds4-reference-exact.toml", "ds4ci/commands/checklist.md"):
         assert needed in names, needed
     entry_points = next(n for n in names if n.endswith("entry_points.txt"))
     assert "ds4ci = ds4ci.cli:main" in zipfile.ZipFile(wheel).read(entry_points).decode()
@@ -335,6 +335,7 @@ def test_the_wheel_ships_templates_schema_and_workflows(tmp_path: Path) -> None:
     init = subprocess.run([*python, "-m", "ds4ci", "init", "--runner", "gfx1151", "--copy-workflows"], cwd=repo,
                           env=env, capture_output=True, text=True, check=False)
     assert init.returncode == 0, init.stderr
+    assert "**The GitHub side, in the order you set it up**" in init.stdout  # the packaged checklist
     for name in ("gate.yml", "report.yml"):
         assert_shipped_but_for_the_ref(repo / ".github" / "workflows" / name, "TODO: OWNER/ds4ci@vX.Y.Z")
 

@@ -38,7 +38,9 @@ def _run(step: dict[str, Any], tmp: Path, cwd: Path, env: dict[str, str],
     out.write_text("")
     (tmp / "github-env").touch()
     base = {k: v for k, v in os.environ.items() if not k.startswith(("GITHUB_", "RUNNER_", "DS4CI"))}
-    full = {**base, "GITHUB_OUTPUT": str(out), "GITHUB_ENV": str(tmp / "github-env"), "RUNNER_TEMP": str(tmp), **env}
+    declared = {k: "" for k in step.get("env") or {}}  # GitHub sets every key a step declares (an empty value too)
+    full = {**base, "GITHUB_OUTPUT": str(out), "GITHUB_ENV": str(tmp / "github-env"), "RUNNER_TEMP": str(tmp),
+            **declared, **env}
     proc = subprocess.run([*shell, str(script)], cwd=cwd, env=full, capture_output=True, text=True, timeout=120)
     outputs = dict(line.split("=", 1) for line in out.read_text().splitlines() if "=" in line)
     return proc, outputs
@@ -214,6 +216,61 @@ def test_the_trusted_settings_are_written_outside_the_checkout(tmp_path: Path) -
     assert outputs["config-base"] == "." and "this pull request changes ds4ci.toml" in outputs["note"]
     assert config.read_text() == "[gate]\nwidths = [2, 3, 4]\n"
     assert sorted(p.name for p in (workspace / "subject").iterdir()) == ["ds4ci.toml"]
+    assert "merge queue" not in outputs["note"]  # a pull request's run gated its head
+
+
+def test_a_merge_queue_s_run_says_it_gated_the_merge_commit(tmp_path: Path) -> None:
+    workspace, _ = _settings_workspace(tmp_path)
+    (workspace / "subject" / "ds4ci.toml").write_text("[gate]\nwidths = [2, 3, 4]\n")  # the same settings
+    merge = "c" * 40
+    proc, outputs = _run(_step(GATE_YML, "settings", "gate"), tmp_path, workspace,
+                         {"DS4CI_CONFIG": "ds4ci.toml", "DS4CI_GATED": "merge", "DS4CI_QUEUED_PR": "7",
+                          "DS4CI_HEAD_SHA": merge})
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert outputs["note"] == (f"merge queue: this run gated the merge commit {merge} (the entry of pull request #7), "
+                               "not the pull request's head")
+
+
+SETTINGS_RUN = 4444  # the gate run whose trusted settings' commit is looked up
+
+
+def _settings_commit(tmp: Path, fake: FakeGitHub, queue_base: str = "") -> tuple[subprocess.CompletedProcess[str],
+                                                                                  dict[str, str]]:
+    """gate.yml's plan step that names the trusted settings' commit, in run SETTINGS_RUN, against the fake GitHub."""
+    env = {"GITHUB_TOKEN": WRITE_TOKEN, "GITHUB_API_URL": fake.url, "GITHUB_REPOSITORY": "acme/engine",
+           "GITHUB_RUN_ID": str(SETTINGS_RUN), "DS4CI_QUEUE_BASE_SHA": queue_base,
+           "GITHUB_SHA": "e" * 40}  # what an older GitHub (and act) says for pull_request_target: the base's tip
+    return _run(_step(GATE_YML, "settings", "plan"), tmp, tmp, env)
+
+
+@pytest.mark.parametrize("event", ["pull_request_target", "workflow_dispatch"])
+def test_the_trusted_settings_commit_is_the_one_github_records_for_the_run(tmp_path: Path, fake: FakeGitHub,
+                                                                          event: str) -> None:
+    """GitHub runs the default branch's gate.yml for pull_request_target whatever the pull request's base, and
+    records the run there (head_sha: the default branch's tip): the settings come from that commit, for a pull
+    request into a release branch too, never from the base's (GITHUB_SHA of an older GitHub)."""
+    fake.add_branch("main", ["d" * 40])
+    fake.add_run(SETTINGS_RUN, event=event, title="ds4ci gate " + "a" * 40)
+    proc, outputs = _settings_commit(tmp_path, fake)
+    assert proc.returncode == 0 and outputs["sha"] == "d" * 40, proc.stdout + proc.stderr
+    assert f"GitHub's record of run {SETTINGS_RUN} (head_sha)" in proc.stdout
+
+
+def test_a_merge_queue_s_trusted_settings_are_its_base_s(tmp_path: Path, fake: FakeGitHub) -> None:
+    proc, outputs = _settings_commit(tmp_path, fake, queue_base="b" * 40)  # no run record is read
+    assert proc.returncode == 0 and outputs["sha"] == "b" * 40, proc.stdout + proc.stderr
+
+
+@pytest.mark.parametrize("head_sha", [None, "main", ""], ids=["no such run", "not a commit", "empty"])
+def test_no_trusted_settings_commit_without_github_s_record_of_one(tmp_path: Path, fake: FakeGitHub,
+                                                                   head_sha: str | None) -> None:
+    """GitHub has no record of the run (404), or one without a 40-hex head_sha: fail closed, no checkout follows."""
+    if head_sha is not None:
+        fake.add_run(SETTINGS_RUN, title="ds4ci gate " + "a" * 40)
+        with fake.lock:
+            fake._runs[SETTINGS_RUN]["head_sha"] = head_sha
+    proc, outputs = _settings_commit(tmp_path, fake)
+    assert proc.returncode != 0 and "sha" not in outputs, proc.stdout + proc.stderr
 
 
 @pytest.mark.parametrize("link", ["file", "dangling", "folder"])
