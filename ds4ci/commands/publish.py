@@ -10,6 +10,7 @@ from __future__ import annotations
 import dataclasses
 import os
 import sys
+from collections.abc import Collection
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -66,11 +67,13 @@ class PublishRequest:
     calibrations: Path | None = None  # where the runners' calibration records are (the report cites them)
     bisects: tuple[Path, ...] = ()  # runners' `ds4ci bisect --json` results, a comment section each
 
-    def cited(self, docs: list[Results]) -> dict[str, str]:
-        """Each gate runner's calibration line (``ds4ci.calibrate.latest``); {} without --calibrations."""
+    def cited(self, docs: list[Results], verified: Collection[str] = ()) -> dict[str, str]:
+        """Each gate runner's calibration line (``ds4ci.calibrate.latest``): the one sealed in its bundle where the
+        bundle verified (runner names in ``verified``), else from --calibrations ({} without)."""
         from ds4ci.calibrate.latest import cite_all
 
-        return cite_all(self.calibrations, docs)
+        return cite_all(self.calibrations, [d if d["runner"]["name"] in verified else
+                                            {k: v for k, v in d.items() if k != "calibration"} for d in docs])
 
 
 def run_publish(
@@ -122,7 +125,8 @@ def publish_documents(published: list[Published], request: PublishRequest) -> in
     settings = facts.Settings(repo=r.repo, pr=r.pr, target_url=r.target_url, template_dir=r.template_dir,
                               comment_mode=mode, status=not r.no_status, expect_runners=r.expect_runners,
                               comment_author=r.comment_author, merge_config=r.merge_config,
-                              expect_config=r.expect_config, calibrations=r.cited(docs),
+                              expect_config=r.expect_config,
+                              calibrations=r.cited(docs, {p.doc["runner"]["name"] for p in published if p.may_set_status}),
                               verdicts_out=r.verdicts_out, api_url=r.api_url, token_env=r.token_env)
     try:
         head = publish.results_head(docs, r.sha)
