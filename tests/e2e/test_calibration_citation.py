@@ -95,9 +95,9 @@ def test_the_gate_seals_the_verified_citation_verify_derives_it_and_publish_cite
     try:
         head = _results(work)["revisions"]["head"]["sha"]
         fake.add_pull(42, head, [head])
-        env = dict(os.environ, GITHUB_TOKEN=APP_TOKEN, DS4CI_GITHUB_THROTTLE="0")
-        for name in ("GITHUB_STEP_SUMMARY", "GITHUB_ACTIONS"):
-            env.pop(name, None)
+        # As the publishing job: the Actions token (an app installation token, the one that makes check runs).
+        env = dict(os.environ, GITHUB_TOKEN=APP_TOKEN, DS4CI_GITHUB_THROTTLE="0", GITHUB_ACTIONS="true")
+        env.pop("GITHUB_STEP_SUMMARY", None)
         published = subprocess.run([sys.executable, "-m", "ds4ci", "publish", str(work / "b.tar.gz"), "--repo",
                                     "acme/engine", "--pr", "42", "--api-url", fake.url, "--expect-config", str(c["config"])],
                                    capture_output=True, text=True, env=env, check=False, timeout=300)
