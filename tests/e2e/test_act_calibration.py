@@ -11,6 +11,7 @@ record and no --calibrations, cites it from the verified bundle.
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import sys
 import textwrap
@@ -19,7 +20,6 @@ from pathlib import Path
 from actkit import MARKS, act_log, git, make_repo, run_act
 from fakegithub import APP_TOKEN, FakeGitHub
 from gatekit import CLI
-from test_calibrate import _commit_all, _env
 
 pytestmark = MARKS
 RUNNER = "gfx1151"
@@ -51,7 +51,10 @@ def _calibrate(tmp: Path, models: Path) -> tuple[str, Path, str, dict[str, objec
     (engine / ".gitignore").write_text("out/\n", encoding="utf-8")
     (engine / "ds4ci.toml").write_text('[build]\ncommand = "sh build.sh"\nserver_bin = "out/dflash_server"\n',
                                        encoding="utf-8")
-    commit = _commit_all(engine)
+    git(engine, "init", "-q")
+    git(engine, "add", "-A")
+    git(engine, "commit", "-qm", "tiny engine")
+    commit = git(engine, "rev-parse", "HEAD")
     (tmp / "c.toml").write_text(CATALOGUE.format(commit=commit), encoding="utf-8")
     # The act repository's own gate settings, with its models' absolute paths: the pins the workflow's gate has.
     # No [build] (calibrate builds the engine itself), no server pin, no runner tables.
@@ -68,7 +71,7 @@ def _calibrate(tmp: Path, models: Path) -> tuple[str, Path, str, dict[str, objec
     done = subprocess.run([*CLI, "calibrate", "--engine-config", str(engine / "ds4ci.toml"), "--models", str(folder),
                            "--runner", RUNNER, "--out", str(tmp / "records" / "first"), "--catalogue", str(tmp / "c.toml"),
                            "--signing-key", str(key_path)], cwd=tmp, capture_output=True, text=True, check=False,
-                          timeout=900, env=_env(DS4_PYTHON=sys.executable))
+                          timeout=900, env={**sandbox.runtime_environment(os.environ), "DS4_PYTHON": sys.executable})
     assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
     doc = json.loads((tmp / "records" / "first" / "record" / "calibration.json").read_text(encoding="utf-8"))
     return key, key_path, commit, doc
