@@ -82,6 +82,9 @@ def prepare(cfg: GateConfig, progress: Logger | Callable[[str], None]) -> None:
     if why is None:
         refuse_hidden_inside_views(cfg)
         progress("sandbox: PR code runs under bubblewrap (level: sandbox)")
+    elif cfg.sandbox.cpu_online:  # the online CPU list is the sandbox's own file: without it nothing would say so
+        raise NoVerdictError(f"sandbox.cpu_online (--sandbox-cpu-online) needs the sandbox, which is not used here "
+                             f"({why}); no PR code was run")
     else:
         progress(f"sandbox: not used ({why}); PR code runs in a PID namespace where the kernel allows")
 
@@ -209,7 +212,7 @@ def server_view(cfg: GateConfig) -> supervisor.View:
     shown = _build_trees(cfg.build)
     if cfg.source_dir is not None:
         shown = (cfg.source_dir.absolute(), *shown)
-    return supervisor.View(ro=tuple(dict.fromkeys((*ro, *shown))), trees=pr_trees(cfg))
+    return supervisor.View(ro=tuple(dict.fromkeys((*ro, *shown))), trees=pr_trees(cfg), cpu_online=cfg.sandbox.cpu_online)
 
 
 def check_view(spec: CheckSpec, trees: Sequence[Path] = ()) -> supervisor.View:

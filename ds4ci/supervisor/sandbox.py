@@ -57,6 +57,7 @@ from typing import Final
 from ds4ci.options.policy import PROVENANCE_PREFIXES
 from ds4ci.supervisor import resolve
 from ds4ci.supervisor.child import SupervisorError
+from ds4ci.supervisor.cpuonline import bind as cpu_online_bind
 
 SANDBOX: Final = "sandbox"
 INSTALL_HINT = "install it: sudo apt-get install bubblewrap (Debian/Ubuntu; Fedora: sudo dnf install bubblewrap)"
@@ -149,6 +150,7 @@ class View:
     # beneath them, no link followed (resolve.py)
     own_network: bool = False  # a network namespace of its own (the server): no host service in reach
     scratch_bytes: int | None = None  # /tmp a tmpfs of this size (the server's quota); None: the scratch folder
+    cpu_online: bool = False  # /sys/devices/system/cpu/online shows only the CPUs of the caller's affinity
 
 
 class BindRefused(SupervisorError):
@@ -378,7 +380,7 @@ def argv(
     args = [path, *_namespaces(unprivileged), *(["--unshare-net"] if view.own_network else []), *_system_binds()]
     for name in _expand((*ETC_FILES, *TOOLCHAINS)):
         args += ["--ro-bind", name, name]
-    args += ["--proc", "/proc", "--dev", "/dev", "--ro-bind", "/sys", "/sys"]
+    args += ["--proc", "/proc", "--dev", "/dev", "--ro-bind", "/sys", "/sys", *cpu_online_bind(view.cpu_online, scratch)]
     for node in _expand((*DEFAULT_DEVICES, *policy.devices)):
         args += ["--dev-bind", node, node]
     args += _dev_scratch(view)

@@ -21,6 +21,8 @@ from actkit import MARKS, act_log, git, make_repo, run_act
 from fakegithub import APP_TOKEN, FakeGitHub
 from gatekit import CLI
 
+from ds4ci.supervisor import sandbox
+
 pytestmark = MARKS
 RUNNER = "gfx1151"
 SERVER_SH = """#!/bin/sh
@@ -59,8 +61,8 @@ def _calibrate(tmp: Path, models: Path) -> tuple[str, Path, str, dict[str, objec
     # The act repository's own gate settings, with its models' absolute paths: the pins the workflow's gate has.
     # No [build] (calibrate builds the engine itself), no server pin, no runner tables.
     trusted = (tmp / "engine" / "ds4ci.toml").read_text(encoding="utf-8")
-    sandbox, gate = trusted.split("[build]")[0], "[gate]" + trusted.split("[gate]")[1].split("[runners.")[0]
-    lines = [x for x in (sandbox + gate).splitlines() if not x.startswith(("server_sha256", "evidence_dir"))]
+    shown, gate = trusted.split("[build]")[0], "[gate]" + trusted.split("[gate]")[1].split("[runners.")[0]
+    lines = [x for x in (shown + gate).splitlines() if not x.startswith(("server_sha256", "evidence_dir"))]
     folder = tmp / "calibration-models"
     folder.mkdir()
     (folder / "ds4ci.toml").write_text("\n".join(lines).replace("${DS4_MODEL_DIR}", str(models)) + "\n", encoding="utf-8")
@@ -94,8 +96,9 @@ def test_a_calibrated_runner_s_comment_and_check_run_cite_its_calibration_throug
             signing_key = "{key_path}"
             signing = "job-key"
             """), 1), encoding="utf-8")
+    base = git(repo, "rev-parse", "main")
     git(repo, "commit", "-q", "--amend", "-a", "--no-edit")
-    git(repo, "rebase", "-q", "main", "feature")
+    git(repo, "rebase", "-q", "--onto", "main", base, "feature")
     head = git(repo, "rev-parse", "feature")
     git(repo, "checkout", "-q", "main")
     fake.add_pull(7, head)
