@@ -3,7 +3,8 @@
 ``ds4ci calibrate`` calibrates runner gfx1151 first, on this machine, with a tiny shell engine whose build
 installs the simulator (its planted fault: one of the simulator's own fault switches) and the act
 repository's own models, prompt and settings, signed by the runner's key. The trusted ds4ci.toml then names
-the runner's records, its key and that it signs with it (``signing = "job-key"``). act runs gate.yml
+the runner's records, its key and that the job signs with it (``signing = "job-key"``; the key at the default
+path of the run's $HOME). act runs gate.yml
 (tests/actkit.py): the gate seals the verified citation into its bundle, and the publish job, which has no
 record and no --calibrations, cites it from the verified bundle.
 """
@@ -43,8 +44,8 @@ substitutions = [{{ old = 'FAULT=""', new = 'FAULT="leak-fused-verify"' }}]
 """
 
 
-def _calibrate(tmp: Path, models: Path) -> tuple[str, Path, str, dict[str, object]]:
-    """The runner key, its path, the engine commit, and the calibration record's calibration.json."""
+def _calibrate(tmp: Path, models: Path) -> tuple[str, str, dict[str, object]]:
+    """The runner key, the engine commit, and the calibration record's calibration.json."""
     engine = tmp / "tiny-engine"
     (engine / "src").mkdir(parents=True)
     (engine / "src" / "server.sh").write_text(SERVER_SH, encoding="utf-8")
@@ -66,7 +67,7 @@ def _calibrate(tmp: Path, models: Path) -> tuple[str, Path, str, dict[str, objec
     folder = tmp / "calibration-models"
     folder.mkdir()
     (folder / "ds4ci.toml").write_text("\n".join(lines).replace("${DS4_MODEL_DIR}", str(models)) + "\n", encoding="utf-8")
-    key_path = tmp / "runner" / "runner-key.pem"
+    key_path = tmp / "home" / ".config" / "ds4ci" / "runner-key.pem"  # the default path of the run's own $HOME
     made = subprocess.run([*CLI, "runner-key", "init", "--path", str(key_path)], capture_output=True, text=True,
                           check=True, timeout=120)
     key = made.stdout.strip().splitlines()[-1].split('"')[1]
@@ -76,7 +77,7 @@ def _calibrate(tmp: Path, models: Path) -> tuple[str, Path, str, dict[str, objec
                           timeout=900, env={**sandbox.runtime_environment(os.environ), "DS4_PYTHON": sys.executable})
     assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
     doc = json.loads((tmp / "records" / "first" / "record" / "calibration.json").read_text(encoding="utf-8"))
-    return key, key_path, commit, doc
+    return key, commit, doc
 
 
 def test_a_calibrated_runner_s_comment_and_check_run_cite_its_calibration_through_the_workflows(
@@ -84,7 +85,7 @@ def test_a_calibrated_runner_s_comment_and_check_run_cite_its_calibration_throug
 ) -> None:
     models = tmp_path / "models"
     repo, _ = make_repo(tmp_path, models)
-    key, key_path, commit, doc = _calibrate(tmp_path, models)
+    key, commit, doc = _calibrate(tmp_path, models)
     assert doc["verdict"] == "pass" and doc["summary"]["line"].startswith("planted faults caught: 1 of 1"), doc
     # The trusted settings (the base commit's) name the runner's records and its key; the PR is moved onto them.
     config = repo / "ds4ci.toml"
@@ -93,7 +94,6 @@ def test_a_calibrated_runner_s_comment_and_check_run_cite_its_calibration_throug
             [runners.gfx1151]
             calibrations = "{tmp_path / 'records'}"
             public_key = "{key}"
-            signing_key = "{key_path}"
             signing = "job-key"
             """), 1), encoding="utf-8")
     base = git(repo, "rev-parse", "main")
