@@ -183,10 +183,12 @@ def _signing_key(cfg: config.GateConfig) -> Path | None:
 def runner_keys(cfg: config.GateConfig, signing_key: Path | None) -> tuple[str, ...]:
     """This runner's public keys: the signing key's and those the trusted config names for it (a calibration record
     the gate cites must be signed by one)."""
+    if cfg.calibrations is None:
+        return ()
     from ds4ci.evidence import attestation, keys
 
     found = [keys.public_line(keys.load_private(signing_key).public_key())] if signing_key is not None else []
-    if cfg.calibrations is not None and cfg.config_file is not None:
+    if cfg.config_file is not None:
         named = attestation.trusted_keys(cfg.config_file)
         found += [*named.get(attestation.ANY_RUNNER, ()), *named.get(cfg.runner, ())]
     return tuple(dict.fromkeys(found))

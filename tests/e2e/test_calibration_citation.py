@@ -88,7 +88,7 @@ def test_the_gate_seals_the_verified_citation_verify_derives_it_and_publish_cite
     text = (forged / "results.json").read_text(encoding="utf-8")
     (forged / "results.json").write_text(text.replace("caught: 1 of 1", "caught: 9 of 9"), encoding="utf-8")
     refused = _run("verify", str(forged), cwd=work)
-    assert refused.returncode == 3 and "calibration" in refused.stdout, refused.stdout
+    assert refused.returncode == 3 and "calibration.line recorded" in refused.stdout, refused.stdout
 
     # publish reads it from the verified bundle alone (no --calibrations, no other artifact).
     fake = FakeGitHub().start()
