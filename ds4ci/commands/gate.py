@@ -148,7 +148,7 @@ def _run_gate_command(config_file: Path | None, overrides: Mapping[str, Any], as
     except UsageError as exc:
         log.annotate("error", str(exc), title="ds4ci gate: config")
         raise
-    outcome = run_gate(cfg, log, Safeguards(guard, signing))
+    outcome = run_gate(cfg, log, Safeguards(guard, signing, runner_keys(cfg, signing_key)))
     if signing_key is not None:
         _sign(outcome, signing_key, log)
     from ds4ci.report import table  # imported once the run is over: the first progress line comes sooner
@@ -193,6 +193,20 @@ def _signing_key(cfg: config.GateConfig) -> Path | None:
         return None
     keys.load_private(path)
     return path
+
+
+def runner_keys(cfg: config.GateConfig, signing_key: Path | None) -> tuple[str, ...]:
+    """This runner's public keys: the signing key's and those the trusted config names for it (a calibration record
+    the gate cites must be signed by one)."""
+    if cfg.calibrations is None:
+        return ()
+    from ds4ci.evidence import attestation, keys
+
+    found = [keys.public_line(keys.load_private(signing_key).public_key())] if signing_key is not None else []
+    if cfg.config_file is not None:
+        named = attestation.trusted_keys(cfg.config_file)
+        found += [*named.get(attestation.ANY_RUNNER, ()), *named.get(cfg.runner, ())]
+    return tuple(dict.fromkeys(found))
 
 
 def _sign(outcome: GateOutcome, key: Path, log: Logger) -> None:

@@ -11,6 +11,7 @@ import dataclasses
 import os
 import re
 import sys
+from collections.abc import Collection
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -69,11 +70,13 @@ class PublishRequest:
     bisects: tuple[Path, ...] = ()  # runners' `ds4ci bisect --json` results, a comment section each
     comment_record: Path | None = None  # where the written comment's id goes (gate.yml uploads the record)
 
-    def cited(self, docs: list[Results]) -> dict[str, str]:
-        """Each gate runner's calibration line (``ds4ci.calibrate.latest``); {} without --calibrations."""
+    def cited(self, docs: list[Results], verified: Collection[str] = ()) -> dict[str, str]:
+        """Each gate runner's calibration line (``ds4ci.calibrate.latest``): the one sealed in its bundle where the
+        bundle verified (runner names in ``verified``), else from --calibrations ({} without)."""
         from ds4ci.calibrate.latest import cite_all
 
-        return cite_all(self.calibrations, docs)
+        return cite_all(self.calibrations, [d if d["runner"]["name"] in verified else
+                                            {k: v for k, v in d.items() if k != "calibration"} for d in docs])
 
 
 def run_publish(
@@ -138,7 +141,8 @@ def publish_documents(published: list[Published], request: PublishRequest) -> in
     settings = facts.Settings(repo=r.repo, pr=r.pr, target_url=r.target_url, template_dir=r.template_dir,
                               comment_mode=mode, status=not r.no_status, expect_runners=r.expect_runners,
                               comment_author=r.comment_author, merge_config=r.merge_config,
-                              expect_config=r.expect_config, calibrations=r.cited(docs),
+                              expect_config=r.expect_config,
+                              calibrations=r.cited(docs, {p.doc["runner"]["name"] for p in published if p.may_set_status}),
                               verdicts_out=r.verdicts_out, api_url=r.api_url, token_env=r.token_env,
                               comment_record=r.comment_record, own_run=own_run(r.target_url, r.repo))
     try:

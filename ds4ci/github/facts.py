@@ -141,8 +141,8 @@ def ours_of(comments: Sequence[Comment], publisher: str) -> tuple[Comment, ...]:
 
 def run_records(client: Client, pr: int, config: Path | None) -> commentrecord.RunRecords:
     """What each run's record says (``commentrecord``): its artifacts' names where it is a run of the trusted gate
-    (the trusted config's ``merge.workflow``) on the pull request's base branch, read only when asked."""
-    from ds4ci.github import mergeconfig, mergefacts, vouch
+    (the trusted config's ``merge.workflow``) on the default branch, read only when asked."""
+    from ds4ci.github import mergeconfig, vouch
 
     made: list[vouch.Voucher] = []
 
@@ -150,7 +150,7 @@ def run_records(client: Client, pr: int, config: Path | None) -> commentrecord.R
         if not made:
             table = mergeconfig.load_merge_table(config) if config is not None else {}
             need = mergeconfig.trusted_gate(table, commentrecord.SHARED_LOGIN)
-            made.append(vouch.Voucher(client, client.repo, need, mergefacts.pull_facts(pr, client.pull(pr)).base_ref))
+            made.append(vouch.Voucher(client, client.repo, need))
         why = made[0].run_problem(run_id)
         return (None, why) if why is not None else (frozenset(client.run_artifact_names(run_id)), "")
 

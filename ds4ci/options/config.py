@@ -121,6 +121,7 @@ class GateConfig:
     server: str = "program"  # table.SERVER_KINDS: server_bin, or ds4ci's bundled simulator
     signing: str = "service"  # table.SIGNING_KINDS: "job-key" lets a job sign with a key its user can read
     service_state: Path | None = None  # run by the gate service: its state folder, out of every config path's reach
+    calibrations: Path | None = None  # this runner's calibration records: the latest is verified and cited
 
     @property
     def simulator(self) -> bool:
@@ -379,6 +380,18 @@ def _sandbox(src: _Sources) -> SandboxSettings:
                            src.value("cpu_online", "sandbox"))
 
 
+def _calibrations(src: _Sources) -> Path | None:
+    found = src.given(table.get("gate", "calibrations"))
+    if found is None:
+        return None
+    raw, where, from_file = found
+    path = v.path(raw, where) if from_file else v.path(raw, where).absolute()
+    if not path.is_absolute():  # a relative path would point into the checkout, beside the config
+        raise UsageError(f"{where}: expected an absolute path outside the checkout (the runner's calibration records), "
+                         f"found {raw!r}")
+    return path
+
+
 def load(
     config_file: Path | None, overrides: Mapping[str, Any], check_files: bool = True, doc: dict[str, Any] | None = None
 ) -> GateConfig:
@@ -413,4 +426,5 @@ def load(
         notes=src.value("notes", table.CLI) or (), build=build,
         sandbox=sandbox, signing_key=src.path("signing_key"), server=src.value("server"),
         signing=src.value("signing"), service_state=src.value("service_state", table.CLI),
+        calibrations=_calibrations(src),
     )

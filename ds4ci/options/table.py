@@ -238,6 +238,11 @@ OPTIONS: tuple[Option, ...] = (
           "scratch flood), and a check or build log says where it was cut.",
           check=v.integer(1), default=512, toml_type="integer", cli_type=int, recorded="log_cap_mib",
           attr="log_cap_mib", reproduce=True),
+    _gate("calibrations", "Folder of this runner's calibration records (`ds4ci calibrate --out`, or a folder of "
+          "them), an absolute path outside the checkout: the gate verifies the latest record of this runner with "
+          "these tiny models (signed by this runner's key, derived again) and seals what it found, so the comment "
+          "and the check run cite it (docs/calibration.md); a record that does not verify is an error of the run.",
+          toml_type="path", cli_type=Path, attr="calibrations", metavar="DIR"),
     _gate("source_dir", "Git checkout of the server source; its revisions are recorded in results.json.",
           toml_type="path", cli_type=Path, attr="source_dir", reproduce=True),
     _gate("base_ref", "Base ref for the revisions record (with --source-dir).", check=v.git_ref,
