@@ -72,9 +72,10 @@ def check_run_markdown(results_file: Path, run_url: str) -> tuple[str, str]:
     from ds4ci.evidence.results import load
     from ds4ci.github import checkruns, publish
     from ds4ci.report import render
+    from ds4ci.report.docview import view_of
 
-    doc = load(results_file)
-    head = doc["revisions"]["head"]["sha"] if doc["revisions"] else "0" * 40
+    doc = view_of(load(results_file))
+    head = doc.head or "0" * 40
     [decision] = publish.plan_statuses([doc], head, run_url)
     run = checkruns.plan(doc, decision.state, decision.description, decision.sha, env=render.environment(),
                          run_url=run_url, predecessor=None, signature="not checked: no runner key configured")

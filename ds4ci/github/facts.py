@@ -20,11 +20,13 @@ from ds4ci.github import checkruns, publish, statuses
 from ds4ci.github.client import Client, Comment
 from ds4ci.github.merge import MergeFacts, Requirements, Vouch
 from ds4ci.github.runnerview import is_focused
+from ds4ci.report.docview.compare import BaseResult
 from ds4ci.report.sections import MARKER
 
 if TYPE_CHECKING:
     from ds4ci.github.publish import Vouched
     from ds4ci.records import BisectResult
+    from ds4ci.report.docview import DocView
 
 
 @dataclass(frozen=True)
@@ -44,6 +46,7 @@ class Facts:
     # runner -> what will vouch for its ds4ci/<runner> once this publish's status (linking the run at
     # target_url) is set: by state, "success" or "other" (the merge checklist's gate rows, laid by the plan)
     vouches_after: Mapping[str, Mapping[str, Vouch]] = field(default_factory=dict)
+    bases: Mapping[str, BaseResult] = field(default_factory=dict)  # runner -> the base branch's result (baseline)
 
 
 @dataclass(frozen=True)
@@ -93,6 +96,16 @@ class Reads(Client):
 
     def check_runs(self, sha: str) -> list[Any]:
         return list(self._once(("runs", sha), lambda: super(Reads, self).check_runs(sha)))
+
+    def pull(self, number: int) -> dict[str, Any]:
+        return dict(self._once(("pull", str(number)), lambda: super(Reads, self).pull(number)))
+
+    def pr_head(self, number: int) -> str:
+        """The head GitHub's one read of the pull request names (its base commit comes from the same answer)."""
+        sha = (self.pull(number).get("head") or {}).get("sha")
+        if not isinstance(sha, str):
+            raise PublishError(f"pull request #{number}: GitHub's answer has no head SHA")
+        return sha
 
 
 def _identity_or_none(client: Client, comment_author: str | None) -> str | None:
@@ -150,18 +163,18 @@ def _comments(client: Client, pr: int, publisher: str, last_publish: str | None
     return ours_of(every, publisher), max((c.updated_at for c in every if c.updated_at), default=None)
 
 
-def gather(client: Client, settings: Settings, docs: Sequence[Any], head: str, trusted: Sequence[str]) -> Facts:
+def gather(client: Client, settings: Settings, docs: Sequence[DocView], head: str, trusted: Sequence[str]) -> Facts:
     """Every read, before any write; refuses stale results (the PR moved on) before anything is planned.
 
     ``docs`` are the documents to publish, ``trusted`` the runners that get a status and a check run.
     """
     reads = Reads(client)
     pr = settings.pr
-    focused = [d["runner"]["name"] for d in docs if is_focused(d)]
+    focused = [d.name for d in docs if is_focused(d)]
     history = pr is not None and (settings.comment or bool(focused))
     publisher = client.identity(settings.comment_author) if history else None
     if pr is not None:
-        current = client.pr_head(pr)
+        current = reads.pr_head(pr)
         if current != head:
             raise publish.StaleResultsError(
                 f"pull request #{pr} is now at {current} but the results are for {head}: refusing to publish "
@@ -204,6 +217,17 @@ def _voucher(client: Client, pr: int | None, publisher: str | None, config: Path
     return judged
 
 
+def _bases(client: Client, pr: int, runners: Sequence[str], publisher: str, vouched: Vouched | None
+           ) -> dict[str, BaseResult]:
+    """Each runner's result on the pull request's base commit (``ds4ci.github.baseline``)."""
+    from ds4ci.github import baseline
+
+    sha = baseline.base_sha(client.pull(pr))
+    if sha is None or vouched is None:
+        return {}
+    return baseline.results(client, sha, runners, publisher, vouched)
+
+
 def for_pending(client: Client, settings: Settings, sha: str) -> Facts:
     """What a pending status and its comment placeholder need: the PR still at ``sha``, our sticky comment."""
     pr = settings.pr
@@ -216,7 +240,7 @@ def for_pending(client: Client, settings: Settings, sha: str) -> Facts:
     return Facts(publisher=author, comments=comments, seen_until=seen)
 
 
-def _comment_facts(client: Client, settings: Settings, facts: Facts, docs: Sequence[Any], head: str,
+def _comment_facts(client: Client, settings: Settings, facts: Facts, docs: Sequence[DocView], head: str,
                    publisher: str, last_publish: str | None, vouched: Vouched | None,
                    publishing: Sequence[str]) -> Facts:
     """The sticky comment, each failing runner's predecessor, the runners without a result, the merge state."""
@@ -224,11 +248,11 @@ def _comment_facts(client: Client, settings: Settings, facts: Facts, docs: Seque
     pr = settings.pr
     predecessors = {}
     for doc in docs:
-        if doc["verdict"] != "pass":
-            older = publish.last_validated_predecessor(client, pr, head, doc["runner"]["name"], publisher, vouched)
+        if doc.verdict != "pass":
+            older = publish.last_validated_predecessor(client, pr, head, doc.name, publisher, vouched)
             if older:
-                predecessors[doc["runner"]["name"]] = older
-    present = {d["runner"]["name"] for d in docs}
+                predecessors[doc.name] = older
+    present = {d.name for d in docs}
     missing = {}
     for runner in settings.expect_runners:
         if runner in present:
@@ -237,7 +261,8 @@ def _comment_facts(client: Client, settings: Settings, facts: Facts, docs: Seque
         commits, files = client.compare(older, head) if older else ([], [])
         missing[runner] = (older, tuple(commits), tuple(files))
     comments, seen = _comments(client, pr, publisher, last_publish)
-    facts = replace(facts, comments=comments, seen_until=seen, predecessors=predecessors, missing=missing)
+    bases = _bases(client, pr, [d.name for d in docs], publisher, vouched)
+    facts = replace(facts, comments=comments, seen_until=seen, predecessors=predecessors, missing=missing, bases=bases)
     return _merge_facts(client, pr, settings, facts, head, publishing) if settings.merge_config is not None else facts
 
 

@@ -8,7 +8,7 @@ from collections.abc import Callable
 from typing import Any
 
 from ds4ci.rehearse import fakeshapes as shapes
-from ds4ci.rehearse.fakestate import FakeState, Request
+from ds4ci.rehearse.fakestate import MAIN_TIP, FakeState, Request
 
 NOT_AN_APP = "You must authenticate via a GitHub App."  # GitHub's answer to a person's token on /check-runs
 Handler = Callable[[FakeState, Request, "re.Match[str]"], None]
@@ -41,7 +41,8 @@ def _pull(fake: FakeState, req: Request, m: re.Match[str]) -> None:
                                 "issue_url": f"{fake.url}{fake.api}/issues/{n}", "draft": pr["draft"],
                                 "merged": pr["merged"], "mergeable": mergeable,
                                 "mergeable_state": "unknown" if mergeable is None else pr["mergeable_state"],
-                                "head": {"sha": pr["head"], "ref": "feature"}, "base": {"sha": "0" * 40, "ref": "main"},
+                                "head": {"sha": pr["head"], "ref": "feature"},
+                                "base": {"sha": (fake.branches.get("main") or [MAIN_TIP])[-1], "ref": "main"},
                                 "changed_files": len(pr["files"])})
 
 

@@ -7,8 +7,8 @@ from ds4ci.gate.settings import scope_note
 from ds4ci.judging.coverage import compact_line
 from ds4ci.judging.tree import tree_line
 from ds4ci.records import Results
-from ds4ci.report.glance import matched_span
-from ds4ci.report.views import parity_column, target_only_words
+from ds4ci.report.docview.figures import matched_span
+from ds4ci.report.docview.words import parity_column, target_only_words
 
 _REASON_LINES = 24  # a reason quoting a log tail is bounded (judging.logtail); show all of it
 HEADERS = ("width", "token parity", "steps", "matched/offered", "rejected drafts", "full_snap claimed", "verdict")
