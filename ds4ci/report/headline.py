@@ -24,11 +24,13 @@ def why(view: DocView, against: Comparison) -> str:
     """A runner's line in the table (and in the headline): what passed, what blocks, or why no verdict came."""
     if view.state == "success":
         return view.headline
-    if view.problem is not None:
+    change = f" ({_SHORT[against.change]})" if against.change in _SHORT else ""
+    if view.problem == SERVER_CRASH:  # the pull request's server: new or not, as a failure is
+        return f"{view.problem}: {view.blocker}{change}"
+    if view.problem is not None:  # the runner's problem says nothing about the pull request
         return f"{view.problem}: {view.blocker}"
     if view.verdict == "pass":
         return view.headline  # a pass the document contradicts: its status is an error, and says so
-    change = f" ({_SHORT[against.change]})" if against.change in _SHORT else ""
     return f"{view.blocker}{change}"
 
 

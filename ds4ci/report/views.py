@@ -153,7 +153,8 @@ def duration(seconds: float | None) -> str:
 
 def reproduce_lines(view: DocView) -> list[str]:
     """What a developer pastes on a runner of this name: the head, then the gate at the widths it ran."""
-    widths = f" --widths {','.join(map(str, view.qs))}" if view.qs else ""
+    qs = view.qs or view.widths_asked
+    widths = f" --widths {','.join(map(str, qs))}" if qs else ""
     head = [f"git checkout {view.head}"] if view.head else []
     return [*head, f"ds4ci gate --config ds4ci.toml --runner {view.name}{widths}"]
 

@@ -46,6 +46,7 @@ class DocView:
     digest: str  # SHA-256 of the canonical document: identifies it in the comment
     focused: bool  # a focused rerun ([gate] scope = "focused")
     qs: tuple[int, ...]  # the widths it ran
+    widths_asked: tuple[int, ...]  # the widths its settings asked for (a run that stopped early ran none)
     reasons: tuple[str, ...]  # each cause once (glance.grouped_reasons)
     first_reason: str  # the document's first reason as recorded ("" without one)
     tree: str | None  # "built from a modified tree" beyond what the reasons say (judging.tree.tree_line)
@@ -124,7 +125,8 @@ def view_of(doc: Results, decode: vocab.Decoder | None = None, *, read_vocab: bo
         first_place=place, rollback=words.rollback_words(doc),
         coverage=tuple(words.coverage_words(w["coverage"]) for w in doc["widths"] if "coverage" in w),
         digest=digest_of(doc), focused=doc["settings"].get("scope") == "focused",
-        qs=tuple(w["q"] for w in doc["widths"]), reasons=tuple(grouped_reasons(doc["reasons"])),
+        qs=tuple(w["q"] for w in doc["widths"]), widths_asked=tuple(doc["settings"]["widths"]),
+        reasons=tuple(grouped_reasons(doc["reasons"])),
         first_reason=doc["reasons"][0] if doc["reasons"] else "",
         tree=tree_line(revisions, doc["settings"], doc["reasons"]), tree_note=tree_note(revisions),
         figures=figures.width_figures(doc), gate_s=figures.gate_seconds(doc),

@@ -54,10 +54,14 @@ class Comparison:
     gate_s: float
     base_gate_s: float | None
 
+    first: str | None = None  # where this head's answers first differed
+
     @property
     def words(self) -> str:
         """The change in a reviewer's words, naming the base commit."""
         sha = self.base.sha[:7] if self.base is not None else ""
+        if self.change == PRE_EXISTING and self.base is not None and self.first and self.base.first == self.first:
+            return f"already failing on the base ({sha}), at the same position"
         return {NEW: f"new since the base ({sha} passed)", PRE_EXISTING: f"already failing on the base ({sha})",
                 FIXED: f"fixed: the base ({sha}) fails", STILL_PASSES: f"passes on the base ({sha}) too",
                 }.get(self.change, f"no vouched result on the base{f' ({sha})' if sha else ''}")
@@ -111,4 +115,4 @@ def compare(view: DocView, base: BaseResult | None) -> Comparison:
     qs = sorted({*(f.q for f in view.figures), *theirs})
     ours = {f.q: f for f in view.figures}
     return Comparison(change, base, tuple(AcceptRow(q, ours.get(q), theirs.get(q)) for q in qs), view.gate_s,
-                      base.gate_s if vouched and base is not None else None)
+                      base.gate_s if vouched and base is not None else None, view.first_place)

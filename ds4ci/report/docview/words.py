@@ -252,7 +252,8 @@ def blocker(doc: Results, first_place: str | None) -> str:
     not build``, ``fails the check NAME``, or the first reason in a line."""
     build = doc.get("build")
     if build and build["status"] != "pass":
-        return "does not build" + (f" ({markdown.cut_at_word(first_line(build['summary']), 80)})" if build["summary"] else "")
+        said = first_line(build["summary"]).removeprefix("the build failed: ")
+        return "does not build" + (f" ({markdown.cut_at_word(said, 80)})" if said else "")
     if first_place is not None:
         return f"fails parity at {first_place}"
     failed = [c["name"] for c in doc["checks"] if c["status"] != "pass"]
