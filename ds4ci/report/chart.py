@@ -20,7 +20,8 @@ def acceptance(against: Comparison) -> Trusted | None:
     if not rows or not any(r.base is not None and r.base.acceptance is not None for r in rows):
         return None
     labels = ", ".join(f'"q={r.q}"' for r in rows)
-    lines = ["```mermaid", "xychart-beta", '    title "Drafts accepted per width (%): bars this head, line the base"',
+    lines = ["```mermaid", '%%{init: {"xyChart": {"width": 520, "height": 260}}}%%', "xychart-beta",
+             '    title "Drafts accepted (%): bars this head, line the base"',
              f"    x-axis [{labels}]", '    y-axis "accepted of offered (%)" 0 --> 100',
              f"    bar [{', '.join(_percent(r.here.acceptance if r.here else None) for r in rows)}]"]
     base = [r.base.acceptance if r.base is not None else None for r in rows]

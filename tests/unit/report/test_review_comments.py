@@ -55,7 +55,7 @@ def test_the_base_is_compared_and_drawn() -> None:
     assert (f"**Against the base** (`{BASE[:7]}`): new since the base ({BASE[:7]} passed); gate time 20 min "
             "(the base: 19 min).") in body
     assert "| q=2 | 46/49 (94%) | 47/49 (96%) |" in body
-    assert "```mermaid\nxychart-beta\n" in body and "    line [95.9, 90, 83.3]" in body
+    assert "```mermaid\n%%{init" in body and "\nxychart-beta\n" in body and "    line [95.9, 90, 83.3]" in body
     assert f"already failing on the base ({BASE[:7]}), at the same position" in comment("review-fail-pre-existing")
 
 
