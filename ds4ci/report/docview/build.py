@@ -108,7 +108,8 @@ def _failed_logs(doc: Results) -> list[tuple[str, str]]:
 def view_of(doc: Results, decode: vocab.Decoder | None = None, *, read_vocab: bool = True) -> DocView:
     """The view of one validated document; ``decode``: how its target's token IDs read as text (default: the
     tiny models' words, or the target GGUF's vocabulary where the file is at hand and ``read_vocab``)."""
-    if decode is None and read_vocab:
+    differs = any(p["mismatch"] is not None for w in doc["widths"] for p in w["prompts"])
+    if decode is None and read_vocab and differs:  # a vocabulary is read only where there is a difference to show
         decode = vocab.decoder(doc)
     revisions = doc["revisions"]
     build = doc.get("build")
