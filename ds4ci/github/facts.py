@@ -97,12 +97,13 @@ class Reads(Client):
     def check_runs(self, sha: str) -> list[Any]:
         return list(self._once(("runs", sha), lambda: super(Reads, self).check_runs(sha)))
 
-    def pull(self, number: int) -> dict[str, Any]:
-        return dict(self._once(("pull", str(number)), lambda: super(Reads, self).pull(number)))
+    def first_pull(self, number: int) -> dict[str, Any]:
+        """The pull request as first read (its head, its base commit); ``pull`` reads it afresh (mergeable, a move)."""
+        return dict(self._once(("pull", str(number)), lambda: self.pull(number)))
 
     def pr_head(self, number: int) -> str:
-        """The head GitHub's one read of the pull request names (its base commit comes from the same answer)."""
-        sha = (self.pull(number).get("head") or {}).get("sha")
+        """The head of the first read of the pull request (its base commit comes from the same answer)."""
+        sha = (self.first_pull(number).get("head") or {}).get("sha")
         if not isinstance(sha, str):
             raise PublishError(f"pull request #{number}: GitHub's answer has no head SHA")
         return sha
@@ -222,7 +223,7 @@ def _bases(client: Client, pr: int, runners: Sequence[str], publisher: str, vouc
     """Each runner's result on the pull request's base commit (``ds4ci.github.baseline``)."""
     from ds4ci.github import baseline
 
-    sha = baseline.base_sha(client.pull(pr))
+    sha = baseline.base_sha(client.first_pull(pr) if isinstance(client, Reads) else client.pull(pr))
     if sha is None or vouched is None:
         return {}
     return baseline.results(client, sha, runners, publisher, vouched)
