@@ -1,9 +1,10 @@
 #!/usr/bin/env python3
 """The real-engine mutant catalogue's CPU mirror: each mutant in the tiny models' double, in process, no gate.
 
-    .venv/bin/python bench/mirror_mutants.py
+    .venv/bin/python bench/mirror_mutants.py [--design NAME]
 
-Writes the shipped tiny models (``ds4ci tiny-models``, seed 1) into a temporary folder and runs the
+Writes the shipped tiny models (``ds4ci tiny-models``, seed 1; ``--design``: another design of
+``ds4ci.tinymodels.design.BY_NAME``, at its own answer length) into a temporary folder and runs the
 reference-exact loop (``ds4ci.refserver.decoding``) on both prompts at q=2, 3, 4 with each engine
 mutant of ``ds4ci.refserver.faults`` (``DS4REF_FAULT``'s names, the catalogue's) and without; prints
 one row per mutant: the first position (from 0) where the answer differs from target-only's, per
@@ -14,6 +15,7 @@ tests/unit/refserver/test_engine_mutants.py holds the same table's caught widths
 
 from __future__ import annotations
 
+import argparse
 import sys
 import tempfile
 import time
@@ -40,15 +42,21 @@ def _label(name: str | None, equivalent_at: dict[str, list[int]]) -> str:
     return f"{name} (equivalent at {', '.join(f'q={q}' for q in widths)})" if widths else name
 
 
-def main() -> int:
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--design", default=None, help="a name of ds4ci.tinymodels.design.BY_NAME (default: SHIPPED)")
+    args = parser.parse_args(argv)
+    if args.design is not None and args.design not in design.BY_NAME:
+        parser.error(f"--design must be one of {', '.join(design.BY_NAME)}, got {args.design!r}")
+    chosen = design.SHIPPED if args.design is None else design.BY_NAME[args.design]
     started = time.monotonic()
     catalogue = tomllib.loads(CATALOGUE.read_text(encoding="utf-8"))["mutant"]
     equivalent_at = {m["name"]: m["equivalent_at"] for m in catalogue if "equivalent_at" in m}
     with tempfile.TemporaryDirectory(prefix="ds4ci-mirror-") as folder:
-        tiny = write_tiny_set(Path(folder), seed=1, design=design.SHIPPED)
+        tiny = write_tiny_set(Path(folder), seed=1, design=chosen)
         target = TinyTarget(tiny.target, file_sha256(tiny.target))
         draft = TinyDraft(tiny.draft, target)
-        n = design.SHIPPED.max_tokens
+        n = chosen.max_tokens
         runs = []
         for path in tiny.prompts:
             prompt = chat_tokens([("user", path.read_text(encoding="utf-8"))])

@@ -43,6 +43,7 @@ from typing import Any
 
 from ds4ci.calibrate.build import DEFAULT_TARGET, cmake_plan, require_models
 from ds4ci.calibrate.catalogue import CONTROL, Mutant, Substitution, choose, default_folder, load_catalogue, mutate
+from ds4ci.calibrate.cpusets import LEVERS, NONE, Slots
 from ds4ci.calibrate.gates import run_gate
 from ds4ci.calibrate.loop import build_each
 from ds4ci.calibrate.workspace import Workspace, source_dir
@@ -82,12 +83,18 @@ class GatePool:
         self.args = args
         self.pool = concurrent.futures.ThreadPoolExecutor(max_workers=args.jobs)
         self.jobs: dict[tuple[str, str], concurrent.futures.Future[dict[str, Any]]] = {}
+        self.slots = Slots(args.cpu_sets, args.jobs)  # one disjoint CPU set per gate running (--cpu-sets)
+
+    def _gate(self, binary: Path, config: Path, work: Path) -> dict[str, Any]:
+        with self.slots.take() as cpus:
+            row = run_gate(binary, config, self.args.runner, work, [*self.args.gate_arg, *self.slots.gate_args()],
+                           cpus=cpus)
+        return {**row, **self.slots.describe(cpus)}
 
     def submit(self, name: str, binary: Path) -> None:
         for models in self.args.models:
             work = self.args.out / "gates" / models.name / name
-            self.jobs[(models.name, name)] = self.pool.submit(run_gate, binary, models / "ds4ci.toml", self.args.runner,
-                                                              work, self.args.gate_arg)
+            self.jobs[(models.name, name)] = self.pool.submit(self._gate, binary, models / "ds4ci.toml", work)
 
     def rows(self) -> dict[str, Any]:
         try:
@@ -158,6 +165,9 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--runner", default="local")
     p.add_argument("--only", default="", help="comma-separated mutant names (default: all)")
     p.add_argument("--jobs", type=int, default=1, help="gates at a time (the GPU is shared; default 1)")
+    p.add_argument("--cpu-sets", default=NONE, choices=LEVERS,
+                   help="gates side by side: none (every CPU), affinity (gate i of --jobs on the i-th disjoint CPU set), "
+                   "affinity+online (also the set as the sandbox's /sys/devices/system/cpu/online); default none")
     p.add_argument("--gate-arg", action="append", default=[], help="one more argument for every `ds4ci gate`")
     p.add_argument("--out", type=Path, required=True, help="a new folder for binaries, evidence and the table")
     p.add_argument("--build-only", action="store_true", help="build the control and the mutants, run no gate")

@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import ctypes
 import errno
 import os
+import platform
 import stat
 import sys
 import tempfile
@@ -51,20 +53,80 @@ class NotOpened(Exception):
     """A file that was not opened, and what was found where it was named: its kind, never a byte of it."""
 
 
-def open_below(root: Path, parts: Sequence[str]) -> int:
-    """``root/parts[0]/.../parts[-1]`` opened for reading one component at a time, each from the folder before it
-    with ``O_NOFOLLOW``: a symbolic link anywhere below ``root`` fails the open (``ELOOP``, ``ENOTDIR``) instead of
-    being followed. ``root`` itself is opened as named. ``O_NONBLOCK``: a FIFO cannot hang the open; the caller
-    checks the descriptor's type. ``parts`` are plain names (no ``.``, ``..``, ``/`` or empty part)."""
+# openat2(2): the kernel resolves every component itself, beneath the folder, refusing any link on the way
+# (Linux 5.6 and later; elsewhere, or where a seccomp filter answers ENOSYS, the O_NOFOLLOW walk below)
+_SYS_OPENAT2 = {"x86_64": 437, "aarch64": 437, "armv7l": 437, "ppc64le": 437, "s390x": 437, "riscv64": 437}
+_RESOLVE_NO_SYMLINKS, _RESOLVE_BENEATH = 0x04, 0x08
+_openat2_missing: list[bool] = []  # [True] once the kernel said ENOSYS: the walk from then on
+
+
+class _OpenHow(ctypes.Structure):
+    _fields_ = (("flags", ctypes.c_uint64), ("mode", ctypes.c_uint64), ("resolve", ctypes.c_uint64))
+
+
+def _openat2(dir_fd: int, rel: str, flags: int) -> int | None:
+    """``rel`` opened beneath ``dir_fd`` by openat2 with no link followed; None where the kernel lacks openat2."""
+    number = _SYS_OPENAT2.get(platform.machine())
+    if number is None or _openat2_missing:
+        return None
+    libc = ctypes.CDLL(None, use_errno=True)
+    libc.syscall.restype = ctypes.c_long
+    how = _OpenHow(flags & ~os.O_NOFOLLOW, 0, _RESOLVE_BENEATH | _RESOLVE_NO_SYMLINKS)  # O_NOFOLLOW would open a last link
+    fd = libc.syscall(ctypes.c_long(number), ctypes.c_int(dir_fd), os.fsencode(rel), ctypes.byref(how),
+                      ctypes.c_size_t(ctypes.sizeof(how)))
+    if fd >= 0:
+        return int(fd)
+    err = ctypes.get_errno()
+    if err == errno.ENOSYS:
+        _openat2_missing.append(True)
+        return None
+    raise OSError(err, os.strerror(err), rel)
+
+
+def _plain_parts(parts: Sequence[str]) -> None:
     if not parts or any(p in ("", ".", "..") or "/" in p or "\0" in p for p in parts):
         raise ValueError(f"not a plain relative path: {'/'.join(parts)[:200]!r}")
+
+
+def open_beneath(dir_fd: int, parts: Sequence[str], flags: int) -> int:
+    """``parts`` (plain names: no ``.``, ``..``, ``/`` or empty part) opened with ``flags`` beneath the folder
+    ``dir_fd``, no symbolic link followed anywhere on the way, the last component included: openat2 with
+    ``RESOLVE_BENEATH | RESOLVE_NO_SYMLINKS`` where the kernel has it, else one component at a time with
+    ``O_NOFOLLOW``. A link fails the open (``ELOOP``, or ``ENOTDIR`` for a link where a folder was needed)."""
+    _plain_parts(parts)
+    fd = _openat2(dir_fd, "/".join(parts), flags)
+    if fd is None:
+        here = dir_fd
+        try:
+            for part in parts[:-1]:
+                child = os.open(part, _DIR_FLAGS, dir_fd=here)
+                if here != dir_fd:
+                    os.close(here)
+                here = child
+            fd = os.open(parts[-1], flags | os.O_NOFOLLOW, dir_fd=here)
+        finally:
+            if here != dir_fd:
+                os.close(here)
+    if flags & os.O_PATH and stat.S_ISLNK(os.fstat(fd).st_mode):  # O_PATH | O_NOFOLLOW opens the link itself
+        os.close(fd)
+        raise OSError(errno.ELOOP, os.strerror(errno.ELOOP), "/".join(parts))
+    return fd
+
+
+def open_file_beneath(dir_fd: int, parts: Sequence[str]) -> int:
+    """A file for reading beneath the folder ``dir_fd``, no link followed, without blocking on a FIFO."""
+    return open_beneath(dir_fd, parts, _FILE_FLAGS)
+
+
+def open_below(root: Path, parts: Sequence[str]) -> int:
+    """``root/parts[0]/.../parts[-1]`` opened for reading beneath ``root``, no symbolic link followed
+    (:func:`open_beneath`): a link anywhere below ``root`` fails the open (``ELOOP``, ``ENOTDIR``) instead of
+    being followed. ``root`` itself is opened as named. ``O_NONBLOCK``: a FIFO cannot hang the open; the caller
+    checks the descriptor's type."""
+    _plain_parts(parts)
     fd = os.open(root, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
     try:
-        for part in parts[:-1]:
-            child = os.open(part, _DIR_FLAGS, dir_fd=fd)
-            os.close(fd)
-            fd = child
-        return os.open(parts[-1], _FILE_FLAGS, dir_fd=fd)
+        return open_file_beneath(fd, parts)
     finally:
         os.close(fd)
 
@@ -79,21 +141,20 @@ def file_kind(mode: int) -> str:
     return "not a regular file"
 
 
-def tree_of(path: Path, trees: Sequence[Path]) -> Path | None:
-    """The first of ``trees`` that holds ``path`` (both made absolute and normalised, never resolved), or None."""
+def tree_of(path: Path, trees: Sequence[Path], *, inclusive: bool = False) -> Path | None:
+    """The outermost of ``trees`` that holds ``path`` (or is it, when ``inclusive``), both made absolute and
+    normalised, never resolved; or None."""
     plain = Path(os.path.normpath(path.absolute()))
-    for tree in trees:
-        top = Path(os.path.normpath(tree.absolute()))
-        if plain.is_relative_to(top) and plain != top:
-            return top
-    return None
+    tops = [Path(os.path.normpath(tree.absolute())) for tree in trees]
+    holding = [top for top in tops if plain.is_relative_to(top) and (inclusive or plain != top)]
+    return min(holding, key=lambda top: len(top.parts)) if holding else None
 
 
 def open_regular(path: Path, trees: Sequence[Path] = ()) -> tuple[int, str]:
     """``path`` opened for reading as a regular file: (descriptor, blocking; its real path).
 
-    Inside one of ``trees`` (folders pull-request code wrote: the checkout, the build's folder) it is opened below
-    that tree one component at a time, no symbolic link followed (:func:`open_below`). Elsewhere (a path a
+    Inside one of ``trees`` (folders pull-request code wrote: the checkout, the build's folder) it is opened beneath
+    the outermost tree holding it, no symbolic link followed, the tree's root included (:func:`open_beneath`). Elsewhere (a path a
     trusted config names, where a runner's own layout may use links such as ``/opt/engine/current``) it is
     resolved first, then opened without following a link. NotOpened says what was found instead (a link and
     where it points, a folder, a FIFO, nothing), never what a file holds."""
@@ -105,7 +166,11 @@ def open_regular(path: Path, trees: Sequence[Path] = ()) -> tuple[int, str]:
         else:
             rel = Path(os.path.normpath(path.absolute())).relative_to(top)
             real = os.path.join(os.path.realpath(top), rel)  # noqa: PTH118 - no link below the tree: this is its place
-            fd = open_below(top, rel.parts)
+            root = os.open(top, _DIR_FLAGS)  # the tree's own root is no link either
+            try:
+                fd = open_file_beneath(root, rel.parts)
+            finally:
+                os.close(root)
     except OSError as exc:
         raise NotOpened(_found_instead(path, top, exc)) from exc
     try:
@@ -124,19 +189,28 @@ def _found_instead(path: Path, top: Path | None, exc: OSError) -> str:
     if exc.errno == errno.ELOOP and top is None:
         return f"{path} is a symbolic link loop (a link that leads back to itself); refused"
     if top is not None:
-        plain = Path(os.path.normpath(path.absolute()))
-        here = top
-        for part in plain.relative_to(top).parts:
-            here = here / part
-            try:
-                st = here.lstat()
-            except OSError:
-                return f"{path}: {here} does not exist"
-            if stat.S_ISLNK(st.st_mode):
-                return f"{here} is a symbolic link (to {_target(here)}); a file pull-request code made is never followed"
-            if here != plain and not stat.S_ISDIR(st.st_mode):
-                return f"{path}: {here} is {file_kind(st.st_mode)}, not a folder"
+        found = obstacle(top, Path(os.path.normpath(path.absolute())))
+        if found is not None:
+            return f"{path}: {found[1]}" if found[0] != "link" else found[1]
     return f"{path} cannot be opened ({exc.strerror or exc})"
+
+
+def obstacle(top: Path, path: Path) -> tuple[str, str] | None:
+    """The first component from ``top`` (itself included) down to ``path`` that is a symbolic link, missing, or
+    not a folder where one is needed, as (``"link"``, ``"missing"`` or ``"kind"``; words that say so), else None.
+    Only names are looked at (``lstat``), never a byte of a file."""
+    here = top
+    for part in ("", *path.relative_to(top).parts):
+        here = here / part if part else here
+        try:
+            st = here.lstat()
+        except OSError:
+            return "missing", f"{here} does not exist"
+        if stat.S_ISLNK(st.st_mode):
+            return "link", f"{here} is a symbolic link (to {_target(here)}); a file pull-request code made is never followed"
+        if here != path and not stat.S_ISDIR(st.st_mode):
+            return "kind", f"{here} is {file_kind(st.st_mode)}, not a folder"
+    return None
 
 
 def _target(link: Path) -> str:

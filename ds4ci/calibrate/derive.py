@@ -26,6 +26,7 @@ from typing import Any
 from ds4ci.calibrate.catalogue import CONTROL, CatalogueError, Mutant, parse_catalogue
 from ds4ci.evidence.verify import verify_path
 from ds4ci.judging import confined, strictjson
+from ds4ci.judging.verdict import FAIL
 
 SCHEMA = "ds4ci/calibration/v1"
 INPUTS = "inputs.json"
@@ -74,9 +75,24 @@ def _gate_row(doc: dict[str, Any] | None, ran: dict[str, Any], mutant: Mutant | 
             "server_bin_sha256": server.get("sha256")}
 
 
-def _mutant_row(root: Path, mutant: Mutant, ran: dict[str, Any], widths: list[int]) -> dict[str, Any]:
+def _repeats(doc: dict[str, Any] | None) -> Any:
+    return (doc.get("settings") or {}).get("repeats") if doc is not None else None
+
+
+def _mutant_row(root: Path, mutant: Mutant, ran: dict[str, Any], widths: list[int], repeats: Any) -> dict[str, Any]:
+    doc = gate_results(root, mutant.name)
     row = {"name": mutant.name, "summary": mutant.summary, "equivalent": mutant.equivalent,
-           **_gate_row(gate_results(root, mutant.name), ran, mutant)}
+           **_gate_row(doc, ran, mutant)}
+    own = _repeats(doc)
+    if isinstance(own, int) and isinstance(repeats, int) and own != repeats:
+        # Fewer repeats send a prefix of the requests of more (each prompt once per round, the rounds in order, a
+        # fresh server per arm): a catch stands for the runner's gate, a miss may not. Said only where it differs.
+        row["repeats"] = own
+        if own > repeats:  # a catch in a later round would not be the runner's gate's: not judged
+            row.update(widths=[], why=f"gated with {own} repeats, more than the unchanged build's {repeats}: its "
+                       "catches need not be the runner's gate's")
+        for width in row["widths"]:  # only a divergence stands: fewer requests may leave a coverage minimum unmet
+            width["caught"] = width["verdict"] == FAIL
     acting = [w for w in row["widths"] if w["acts"]]
     row["acts"] = any(mutant.acts_at(q) for q in widths)
     row["caught"] = row["acts"] and bool(row["widths"]) and all(w["caught"] for w in acting)
@@ -92,10 +108,13 @@ def pins_of(doc: Mapping[str, Any]) -> dict[str, Any]:
             "max_tokens": settings.get("max_tokens"), "seed": settings.get("seed"), "repeats": settings.get("repeats")}
 
 
-def summary_line(caught: int, acting: int, unjudged: int = 0) -> str:
-    """The words a report cites; mutants that could not be judged are named as such, never counted as caught."""
+def summary_line(caught: int, acting: int, unjudged: int = 0, fewer_repeats: int = 0) -> str:
+    """The words a report cites; mutants that could not be judged are named as such, never counted as caught, and
+    a count made with fewer repeats than the runner's gate says it is a lower bound."""
     line = f"planted faults caught: {caught} of {acting} at every width where they can act"
-    return line + (f" ({unjudged} more not judged: not built, or the gate reached no verdict)" if unjudged else "")
+    line += f" ({unjudged} more not judged: not built, or the gate reached no verdict)" if unjudged else ""
+    return line + (f"; {fewer_repeats} mutant(s) gated with fewer repeats than the unchanged build's, so at least "
+                   "that many caught" if fewer_repeats else "")
 
 
 def derive(root: Path) -> dict[str, Any]:
@@ -117,12 +136,18 @@ def derive(root: Path) -> dict[str, Any]:
                        "no mutant was judged, so the record measures nothing")
     else:
         widths = [w["q"] for w in control["widths"]]
-        rows = [_mutant_row(root, m, inputs["gates"].get(m.name, {}), widths) for m in catalogue.mutants
-                if m.name in inputs["gates"]]
+        rows = [_mutant_row(root, m, inputs["gates"].get(m.name, {}), widths, _repeats(control_doc))
+                for m in catalogue.mutants if m.name in inputs["gates"]]
     acting = [r for r in rows if r["acts"] and r["widths"]]
     unjudged = [r["name"] for r in rows if r["acts"] and not r["widths"]]
     caught = sum(1 for r in acting if r["caught"])
+    fewer = [r["name"] for r in acting if "repeats" in r]
     manifest = hashlib.sha256(confined.read_bytes(root, "manifest.json", MAX_BYTES)).hexdigest()
+    summary: dict[str, Any] = {"caught": caught, "acting": len(acting), "judged": len(rows), "unjudged": unjudged,
+                               "line": summary_line(caught, len(acting), len(unjudged), len(fewer)) if not reasons
+                               else reasons[0]}
+    if fewer:  # absent otherwise: a record written before this key existed derives as it did
+        summary["fewer_repeats"] = fewer
     return {
         "schema": SCHEMA, "verdict": "pass" if not reasons else "fail", "reasons": reasons,
         "runner": control_doc["runner"]["name"], "gpu": inputs.get("gpu"), "engine": inputs.get("engine"),
@@ -130,7 +155,6 @@ def derive(root: Path) -> dict[str, Any]:
         "catalogue": {"sha256": catalogue.sha256, "repository": catalogue.repository, "written": catalogue.written,
                       "mutants": len(catalogue.mutants), "path": inputs.get("catalogue_path")},
         "pins": pins_of(control_doc), "control": control, "mutants": rows,
-        "summary": {"caught": caught, "acting": len(acting), "judged": len(rows), "unjudged": unjudged,
-                    "line": summary_line(caught, len(acting), len(unjudged)) if not reasons else reasons[0]},
+        "summary": summary,
         "builds": inputs.get("builds"), "manifest_sha256": manifest,
     }

@@ -10,10 +10,13 @@ from __future__ import annotations
 import json
 import subprocess
 import sys
+import threading
 import time
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
+
+from ds4ci.calibrate.cpusets import pinned
 
 GATE_TIMEOUT_S = 1800.0
 STOP_GRACE_S = 120.0
@@ -29,14 +32,48 @@ def gate_argv(binary: Path, config: Path, runner: str, work: Path, extra: Sequen
             "--bundle-out", str(work / BUNDLE), *extra]
 
 
+class LiveGates:
+    """The gates running in other threads, for the thread that was interrupted to stop."""
+
+    def __init__(self) -> None:
+        self.lock = threading.Lock()
+        self.procs: set[subprocess.Popen[bytes]] = set()
+        self.stopping = False
+
+    def add(self, proc: subprocess.Popen[bytes]) -> None:
+        with self.lock:
+            self.procs.add(proc)
+            if self.stopping:  # started as the others were being stopped: it stops too
+                proc.terminate()
+
+    def discard(self, proc: subprocess.Popen[bytes]) -> None:
+        with self.lock:
+            self.procs.discard(proc)
+
+    def stop_all(self) -> None:
+        """SIGTERM every live gate at once (each stops its servers and seals), then wait for each as ``stop`` does."""
+        with self.lock:
+            self.stopping = True
+            procs = list(self.procs)
+        for proc in procs:
+            proc.terminate()
+        for proc in procs:
+            stop(proc)
+
+
 def run_gate(binary: Path, config: Path, runner: str, work: Path, extra: Sequence[str] = (),
-             timeout_s: float = GATE_TIMEOUT_S) -> dict[str, Any]:
-    """The gate's exit code, wall time and a short reading of its results.json (``widths`` by q)."""
+             timeout_s: float = GATE_TIMEOUT_S, cpus: Sequence[int] | None = None,
+             live: LiveGates | None = None) -> dict[str, Any]:
+    """The gate's exit code, wall time and a short reading of its results.json (``widths`` by q); ``cpus``: the gate
+    and its servers run on those CPUs only (``ds4ci.calibrate.cpusets``); ``live``: where a gate run in another
+    thread is registered while it runs."""
     work.mkdir(parents=True, exist_ok=False)  # never over earlier evidence
     t0 = time.perf_counter()
     with (work / "gate.log").open("wb") as fh:
-        proc = subprocess.Popen(gate_argv(binary, config, runner, work, extra), stdout=fh, stderr=subprocess.STDOUT,
-                                cwd=work)
+        proc = subprocess.Popen(pinned(gate_argv(binary, config, runner, work, extra), cpus), stdout=fh,
+                                stderr=subprocess.STDOUT, cwd=work)
+        if live is not None:
+            live.add(proc)
         try:
             code: int | None = proc.wait(timeout=timeout_s)
         except subprocess.TimeoutExpired:
@@ -45,6 +82,9 @@ def run_gate(binary: Path, config: Path, runner: str, work: Path, extra: Sequenc
         except BaseException:  # an interrupt of the calibration: the gate stops its servers as on its own SIGTERM
             stop(proc)
             raise
+        finally:
+            if live is not None:
+                live.discard(proc)
     row: dict[str, Any] = {"exit_code": code, "wall_s": round(time.perf_counter() - t0, 1), "results": str(work / RESULTS)}
     try:
         doc = json.loads((work / RESULTS).read_text(encoding="utf-8"))

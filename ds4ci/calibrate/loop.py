@@ -27,6 +27,16 @@ def check_ready(source: Path, out: Path, chosen: Sequence[Mutant]) -> None:
     check_applies(source, list(chosen))
 
 
+def build_order(chosen: Sequence[Mutant]) -> list[Mutant]:
+    """The mutants grouped by the file they change (files in order of first appearance, mutants in their order
+    within a file). Each build recompiles the file the mutant changes and the one the previous mutant changed
+    (put back): grouped, a build after a mutant of the same file recompiles only that file, so a catalogue that
+    alternates between a large and a small file builds its large file once per mutant of it, not once more per
+    switch. The record lists the mutants in the catalogue's order whatever the build order."""
+    files = list(dict.fromkeys(m.file for m in chosen))
+    return sorted(chosen, key=lambda m: files.index(m.file))
+
+
 def build_each(plan: BuildPlan, source: Path, out: Path, chosen: Sequence[Mutant], on_built: OnBuilt,
                say: Callable[[str], None], final_rebuild: bool = True) -> dict[str, dict[str, Any]]:
     """Build the control and each mutant; the build records by name (``build_s`` and ``sha256``, or ``error``)."""
@@ -44,7 +54,7 @@ def build_each(plan: BuildPlan, source: Path, out: Path, chosen: Sequence[Mutant
     with restoring_on_signals(ws, say):
         try:
             if keep(CONTROL, build(plan, log)):
-                for m in chosen:
+                for m in build_order(chosen):
                     ws.apply(m)
                     try:
                         seconds = build(plan, log)

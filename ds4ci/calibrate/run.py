@@ -19,11 +19,12 @@ from ds4ci import __version__
 from ds4ci.calibrate import record
 from ds4ci.calibrate.build import BuildPlan, require_models
 from ds4ci.calibrate.catalogue import CONTROL, Catalogue, Mutant
-from ds4ci.calibrate.gates import BUNDLE, run_gate
+from ds4ci.calibrate.cpusets import NONE
+from ds4ci.calibrate.gating import GateJob, Gating
 from ds4ci.calibrate.loop import build_each, check_ready
 from ds4ci.calibrate.observe import observe_gpu
-from ds4ci.calibrate.workspace import engine_commit
-from ds4ci.errors import NoVerdictError, UsageError
+from ds4ci.calibrate.workspace import Workspace, engine_commit, restoring_on_signals
+from ds4ci.errors import UsageError
 
 RECORD = "record"
 
@@ -37,18 +38,13 @@ class Calibration:
     out: Path
     key: Path | None
     gate_args: tuple[str, ...] = ()
+    jobs: int = 1  # mutants' gates side by side (the unchanged build's always runs alone, first)
+    cpu_sets: str = NONE  # ds4ci.calibrate.cpusets.LEVERS
+    mutant_repeats: int | None = None  # the mutants' gates with this many repeats (None: the config's)
 
 
 def _now() -> str:
     return dt.datetime.now(dt.timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
-
-
-def last_line(log: Path) -> str:
-    try:
-        lines = [ln for ln in log.read_text(encoding="utf-8", errors="replace").splitlines() if ln.strip()]
-    except OSError:
-        return "no log"
-    return lines[-1][:300] if lines else "an empty log"
 
 
 def prepare_out(out: Path) -> None:
@@ -63,31 +59,26 @@ def calibrate(job: Calibration, catalogue: Catalogue, chosen: Sequence[Mutant], 
     config = require_models(job.models)
     commit = engine_commit(job.source)
     check_ready(job.source, job.out, chosen)
+    gating = Gating(GateJob(config, job.runner, job.out, job.gate_args, job.jobs, job.cpu_sets, job.mutant_repeats),
+                    say)
     prepare_out(job.out)
     started = _now()
-    gates: dict[str, dict[str, Any]] = {}
-    bundles: dict[str, Path] = {}
-
-    def gate(name: str, binary: Path, _built: dict[str, Any]) -> bool:
-        work = job.out / "gates" / name
-        row = run_gate(binary, config, job.runner, work, job.gate_args)
-        gates[name] = {"exit_code": row["exit_code"], "wall_s": row["wall_s"]}
-        if (work / BUNDLE).is_file():
-            bundles[name] = work / BUNDLE
-        elif name == CONTROL:
-            raise NoVerdictError(f"the unchanged build's gate left no evidence bundle (exit {row['exit_code']}): "
-                                 f"{last_line(work / 'gate.log')}; see {work / 'gate.log'}")
-        say(f"gated {name}: {row.get('verdict')} (exit {row['exit_code']}, {row['wall_s']} s)")
-        return name != CONTROL or row.get("verdict") == "pass"
-
-    builds = build_each(job.plan, job.source, job.out, chosen, gate, say)
+    try:
+        builds = build_each(job.plan, job.source, job.out, chosen, gating.on_built, say)
+        with restoring_on_signals(Workspace(job.source, job.out), say):
+            gating.wait()
+    except BaseException:  # an interrupt or a failure: no further gate starts; those running stop and seal
+        gating.stop()
+        raise
+    gates, bundles = gating.gates, gating.bundles
     for name, built in builds.items():
         if "error" in built:
             gates[name] = {"error": built["error"]}
     inputs = {"schema": "ds4ci/calibration-inputs/v1", "runner": job.runner, "gpu": observe_gpu(),
               "engine": {"commit": commit, "source": str(job.source), "build": job.plan.describe()},
               "ds4ci_version": __version__, "started": started, "finished": _now(),
-              "catalogue_path": str(catalogue.path.resolve()), "models_config": str(config), "builds": builds, "gates": gates}
+              "catalogue_path": str(catalogue.path.resolve()), "models_config": str(config), "builds": builds, "gates": gates,
+              "side_by_side": {"jobs": job.jobs, "cpu_sets": job.cpu_sets}, "mutant_repeats": job.mutant_repeats}
     doc = record.seal(job.out / RECORD, inputs, catalogue.path.read_bytes(), bundles, job.key)
     (job.out / "calibration.txt").write_text("\n".join(table(doc)) + "\n", encoding="utf-8")
     say("\n".join(table(doc)))

@@ -243,8 +243,8 @@ def tiny_models(
                                            "partly knows (partial acceptance, rejections at every slot); random: "
                                            "the first random-weight models.")] = "successor",
     design: Annotated[str | None, typer.Option(help="The successor models' design by name (ds4ci/tinymodels/design.py "
-                                                    "BY_NAME: FOURTH, FIFTH_LOUD, FIFTH_ALIGNED, FIFTH_LOUDER, ...); "
-                                                    "default: the shipped one.")] = None,
+                                                    "BY_NAME: FIFTH_LOUD_ALIGNED, FOURTH, FIFTH_LOUD, ...); "
+                                                    "default: the shipped one, FIFTH_LOUD_ALIGNED.")] = None,
 ) -> None:
     """Write tiny DS4 target and DSpark draft GGUF files, prompts and a pinned ds4ci.toml.
 

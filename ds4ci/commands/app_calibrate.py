@@ -41,6 +41,13 @@ def calibrate(
                                                             "(OUT/applied.json), then stop.")] = False,
     gate_arg: Annotated[list[str] | None, typer.Option(
         metavar="ARG", help="One more argument for every `ds4ci gate` (repeatable).")] = None,
+    jobs: Annotated[int, typer.Option(metavar="N", help="Mutants' gates side by side, each started once its binary "
+                                      "is built; the unchanged build's gate runs first, alone.")] = 1,
+    cpu_sets: Annotated[str, typer.Option(metavar="LEVER", help="none (every gate on every CPU), affinity (the i-th "
+        "gate running on the i-th of N disjoint CPU sets) or affinity+online (also listed as its servers' online "
+        "CPUs in their sandbox); recorded per gate.")] = "none",
+    mutant_repeats: Annotated[int | None, typer.Option(metavar="N", help="The mutants' gates with N repeats, fewer "
+        "than the config's (the unchanged build keeps them): the record then counts a lower bound.")] = None,
 ) -> None:
     """Calibrate this runner: plant each catalogued fault in the engine, rebuild, gate, and record what was caught.
 
@@ -57,5 +64,6 @@ def calibrate(
     from ds4ci.commands.calibrate import CalibrateArgs, run_calibrate
 
     args = CalibrateArgs(out, build, engine_config, source, target, models, runner, catalogue, only, signing_key,
-                         restore, tuple(gate_arg or ()))
+                         restore, tuple(gate_arg or ()), jobs, cpu_sets,
+                         mutant_repeats)
     exit_with(lambda: run_calibrate(args))

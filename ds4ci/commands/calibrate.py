@@ -34,6 +34,9 @@ class CalibrateArgs:
     signing_key: Path | None = None
     restore: bool = False
     gate_args: tuple[str, ...] = ()
+    jobs: int = 1
+    cpu_sets: str = "none"
+    mutant_repeats: int | None = None
 
 
 def say(text: str) -> None:
@@ -78,5 +81,6 @@ def run_calibrate(args: CalibrateArgs) -> int:
     catalogue = load_catalogue(args.catalogue or default_catalogue())
     chosen = choose(catalogue, args.only)
     job = Calibration(plan, source, args.models.resolve(), args.runner, args.out.resolve(),
-                      _signing_key(args.signing_key), args.gate_args)
+                      _signing_key(args.signing_key), args.gate_args, args.jobs, args.cpu_sets,
+                      args.mutant_repeats)
     return calibrate(job, catalogue, chosen, say)

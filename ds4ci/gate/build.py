@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from pathlib import Path
 
 from ds4ci.gate import views
@@ -29,21 +29,24 @@ RECORD = "build.json"
 
 def run_build(
     spec: BuildSpec, log_dir: Path, progress: Progress | Logger, log_cap_bytes: int = DEFAULT_LOG_CAP_BYTES,
-    source_dir: Path | None = None,
+    source_dir: Path | None = None, trees: Sequence[Path] = (),
 ) -> BuildRecord:
     """Run the build in its own log group; the schema's ``build`` object (its log is ``log_dir/build.log``,
-    cut at ``log_cap_bytes`` like a check's). The ``.git`` of its folder and of ``source_dir`` is read-only."""
+    cut at ``log_cap_bytes`` like a check's). The ``.git`` of its folder and of ``source_dir`` is read-only;
+    ``trees``: the checkout and every PR-writable folder (``views.pr_trees``)."""
     log = as_logger(progress)
     with log.group("build"):
-        return _build(spec, log_dir, log, log_cap_bytes, source_dir)
+        return _build(spec, log_dir, log, log_cap_bytes, source_dir, trees)
 
 
-def _build(spec: BuildSpec, log_dir: Path, progress: Logger, log_cap_bytes: int, source_dir: Path | None) -> BuildRecord:
+def _build(
+    spec: BuildSpec, log_dir: Path, progress: Logger, log_cap_bytes: int, source_dir: Path | None, trees: Sequence[Path],
+) -> BuildRecord:
     log_dir.mkdir(parents=True, exist_ok=True)
     progress(f"build: running `{spec.command}` in {spec.cwd or Path.cwd()} (timeout {spec.timeout_s:g} s)")
     record = run_step(
         CheckSpec("build", spec.command, "build-progress", None, spec.timeout_s, spec.cwd), log_dir / "build.log",
-        progress=progress, log_cap_bytes=log_cap_bytes, view=_view(spec, source_dir),
+        progress=progress, log_cap_bytes=log_cap_bytes, view=_view(spec, source_dir, trees),
     )
     for key in ("name", "parser", "report"):
         del record[key]
@@ -56,7 +59,7 @@ def _build(spec: BuildSpec, log_dir: Path, progress: Logger, log_cap_bytes: int,
     return build
 
 
-def _view(spec: BuildSpec, source_dir: Path | None) -> View:
+def _view(spec: BuildSpec, source_dir: Path | None, trees: Sequence[Path]) -> View:
     """``views.build_view``, with every ``.git`` in its writable folders read-only (``views.git_dirs``)."""
-    view = views.build_view(spec)
+    view = views.build_view(spec, trees)
     return dataclasses.replace(view, ro=(*view.ro, *views.git_dirs(view.rw, source_dir)))

@@ -12,6 +12,7 @@ sealed in ``log_dir/checks.json``. The verdict comes from those files only, thro
 
 from __future__ import annotations
 
+import errno
 import json
 import os
 import re
@@ -29,7 +30,7 @@ from ds4ci.options.config import CheckSpec
 from ds4ci.options.policy import CREDENTIAL_VARIABLES
 from ds4ci.options.table import get as option
 from ds4ci.records import CheckResult
-from ds4ci.supervisor import sandbox
+from ds4ci.supervisor import resolve
 
 __all__ = ["LOG_TAIL_BYTES", "RECORDS", "check_env", "run_check", "run_checks", "run_step", "slug"]
 RECORDS = "checks.json"
@@ -74,18 +75,23 @@ def _run_group(
 Stamp = tuple[int, int, int, int]
 
 
-def _open_report(path: Path, cwd: Path) -> tuple[BinaryIO | None, str | None]:
-    """The report the check wrote (PR output), opened confined: in its resolved folder, which must stay inside
-    the check's folder when it is named there, the name itself no link, a regular file (never a FIFO or a
-    device). (file, None), or (None, why not); (None, None) when there is none."""
+def _open_report(path: Path, cwd: Path, trees: Sequence[Path]) -> tuple[BinaryIO | None, str | None]:
+    """The report the check wrote (PR output), opened through the resolver: its folder beneath the trees with no
+    link followed, the name itself no link, a regular file (never a FIFO or a device). (file, None), or
+    (None, why not); (None, None) when there is none."""
     folder = path.absolute().parent
-    left = sandbox.leaves_trees(folder, (cwd,))
-    if left is not None:
-        return None, left
     try:
-        return confined.open_regular(sandbox.real(folder), path.name), None
+        where = resolve.open_path("the report's folder", folder, (*trees, cwd, folder), missing_ok=True)
+    except resolve.PathRefused as exc:
+        return None, str(exc)
+    if where is None:
+        return None, None
+    try:
+        return confined.open_regular(where.fd, path.name), None
     except confined.ConfinedError as exc:
-        return None, None if not os.path.lexists(path) else str(exc)
+        return None, None if exc.cause is not None and exc.cause.errno == errno.ENOENT else str(exc)
+    finally:
+        where.close()
 
 
 def _stamp(fh: BinaryIO) -> Stamp:
@@ -93,22 +99,24 @@ def _stamp(fh: BinaryIO) -> Stamp:
     return (st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns)
 
 
-def _report_stamp(path: Path | None, cwd: Path) -> Stamp | None:
+def _report_stamp(path: Path | None, cwd: Path, trees: Sequence[Path]) -> Stamp | None:
     if path is None:
         return None
-    fh, _ = _open_report(path, cwd)
+    fh, _ = _open_report(path, cwd, trees)
     if fh is None:
         return None
     with fh:
         return _stamp(fh)
 
 
-def _read_report(path: Path | None, cwd: Path, stamp_before: Stamp | None) -> tuple[bytes | None, str | None]:
+def _read_report(
+    path: Path | None, cwd: Path, stamp_before: Stamp | None, trees: Sequence[Path],
+) -> tuple[bytes | None, str | None]:
     """The report's bytes, or None if this run did not (re)write it (a stale file proves nothing), with why
     a file that is there was not read (a link, a FIFO, a folder that leads out of the checkout)."""
     if path is None:
         return None, None
-    fh, why = _open_report(path, cwd)
+    fh, why = _open_report(path, cwd, trees)
     if fh is None:
         return None, why
     with fh:
@@ -119,13 +127,12 @@ def _read_report(path: Path | None, cwd: Path, stamp_before: Stamp | None) -> tu
 
 def run_step(
     spec: CheckSpec, log: Path, sup: supervisor.Supervisor | None = None, progress: Progress | None = None,
-    log_cap_bytes: int = DEFAULT_LOG_CAP_BYTES, view: supervisor.View | None = None,
+    log_cap_bytes: int = DEFAULT_LOG_CAP_BYTES, view: supervisor.View | None = None, trees: Sequence[Path] = (),
 ) -> dict[str, Any]:
-    """Run one command (in ``view``, default ``views.check_view``); its sealed run record.
-
-    The log is ``log``; a fresh report is copied beside it."""
+    """Run one command (in ``view``, default ``views.check_view`` with ``trees``: the checkout and every PR-writable
+    folder); its sealed run record. The log is ``log``; a fresh report is copied beside it."""
     cwd = (spec.cwd or Path.cwd()).absolute()
-    report_before = _report_stamp(spec.report, cwd)
+    report_before = _report_stamp(spec.report, cwd, trees)
     record: dict[str, Any] = {
         "name": spec.name, "parser": spec.parser, "command": spec.command, "timeout_s": spec.timeout_s,
         "log": log.name, "report": None, "start_error": None, "timed_out": False, "abandoned": False,
@@ -134,7 +141,7 @@ def run_step(
     capped = CappedLog(log, log_cap_bytes)
     try:
         run = _run_group(
-            spec.command, spec.cwd, capped, spec.timeout_s, sup or supervisor.default(), view or views.check_view(spec)
+            spec.command, spec.cwd, capped, spec.timeout_s, sup or supervisor.default(), view or views.check_view(spec, trees)
         )
     except (OSError, supervisor.SupervisorError) as exc:
         why = exc.strerror if isinstance(exc, OSError) and exc.strerror else str(exc)
@@ -144,7 +151,7 @@ def run_step(
             "timed_out": run.timed_out, "abandoned": run.abandoned, "duration_s": round(run.duration_s, 3),
             "exit_code": None if run.timed_out else run.returncode,
         })
-        report, refused = _read_report(spec.report, cwd, report_before)
+        report, refused = _read_report(spec.report, cwd, report_before, trees)
         if refused is not None and progress is not None:
             progress(f"check {spec.name}: its report was not read: {refused}")
         if report is not None:
@@ -172,8 +179,10 @@ def run_checks(
     progress: Progress | Logger | None = None,
     sup: supervisor.Supervisor | None = None,
     log_cap_bytes: int = DEFAULT_LOG_CAP_BYTES,
+    trees: Sequence[Path] = (),
 ) -> list[CheckResult]:
-    """Run every check in order (each is judged on its own); logs and ``checks.json`` go to ``log_dir``.
+    """Run every check in order (each is judged on its own); logs and ``checks.json`` go to ``log_dir``;
+    ``trees``: the checkout and every PR-writable folder (``views.pr_trees``).
 
     ``sup`` is the supervisor to run them under (default: the process-wide one), whose
     ``containment`` says what held. ``checks.json`` is rewritten after each check, so an
@@ -192,7 +201,7 @@ def run_checks(
         used.add(unique)
         with log.group(f"check {spec.name}"):
             log(f"check {spec.name}: running ({spec.parser}, timeout {spec.timeout_s:g} s)")
-            records.append(run_step(spec, log_dir / f"check-{unique}.log", sup, log, log_cap_bytes))
+            records.append(run_step(spec, log_dir / f"check-{unique}.log", sup, log, log_cap_bytes, trees=trees))
             _write_records(log_dir / RECORDS, records)
             result = check_result(records[-1], log_dir, f"check {spec.name}")
             log(f"check {spec.name}: {result['status']}: {result['summary']} ({result['duration_s']:.1f} s)")

@@ -120,9 +120,8 @@ class _Run:
             return True
         from ds4ci.gate.build import run_build
 
-        build = self.doc["build"] = run_build(
-            self.cfg.build, self.attempt.path / "build", self.progress, self.cfg.log_cap_bytes, self.cfg.source_dir
-        )
+        build = self.doc["build"] = run_build(self.cfg.build, self.attempt.path / "build", self.progress,
+                                              self.cfg.log_cap_bytes, self.cfg.source_dir, views.pr_trees(self.cfg))
         self.seals.close(self.attempt.path, "the build ended", ["build"])
         return build["status"] == "pass"
 
@@ -154,9 +153,8 @@ class _Run:
             return
         from ds4ci.gate.checks import run_checks
 
-        self.doc["checks"] = run_checks(
-            self.cfg.checks, self.attempt.path / "checks", progress=self.progress, log_cap_bytes=self.cfg.log_cap_bytes
-        )
+        self.doc["checks"] = run_checks(self.cfg.checks, self.attempt.path / "checks", progress=self.progress,
+                                        log_cap_bytes=self.cfg.log_cap_bytes, trees=views.pr_trees(self.cfg))
         self.seals.close(self.attempt.path, "the checks ended", ["checks"])
 
     def copy_binary(self) -> None:

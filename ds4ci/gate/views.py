@@ -8,12 +8,14 @@
 
 Only trusted sources choose a bind: the configuration, ds4ci's own environment and fixed system
 paths. Nothing the checkout or the server binary holds (a first line naming an interpreter, a
-``pyvenv.cfg``, a ``.pth`` file) adds one; a path named inside the PR's folders must resolve inside
-them (``sandbox.leaves_trees``), and every bind passes the rules of ``supervisor.sandbox``
-(resolved, never ``/`` nor ``/proc``, ``/dev``, ``/sys``, ``/run``, never a home-like folder whole,
-never inside the evidence or a key folder). Wherever a bound folder would show them, the evidence
-folder and the runner keys' folder are covered by an empty tmpfs, and ds4ci's own install is bound
-read-only again.
+``pyvenv.cfg``, a ``.pth`` file) adds one. Every view lists the same trees (:func:`pr_trees`: the checkout
+and every folder PR code may write); a path named inside them is opened beneath them with no link followed
+(``supervisor.resolve``), and before any PR process starts every configured folder is opened so
+(:func:`refuse_links`): a link at or inside one stops the run. Every bind passes the rules of
+``supervisor.sandbox`` (never ``/`` nor ``/proc``, ``/dev``, ``/sys``, ``/run``, never a home-like folder whole,
+nothing of a self-hosted runner's install but its ``_work`` folder, never inside the evidence or a key folder).
+Wherever a bound folder would show them, the evidence folder and the runner keys' folder are covered by an
+empty tmpfs, and ds4ci's own install is bound read-only again.
 """
 
 from __future__ import annotations
@@ -30,21 +32,29 @@ from ds4ci.evidence import keys
 from ds4ci.log import Logger
 from ds4ci.options.config import GateConfig
 from ds4ci.options.sections import BuildSpec, CheckSpec
-from ds4ci.supervisor import sandbox
+from ds4ci.supervisor import resolve, sandbox
 
 RUNNER_MARKS = (".runner", ".credentials", ".credentials_rsaparams")  # files of a self-hosted runner's install
+RUNNER_LAYOUT = ("_work", "externals")  # folders of one, found together
 
+
+def runner_installs() -> tuple[Path, ...]:
+    """Self-hosted runners' installs: a folder above the workspace or the working folder holding ``.runner`` or
+    ``.credentials``, or both ``_work`` and ``externals``; nothing in one but its ``_work`` folder is ever shown."""
+    found: list[Path] = []
+    starts = (os.environ.get("RUNNER_WORKSPACE"), os.environ.get("GITHUB_WORKSPACE"), str(Path.cwd()))
+    for start in filter(None, starts):
+        resolved = sandbox.real(Path(start))
+        found += [f for f in (resolved, *resolved.parents) if any(os.path.lexists(f / m) for m in RUNNER_MARKS)
+                  or all(os.path.isdir(f / m) for m in RUNNER_LAYOUT)]  # noqa: PTH112
+    return tuple(dict.fromkeys(found))
 
 
 def runner_folders() -> tuple[Path, ...]:
     """The runner's own folders, never shown whole: ``$RUNNER_TEMP`` (the job's command files) and the
-    runner's install (a folder above the workspace or the working folder holding ``.runner`` or ``.credentials``)."""
+    runner's installs (:func:`runner_installs`)."""
     found = [Path(os.environ["RUNNER_TEMP"])] if os.environ.get("RUNNER_TEMP") else []
-    starts = (os.environ.get("RUNNER_WORKSPACE"), os.environ.get("GITHUB_WORKSPACE"), str(Path.cwd()))
-    for start in filter(None, starts):
-        resolved = sandbox.real(Path(start))
-        found += [f for f in (resolved, *resolved.parents) if any(os.path.lexists(f / m) for m in RUNNER_MARKS)]
-    return tuple(dict.fromkeys(found))
+    return tuple(dict.fromkeys((*found, *runner_installs())))
 
 
 def policy(cfg: GateConfig) -> supervisor.Policy:
@@ -55,7 +65,7 @@ def policy(cfg: GateConfig) -> supervisor.Policy:
     frozen = (Path(ds4ci.__file__).resolve().parent, Path(sys.prefix))
     return supervisor.Policy(
         require=box.require, ro_paths=box.ro_paths, rw_paths=box.rw_paths, devices=box.devices, enabled=box.enabled,
-        hidden=tuple(hidden), frozen=frozen, homes=(Path.home(), *runner_folders()),
+        hidden=tuple(hidden), frozen=frozen, homes=(Path.home(), *runner_folders()), installs=runner_installs(),
     )
 
 
@@ -67,10 +77,14 @@ def prepare(cfg: GateConfig, progress: Logger | Callable[[str], None]) -> None:
         sup.require_sandbox()
     except supervisor.SandboxUnavailable as exc:
         raise NoVerdictError(f"{exc}; no PR code was run") from exc
+    refuse_links(cfg)
     why = sup.sandbox_refusal()
     if why is None:
         refuse_hidden_inside_views(cfg)
         progress("sandbox: PR code runs under bubblewrap (level: sandbox)")
+    elif cfg.sandbox.cpu_online:  # the online CPU list is the sandbox's own file: without it nothing would say so
+        raise NoVerdictError(f"sandbox.cpu_online (--sandbox-cpu-online) needs the sandbox, which is not used here "
+                             f"({why}); no PR code was run")
     else:
         progress(f"sandbox: not used ({why}); PR code runs in a PID namespace where the kernel allows")
 
@@ -90,7 +104,7 @@ def hidden_inside_views(cfg: GateConfig) -> list[str]:
     views = [("the server", server_view(cfg))]
     views += [(f"check {spec.name!r}", supervisor.View(ro=(_absolute(spec.cwd),))) for spec in cfg.checks]
     if cfg.build is not None:
-        views.append(("the build", build_view(cfg.build)))
+        views.append(("the build", build_view(cfg.build, pr_trees(cfg))))
     names = _hidden_names(cfg)
     problems: list[str] = []
     for role, view in views:
@@ -131,10 +145,56 @@ def interpreters(cfg: GateConfig) -> tuple[str, ...] | None:
     return None if cfg.simulator else cfg.server_interpreters
 
 
+def checkout(cfg: GateConfig) -> Path | None:
+    """The pull request's checkout: ``source_dir``, else the git checkout the gate runs in (the nearest folder from
+    the working folder up that holds ``.git``, as where the action runs it); None when there is neither."""
+    if cfg.source_dir is not None:
+        return cfg.source_dir.absolute()
+    here = Path.cwd()
+    return next((f for f in (here, *here.parents) if os.path.lexists(f / ".git")), None)
+
+
 def pr_trees(cfg: GateConfig) -> tuple[Path, ...]:
-    """The folders pull-request code wrote (the checkout, the build's): a file ds4ci reads there is opened below
-    them, no link followed (``fileio.open_regular``)."""
-    return server_view(cfg).trees
+    """The checkout and every folder pull-request code may write (the build's, the built server's, each check's
+    and its report's, ``[sandbox] rw_paths``): the trees of every view. A file ds4ci reads there, and every bind
+    named there, is opened beneath them with no link followed (``supervisor.resolve``, ``fileio.open_regular``)."""
+    top = checkout(cfg)
+    trees = [*([top] if top is not None else []), *_build_trees(cfg.build)]
+    for spec in cfg.checks:
+        trees.append(_absolute(spec.cwd))
+        if spec.report is not None:
+            trees.append(spec.report.absolute().parent)
+    trees += cfg.sandbox.rw_paths
+    return tuple(dict.fromkeys(sandbox.plain(t) for t in trees))
+
+
+def configured_folders(cfg: GateConfig) -> list[tuple[str, Path]]:
+    """(setting, folder) for every folder a PR process is shown or writes: the build's, the server's,
+    each check's and its report's, each ``[sandbox] ro_paths`` and ``rw_paths`` entry."""
+    found: list[tuple[str, Path]] = []
+    if cfg.source_dir is not None:
+        found.append(("gate.source_dir", cfg.source_dir))
+    if cfg.build is not None:
+        found.append(("build.cwd", _absolute(cfg.build.cwd)))
+        found.append(("build.server_bin (its folder)", cfg.build.server_bin.absolute().parent))
+    else:
+        found.append(("gate.server_bin (its folder)", cfg.server_bin.path.absolute().parent))
+    for spec in cfg.checks:
+        found.append((f"checks {spec.name!r} cwd", _absolute(spec.cwd)))
+        if spec.report is not None:
+            found.append((f"checks {spec.name!r} report (its folder)", spec.report.absolute().parent))
+    found += [("sandbox.ro_paths", p) for p in cfg.sandbox.ro_paths]
+    found += [("sandbox.rw_paths", p) for p in cfg.sandbox.rw_paths]
+    return found
+
+
+def refuse_links(cfg: GateConfig) -> None:
+    """Before any PR process starts: every configured folder opened through the resolver as far as it exists; a
+    symbolic link at its root or on its way inside the checkout stops the run (no verdict), naming the setting."""
+    trees = pr_trees(cfg)
+    problems = [why for key, path in configured_folders(cfg) if (why := resolve.check_path(key, path, trees))]
+    if problems:
+        raise NoVerdictError("; ".join(dict.fromkeys(problems)) + "; no PR code was run")
 
 
 def _build_trees(build: BuildSpec | None) -> tuple[Path, ...]:
@@ -149,29 +209,32 @@ def server_view(cfg: GateConfig) -> supervisor.View:
     ro = [cfg.server_bin.path.absolute().parent, cfg.target.path.absolute(), cfg.draft.path.absolute()]
     if cfg.simulator:  # the trusted config names ds4ci's own simulator: its interpreter and install, read-only
         ro += sandbox.python_runtime()
-    trees = _build_trees(cfg.build)
+    shown = _build_trees(cfg.build)
     if cfg.source_dir is not None:
-        trees = (cfg.source_dir.absolute(), *trees)
-    return supervisor.View(ro=tuple(dict.fromkeys((*ro, *trees))), trees=trees)
+        shown = (cfg.source_dir.absolute(), *shown)
+    return supervisor.View(ro=tuple(dict.fromkeys((*ro, *shown))), trees=pr_trees(cfg), cpu_online=cfg.sandbox.cpu_online)
 
 
-def check_view(spec: CheckSpec) -> supervisor.View:
-    """Its folder read-only; the folder of its JUnit report writable (created here when missing, unless it
-    is named inside the check's folder and resolves out of it: the sandbox then refuses it)."""
+def check_view(spec: CheckSpec, trees: Sequence[Path] = ()) -> supervisor.View:
+    """Its folder read-only; the folder of its JUnit report writable (created here when missing, beneath the
+    trees with no link followed: a link on the way is refused, ``resolve.PathRefused``)."""
     cwd = _absolute(spec.cwd)
     rw: tuple[Path, ...] = ()
+    every = (*trees, cwd)
     if spec.report is not None:
         folder = spec.report.absolute().parent
-        if sandbox.leaves_trees(folder, (cwd,)) is None:
-            sandbox.real(folder).mkdir(parents=True, exist_ok=True)
+        every = (*every, folder)
+        resolve.make_folder(f"checks {spec.name!r} report (its folder)", folder, every)
         rw = (folder,)
-    return supervisor.View(ro=(cwd,), rw=rw, trees=(cwd,))
+    return supervisor.View(ro=(cwd,), rw=rw, trees=every)
 
 
-def build_view(spec: BuildSpec) -> supervisor.View:
+def build_view(spec: BuildSpec, trees: Sequence[Path] = ()) -> supervisor.View:
     """Its own folder writable, and the server's folder when that lies outside it and exists."""
-    trees = tuple(t for t in _build_trees(spec) if t == _absolute(spec.cwd) or t.is_dir())
-    return supervisor.View(rw=trees, trees=trees)
+    own = _build_trees(spec)
+    every = (*trees, *own)
+    shown = tuple(t for t in own if t == _absolute(spec.cwd) or os.path.lexists(t))  # a link: the resolver refuses it
+    return supervisor.View(rw=shown, trees=every)
 
 
 def git_dirs(writable: Sequence[Path], source_dir: Path | None) -> tuple[Path, ...]:

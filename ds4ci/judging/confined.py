@@ -17,7 +17,7 @@ import stat
 from pathlib import Path, PurePosixPath
 from typing import BinaryIO
 
-from ds4ci.fileio import file_kind, open_below
+from ds4ci.fileio import file_kind, open_below, open_file_beneath
 
 MAX_JSON_BYTES = 8 * 1024 * 1024  # a lifecycle record, a request or a response, a manifest
 _CHUNK = 1 << 20
@@ -47,11 +47,12 @@ def parts_of(rel: object) -> tuple[str, ...]:
     return parts
 
 
-def open_regular(root: Path, rel: object) -> BinaryIO:
-    """``root/rel`` opened for reading, after proving it is a regular file inside ``root``."""
+def open_regular(root: Path | int, rel: object) -> BinaryIO:
+    """``root/rel`` opened for reading, after proving it is a regular file inside ``root`` (a folder, or a
+    descriptor of one the resolver opened)."""
     name = str(rel)[:200]
     try:
-        fd = open_below(root, parts_of(rel))
+        fd = open_file_beneath(root, parts_of(rel)) if isinstance(root, int) else open_below(root, parts_of(rel))
     except ConfinedError:
         raise
     except OSError as exc:

@@ -36,15 +36,17 @@ def ids_from_text(text: str) -> list[int] | None:
 FIRST_SUCCESSOR = "ds4ci tiny-models --seed 1, as written before 2026-12-02 (near-ties 1.0 logits apart)"
 SECOND_SUCCESSOR = "ds4ci tiny-models --seed 1, as written on 2026-12-02 before its second set (one word in six a near-tie)"
 THIRD_SUCCESSOR = "ds4ci tiny-models --seed 1, as written on 2026-12-02 and until 2026-12-03 (window 128, quiet layers)"
+FOURTH_SUCCESSOR = "ds4ci tiny-models --seed 1 --design FOURTH (the default from 2026-12-03 until 2026-12-07)"
+SHIPPED_SUCCESSOR = "ds4ci tiny-models --seed 1 (the default from 2026-12-07, design FIFTH_LOUD_ALIGNED: FIFTH_LOUD's target)"
 KNOWN_TARGETS: dict[str, str] = {
-    "77541f4324a8f9d2f1e28110e8dbdf3bfe83f8d3e3d9f065c277b56b53c7dda2": "ds4ci tiny-models --seed 1",
+    "77541f4324a8f9d2f1e28110e8dbdf3bfe83f8d3e3d9f065c277b56b53c7dda2": FOURTH_SUCCESSOR,
     "9d3c5ff3b0a787e559c1f200816e932833a488b64950d4ce67689f4b7238cf16": THIRD_SUCCESSOR,
     "e8e6a16ce6caf5323bae5db38bcd970ae29f7b6ef1ffc2ac2f082bd9870b658d": SECOND_SUCCESSOR,
     "e96a205cf3543f561c03a90a3946b0d3e678d00e70231dbee57bd0fe0335b447": FIRST_SUCCESSOR,
     "340fd97fff73dc755f918f8bd0e89ea37b3430c4fb66b81c903e05fd5a40b360": "ds4ci tiny-models --kind random --seed 1",
-    # the 2026-12-05 candidates (ds4ci/tinymodels/design.py); FIFTH_ALIGNED's target is the shipped one (only its
-    # prompts differ), FIFTH_LOUD_ALIGNED's is FIFTH_LOUD's
-    "155283d1ca0a2a93bce1e171ad775736b8d01bff967f930b3b047fa980cd9749": "ds4ci tiny-models --seed 1 --design FIFTH_LOUD",
+    # the shipped design, FIFTH_LOUD_ALIGNED, writes FIFTH_LOUD's target (only its prompts differ)
+    "155283d1ca0a2a93bce1e171ad775736b8d01bff967f930b3b047fa980cd9749": SHIPPED_SUCCESSOR,
+    # the other 2026-12-05 candidates (ds4ci/tinymodels/design.py); FIFTH_ALIGNED's target is FOURTH's
     "c8a3d90f4e1a701a8bef63c07b40d25a63829cfac1ec0a67910e46f9c82f5de9": "ds4ci tiny-models --seed 1 --design FIFTH_LOUDER",
 }
 

@@ -66,6 +66,7 @@ class SandboxSettings:
     ro_paths: tuple[Path, ...] = ()
     rw_paths: tuple[Path, ...] = ()
     devices: tuple[str, ...] = ()
+    cpu_online: bool = False  # the server sees only the CPUs of its affinity as online
 
 
 @dataclass(frozen=True)
@@ -356,7 +357,8 @@ def _sandbox(src: _Sources) -> SandboxSettings:
     if require and not enabled:
         raise UsageError("sandbox.require = true and sandbox.enabled = false contradict each other; drop one")
     devices = src.value("devices", "sandbox")
-    return SandboxSettings(require, enabled, dirs("ro_paths"), dirs("rw_paths"), tuple(devices))
+    return SandboxSettings(require, enabled, dirs("ro_paths"), dirs("rw_paths"), tuple(devices),
+                           src.value("cpu_online", "sandbox"))
 
 
 def load(

@@ -313,6 +313,12 @@ OPTIONS: tuple[Option, ...] = (
     Option("sandbox", "devices", "Extra device nodes (globs) beyond the standard ones and the GPU's "
            "(/dev/kfd, /dev/dri, /dev/nvidia*, /dev/nvidia-caps).", check=v.paths, default=(),
            toml_type="array of paths", runner_table=True, dest="sandbox_devices"),
+    Option("sandbox", "cpu_online", "Show the server, in its sandbox, only its own CPUs as online: a read-only file "
+           "listing the CPUs of the gate's affinity is bound over /sys/devices/system/cpu/online, so a server that "
+           "sizes its thread pools by the CPUs online (glibc's get_nprocs, which ignores the affinity) sizes them by "
+           "its CPU set. For gates side by side on disjoint CPU sets (`ds4ci calibrate --cpu-sets affinity+online`).",
+           check=v.boolean, default=False, toml_type="boolean", runner_table=True, flag="--sandbox-cpu-online",
+           switch=True, cli_type=bool),
     Option("merge", "runners", "Gate runners whose ds4ci/<runner> status must be success on the head.",
            toml_type="array of strings", flag="--runner", command="merge-check", repeat=True, metavar="NAME"),
     Option("merge", "checks", "Check runs or commit status contexts that must succeed on the head: a name (a "

@@ -20,14 +20,16 @@ PR-built binary) runs as ``bwrap ... -- COMMAND`` with an allowlist view of the 
 - everything else is absent: ``$HOME``, the runner's install and credentials, ds4ci's install
   and keys, the evidence folder, other workspaces.
 
-Every path the caller or the policy names is resolved (``realpath``) before it is compared or bound
-(:func:`checked_binds`), and bound at its resolved place; a bind is refused (:class:`BindRefused`,
-the message names the rule) when it resolves to ``/`` or ``/tmp``, or to or inside ``/proc``, ``/dev``,
-``/sys`` or ``/run`` (the sandbox's own); when it would show a home-like folder whole (``$HOME``, the
-runner's install, its temp folder); when it lies inside a hidden folder (the evidence, a key folder);
-when it is writable and lies inside ds4ci's own install; and when it is named inside one of the
-view's PR folders (the checkout) but resolves out of them (a link the PR made). Hidden folders inside
-a shown one are covered by an empty tmpfs, ds4ci's install is bound read-only again.
+Every path the caller or the policy names is opened once, by the one resolver (``resolve.py``): beneath the
+view's trees (the checkout and every folder pull-request code may write) with no link followed, a link anywhere
+on the way refused; outside them at its resolved place. The sandbox binds the open descriptor
+(``--bind-fd`` / ``--ro-bind-fd``), never the path again, at the place the descriptor lies (:func:`checked_binds`).
+A bind is refused (:class:`BindRefused`, the message names the rule) when it lies at ``/`` or ``/tmp``, or at or
+inside ``/proc``, ``/dev``, ``/sys`` or ``/run`` (the sandbox's own); when it would show a home-like folder whole
+(``$HOME``, the runner's install, its temp folder); when it lies inside a self-hosted runner's install but not
+inside its ``_work`` folder; when it lies inside a hidden folder (the evidence, a key folder); and when it is
+writable and lies inside ds4ci's own install. Hidden folders inside a shown one are covered by an empty tmpfs,
+ds4ci's install is bound read-only again.
 
 The network: a process whose view asks for it (``View.own_network``: the server) gets a network namespace
 of its own (``--unshare-net``: a loopback interface and nothing else), so it reaches no host service,
@@ -38,6 +40,7 @@ share the runner's network (a build may fetch what it needs).
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import functools
 import glob
@@ -52,7 +55,9 @@ from pathlib import Path
 from typing import Final
 
 from ds4ci.options.policy import PROVENANCE_PREFIXES
+from ds4ci.supervisor import resolve
 from ds4ci.supervisor.child import SupervisorError
+from ds4ci.supervisor.cpuonline import bind as cpu_online_bind
 
 SANDBOX: Final = "sandbox"
 INSTALL_HINT = "install it: sudo apt-get install bubblewrap (Debian/Ubuntu; Fedora: sudo dnf install bubblewrap)"
@@ -99,6 +104,7 @@ class Policy:
     hidden: tuple[Path, ...] = ()  # covered by an empty read-only tmpfs where a bound path would show them (evidence, keys)
     frozen: tuple[Path, ...] = ()  # bound read-only again where a bound path would show them (ds4ci's install)
     homes: tuple[Path, ...] = ()  # never shown whole: a bind may lie inside one, never be or hold one ($HOME, the runner's)
+    installs: tuple[Path, ...] = ()  # self-hosted runners' installs: nothing inside one is shown but its _work folder
 
 
 RO_VARIABLE, RW_VARIABLE = "DS4CI_SANDBOX_RO_PATHS", "DS4CI_SANDBOX_RW_PATHS"
@@ -140,9 +146,11 @@ class View:
     ro: tuple[Path, ...] = ()
     rw: tuple[Path, ...] = ()
     extra: tuple[Path, ...] = field(default=())  # read-only, but only where they exist (optional files)
-    trees: tuple[Path, ...] = ()  # the PR's folders (checkout, build folder): what is named inside them stays inside
+    trees: tuple[Path, ...] = ()  # the checkout and every PR-writable folder: what is named inside them is opened
+    # beneath them, no link followed (resolve.py)
     own_network: bool = False  # a network namespace of its own (the server): no host service in reach
     scratch_bytes: int | None = None  # /tmp a tmpfs of this size (the server's quota); None: the scratch folder
+    cpu_online: bool = False  # /sys/devices/system/cpu/online shows only the CPUs of the caller's affinity
 
 
 class BindRefused(SupervisorError):
@@ -153,42 +161,29 @@ FRESH: Final = ("/proc", "/dev", "/sys", "/run")  # the sandbox's own: never bou
 
 
 def real(path: Path) -> Path:
-    """``path`` made absolute with every link and ``..`` resolved (what a bind of it would really show)."""
+    """``path`` made absolute with every link and ``..`` resolved (for a trusted path outside the PR's folders)."""
     return Path(os.path.realpath(path))
 
 
-def plain(path: Path) -> Path:
-    """``path`` made absolute with ``.`` and ``..`` taken out by name only (how the configuration spelt it)."""
-    return Path(os.path.normpath(os.path.abspath(path)))  # noqa: PTH100
+plain = resolve.plain
 
 
 def _within(path: Path, folders: Iterable[Path]) -> Path | None:
     return next((f for f in folders if path.is_relative_to(f)), None)
 
 
-def leaves_trees(path: Path, trees: Sequence[Path]) -> str | None:
-    """Why ``path`` may not be shown: named inside one of ``trees`` (the PR's folders) yet resolving out of
-    all of them, through a link the PR made; None when it stays inside or is named outside them."""
-    real_trees = [real(t) for t in trees]
-    named_in = _within(plain(path), [*map(plain, trees), *real_trees])
-    if named_in is None or _within(real(path), real_trees) is not None:
-        return None
-    return (f"{plain(path)} is named inside the pull request's folder {named_in} but resolves to {real(path)}, "
-            "outside it: a link in the checkout never chooses what the sandbox shows or what ds4ci reads")
-
-
-def _refusal(path: Path, writable: bool, policy: Policy, trees: Sequence[Path]) -> str | None:
-    resolved = real(path)
-    shown = str(plain(path)) + (f" (resolves to {resolved})" if resolved != plain(path) else "")
+def _refusal(named: Path, resolved: Path, writable: bool, policy: Policy) -> str | None:
+    shown = str(named) + (f" (resolves to {resolved})" if resolved != named else "")
     if str(resolved) in ("/", INSIDE_TMP) or _within(resolved, map(Path, FRESH)) is not None:
         return f"{shown}: /, /tmp, /proc, /dev, /sys and /run are the sandbox's own and are never bound over"
-    left = leaves_trees(path, trees)
-    if left is not None:
-        return left
     for home in map(real, policy.homes):
         if home.is_relative_to(resolved):
             return (f"{shown} would show {home} whole (the home folder, or the runner's install or temp folder); "
                     "name the folder inside it that the process needs")
+    for install in map(real, policy.installs):
+        if resolved.is_relative_to(install) and not resolved.is_relative_to(install / "_work"):
+            return (f"{shown} lies inside {install}, a self-hosted runner's install (its programs and credentials): "
+                    "nothing in it but its _work folder is ever shown to pull-request code")
     inside = _within(resolved, map(real, policy.hidden))
     if inside is not None:
         return f"{shown} lies inside {inside}, which pull-request code never sees (the evidence or a key folder)"
@@ -198,20 +193,71 @@ def _refusal(path: Path, writable: bool, policy: Policy, trees: Sequence[Path]) 
     return None
 
 
-def checked_binds(policy: Policy, view: View) -> list[tuple[str, Path, Path]]:
-    """Every bind of ``view`` and ``policy`` as (option, resolved path, path as named), parents first;
-    BindRefused when one breaks a rule (see the module's text)."""
-    asked = [("--ro-bind", p) for p in (*view.ro, *policy.ro_paths)]
-    asked += [("--ro-bind-try", p) for p in view.extra]
-    asked += [("--bind", p) for p in (*view.rw, *policy.rw_paths)]
-    binds: list[tuple[str, Path, Path]] = []
-    for option, path in asked:
-        why = _refusal(path, option == "--bind", policy, view.trees)
-        if why is not None:
-            raise BindRefused(f"sandbox: refused to bind {why}")
-        binds.append((option, real(path), plain(path)))
-    binds.sort(key=lambda b: (_depth(str(b[1])), b[0] != "--ro-bind", str(b[1])))  # parents first, then children
-    return binds
+@dataclass(frozen=True)
+class Bind:
+    """One bind of a view: ``opened`` (a descriptor the resolver opened) shown at ``at``, read-only or writable."""
+
+    writable: bool
+    opened: resolve.Opened
+    at: Path  # where the descriptor lies: the place it is shown at inside the sandbox
+
+    @property
+    def option(self) -> str:
+        return "--bind-fd" if self.writable else "--ro-bind-fd"
+
+
+def checked_binds(policy: Policy, view: View) -> list[Bind]:
+    """Every bind of ``view`` and ``policy``, each path opened once by the resolver, parents first (a bind that
+    its parent already shows the same way is left out, its descriptor closed); BindRefused when one breaks a rule
+    (see the module's text). The caller closes the descriptors (:func:`close_binds`)."""
+    asked = [(False, p, False) for p in (*view.ro, *policy.ro_paths)]
+    asked += [(False, p, True) for p in view.extra]
+    asked += [(True, p, False) for p in (*view.rw, *policy.rw_paths)]
+    binds: list[Bind] = []
+    try:
+        for writable, path, optional in asked:
+            try:
+                opened = resolve.open_path("a sandbox bind", path, view.trees, missing_ok=optional)
+            except resolve.PathRefused as exc:
+                raise BindRefused(f"sandbox: refused to bind {exc}") from exc
+            if opened is None:
+                continue
+            binds.append(Bind(writable, opened, opened.real))
+            why = _refusal(opened.named, binds[-1].at, writable, policy)
+            if why is not None:
+                raise BindRefused(f"sandbox: refused to bind {why}")
+    except BaseException:
+        close_binds(binds)
+        raise
+    binds.sort(key=lambda b: (_depth(str(b.at)), b.writable, str(b.at)))  # parents first, then children
+    kept: list[Bind] = []
+    for bind in binds:
+        parent = max((k for k in kept if bind.at.is_relative_to(k.at)), key=lambda k: _depth(str(k.at)), default=None)
+        if parent is not None and parent.writable == bind.writable and parent.opened.is_dir():
+            bind.opened.close()  # shown already, the same way, through its parent
+        else:
+            kept.append(bind)
+    return kept
+
+
+def close_binds(binds: Iterable[Bind]) -> None:
+    for bind in binds:
+        bind.opened.close()
+
+
+class Argv(list[str]):
+    """bwrap's command line and the descriptors its ``--bind-fd`` options name: pass them to the process
+    (``pass_fds``), then :meth:`close` them."""
+
+    def __init__(self, args: Iterable[str] = (), fds: Sequence[int] = ()) -> None:
+        super().__init__(args)
+        self.fds = tuple(fds)
+
+    def close(self) -> None:
+        for fd in self.fds:
+            with contextlib.suppress(OSError):
+                os.close(fd)
+        self.fds = ()
 
 
 def bwrap_path() -> str | None:
@@ -281,13 +327,14 @@ def _depth(path: str) -> int:
     return len(Path(path).parts)
 
 
-def _aliases(binds: Sequence[tuple[str, Path, Path]], shown: Sequence[Path]) -> list[str]:
-    """A link at each path as named that resolves elsewhere (a model in a cache of links), where nothing bound shows it."""
+def _aliases(binds: Sequence[Bind], shown: Sequence[Path]) -> list[str]:
+    """A link at each path as named that lies elsewhere (a model in a cache of links), where nothing bound shows it."""
     args: list[str] = []
-    for _, resolved, named in binds:
-        if named == resolved or _within(named, shown) is not None or any(s.is_relative_to(named) for s in shown):
+    for bind in binds:
+        named = bind.opened.named
+        if named == bind.at or _within(named, shown) is not None or any(s.is_relative_to(named) for s in shown):
             continue
-        args += ["--symlink", str(resolved), str(named)]
+        args += ["--symlink", str(bind.at), str(named)]
         shown = [*shown, named]
     return args
 
@@ -300,15 +347,14 @@ def _dev_scratch(view: View) -> list[str]:
     return ["--remount-ro", "/dev", *(["--size", str(quota)] if quota is not None else []), "--tmpfs", "/dev/shm"]  # noqa: S108 - the sandbox's own
 
 
-def _user_binds(policy: Policy, view: View, scratch: Path) -> list[str]:
-    binds = checked_binds(policy, view)
+def _user_binds(binds: Sequence[Bind], policy: Policy, view: View, scratch: Path) -> list[str]:
     args = ["--bind", str(scratch), INSIDE_TMP]  # named even under a tmpfs: the watchdog finds the bwrap by it
     quota = scratch_quota(view)
     if quota is not None:
         args += ["--size", str(quota), "--tmpfs", INSIDE_TMP]
-    for option, path, _ in binds:
-        args += [option, str(path), str(path)]
-    shown = [path for _, path, _ in binds]
+    for bind in binds:
+        args += [bind.option, str(bind.opened.fd), str(bind.at)]
+    shown = [bind.at for bind in binds]
     for over, covered in (("--ro-bind", policy.frozen), ("--tmpfs", policy.hidden)):
         hits = sorted({str(real(p)) for p in covered if p.exists() and _within(real(p), shown) is not None})
         if over == "--tmpfs":  # a folder inside one already covered is hidden with it (and bwrap cannot mkdir there)
@@ -322,8 +368,9 @@ def _user_binds(policy: Policy, view: View, scratch: Path) -> list[str]:
 def argv(
     command: Sequence[str], policy: Policy, view: View, *, scratch: Path, cwd: Path | None, status_fd: int,
     unprivileged: bool | None = None,
-) -> list[str]:
-    """The bwrap command line that runs ``command`` in the view (``status_fd``: bwrap's JSON status).
+) -> Argv:
+    """The bwrap command line that runs ``command`` in the view (``status_fd``: bwrap's JSON status), with the
+    descriptors of its binds (pass them to bwrap, close them once it started).
 
     ``unprivileged`` (default: not root) adds a user namespace that maps only the caller's uid and gid.
     """
@@ -333,13 +380,18 @@ def argv(
     args = [path, *_namespaces(unprivileged), *(["--unshare-net"] if view.own_network else []), *_system_binds()]
     for name in _expand((*ETC_FILES, *TOOLCHAINS)):
         args += ["--ro-bind", name, name]
-    args += ["--proc", "/proc", "--dev", "/dev", "--ro-bind", "/sys", "/sys"]
+    args += ["--proc", "/proc", "--dev", "/dev", "--ro-bind", "/sys", "/sys", *cpu_online_bind(view.cpu_online, scratch)]
     for node in _expand((*DEFAULT_DEVICES, *policy.devices)):
         args += ["--dev-bind", node, node]
     args += _dev_scratch(view)
-    args += _user_binds(policy, view, scratch)
+    binds = checked_binds(policy, view)
+    try:
+        args += _user_binds(binds, policy, view, scratch)
+    except BaseException:
+        close_binds(binds)
+        raise
     args += ["--chdir", str(cwd) if cwd else INSIDE_TMP, "--json-status-fd", str(status_fd), "--", *command]
-    return args
+    return Argv(args, [bind.opened.fd for bind in binds])
 
 
 def is_hidden_name(name: str) -> bool:

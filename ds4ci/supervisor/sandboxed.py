@@ -237,13 +237,14 @@ def spawn(
     view = dataclasses.replace(view, extra=(*view.extra, exe))
     scratch = watchdog.new_scratch()
     read_fd, write_fd = os.pipe()
+    command: sandbox.Argv | None = None
     try:
         command = sandbox.argv(argv, policy, view, scratch=scratch, cwd=Path(cwd) if cwd else None, status_fd=write_fd)
         with contextlib.ExitStack() as stack:
             out, err = _open_output(stdout, stack), _open_output(stderr, stack)
             proc = _SPAWNER.submit(
-                subprocess.Popen, command, env=sandbox.environment(given), stdin=subprocess.DEVNULL,
-                stdout=out, stderr=err, pass_fds=(write_fd,), start_new_session=True, close_fds=True,
+                subprocess.Popen, list(command), env=sandbox.environment(given), stdin=subprocess.DEVNULL,
+                stdout=out, stderr=err, pass_fds=(write_fd, *command.fds), start_new_session=True, close_fds=True,
                 preexec_fn=_preexec(file_size_limit, watchdog.outer_teller(scratch)),
             ).result()
     except BaseException:
@@ -252,6 +253,8 @@ def spawn(
         raise
     finally:
         os.close(write_fd)
+        if command is not None:
+            command.close()  # bwrap holds its own copies
     os.set_blocking(read_fd, False)
     child = SandboxChild(proc, read_fd, argv, scratch, view.own_network, sandbox.scratch_quota(view))
     await_or_sweep(child, child.await_command, start_timeout)

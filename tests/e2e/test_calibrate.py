@@ -19,7 +19,9 @@ from pathlib import Path
 import pytest
 from gatekit import CLI
 
+from ds4ci.calibrate import cpusets
 from ds4ci.supervisor import sandbox
+from ds4ci.supervisor.cpuonline import cpu_list
 
 pytest.importorskip("gguf")
 pytest.importorskip("torch")
@@ -356,3 +358,70 @@ def test_sigterm_during_a_gate_stops_the_gate_and_applies_nothing(shell_models: 
     assert _git(source, "status", "--porcelain") == "" and not (tmp_path / "out" / "record").exists()
     assert not (tmp_path / "out" / "gates" / "no-rollback").exists()
     assert "interrupted by SIGTERM" in log.read_text(encoding="utf-8")  # the gate stopped its servers and sealed
+
+
+@pytest.mark.skipif(len(os.sched_getaffinity(0)) < 2, reason="two disjoint CPU sets need two CPUs")
+def test_mutants_gated_side_by_side_on_disjoint_cpu_sets_make_a_record_that_verifies(shell_models: Path,
+                                                                                      tmp_path: Path) -> None:
+    source, config, commit = shell_engine(tmp_path)
+    catalogue = _catalogue(tmp_path / "c.toml", commit, "server.sh", 'FAULT="{}"')
+    done = _calibrate(tmp_path, "--engine-config", str(config), "--models", str(shell_models), "--runner", "r",
+                      "--out", str(tmp_path / "out"), "--catalogue", str(catalogue), "--jobs", "2",
+                      "--cpu-sets", "affinity+online",
+                      env=_env(XDG_CONFIG_HOME=str(tmp_path / "config"), DS4_PYTHON=sys.executable))
+    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+    record = tmp_path / "out" / "record"
+    inputs = json.loads((record / "inputs.json").read_text(encoding="utf-8"))
+    assert inputs["side_by_side"] == {"jobs": 2, "cpu_sets": "affinity+online"}
+    gates = inputs["gates"]
+    assert {g["cpu_sets"] for g in gates.values()} == {"affinity+online"}
+    mutant_sets = [gates[n]["cpus"] for n in ("no-rollback", "hc-state-not-restored")]
+    slots = cpusets.split(sorted(os.sched_getaffinity(0)), 2)
+    assert sorted(mutant_sets) == sorted(cpu_list(s) for s in slots)  # the two ran on the two disjoint sets
+    doc = json.loads((record / "calibration.json").read_text(encoding="utf-8"))
+    assert doc["summary"]["line"] == "planted faults caught: 1 of 1 at every width where they can act"
+    verified = subprocess.run([*CLI, "verify", str(record)], capture_output=True, text=True, check=False, timeout=300)
+    assert verified.returncode == 0, verified.stdout + verified.stderr
+    assert _git(source, "status", "--porcelain") == ""
+
+
+def test_mutants_gated_with_fewer_repeats_count_only_divergences_and_say_so(shell_models: Path, tmp_path: Path) -> None:
+    source, config, commit = shell_engine(tmp_path)
+    catalogue = _catalogue(tmp_path / "c.toml", commit, "server.sh", 'FAULT="{}"')
+    done = _calibrate(tmp_path, "--engine-config", str(config), "--models", str(shell_models), "--runner", "r",
+                      "--out", str(tmp_path / "out"), "--catalogue", str(catalogue), "--mutant-repeats", "1",
+                      env=_env(XDG_CONFIG_HOME=str(tmp_path / "config"), DS4_PYTHON=sys.executable))
+    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+    record = tmp_path / "out" / "record"
+    doc = json.loads((record / "calibration.json").read_text(encoding="utf-8"))
+    rows = {r["name"]: r for r in doc["mutants"]}
+    assert rows["no-rollback"]["repeats"] == 1 and doc["pins"]["repeats"] == 2  # the control kept the config's
+    assert [(w["q"], w["verdict"], w["caught"]) for w in rows["no-rollback"]["widths"]] == [
+        (2, "fail", True), (3, "fail", True), (4, "fail", True)]
+    assert doc["summary"]["fewer_repeats"] == ["no-rollback"]
+    assert doc["summary"]["line"] == ("planted faults caught: 1 of 1 at every width where they can act; 1 mutant(s) "
+                                      "gated with fewer repeats than the unchanged build's, so at least that many caught")
+    verified = subprocess.run([*CLI, "verify", str(record)], capture_output=True, text=True, check=False, timeout=300)
+    assert verified.returncode == 0, verified.stdout + verified.stderr
+    assert _git(source, "status", "--porcelain") == ""
+
+
+@pytest.mark.skipif(len(os.sched_getaffinity(0)) < 2, reason="two disjoint CPU sets need two CPUs")
+def test_sigterm_with_gates_side_by_side_stops_every_gate_and_writes_no_record(shell_models: Path, tmp_path: Path) -> None:
+    source, config, commit = shell_engine(tmp_path)
+    catalogue = _catalogue(tmp_path / "c.toml", commit, "server.sh", 'FAULT="{}"')
+    argv = [*CLI, "calibrate", "--engine-config", str(config), "--models", str(shell_models), "--runner", "r",
+            "--out", str(tmp_path / "out"), "--catalogue", str(catalogue), "--gate-arg=--target-device",
+            "--gate-arg=cpu:0", "--jobs", "2", "--cpu-sets", "affinity"]
+    env = _env(XDG_CONFIG_HOME=str(tmp_path / "config"), DS4_PYTHON=sys.executable)
+    proc = subprocess.Popen(argv, cwd=tmp_path, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=env)
+    logs = [tmp_path / "out" / "gates" / name / "gate.log" for name in ("no-rollback", "hc-state-not-restored")]
+    while not all(log.exists() and log.stat().st_size > 0 for log in logs):  # both mutants' gates have started
+        assert proc.poll() is None, proc.communicate()[0][-3000:]
+        time.sleep(0.2)
+    proc.send_signal(signal.SIGTERM)
+    out, _ = proc.communicate(timeout=300)
+    assert proc.returncode == 3 and "Traceback" not in out, out[-3000:]
+    assert _git(source, "status", "--porcelain") == "" and not (tmp_path / "out" / "record").exists()
+    for log in logs:  # each gate side by side stopped its servers and sealed
+        assert "interrupted by SIGTERM" in log.read_text(encoding="utf-8"), log.read_text(encoding="utf-8")[-2000:]

@@ -2,9 +2,11 @@
 
 The captures in tests/data/real-server/h200-fork-41ee7d0-designs/ are the sealed bundles of
 bench/real_mutants.py's run on lucebox 41ee7d0: the unchanged build and the build without rollback,
-each with candidate tiny models of bench/tiny_designs.py. The shipped models' two are verified against
-the config `ds4ci tiny-models` writes today; the other candidates' results are read as they were sealed
-(their targets are not ones ds4ci reads token IDs from).
+each with candidate tiny models of bench/tiny_designs.py. The two of `w16-s015` (design FOURTH, shipped from
+2026-12-03 until 2026-12-07) are verified against the config `ds4ci tiny-models --design FOURTH` writes today;
+the other candidates' results are read as they were sealed (their targets are not ones ds4ci reads token IDs
+from). The H100's unchanged build of 2026-12-07 (tests/data/real-server/h100-2026-12-07-fifth-loud-aligned/)
+verifies against the config `ds4ci tiny-models` writes without `--design`.
 """
 
 from __future__ import annotations
@@ -21,6 +23,7 @@ from paths import TESTS
 pytest.importorskip("gguf")
 
 DESIGNS = TESTS / "data" / "real-server" / "h200-fork-41ee7d0-designs"
+H100 = TESTS / "data" / "real-server" / "h100-2026-12-07-fifth-loud-aligned"
 
 
 _run = run_cli
@@ -35,9 +38,19 @@ def _sealed(name: str, tmp_path: Path) -> dict[str, Any]:
 
 @pytest.fixture(scope="module")
 def shipped_config(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """The config of the set these captures ran: FOURTH, by name since 2026-12-07."""
     folder = tmp_path_factory.mktemp("shipped")
-    assert _run(["tiny-models", str(folder / "m"), "--seed", "1"], folder).returncode == 0
+    assert _run(["tiny-models", str(folder / "m"), "--seed", "1", "--design", "FOURTH"], folder).returncode == 0
     return folder / "m" / "ds4ci.toml"
+
+
+def test_the_h100_unchanged_build_verifies_against_the_config_tiny_models_writes_today(tmp_path: Path) -> None:
+    folder = tmp_path / "today"
+    assert _run(["tiny-models", str(folder), "--seed", "1"], tmp_path).returncode == 0
+    done = _run(["verify", str(H100 / "control-96.bundle.tar.gz"), "--expect-config", str(folder / "ds4ci.toml")],
+                tmp_path)
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert "intact and consistent; recomputed verdict pass" in done.stdout + done.stderr
 
 
 def test_the_unchanged_build_passes_with_the_shipped_models(shipped_config: Path, tmp_path: Path) -> None:

@@ -168,7 +168,7 @@ from ds4ci.supervisor import sandbox, sandboxed
 # can end the sandbox when ds4ci dies.
 sandboxed._preexec = lambda limit, tell_watchdog: tell_watchdog  # the watchdog is told, nothing else
 argv = sandbox.argv
-sandbox.argv = lambda *a, **k: [arg for arg in argv(*a, **k) if arg != "--die-with-parent"]
+sandbox.argv = lambda *a, **k: (lambda c: sandbox.Argv([arg for arg in c if arg != "--die-with-parent"], c.fds))(argv(*a, **k))
 child = supervisor.Supervisor(sweep_stale=False).spawn(["sh", "-c", "sleep 1000; : " + sys.argv[1]], view=supervisor.View())
 print(child.pid, flush=True)
 time.sleep(1000)

@@ -7,6 +7,7 @@ from pathlib import Path
 
 import pytest
 
+from ds4ci import fileio
 from ds4ci.fileio import NotOpened, open_regular
 
 
@@ -70,3 +71,40 @@ def test_a_trusted_path_outside_the_trees_may_use_the_runners_links_and_a_loop_i
     loop.symlink_to(loop)
     with pytest.raises(NotOpened, match="symbolic link loop"):
         read(loop, (tree,))
+
+
+@pytest.fixture(params=["openat2", "walk"])
+def kernel(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> str:
+    """Both ways of opening beneath a folder: openat2, and the O_NOFOLLOW walk a kernel without it gets."""
+    if request.param == "walk":
+        monkeypatch.setattr(fileio, "_openat2_missing", [True])  # as after the kernel answered ENOSYS once
+    else:
+        top = os.open("/", os.O_PATH)
+        try:
+            found = fileio._openat2(top, "tmp", os.O_PATH)
+        finally:
+            os.close(top)
+        if found is None:
+            pytest.skip("this kernel has no openat2")
+        os.close(found)
+    return str(request.param)
+
+
+@pytest.mark.parametrize("where", ["checkout", "checkout/out", "checkout/out/bin", "checkout/out/bin/server"])
+def test_a_link_anywhere_beneath_or_at_the_tree_root_is_refused_by_either_way(tmp_path: Path, kernel: str,
+                                                                              where: str) -> None:
+    tree, secret = tree_with_secret(tmp_path)
+    (tree / "out" / "bin").mkdir()
+    (tree / "out" / "bin" / "server").write_bytes(b"\x7fELF")
+    link = tmp_path / where
+    real = link.rename(link.with_name(link.name + ".real"))
+    link.symlink_to(secret if where.endswith("server") else real)
+    with pytest.raises(NotOpened, match=f"{link} is a symbolic link"):
+        read(tree / "out" / "bin" / "server", (tree,))
+    from ds4ci.supervisor import resolve
+
+    with pytest.raises(resolve.PathRefused, match=f"server_bin = .*: {link} is a symbolic link"):
+        resolve.open_path("server_bin", tree / "out" / "bin" / "server", (tree,))
+    link.unlink()
+    real.rename(link)
+    assert read(tree / "out" / "bin" / "server", (tree,)) == b"\x7fELF"  # the same path, no link: opened

@@ -7,7 +7,15 @@ from pathlib import Path
 
 import pytest
 
-from ds4ci.judging.tinywords import FIRST_SUCCESSOR, KNOWN_TARGETS, SECOND_SUCCESSOR, THIRD_SUCCESSOR, known_target
+from ds4ci.judging.tinywords import (
+    FIRST_SUCCESSOR,
+    FOURTH_SUCCESSOR,
+    KNOWN_TARGETS,
+    SECOND_SUCCESSOR,
+    SHIPPED_SUCCESSOR,
+    THIRD_SUCCESSOR,
+    known_target,
+)
 
 
 def test_every_known_target_is_what_tiny_models_writes_for_its_seed(tmp_path: Path) -> None:
@@ -28,12 +36,11 @@ def test_every_known_target_is_what_tiny_models_writes_for_its_seed(tmp_path: Pa
 
 
 def test_only_a_known_digest_is_a_tiny_model() -> None:
-    assert known_target("77541f4324a8f9d2f1e28110e8dbdf3bfe83f8d3e3d9f065c277b56b53c7dda2") == "ds4ci tiny-models --seed 1"
+    assert known_target("77541f4324a8f9d2f1e28110e8dbdf3bfe83f8d3e3d9f065c277b56b53c7dda2") == FOURTH_SUCCESSOR
     assert known_target("9d3c5ff3b0a787e559c1f200816e932833a488b64950d4ce67689f4b7238cf16") == THIRD_SUCCESSOR
     assert known_target("e8e6a16ce6caf5323bae5db38bcd970ae29f7b6ef1ffc2ac2f082bd9870b658d") == SECOND_SUCCESSOR
     assert known_target("e96a205cf3543f561c03a90a3946b0d3e678d00e70231dbee57bd0fe0335b447") == FIRST_SUCCESSOR
     assert known_target("340fd97fff73dc755f918f8bd0e89ea37b3430c4fb66b81c903e05fd5a40b360") == (
         "ds4ci tiny-models --kind random --seed 1")
-    assert known_target("155283d1ca0a2a93bce1e171ad775736b8d01bff967f930b3b047fa980cd9749") == (
-        "ds4ci tiny-models --seed 1 --design FIFTH_LOUD")
+    assert known_target("155283d1ca0a2a93bce1e171ad775736b8d01bff967f930b3b047fa980cd9749") == SHIPPED_SUCCESSOR
     assert known_target("0" * 64) is None and known_target(None) is None

@@ -43,25 +43,22 @@ NOT_MIRRORED: tuple[str, ...] = ()
 NOT_SEEN = {
     # the double's rows are its tokens' alone and its arithmetic float64, a batch the same numbers as single tokens
     "batched-verify": {2, 3, 4},
-    # an unfilled compressed row shown early moves the logits by up to 0.5 but meets no near-tie close enough;
-    # at q=2 it cannot show at all: the next verify starts at the boundary the rejected draft completed
-    "n-comp-not-restored": {2, 3, 4},
+    # an unfilled compressed row shown early moves the logits by up to 0.5; at q=3 it meets no near-tie that close
+    # (at q=4 it does, in prompt 0); at q=2 it shows only in the replayed seed's forward (the next verify starts at
+    # the boundary the rejected draft completed), whose logits are dropped and whose rows are its token's alone
+    "n-comp-not-restored": {2, 3},
     # the rejected drafts' rows alias the window's oldest positions, weighted 0.7**13 and less: 0.06 logits at most
     "raw-ring-not-restored": {2, 3, 4},
-    # at q=4 no step rejected only its last draft where that draft completed a ratio-4 block
-    "last-slot-not-rolled-back": {4},
     # the double keeps no indexer count: this is n-comp-not-restored there, with its reasons
-    "n-comp-only-not-restored": {2, 3, 4},
+    "n-comp-only-not-restored": {2, 3},
     # one ring of four layers, each weighing a quarter of raw-ring-not-restored's: 0.015 logits at most, where the
     # nearest margin it meets is 0.021
     "raw-ring-layer-0-not-restored": {2, 3, 4},
-    "raw-ring-last-layer-not-restored": {2, 3, 4},
-    # the last layer's ratio-128 compressor: where a rejected draft's slot reaches a flush (around 127 in prompt 0 at
-    # q=3 and 4, 255 in prompt 1 at q=3: a rejected boundary, or a replayed seed on one), it is one of the 128 rows
-    # the compressed row averages: 0.04 logits at most, no near-tie that close
+    "raw-ring-last-layer-not-restored": {3, 4},  # equivalent at q=2 (the catalogue)
+    # the last layer's ratio-128 compressor: where a rejected draft's slot reaches a flush (a rejected boundary, or a
+    # replayed seed on one), it is one of the 128 rows the compressed row averages: 0.04 logits at most, no near-tie
+    # that close
     "compressor-last-layer-not-restored": {2, 3, 4},
-    # at q=4 accept 3 rejects only the last draft: last-slot-not-rolled-back there, with its reason
-    "rollback-skipped-at-accept-3": {4},
 }
 
 

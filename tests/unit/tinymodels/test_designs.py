@@ -54,10 +54,16 @@ def test_the_compressor_knob_scales_the_compressors_output_norms_and_nothing_els
     assert design.FIFTH_LOUDER.compressor_norm == 5.0 and design.FOURTH.compressor_norm == 1.0
 
 
-def test_the_shipped_design_still_writes_its_recorded_target(tmp_path: Path) -> None:
-    target = write_tiny_set(tmp_path / "s", 1, design=design.SHIPPED).target
-    assert hashlib.sha256(target.read_bytes()).hexdigest() == (
-        "77541f4324a8f9d2f1e28110e8dbdf3bfe83f8d3e3d9f065c277b56b53c7dda2")
+def test_the_shipped_design_is_fifth_loud_aligned_and_fourth_still_writes_its_recorded_target(tmp_path: Path) -> None:
+    assert design.SHIPPED is design.FIFTH_LOUD_ALIGNED
+    shipped = write_tiny_set(tmp_path / "s", 1, design=design.SHIPPED)
+    assert hashlib.sha256(shipped.target.read_bytes()).hexdigest() == (
+        "155283d1ca0a2a93bce1e171ad775736b8d01bff967f930b3b047fa980cd9749")  # the H100 catalogue's (2026-12-07)
+    assert [len(p.read_bytes()) for p in shipped.prompts] == [117, 246]
+    assert "max_tokens = 96" in shipped.config.read_text(encoding="utf-8").splitlines()
+    fourth = write_tiny_set(tmp_path / "f", 1, design=design.BY_NAME["FOURTH"]).target
+    assert hashlib.sha256(fourth.read_bytes()).hexdigest() == (
+        "77541f4324a8f9d2f1e28110e8dbdf3bfe83f8d3e3d9f065c277b56b53c7dda2")  # the H200 catalogue's (2026-12-04)
     assert design.BY_NAME["FOURTH"] is design.FOURTH and set(FIFTH) < set(design.BY_NAME)
 
 
@@ -99,7 +105,23 @@ def test_the_command_takes_a_design_by_name(tmp_path: Path, capsys: pytest.Captu
     assert run_tiny_models(tmp_path / "m", 1, design="fifth-aligned") == 0
     assert [len((tmp_path / "m" / f"prompt-{i}.txt").read_bytes()) for i in (1, 2)] == [117, 246]
     assert "sha256" in capsys.readouterr().out
+    assert run_tiny_models(tmp_path / "d", 1) == 0  # no --design: the shipped FIFTH_LOUD_ALIGNED
+    assert run_tiny_models(tmp_path / "n", 1, design="fifth_loud_aligned") == 0
+    assert _digests(tmp_path / "d") == _digests(tmp_path / "n")
+    assert run_tiny_models(tmp_path / "o", 1, design="fourth") == 0  # the set the 2026-12-04 runs recorded
+    assert _digests(tmp_path / "o")[TARGET_FILE] == "77541f4324a8f9d2f1e28110e8dbdf3bfe83f8d3e3d9f065c277b56b53c7dda2"
+    assert [len((tmp_path / "o" / f"prompt-{i}.txt").read_bytes()) for i in (1, 2)] == [118, 248]
     with pytest.raises(UsageError, match="--design must be one of FIRST"):
         run_tiny_models(tmp_path / "x", 1, design="sixth")
     with pytest.raises(UsageError, match="successor kind only"):
         run_tiny_models(tmp_path / "y", 1, kind="random", design="FOURTH")
+
+
+def test_the_sixth_candidates_move_the_second_prompt_and_lengthen_the_answer_and_keep_the_shipped_target(
+        tmp_path: Path) -> None:
+    made = write_tiny_set(tmp_path / "sixth", 1, design=design.BY_NAME["SIXTH"])
+    assert [len(p.read_bytes()) for p in made.prompts] == [117, 247]  # P = 121 and 251: a q=2 seed on 255
+    assert "max_tokens = 192" in made.config.read_text(encoding="utf-8").splitlines()
+    assert made.sha256[TARGET_FILE] == "155283d1ca0a2a93bce1e171ad775736b8d01bff967f930b3b047fa980cd9749"
+    assert design.SIXTH_SEEDED.max_tokens == 96 and design.SIXTH_LONG.prompt_bytes == design.SHIPPED.prompt_bytes
+    assert design.SHIPPED is not design.SIXTH  # a candidate until a GPU has measured it

@@ -135,8 +135,8 @@ def test_first_eight_steps_exercise_every_minimum_at_every_width(models: Path) -
     every 32nd), simulated over the intended answers, meets every coverage minimum at q=2, 3, 4."""
     st = tiny_structure(1, SHAPE)
     guess = {t: st.guess(t) for t in st.succ}
-    assert [len((models / f"prompt-{i}.txt").read_bytes()) for i in (1, 2)] == [118, 248]
-    for sizes in ([118, 248], list(design.FIFTH_ALIGNED.prompt_bytes)):  # the shipped prompts and the aligned ones
+    assert [len((models / f"prompt-{i}.txt").read_bytes()) for i in (1, 2)] == [117, 246]  # FIFTH_LOUD_ALIGNED's
+    for sizes in ([117, 246], list(design.FOURTH.prompt_bytes)):  # the shipped prompts and FOURTH's (118, 248)
         _assert_first_eight_steps_cover(st, guess, sizes)
 
 
