@@ -14,6 +14,8 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any, cast
 
+from ds4ci.gate.settings import scope_note
+from ds4ci.judging.coverage import compact_line
 from ds4ci.judging.tree import tree_line, tree_note
 from ds4ci.records import FileIdentity, Results
 from ds4ci.report.docview import difference, figures, judged, vocab, words
@@ -25,6 +27,40 @@ from ds4ci.report.glance import grouped_reasons
 # The parts of a document a section shows as they are (the folded detail): the template reads them as ``r``.
 SHOWN = ("verdict", "warnings", "fingerprint", "build", "containment", "evidence", "settings", "server",
          "identities", "reproduce", "ds4ci_version", "widths", "provenance", "checks")
+
+
+@dataclass(frozen=True)
+class Cell:
+    """One width x prompt, as the terminal table and the JUnit file list it."""
+
+    q: int
+    prompt_index: int
+    verdict: str
+    reasons: tuple[str, ...]
+    parity_requests: int
+    requests: int
+    steps: int | None
+    span: str | None  # drafts accepted (figures.matched_span), None without counters
+    offered: int | None
+    rejected: int | None
+    full_snap: bool | None
+
+
+@dataclass(frozen=True)
+class WidthLine:
+    """One width: its verdict, its reasons and its cells."""
+
+    q: int
+    verdict: str
+    reasons: tuple[str, ...]
+    cells: tuple[Cell, ...]
+
+
+def _width_lines(doc: Results) -> tuple[WidthLine, ...]:
+    return tuple(WidthLine(w["q"], w["verdict"], tuple(w["reasons"]), tuple(
+        Cell(w["q"], p["prompt_index"], p["verdict"], tuple(p["reasons"]), p["parity_requests"], p["requests"],
+             p["steps"], figures.matched_span([p]), p["offered"], p["rejected_drafts"], p["full_snap_claimed"])
+        for p in w["prompts"])) for w in doc["widths"])
 
 
 @dataclass(frozen=True)
@@ -78,6 +114,15 @@ class DocView:
     reproduce: str  # the runner-local command the run recorded (the check run's text)
     warnings: tuple[str, ...]
     checks: tuple[dict[str, Any], ...]  # each check's record (name, status, counts, log tail)
+    width_lines: tuple[WidthLine, ...]  # per width and prompt (the terminal table, the JUnit file)
+    scope: str  # " (focused rerun: ...)" for a focused run, else ""
+    coverage_lines: tuple[str, ...]  # each width's coverage in one compact line (the terminal's)
+    all_reasons: tuple[str, ...]  # the reasons as recorded, each in full
+    evidence_dir: str  # where the evidence folder is on the runner
+    started_at: str
+    build_step: tuple[str, str, float] | None  # the build's (status, summary, seconds)
+    target_verdict: str
+    target_reasons: tuple[str, ...]
     configured_widths: tuple[int, ...]  # the widths the runner's config names (a focused rerun may run fewer)
     shown: dict[str, Any] = field(repr=False, compare=False)  # SHOWN: the folded detail as recorded
     source: Results = field(repr=False, compare=False)  # the document itself: read only in ds4ci.report.docview
@@ -151,6 +196,11 @@ def view_of(doc: Results, decode: vocab.Decoder | None = None, *, read_vocab: bo
         manifest=doc["evidence"]["manifest_sha256"], reproduce=doc["reproduce"],
         warnings=tuple(doc.get("warnings", [])), checks=tuple(dict(c) for c in doc["checks"]),
         configured_widths=tuple(doc["settings"].get("configured_widths") or ()),
+        width_lines=_width_lines(doc), scope=scope_note(doc["settings"]),
+        coverage_lines=tuple(compact_line(w["coverage"]) for w in doc["widths"] if "coverage" in w),
+        all_reasons=tuple(doc["reasons"]), evidence_dir=doc["evidence"]["dir"], started_at=doc["started_at"],
+        build_step=(build["status"], build["summary"], build["duration_s"]) if build else None,
+        target_verdict=doc["target_only"]["verdict"], target_reasons=tuple(doc["target_only"]["reasons"]),
         shown={k: doc[k] for k in SHOWN if k in doc},  # type: ignore[literal-required]
         source=doc,
     )
@@ -167,6 +217,8 @@ def with_warning(view: DocView, note: str) -> DocView:
 Viewable = DocView | Mapping[str, Any]  # a runner's view, or a validated results document to view
 
 
-def as_views(items: Sequence[Viewable]) -> list[DocView]:
-    """Each item's view: a :class:`DocView` as it is, a validated document viewed once here."""
-    return [item if isinstance(item, DocView) else view_of(cast(Results, item)) for item in items]
+def as_views(items: Sequence[Viewable], *, read_vocab: bool = True) -> list[DocView]:
+    """Each item's view: a :class:`DocView` as it is, a validated document viewed once here (``read_vocab``: its
+    target's vocabulary read for the first difference's words; the terminal's forms show IDs only)."""
+    return [item if isinstance(item, DocView) else view_of(cast(Results, item), read_vocab=read_vocab)
+            for item in items]

@@ -21,9 +21,6 @@ BUILDER = PACKAGE / "report" / "docview"
 READERS = {
     # The trust step: it opens the bundles, verifies them and hands each verified document to the view builder.
     "github/verified.py": "loads and verifies the bundles publish is given",
-    # Forms of the gate's own run on the runner, never published: the terminal table and the JUnit file.
-    "report/table.py": "the terminal's verdict table at the end of `ds4ci gate`",
-    "report/junit.py": "`ds4ci gate --junit-xml`",
     # A bisect's own document (BisectResult) has keys a results document has too (runner, verdict).
     "report/bisect.py": "reads `ds4ci bisect --json`, not a runner's results",
 }
