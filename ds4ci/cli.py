@@ -5,6 +5,9 @@ gate run is the one command whose start matters (the first progress line should 
 so ``ds4ci gate ...`` is parsed first by ``commands.fastgate`` from the same options table; any
 argument list that parser does not take exactly (``--help`` included) goes to the Typer app, which
 parses it and reports any error itself.
+
+Everything the command prints goes through ``textsafe.guard_output``: each line of stdout and stderr is
+neutralised (no workflow command in it), whichever part of ds4ci printed it.
 """
 
 from __future__ import annotations
@@ -13,6 +16,9 @@ import sys
 
 
 def main() -> None:
+    from ds4ci.textsafe import guard_output
+
+    guard_output()
     argv = sys.argv[1:]
     if argv[:1] == ["gate"]:
         from ds4ci.commands import fastgate

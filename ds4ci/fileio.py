@@ -2,33 +2,106 @@
 
 from __future__ import annotations
 
+import contextlib
 import ctypes
 import errno
 import os
 import platform
 import stat
 import sys
-import tempfile
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
-from typing import NoReturn
+from typing import BinaryIO, NoReturn
 
 from ds4ci.textsafe import neutralise
 
 
 def write_text_atomic(path: Path, text: str) -> None:
-    """Write ``text`` to ``path`` via a synced temporary file and a rename: never half-written."""
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}-", suffix=".tmp", dir=path.parent)
+    """Write ``text`` to ``path`` via a synced temporary file and a rename: never half-written (:func:`write_new`)."""
+    write_new(path, text.encode("utf-8"))
+
+
+class NotWritten(OSError):
+    """An output file that was not written, and why (a link or another kind of file at its name, a linked folder)."""
+
+
+_WRITE_FLAGS = os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC | os.O_NOCTTY
+
+
+def write_new(path: Path, data: bytes) -> None:
+    """``data`` as ``path``, never through a link (:func:`write_with`)."""
+    write_with(path, lambda fh: fh.write(data))
+
+
+def write_with(path: Path, fill: Callable[[BinaryIO], object]) -> None:
+    """What ``fill`` writes to the open file, as ``path``, never through a link: the one way ds4ci writes a file
+    of its own.
+
+    The folder is made when missing, then opened with ``O_NOFOLLOW`` (a link there is refused); what is at the
+    name must be nothing or a regular file (a symbolic link, even a dangling one, is refused: ``NotWritten``).
+    The bytes go to a new temporary file beside it (``O_CREAT | O_EXCL | O_NOFOLLOW``), are synced, and the file
+    is renamed over the name, so a reader sees the old file or the whole new one, and a link made at the name
+    meanwhile is replaced, never written through."""
+    folder = path.absolute().parent
+    folder.mkdir(parents=True, exist_ok=True)
     try:
-        with os.fdopen(fd, "w", encoding="utf-8") as fh:
-            fh.write(text)
-            fh.flush()
-            os.fsync(fh.fileno())
-        Path(tmp).replace(path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
+        dir_fd = os.open(folder, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC)
+    except OSError as exc:
+        if folder.is_symlink():
+            raise NotWritten(errno.ELOOP, f"{folder} is a symbolic link (to {_target(folder)}); ds4ci writes its "
+                             "output only into a real folder") from exc
         raise
+    try:
+        try:
+            st = os.stat(path.name, dir_fd=dir_fd, follow_symlinks=False)
+        except FileNotFoundError:
+            pass
+        else:
+            if not stat.S_ISREG(st.st_mode):
+                said = f" (to {_target(path)})" if stat.S_ISLNK(st.st_mode) else ""
+                raise NotWritten(errno.EEXIST, f"{path} is {file_kind(st.st_mode)}{said}; ds4ci replaces only a "
+                                 "regular file there and never writes through a link")
+        tmp = f".{path.name[:100]}.{os.urandom(6).hex()}.tmp"
+        fd = os.open(tmp, _WRITE_FLAGS, 0o644, dir_fd=dir_fd)
+        try:
+            with os.fdopen(fd, "wb") as fh:
+                fill(fh)
+                fh.flush()
+                os.fsync(fh.fileno())
+            os.rename(tmp, path.name, src_dir_fd=dir_fd, dst_dir_fd=dir_fd)
+        except BaseException:
+            with contextlib.suppress(OSError):
+                os.unlink(tmp, dir_fd=dir_fd)
+            raise
+        os.fsync(dir_fd)
+    finally:
+        os.close(dir_fd)
+
+
+def checkout_holding(path: Path) -> Path | None:
+    """The git work tree ``path`` would be written in: the nearest folder above it (it included) holding a
+    ``.git`` entry (a folder, or a worktree's file), found without running git; None outside every checkout.
+    The path is made absolute and normalised, never resolved: the names are looked at as given."""
+    here = Path(os.path.normpath(path.absolute()))
+    for folder in (here, *here.parents):
+        if os.path.lexists(folder / ".git"):
+            return folder
+    return None
+
+
+def refuse_inside_checkout(path: Path, option: str, checkouts: Sequence[Path] = ()) -> None:
+    """``option`` names where ds4ci writes its own output: refused (``UsageError``) inside a git checkout or one of
+    ``checkouts`` (the tree under test, the config's folder): pull-request code writes there, and a link it left
+    at the name, or a file it rewrites later, would decide what is written or what a later step reads."""
+    from ds4ci.errors import UsageError
+
+    plain = Path(os.path.normpath(path.absolute()))
+    inside = next((Path(os.path.normpath(c.absolute())) for c in checkouts
+                   if plain.is_relative_to(os.path.normpath(c.absolute()))), None)
+    inside = inside or checkout_holding(plain.parent)
+    if inside is not None:
+        raise UsageError(f"{option} {path}: inside the checkout {inside}, where pull-request code writes; ds4ci "
+                         "writes its own output outside every checkout (under GitHub Actions, in $RUNNER_TEMP)")
 
 
 def quit_on_broken_pipe(code: int) -> NoReturn:

@@ -160,12 +160,16 @@ class Logger:
     def _paint(self, kind: str, text: str) -> str:
         return f"{_ANSI[kind]}{text}{_RESET}" if self.color else text
 
-    def _write(self, text: str, *, stamped: bool = True) -> None:
+    def _write(self, text: str, *, stamped: bool = True, command: bool = False) -> None:
         if stamped and self._stamp is not None:
             text = f"{self._paint('stamp', self._stamp())} {text}"
+        own = getattr(self.stream, "write_command", None) if command else None  # a textsafe.Guarded stream's
         with self._lock:
             try:
-                self.stream.write(text + "\n")
+                if callable(own):
+                    own(text)
+                else:
+                    self.stream.write(text + "\n")
                 self.stream.flush()
             except (OSError, ValueError):  # a closed or broken stream must not take the gate down
                 pass
@@ -202,7 +206,8 @@ class Logger:
 
     def _command(self, kind: str, message: str, file: str | None, line: int | None, title: str | None) -> None:
         props = [f"{k}={escape_property(str(v))}" for k, v in (("file", file), ("line", line), ("title", title)) if v is not None]
-        self._write(f"::{kind}{' ' + ','.join(props) if props else ''}::{escape_data(message)}", stamped=False)
+        self._write(f"::{kind}{' ' + ','.join(props) if props else ''}::{escape_data(message)}", stamped=False,
+                    command=True)
 
     def _annotate(self, kind: str, message: str, file: str | None, line: int | None, title: str | None) -> None:
         if self.mode == "actions":
@@ -221,7 +226,7 @@ class Logger:
             depth, self._depth = self._depth, self._depth + 1
         try:
             if self.mode == "actions" and depth == 0:
-                self._write(f"::group::{escape_data(title)}", stamped=False)
+                self._write(f"::group::{escape_data(title)}", stamped=False, command=True)
             elif not self.quiet:
                 self._write(self._paint("heading", neutralise(f"{'  ' * depth if self.mode != 'actions' else ''}== {title}")))
             yield
@@ -229,7 +234,7 @@ class Logger:
             with self._lock:
                 self._depth -= 1
             if self.mode == "actions" and depth == 0:
-                self._write("::endgroup::", stamped=False)
+                self._write("::endgroup::", stamped=False, command=True)
 
     @contextlib.contextmanager
     def heartbeat(

@@ -208,6 +208,7 @@ class RecordedSettings(TypedDict):
     allow_dirty_tree: NotRequired[bool]
     devices: NotRequired[list[str]]
     parallel: NotRequired[int]
+    server: NotRequired[Literal["program", "simulator"]]
 
 
 class PolicyRecord(TypedDict):
@@ -327,6 +328,16 @@ class ArmPlacement(TypedDict):
     finished_at: str
 
 
+class CalibrationCitation(TypedDict):  # the calibration a gate cites (ds4ci.evidence.citation), from citation.json
+    state: Literal["cited", "failed", "never", "refused"]
+    line: str
+    record_sha256: str | None
+    finished: str | None
+    engine_commit: str | None
+    caught: int | None
+    acting: int | None
+
+
 class Results(TypedDict):
     """One runner's ``results.json``."""
 
@@ -358,6 +369,7 @@ class Results(TypedDict):
     signing: NotRequired[Signing | None]
     build: NotRequired[BuildRecord | None]
     arms: NotRequired[list[ArmPlacement]]
+    calibration: NotRequired[CalibrationCitation]
 
 
 class BisectDifference(TypedDict):

@@ -151,16 +151,17 @@ def make_repo(tmp: Path, models: Path, calls: str | None = None) -> tuple[Path, 
 def run_act(tmp: Path, repo: Path, fake: FakeGitHub, wheelhouse: Path, models: Path | None,
          inputs: dict[str, str], others: dict[str, Path] | None = None,
          token: str = WRITE_TOKEN, pull: dict[str, Any] | None = None,
-         job: str | None = None) -> subprocess.CompletedProcess[str]:
+         job: str | None = None, merge_group: dict[str, Any] | None = None) -> subprocess.CompletedProcess[str]:
     """act runs gate.yml: dispatched with ``inputs``, or, given ``pull`` (a payload's pull_request), as the
-    pull_request_target event of that pull request; ``job``: that job alone."""
+    pull_request_target event of that pull request, or, given ``merge_group``, as a merge queue's event;
+    ``job``: that job alone."""
     store = tmp / "artifacts"
     store.mkdir(exist_ok=True)
     local = stand_ins(tmp / "stand-ins", repo, store, others)
     for name, directory in (others or {}).items():  # a caller's `uses: NAME/.github/workflows/gate.yml@HEAD`
         local[f"{name}@{git(directory, 'rev-parse', 'HEAD')}"] = directory
     run = act.ActRun(tmp, repo, fake.url, wheelhouse, local, "acme/engine", inputs=inputs, pull=pull, models=models,
-                     token=token, job=job)
+                     token=token, job=job, merge_group=merge_group)
     assert ACT is not None
     return act.run_act(ACT, run, fake)
 
@@ -217,6 +218,10 @@ def act_log(proc: subprocess.CompletedProcess[str]) -> str:
     return "\n".join(["failing steps:", *failing_steps(text), "", "tail of the act log:", text[-12000:]])
 
 
-def pull_request_payload(repo: Path, number: int, head: str) -> dict[str, Any]:
-    """The pull_request of a pull_request_target payload: a branch of acme/engine itself (no fork) onto main."""
-    return act.pull_request(number, head, git(repo, "rev-parse", "main"), "acme/engine")
+def pull_request_payload(repo: Path, number: int, head: str, fork: str | None = None) -> dict[str, Any]:
+    """The pull_request of a pull_request_target payload: a branch of acme/engine itself onto main, or (``fork``,
+    OWNER/NAME) of that fork, another repository with another id (what checkout's fork guard compares)."""
+    pull = act.pull_request(number, head, git(repo, "rev-parse", "main"), "acme/engine")
+    if fork is not None:
+        pull["head"]["repo"] = {"full_name": fork, "id": act.REPOSITORY_ID + 1}
+    return pull

@@ -38,13 +38,16 @@ def publish_cli(fake: FakeGitHub, *args: str, pr: str = "42") -> subprocess.Comp
                            "--api-url", fake.url], capture_output=True, text=True, env=env, check=False, timeout=120)
 
 
-def as_the_publishing_job(monkeypatch: Any, pr: int, commits: list[str]) -> Iterator[FakeGitHub]:
+def as_the_publishing_job(monkeypatch: Any, pr: int, commits: list[str], run: int = 7) -> Iterator[FakeGitHub]:
     """A fixture's body: the fake with pull request ``pr`` at ``commits`` (its head last), and the environment of
-    the publishing job (the Actions GITHUB_TOKEN: github-actions[bot], an app installation token)."""
+    the publishing job (the Actions GITHUB_TOKEN: github-actions[bot], an app installation token) in run ``run``
+    of the trusted gate, which records each comment its token creates (gate.yml's step after publish)."""
     for key, value in {"DS4CI_GITHUB_THROTTLE": "0", "GITHUB_TOKEN": APP_TOKEN, "GITHUB_ACTIONS": "true"}.items():
         monkeypatch.setenv(key, value)
     monkeypatch.delenv("GITHUB_STEP_SUMMARY", raising=False)
     server = FakeGitHub().start()
     server.add_pull(pr, commits[-1], commits)
+    server.add_run(run, title=f"ds4ci gate {commits[-1]}")
+    server.publishing_run = run
     yield server
     server.stop()

@@ -9,7 +9,7 @@ step's bundle stays sealed, and the scratch tree goes.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+import os
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -35,6 +35,7 @@ class Request:
     runner: str | None = None
     widths: str | None = None
     evidence_dir: Path | None = None  # else the config's gate.evidence_dir
+    config_base: Path | None = None  # the repository folder the config's relative paths start from (--config-base)
 
 
 class Estimate:
@@ -56,25 +57,48 @@ class Estimate:
 def _config(request: Request) -> config.GateConfig:
     """The config as the gate loads it (refused now, before any work, when it cannot run); its evidence folder is
     resolved where the config is, and every step's bundle lands there."""
-    overrides: Mapping[str, Any] = {"runner": request.runner} if request.runner is not None else {}
+    overrides: dict[str, Any] = {"runner": request.runner} if request.runner is not None else {}
+    if request.config_base is not None:
+        overrides["config_base"] = request.config_base
     return config.load(request.config_file, overrides, check_files=False)
+
+
+def _trusted_bytes(request: Request) -> bytes:
+    """The config's bytes, read once before any step runs. Under GitHub Actions the gate has already run the pull
+    request's build in the checkout, so a config inside it is the build's to rewrite: refused, the trusted copy
+    outside it (gate.yml's, in $RUNNER_TEMP) is what every later step takes."""
+    from ds4ci.fileio import NotOpened, checkout_holding, open_regular
+
+    inside = checkout_holding(request.config_file.absolute().parent)
+    if config.under_actions() and inside is not None:
+        raise UsageError(f"--config {request.config_file} lies inside the checkout {inside}, which the gate's pull-"
+                         "request build could write: under GitHub Actions bisect takes the trusted settings from "
+                         "outside the checkout (gate.yml's copy in $RUNNER_TEMP) with --config-base naming the "
+                         "checkout's folder their relative paths start from")
+    try:
+        fd, _ = open_regular(request.config_file)
+    except NotOpened as exc:
+        raise UsageError(f"--config: {exc}") from exc
+    with os.fdopen(fd, "rb") as fh:
+        return fh.read()
 
 
 def run(request: Request, log: Logger) -> BisectResult:
     if not request.config_file.is_file():
         raise UsageError(f"--config {request.config_file}: expected the gate's config file (ds4ci.toml), found none")
+    data = _trusted_bytes(request)
     cfg = _config(request)
     evidence_dir = request.evidence_dir.absolute() if request.evidence_dir is not None else cfg.evidence_dir
     good, bad = history.ends(request.repo, request.good, request.bad, request.base_ref or cfg.base_ref)
     commits = history.first_parents(request.repo, good, bad)
-    folder = scratch.config_folder(request.repo, request.config_file)
+    folder = scratch.config_folder(request.repo, request.config_file, request.config_base)
     expected = expected_steps(len(commits))
     log(f"bisect: {len(commits) - 1} first-parent commits after the good end {good[:12]} up to the bad end "
         f"{bad[:12]}: about {expected} gate runs (log2), plus one per skipped commit; evidence in {evidence_dir}")
     search = Search(commits)
     args = GateArgs(evidence_dir, cfg.runner, request.widths)
     try:
-        with signals_raise(), scratch.ScratchTree(request.repo, request.config_file.read_bytes(), folder) as tree:
+        with signals_raise(), scratch.ScratchTree(request.repo, data, folder) as tree:
             bisect(search, Estimate(StepRunner(tree, args, log), expected, log))
     except GateInterrupted as exc:
         search.verdict, search.first_bad, search.candidates = "no_verdict", None, ()

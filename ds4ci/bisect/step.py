@@ -1,7 +1,8 @@
 """One bisect step: ``ds4ci gate`` as a child process on one commit's checkout, and what its verdict means here.
 
-The gate is the gate: ``python -I -m ds4ci gate`` (this install, as the service runs it) with the trusted config
-written into the step's tree, ``--source-dir`` that tree, the evidence folder the config names (resolved where
+The gate is the gate: ``python -I -m ds4ci gate`` (this install, as the service runs it) with the bisect's private
+copy of the trusted config (outside the step's tree) and ``--config-base`` the tree's config folder, ``--source-dir``
+that tree, the evidence folder the config names (resolved where
 the config is, so every step's bundle lands beside the user's own), and ``--json`` for its summary. Its pins,
 sandbox, build, evidence and report are its own. Exit 0 is a pass; exit 1 a fail, unless the build failed (the
 commit does not build: skipped); exit 3 (no verdict) is skipped; exit 2 (the gate refused its input) stops the
@@ -40,9 +41,9 @@ class GateArgs:
     widths: str | None = None
 
 
-def gate_argv(args: GateArgs, config: Path, source: Path) -> list[str]:
-    argv = [sys.executable, "-I", "-m", "ds4ci", "gate", "--config", str(config), "--source-dir", str(source),
-            "--evidence-dir", str(args.evidence_dir), "--json"]
+def gate_argv(args: GateArgs, config: Path, base: Path, source: Path) -> list[str]:
+    argv = [sys.executable, "-I", "-m", "ds4ci", "gate", "--config", str(config), "--config-base", str(base),
+            "--source-dir", str(source), "--evidence-dir", str(args.evidence_dir), "--json"]
     if args.runner is not None:
         argv += ["--runner", args.runner]
     if args.widths is not None:
@@ -134,13 +135,14 @@ class StepRunner:
         doc: Results | None = None
         code: int | None = None
         try:
-            config = self.tree.checkout(commit["sha"])
+            base = self.tree.checkout(commit["sha"])
         except Ds4ciError as exc:
             outcome: Outcome = "skip"
             reason = f"cannot check it out: {exc}"
         else:
             logs = self.tree.temp / "logs" / f"{position:05d}-{commit['sha'][:12]}"
-            code, summary, said = run_gate(gate_argv(self.args, config, self.tree.path), config.parent, logs)
+            argv = gate_argv(self.args, self.tree.config_file, base, self.tree.path)
+            code, summary, said = run_gate(argv, base, logs)
             doc = load_results(summary)
             outcome, reason = judge(code, doc, said)
         step: BisectStep = {

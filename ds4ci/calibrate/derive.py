@@ -19,11 +19,11 @@ or whose gate reached no verdict, is named as not judged, neither caught nor mis
 from __future__ import annotations
 
 import hashlib
-from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
 from ds4ci.calibrate.catalogue import CONTROL, CatalogueError, Mutant, parse_catalogue
+from ds4ci.evidence.citation import pins_of
 from ds4ci.evidence.verify import verify_path
 from ds4ci.judging import confined, strictjson
 from ds4ci.judging.verdict import FAIL
@@ -98,14 +98,6 @@ def _mutant_row(root: Path, mutant: Mutant, ran: dict[str, Any], widths: list[in
     row["caught"] = row["acts"] and bool(row["widths"]) and all(w["caught"] for w in acting)
     row["missed_at"] = [w["q"] for w in acting if not w["caught"]]
     return row
-
-
-def pins_of(doc: Mapping[str, Any]) -> dict[str, Any]:
-    """The tiny config's pins a gate ran with (its results): what a report matches a calibration by."""
-    ids, settings = doc["identities"], doc["settings"]
-    return {"target_sha256": (ids.get("target") or {}).get("sha256"), "draft_sha256": (ids.get("draft") or {}).get("sha256"),
-            "prompt_sha256s": [p["sha256"] for p in ids.get("prompts", [])], "widths": settings.get("widths"),
-            "max_tokens": settings.get("max_tokens"), "seed": settings.get("seed"), "repeats": settings.get("repeats")}
 
 
 def summary_line(caught: int, acting: int, unjudged: int = 0, fewer_repeats: int = 0) -> str:

@@ -14,12 +14,12 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-from ds4ci.calibrate.derive import CALIBRATION, pins_of
+from ds4ci.calibrate.derive import CALIBRATION
 from ds4ci.calibrate.record import is_record, verify_record
+from ds4ci.evidence.citation import cited_line, never_line, pins_of, same_pins
 from ds4ci.judging import strictjson
 
 DEPTH = 3
-MATCHED = ("target_sha256", "draft_sha256", "prompt_sha256s", "max_tokens", "seed", "repeats")
 
 
 def records_under(folder: Path) -> list[Path]:
@@ -39,8 +39,7 @@ def _claimed(path: Path) -> dict[str, Any] | None:
 
 def matches(record: Mapping[str, Any], results: Mapping[str, Any]) -> bool:
     """The record calibrated this results document's runner with the same tiny models, prompts and settings."""
-    pins, want = record.get("pins") or {}, pins_of(results)
-    return record.get("runner") == results["runner"]["name"] and all(pins.get(k) == want[k] for k in MATCHED)
+    return record.get("runner") == results["runner"]["name"] and same_pins(record.get("pins") or {}, pins_of(results))
 
 
 def age_days(doc: Mapping[str, Any], now: dt.datetime | None = None) -> float | None:
@@ -64,19 +63,26 @@ def cited_day(text: str) -> dt.date | None:
 
 
 def citation(doc: Mapping[str, Any]) -> str:
-    day = str(doc.get("finished", ""))[:10]
-    engine = str((doc.get("engine") or {}).get("commit", ""))[:7]
-    return f"{doc['summary']['line']}; calibrated {day} on engine {engine}"
+    return cited_line(str(doc["summary"]["line"]), str(doc.get("finished", "")), str((doc.get("engine") or {}).get("commit", "")))
+
+
+def latest_record(folder: Path, results: Mapping[str, Any]) -> tuple[Path | None, list[str]]:
+    """The latest record under ``folder`` that claims ``results``' runner and pins (None: none), and the runners of
+    the records there that claim another runner (never cited for this one)."""
+    claims = [(d, p) for p in records_under(folder) if (d := _claimed(p)) is not None]
+    claimed = [(d, p) for d, p in claims if matches(d, results)]
+    others = sorted({str(d.get("runner")) for d, _ in claims if d.get("runner") != results["runner"]["name"]})
+    if not claimed:
+        return None, others
+    return max(claimed, key=lambda item: str(item[0].get("finished")))[1], others
 
 
 def cite(folder: Path, results: Mapping[str, Any]) -> str:
     """One line for a runner's report: the latest matching calibration, or plainly that there is none."""
     runner = results["runner"]["name"]
-    claimed = [(d, p) for p in records_under(folder) if (d := _claimed(p)) is not None and matches(d, results)]
-    if not claimed:
-        return (f"runner {runner} was never calibrated with these tiny models (no calibration record in {folder} "
-                "matches it): how strong the gate's proof is here is not measured")
-    _doc, path = max(claimed, key=lambda item: str(item[0].get("finished")))
+    path, _others = latest_record(folder, results)
+    if path is None:
+        return never_line(runner, str(folder), [])
     check = verify_record(path)
     if not check.intact or check.doc is None:
         return (f"runner {runner}'s latest calibration ({path.name}) does not verify ({'; '.join(check.problems[:2])}): "
@@ -87,7 +93,14 @@ def cite(folder: Path, results: Mapping[str, Any]) -> str:
 
 
 def cite_all(folder: Path | None, docs: Sequence[Mapping[str, Any]]) -> dict[str, str]:
-    """Runner name -> its citation, for every gate runner among ``docs`` ({} without a folder)."""
-    if folder is None:
-        return {}
-    return {d["runner"]["name"]: cite(folder, d) for d in docs if d["runner"].get("role", "gate") == "gate"}
+    """Runner name -> its citation, for every gate runner among ``docs``: the one its verified bundle sealed
+    (``calibration``, ``gate.calibrations``), else the latest record in ``folder`` (none without a folder)."""
+    out: dict[str, str] = {}
+    for d in docs:
+        if d["runner"].get("role", "gate") != "gate":
+            continue
+        if isinstance(d.get("calibration"), dict):
+            out[d["runner"]["name"]] = str(d["calibration"]["line"])
+        elif folder is not None:
+            out[d["runner"]["name"]] = cite(folder, d)
+    return out

@@ -110,7 +110,7 @@ def verify(
     Exit codes: 0: every bundle intact, consistent and passing; 1: intact and consistent, some failing;
     4: intact and consistent, but the gate reached no verdict (verdict error); 3: does not verify:
     tampered, unreadable or not a bundle (the message says what); 5: intact, but of an evidence schema
-    this ds4ci cannot read (the message names the `pip install ds4ci==VERSION` that can); 2: a path that
+    this ds4ci cannot read (the message names the install line, from ds4ci's tag vVERSION, of the ds4ci that can); 2: a path that
     does not exist, or a bad flag. With several bundles the most severe code wins, in the order 3, 5, 4, 1, 0.
     """
     from ds4ci.commands.verify import run_verify
@@ -301,6 +301,9 @@ def preflight(
                                                 "Default: ./ds4ci.toml when it exists (as for every command).")] = None,
     runner: Annotated[str | None, typer.Option(metavar="NAME", help="Runner name recorded with the fingerprint.")] = None,
     json_out: Annotated[bool, typer.Option("--json", help="Print the fingerprint and checks as JSON.")] = False,
+    config_base: Annotated[Path | None, typer.Option(metavar="DIR", help="The folder the config's relative paths are "
+                                                     "read from (default: the config file's own folder), as for "
+                                                     "`ds4ci gate --config-base`.")] = None,
     deadline: Annotated[float, typer.Option(help="Hard deadline in seconds for the GPU health probe.")] = 20.0,
     **settings: Any,
 ) -> None:
@@ -318,7 +321,8 @@ def preflight(
     busy_wait = table.overrides("preflight", settings)["busy_wait"]
 
     exit_with(
-        lambda: run_preflight(config=config, runner=runner, as_json=json_out, deadline_s=deadline, busy_wait_s=busy_wait)
+        lambda: run_preflight(config=config, runner=runner, as_json=json_out, deadline_s=deadline, busy_wait_s=busy_wait,
+                              config_base=config_base)
     )
 
 

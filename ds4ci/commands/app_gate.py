@@ -31,9 +31,14 @@ def bisect(
                                              "base of --bad with --base-ref, else with the config's gate.base_ref).")] = None,
     bad: Annotated[str | None, typer.Option(metavar="REV", help="A commit that fails the gate (default: HEAD, the "
                                             "pull request's head on its checkout).")] = None,
-    config: Annotated[Path | None, typer.Option(metavar="PATH", help="The gate's config (default ./ds4ci.toml); it "
-                                                "must sit inside the repository: its relative paths are read in each "
-                                                "step's checkout.")] = None,
+    config: Annotated[Path | None, typer.Option(metavar="PATH", help="The gate's config (default ./ds4ci.toml), read "
+                                                "once before the first step; its relative paths are read in each "
+                                                "step's checkout, from its own folder in the repository or from "
+                                                "--config-base. Under GitHub Actions it must lie outside the "
+                                                "checkout (the trusted copy the gate ran with).")] = None,
+    config_base: Annotated[Path | None, typer.Option(metavar="DIR", help="The folder of the repository the config's "
+                                                     "relative paths start from, when the config lies outside it "
+                                                     "(gate.yml: the trusted copy in $RUNNER_TEMP).")] = None,
     repo_dir: Annotated[Path, typer.Option(metavar="PATH", help="The git repository to search.")] = Path(),
     base_ref: Annotated[str | None, typer.Option(metavar="REF", help="The pull request's base branch, e.g. "
                                                  "origin/main, for the default --good.")] = None,
@@ -63,4 +68,4 @@ def bisect(
     from ds4ci.commands.bisect import run_bisect
 
     exit_with(lambda: run_bisect(repo_dir, config, good=good, bad=bad, base_ref=base_ref, runner=runner,
-                                 widths=widths, evidence_dir=evidence_dir, as_json=json_out))
+                                 widths=widths, evidence_dir=evidence_dir, as_json=json_out, config_base=config_base))

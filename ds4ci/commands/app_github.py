@@ -78,6 +78,10 @@ _CheckRuns = Annotated[
         show_default=False,
     ),
 ]
+_CommentRecord = Annotated[Path | None, typer.Option(
+    metavar="FILE", help='Once the comment is written, its id as one JSON line {"comment_id": N, "artifact": '
+    '"ds4ci-comment-N"}: gate.yml uploads it as an artifact of that name, the record that makes the comment '
+    "ds4ci's where the token posts as github-actions[bot] (docs/security.md).")]
 _CommentMode = Annotated[
     str | None,
     typer.Option("--comment-mode", metavar="MODE", help=table.get("publish", "comment_mode").flag_help(),
@@ -128,6 +132,7 @@ def publish(
                             "each runner's decided state as one JSON line {runner: state} (gate.yml's job `verdict "
                             "<runner>` succeeds only on success). Nothing is written when publish fails.")] = None,
     comment_mode: _CommentMode = None,
+    comment_record: _CommentRecord = None,
     bisect: Annotated[list[Path] | None, typer.Option(metavar="FILE", help="A runner's `ds4ci bisect --json` result "
                       "on this head: a section of the comment and the job summary naming the first failing commit "
                       "(never a status). Repeatable, one per runner.")] = None,
@@ -151,7 +156,7 @@ def publish(
         comment_author=comment_author, allow_focused=allow_focused_reruns, merge_config=merge_config,
         expect_runners=tuple(expect_runner or ()), expect_config=expect_config, check_runs=check_runs,
         dry_run_dir=dry_run_dir, calibrations=calibrations, verdicts_out=verdicts_out,
-        comment_mode=comment_mode, bisects=tuple(bisect or ()),
+        comment_mode=comment_mode, bisects=tuple(bisect or ()), comment_record=comment_record,
     )
     exit_with(
         lambda: run_publish(results or [], request, pending=pending, runner=runner, unverified=unverified)

@@ -11,11 +11,12 @@ from ds4ci.commands.gate_outputs import STEP_SUMMARY
 from ds4ci.log import Logger
 from ds4ci.options import configpath
 from ds4ci.records import BisectResult
-from ds4ci.textsafe import neutralise
+from ds4ci.textsafe import json_text, neutralise
 
 
 def run_bisect(repo_dir: Path, config: Path | None, *, good: str | None, bad: str | None, base_ref: str | None,
-               runner: str | None, widths: str | None, evidence_dir: Path | None, as_json: bool) -> int:
+               runner: str | None, widths: str | None, evidence_dir: Path | None, as_json: bool,
+               config_base: Path | None = None) -> int:
     from ds4ci.bisect.outcome import text
     from ds4ci.bisect.run import Request, run
     from ds4ci.commands.gate import refuse_credentials
@@ -23,12 +24,12 @@ def run_bisect(repo_dir: Path, config: Path | None, *, good: str | None, bad: st
     log = Logger.from_env()
     refuse_credentials(os.environ, log)  # each step's gate would refuse them: refused once, before any work
     config_file = configpath.required(configpath.resolve(config, "bisect"))
-    doc = run(Request(repo_dir, config_file, good, bad, base_ref, runner, widths, evidence_dir), log)
+    doc = run(Request(repo_dir, config_file, good, bad, base_ref, runner, widths, evidence_dir, config_base), log)
     human = sys.stderr if as_json else sys.stdout
     print(neutralise(text(doc)), file=human, flush=True)
     _job_summary(doc, log)
     if as_json:
-        sys.stdout.write(json.dumps(doc, indent=2, sort_keys=True) + "\n")
+        sys.stdout.write(json_text(json.dumps(doc, indent=2, sort_keys=True)) + "\n")
     return doc["exit_code"]
 
 
@@ -42,6 +43,6 @@ def _job_summary(doc: BisectResult, log: Logger) -> None:
     try:
         body = bisect.section(render.environment(), doc, kind="summary").body
         with Path(target).open("a", encoding="utf-8") as fh:
-            fh.write(body + "\n")
+            fh.write(neutralise(body + "\n"))  # commit subjects and reasons are the pull request's
     except Exception as exc:  # the summary is a convenience: it must not change the result
         log.warning(f"could not write the job summary to ${STEP_SUMMARY} ({target}): {type(exc).__name__}: {exc}")

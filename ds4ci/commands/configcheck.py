@@ -1,7 +1,9 @@
 """``ds4ci config check``: a ds4ci.toml validated offline, for every runner it names, without the model files.
 
 Types, unknown keys, runner tables, widths and the form of every pin are checked by the same loader
-the gate uses; only the files' existence is not (``ds4ci preflight`` checks that on the runner).
+the gate uses; the runner list by the one ``config runners`` gives the workflows (a file that names no
+runner is refused) and a ``[merge]`` table by the one ``merge-check`` reads (``merge.runners = []`` is
+refused); only the files' existence is not checked (``ds4ci preflight`` checks that on the runner).
 A ``${VAR}`` that is not set here is given a stand-in so the rest can be checked, and named.
 """
 
@@ -11,12 +13,13 @@ import contextlib
 import os
 import re
 import sys
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
 from ds4ci.commands import workflowpin
 from ds4ci.errors import EXIT_PASS, EXIT_USAGE, UsageError
+from ds4ci.github import mergeconfig
 from ds4ci.options import config, configpath, runners
 from ds4ci.options.problems import key_problems, said
 from ds4ci.options.values import PIN_PLACEHOLDER_START, read_toml
@@ -63,6 +66,23 @@ def _todo_problem(todos: list[str]) -> str:
             "it, or `ds4ci pin` there: it rewrites the pins only)")
 
 
+def _shared_problems(path: Path, doc: dict[str, Any], known: list[str]) -> list[str]:
+    """What the other readers of the file refuse, through their own code: ``config runners`` (the workflows'
+    runner matrix) and, where the file has a ``[merge]`` table, ``merge-check``'s reading of it; a problem
+    ``known`` already says is not said again."""
+    readers: list[tuple[str, Callable[[], object]]] = [("config runners", lambda: runners.from_doc(doc, path))]
+    if "merge" in doc:
+        readers.append(("merge-check", lambda: mergeconfig.requirements(path, None, None, None)))
+    found: list[str] = []
+    for who, read in readers:
+        try:
+            read()
+        except UsageError as exc:
+            if not said(str(exc), known):
+                found.append(f"{who} refuses it: {exc}")
+    return found
+
+
 def run_config_check(config_file: Path | None, runner: str | None) -> int:
     path = configpath.required(config_file)
     todos: list[str] = []
@@ -88,6 +108,7 @@ def run_config_check(config_file: Path | None, runner: str | None) -> int:
             checked.append(f"  {cfg.runner}: {cfg.role}: {what}" + (f", gpu {' or '.join(cfg.gpu)}" if cfg.gpu else ""))
     problems += [f"runner{'s' if len(names) > 1 else ''} {', '.join(names)}: {problem}"
                  for problem, names in by_problem.items()]
+    problems += _shared_problems(path, doc, problems)
     for warning in workflowpin.warnings(path):  # said whether the file is valid or not
         print(f"warning: {warning}", file=sys.stderr)
     if problems:

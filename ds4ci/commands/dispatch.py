@@ -3,10 +3,12 @@
 from __future__ import annotations
 
 import os
+import sys
 from pathlib import Path
 
 from ds4ci.errors import EXIT_PASS, UsageError
 from ds4ci.github import dispatch
+from ds4ci.log import Logger
 from ds4ci.options import configpath
 from ds4ci.options import runners as runner_table_of
 
@@ -27,18 +29,22 @@ def _runner_table(config_file: Path | None, runner_table: str | None) -> tuple[r
 
 
 def _check_this_run(repo: str, url: str, token: str, workflow: str, pull: dispatch.PullHead | None, head: str) -> None:
-    """Refuse unless GitHub says this run ($GITHUB_RUN_ID) is a run of the trusted workflow file, for ``head``."""
+    """Refuse unless GitHub says this run ($GITHUB_RUN_ID) is a run of the trusted workflow file, for ``head``:
+    the default branch's, whatever branch the pull request merges into (GitHub runs that file for
+    pull_request_target; a dispatch must be made on it)."""
     from ds4ci.github import provenance
 
     text = os.environ.get("GITHUB_RUN_ID", "")
     if not text.isdigit() or text.startswith("0"):
         raise UsageError(f"--trusted-workflow: GITHUB_RUN_ID must name this run, found {text!r}")
     record = provenance.parse_run(dispatch.fetch_run(repo, int(text), api_url=url, token=token), int(text))
-    base = pull.base_ref if pull is not None else os.environ.get("GITHUB_REF_NAME", "")
-    why = provenance.problem(record, repo=repo, workflow=workflow, base_branch=base, head=head)
+    default = dispatch.fetch_default_branch(repo, api_url=url, token=token)
+    why = provenance.problem(record, repo=repo, workflow=workflow, default_branch=default, head=head)
     if why is not None:
         raise dispatch.DefinitionChangeError(f"refusing to gate: this is not a run of the trusted gate: {why}")
-    print(f"trusted definition: run {record.id} runs {workflow} ({record.event})")
+    into = f"; the pull request merges into {pull.base_ref}" if pull is not None and pull.base_ref else ""
+    print(f"trusted definition: run {record.id} runs {workflow} of the default branch {default} ({record.event}){into}; "
+          f"the settings are {default}'s")
 
 
 def run_dispatch_check(
@@ -79,12 +85,21 @@ def run_dispatch_check(
         print(f"pinned head verified: #{run.pr} is open at {run.head_sha}")
     if trusted_workflow is not None:
         _check_this_run(repo_name, url, token, trusted_workflow, actual, run.head_sha)
-    if refuse_definition_changes and run.pr is not None:
-        changed = dispatch.definition_changes(dispatch.fetch_pull_files(repo_name, run.pr, api_url=url, token=token))
+    if event.name == dispatch.MERGE_GROUP:
+        print(f"merge queue: gating the merge commit {run.head_sha}"
+              + (f" of pull request #{run.queued_pr}'s entry" if run.queued_pr is not None else ""))
+    changes_of = run.pr if run.pr is not None else run.queued_pr
+    if refuse_definition_changes and event.name == dispatch.MERGE_GROUP and changes_of is None:
+        raise dispatch.DefinitionChangeError(
+            f"the merge queue's commit {run.head_sha} names no pull request (merge_group.head_ref is not "
+            "gh-readonly-queue/<branch>/pr-<N>-<sha>), so whether it changes the gate's own definition is unknown; "
+            "refusing to gate it")
+    if refuse_definition_changes and changes_of is not None:
+        changed = dispatch.definition_changes(dispatch.fetch_pull_files(repo_name, changes_of, api_url=url, token=token))
         dispatch.refuse_definition_changes(run, changed, event.name)
         if changed:
-            print(f"::warning::pull request #{run.pr} changes the gate's own definition ({', '.join(changed)}); "
-                  "gated because a maintainer dispatched it")
+            Logger.from_env(sys.stdout).warning(f"pull request #{run.pr} changes the gate's own definition "
+                                                f"({', '.join(changed)}); gated because a maintainer dispatched it")
 
     values = dispatch.outputs(run)
     for key, value in values.items():

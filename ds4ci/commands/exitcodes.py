@@ -35,7 +35,9 @@ COMMANDS: Final[dict[str, tuple[tuple[int, str], ...]]] = {
     "upgrade": ((0, "the workflows written"), (2, "refused: a bad ref, or no workflows here; nothing is written")),
     "pin": ((0, "written, or nothing to change"),
             (2, "the file is missing or invalid, or a pin is not on one line of its table; nothing is written")),
-    "config check": ((0, "valid"), (2, "invalid: each problem is listed once, every TODO pin named")),
+    "config check": ((0, "valid"), (2, "invalid: each problem is listed once, every TODO pin named, and what "
+                                       "`config runners` or `merge-check` would refuse (a file that names no runner, "
+                                       "`[merge] runners = []`)")),
     "config runners": ((0, "printed"), (2, "the file names no runner, or a runner table is invalid")),
     "gate": ((0, "pass"), (1, "fail"), (2, "usage or configuration error (nothing ran)"),
              (3, "error, no verdict: a pinned file missing or not matching its pin, a stale override, a crash or hang, "
@@ -62,7 +64,7 @@ COMMANDS: Final[dict[str, tuple[tuple[int, str], ...]]] = {
                (3, "error: the bundle does not verify (tampered, unreadable, malformed or not a bundle)"),
                (4, "intact and consistent, but the gate reached no verdict (verdict error)"),
                (5, "intact, but sealed with an evidence schema this ds4ci cannot read: the message names the "
-                   "`pip install ds4ci==VERSION` that can")),
+                   "install line (from ds4ci's tag vVERSION) of the ds4ci that can")),
     "publish": ((0, "published (a failing gate published correctly is 0 too)"),
                 (2, "refused input: nothing is posted"), (3, "error: GitHub failed or refused")),
     "preflight": ((0, "ready"), (2, "usage, or a config file that is invalid (a TODO pin included)"),

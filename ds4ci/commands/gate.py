@@ -21,6 +21,7 @@ from ds4ci.gate.signer import Safeguards, signer
 from ds4ci.log import Logger
 from ds4ci.options import config, protected
 from ds4ci.records import Results
+from ds4ci.textsafe import json_text
 
 # Write credentials a GitHub job may carry. The gate runs the pull request's code (the server it
 # builds) as the same user, which can read ds4ci's environment through /proc/<pid>/environ.
@@ -141,12 +142,13 @@ def _run_gate_command(config_file: Path | None, overrides: Mapping[str, Any], as
     signing_key = _signing_key(cfg)  # a bad key is a usage error before anything runs
     guard = protected.protected_for(cfg, signing_key)
     try:  # before anything runs or is read: no config path reaches the key's folder or the service's state
+        refuse_outputs_in_checkout(cfg, junit_xml)
         protected.refuse(cfg, overrides, guard)
         signing = signer(cfg, signing_key)
     except UsageError as exc:
         log.annotate("error", str(exc), title="ds4ci gate: config")
         raise
-    outcome = run_gate(cfg, log, Safeguards(guard, signing))
+    outcome = run_gate(cfg, log, Safeguards(guard, signing, runner_keys(cfg, signing_key)))
     if signing_key is not None:
         _sign(outcome, signing_key, log)
     from ds4ci.report import table  # imported once the run is over: the first progress line comes sooner
@@ -164,8 +166,21 @@ def _run_gate_command(config_file: Path | None, overrides: Mapping[str, Any], as
 
     announce(log, outcome.results)
     if as_json:
-        sys.stdout.write(json.dumps(summary(outcome.results, cfg), indent=2, sort_keys=True) + "\n")
+        sys.stdout.write(json_text(json.dumps(summary(outcome.results, cfg), indent=2, sort_keys=True)) + "\n")
     return outcome.exit_code
+
+
+def refuse_outputs_in_checkout(cfg: config.GateConfig, junit_xml: Path | None) -> None:
+    """--results-out, --bundle-out and --junit-xml name places for the gate's own output: refused inside the tree
+    under test (--source-dir, --config-base, any git checkout), where the build may leave a link at the name."""
+    from ds4ci.fileio import refuse_inside_checkout
+    from ds4ci.gate.views import checkout
+
+    trees = tuple(p for p in (checkout(cfg), cfg.config_base) if p is not None)
+    for option, path in (("--results-out", cfg.results_out), ("--bundle-out", cfg.bundle_out),
+                         ("--junit-xml", junit_xml)):
+        if path is not None:
+            refuse_inside_checkout(path, option, trees)
 
 
 def _signing_key(cfg: config.GateConfig) -> Path | None:
@@ -178,6 +193,20 @@ def _signing_key(cfg: config.GateConfig) -> Path | None:
         return None
     keys.load_private(path)
     return path
+
+
+def runner_keys(cfg: config.GateConfig, signing_key: Path | None) -> tuple[str, ...]:
+    """This runner's public keys: the signing key's and those the trusted config names for it (a calibration record
+    the gate cites must be signed by one)."""
+    if cfg.calibrations is None:
+        return ()
+    from ds4ci.evidence import attestation, keys
+
+    found = [keys.public_line(keys.load_private(signing_key).public_key())] if signing_key is not None else []
+    if cfg.config_file is not None:
+        named = attestation.trusted_keys(cfg.config_file)
+        found += [*named.get(attestation.ANY_RUNNER, ()), *named.get(cfg.runner, ())]
+    return tuple(dict.fromkeys(found))
 
 
 def _sign(outcome: GateOutcome, key: Path, log: Logger) -> None:

@@ -18,6 +18,7 @@ from pathlib import Path
 from ds4ci.evidence import store
 from ds4ci.log import Logger
 from ds4ci.records import Results
+from ds4ci.textsafe import neutralise
 
 STEP_SUMMARY = "GITHUB_STEP_SUMMARY"
 
@@ -33,7 +34,7 @@ def write_step_summary(doc: Results, log: Logger) -> None:
     try:
         body, _ = render.render([view_of(doc)], kind="summary")
         with Path(target).open("a", encoding="utf-8") as fh:
-            fh.write(body if body.endswith("\n") else body + "\n")
+            fh.write(neutralise(body if body.endswith("\n") else body + "\n"))  # it quotes server text
     except Exception as exc:  # the summary is a convenience: it must not change the verdict
         log.warning(f"could not write the job summary to ${STEP_SUMMARY} ({target}): {type(exc).__name__}: {exc}")
 

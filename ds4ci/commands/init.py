@@ -25,7 +25,7 @@ import sys
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from ds4ci.commands import caller, initkeep, repofiles
+from ds4ci.commands import caller, checklist, initkeep, repofiles
 from ds4ci.commands.buildguess import BuildGuess, guess
 from ds4ci.commands.demo import DEMO_PROMPT
 from ds4ci.commands.repofiles import build_folder
@@ -306,6 +306,8 @@ def run_init(req: InitRequest) -> int:
     print("\n      ".join([f"next: ds4ci config check{named}", *gates]), file=sys.stdout)
     if req.runners and not req.simulator:
         print(service_steps(req.runners), file=sys.stdout)
+    if flows:
+        print("\n" + checklist.text(), end="", file=sys.stdout)
     return EXIT_PASS
 
 

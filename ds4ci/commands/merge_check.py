@@ -16,6 +16,7 @@ from pathlib import Path
 from ds4ci.errors import EXIT_FAIL, EXIT_PASS, UsageError
 from ds4ci.github import merge, mergeconfig
 from ds4ci.options import configpath
+from ds4ci.textsafe import json_text
 
 _REPO = re.compile(r"^[A-Za-z0-9_.-]{1,100}/[A-Za-z0-9_.-]{1,100}$")
 
@@ -61,7 +62,7 @@ def run_merge_check(
     code = EXIT_PASS if report.ready else EXIT_FAIL
     if as_json:
         doc = {"repo": repo_name, **report.to_json(), "exit_code": code}
-        sys.stdout.write(json.dumps(doc, indent=2, sort_keys=True) + "\n")
+        sys.stdout.write(json_text(json.dumps(doc, indent=2, sort_keys=True)) + "\n")
     else:
         sys.stdout.write(merge.render_text(report))
     return code

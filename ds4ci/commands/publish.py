@@ -9,7 +9,9 @@ from __future__ import annotations
 
 import dataclasses
 import os
+import re
 import sys
+from collections.abc import Collection
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -18,6 +20,7 @@ from ds4ci.commands import commentmode
 from ds4ci.errors import PublishError, UsageError
 from ds4ci.github import publish
 from ds4ci.options import table as options
+from ds4ci.textsafe import neutralise
 
 if TYPE_CHECKING:
     from ds4ci.github.client import Client
@@ -34,7 +37,7 @@ def _write_summary(body: str, summary_file: Path | None) -> None:
     try:
         # $GITHUB_STEP_SUMMARY is shared by the job's steps: append, never replace.
         with target.open("a", encoding="utf-8") as fh:
-            fh.write(body)
+            fh.write(neutralise(body))  # it quotes server and pull-request text
     except OSError as exc:
         raise UsageError(f"cannot write the job summary to {target}: {exc.strerror or exc}") from exc
 
@@ -65,12 +68,15 @@ class PublishRequest:
     dry_run_dir: Path | None = None  # with dry_run: where the Markdown files go (default ./ds4ci-dry-run)
     calibrations: Path | None = None  # where the runners' calibration records are (the report cites them)
     bisects: tuple[Path, ...] = ()  # runners' `ds4ci bisect --json` results, a comment section each
+    comment_record: Path | None = None  # where the written comment's id goes (gate.yml uploads the record)
 
-    def cited(self, docs: list[Results]) -> dict[str, str]:
-        """Each gate runner's calibration line (``ds4ci.calibrate.latest``); {} without --calibrations."""
+    def cited(self, docs: list[Results], verified: Collection[str] = ()) -> dict[str, str]:
+        """Each gate runner's calibration line (``ds4ci.calibrate.latest``): the one sealed in its bundle where the
+        bundle verified (runner names in ``verified``), else from --calibrations ({} without)."""
         from ds4ci.calibrate.latest import cite_all
 
-        return cite_all(self.calibrations, docs)
+        return cite_all(self.calibrations, [d if d["runner"]["name"] in verified else
+                                            {k: v for k, v in d.items() if k != "calibration"} for d in docs])
 
 
 def run_publish(
@@ -83,6 +89,10 @@ def run_publish(
     publish.validate_target(request.repo, request.pr, request.sha, request.dry_run)
     if request.dry_run_dir is not None and not request.dry_run:
         raise UsageError("--dry-run-dir names where --dry-run writes its files; pass --dry-run too, or leave it out")
+    if request.verdicts_out is not None:  # ds4ci's own output: never inside a checkout, never through a link
+        from ds4ci.fileio import refuse_inside_checkout
+
+        refuse_inside_checkout(request.verdicts_out, "--verdicts-out")
     if pending:
         return _run_pending(results, request, runner)
     if runner is not None:
@@ -99,6 +109,15 @@ def run_publish(
         if config is not None:
             keys.update(_trusted_keys(config))
     return publish_documents(verified.load(results, verified.Trust(expected, unverified, keys)), request)
+
+
+def own_run(target_url: str | None, repo: str | None) -> int | None:
+    """The workflow run this publish runs in: ``GITHUB_RUN_ID`` under Actions (report.yml's --target-url names
+    the gate's run, not its own), else the run ``--target-url`` names."""
+    from ds4ci.github.provenance import run_id
+
+    raw = os.environ.get("GITHUB_RUN_ID", "") if os.environ.get("GITHUB_ACTIONS") == "true" else ""
+    return int(raw) if re.fullmatch(r"[1-9][0-9]{0,17}", raw) else run_id(target_url, repo or "")
 
 
 def _trusted_keys(config_file: Path) -> dict[str, tuple[str, ...]]:
@@ -121,19 +140,21 @@ def publish_documents(published: list[Published], request: PublishRequest) -> in
     unique_runners([p.doc for p in published])
     seen = runnerview.viewed(published)  # each document enters here, once: every form reads its view
     docs = [view for _, view in seen]
+    trusted = [p.doc["runner"]["name"] for p in published if p.may_set_status]
     found, client = facts.Facts(), None
     settings = facts.Settings(repo=r.repo, pr=r.pr, target_url=r.target_url, template_dir=r.template_dir,
                               comment_mode=mode, status=not r.no_status, expect_runners=r.expect_runners,
                               comment_author=r.comment_author, merge_config=r.merge_config,
-                              expect_config=r.expect_config, calibrations=r.cited([p.doc for p, _ in seen]),
-                              verdicts_out=r.verdicts_out, api_url=r.api_url, token_env=r.token_env)
+                              expect_config=r.expect_config,
+                              calibrations=r.cited([p.doc for p, _ in seen], trusted),
+                              verdicts_out=r.verdicts_out, api_url=r.api_url, token_env=r.token_env,
+                              comment_record=r.comment_record, own_run=own_run(r.target_url, r.repo))
     try:
         head = publish.results_head(docs, r.sha)
         settings = dataclasses.replace(settings, check_runs=_wants_check_runs(r), bisects=bisect.for_publish(
             r.bisects, {d.name for d in docs}, head))
         if not r.dry_run:
             client = _client(r.repo, r.api_url, r.token_env)
-            trusted = [p.doc["runner"]["name"] for p in published if p.may_set_status]
             found = facts.gather(client, settings, docs, head, trusted)
     except (UsageError, PublishError):  # the job summary still shows the results, as GitHub was not told
         _write_summary(plan.job_summary(docs, settings), r.summary_file)
@@ -202,7 +223,7 @@ def _run_pending(results: list[Path], request: PublishRequest, runner: str | Non
         raise UsageError("--pending needs --sha: the full commit SHA the gate is running on")
     settings = facts.Settings(repo=r.repo, pr=r.pr, target_url=r.target_url, template_dir=r.template_dir,
                               comment_mode=commentmode.OFF if r.no_comment else "always",
-                              comment_author=r.comment_author)
+                              comment_author=r.comment_author, own_run=own_run(r.target_url, r.repo))
     if r.dry_run:
         for status in plan.pending(runner, sha, settings, facts.Facts()).statuses:
             print(f"--- would set status {status.context}={status.state} on {status.sha}: {status.description}")

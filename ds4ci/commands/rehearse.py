@@ -9,6 +9,7 @@ from ds4ci.errors import UsageError
 from ds4ci.options.values import DS4CI_REF
 from ds4ci.rehearse.outcome import as_json, exit_code, render
 from ds4ci.rehearse.run import EVENTS, Rehearsal, rehearse
+from ds4ci.textsafe import json_text
 
 
 def workflows_ds4ci(text: str, where: str) -> str:
@@ -33,7 +34,7 @@ def run_rehearse(r: Rehearsal, as_json_out: bool) -> int:
     """The rehearsal printed as text (or JSON); its exit code (docs/exit-codes.md)."""
     outcomes = rehearse(r, workflows_ds4ci)
     if as_json_out:
-        print(json.dumps(as_json(outcomes), indent=2))
+        print(json_text(json.dumps(as_json(outcomes), indent=2)))
     else:
         print(render(outcomes), end="")
         if r.keep is not None:

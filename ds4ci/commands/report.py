@@ -23,6 +23,10 @@ def run_report(
 
     if fmt not in ("comment", "summary", "junit"):
         raise UsageError(f"--format {fmt!r}: expected 'comment', 'summary' or 'junit'")
+    if output is not None:  # refused before anything is read: the place is wrong whatever the report says
+        from ds4ci.fileio import refuse_inside_checkout
+
+        refuse_inside_checkout(output, "--output")
     if fmt == "junit" and bisect is not None:
         raise UsageError("--bisect adds a section to a comment or summary; --format junit has none")
     from ds4ci.report.docview import load, view_of
@@ -51,9 +55,10 @@ def _emit(body: str, output: Path | None) -> int:
         sys.stdout.write(neutralise(body))
         sys.stdout.flush()
         return 0
+    from ds4ci.fileio import write_new
+
     try:
-        output.parent.mkdir(parents=True, exist_ok=True)
-        output.write_text(body, encoding="utf-8")
+        write_new(output, body.encode("utf-8"))
     except OSError as exc:
         raise UsageError(f"--output {output}: cannot write the report ({exc.strerror or exc})") from exc
     return 0

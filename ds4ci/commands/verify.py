@@ -16,7 +16,7 @@ from ds4ci.calibrate.record import is_record, verify_record
 from ds4ci.errors import UsageError
 from ds4ci.evidence import attestation, bundle, verify
 from ds4ci.options.values import public_key_line
-from ds4ci.textsafe import neutralise
+from ds4ci.textsafe import json_text, neutralise
 
 
 def run_verify(
@@ -53,8 +53,8 @@ def _verify_records(records: Sequence[Path], given: Sequence[Path], as_json: boo
         raise UsageError("give calibration records or gate bundles, not both in one call")
     found = [verify_record(path, trusted) for path in records]
     if as_json:
-        print(json.dumps([{"record": f.path, "verifies": f.intact, "exit_code": f.exit_code, "problems": f.problems,
-                           "recomputed": f.doc} for f in found], indent=2, sort_keys=True))
+        print(json_text(json.dumps([{"record": f.path, "verifies": f.intact, "exit_code": f.exit_code,
+                                     "problems": f.problems, "recomputed": f.doc} for f in found], indent=2, sort_keys=True)))
     else:
         for item in found:
             print(neutralise(item.summary()))

@@ -24,6 +24,7 @@ import zlib
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path, PurePosixPath
+from typing import BinaryIO
 
 from ds4ci.errors import UsageError
 from ds4ci.evidence.results import MAX_RESULTS_BYTES
@@ -45,14 +46,16 @@ def write_archive(directory: Path, out: Path, regular_files: list[str]) -> None:
 
     The manifest goes first: a reader bounds every later member by what it lists.
     """
-    out.parent.mkdir(parents=True, exist_ok=True)
-    partial = out.with_name(f".{out.name}.partial")
-    # gzip level 6 (zlib's default) instead of tarfile's 9: server logs compress about as well, in
-    # a fraction of the time.
-    with tarfile.open(partial, "w:gz", compresslevel=6) as tar:
-        for rel in sorted(regular_files, key=lambda r: (r != MANIFEST, r)):
-            tar.add(directory / rel, arcname=f"{directory.name}/{rel}", recursive=False)
-    partial.replace(out)
+    from ds4ci.fileio import write_with
+
+    def fill(fh: BinaryIO) -> None:
+        # gzip level 6 (zlib's default) instead of tarfile's 9: server logs compress about as well, in
+        # a fraction of the time.
+        with tarfile.open(fileobj=fh, mode="w:gz", compresslevel=6) as tar:
+            for rel in sorted(regular_files, key=lambda r: (r != MANIFEST, r)):
+                tar.add(directory / rel, arcname=f"{directory.name}/{rel}", recursive=False)
+
+    write_with(out, fill)  # a new file beside it, renamed over the name: never written through a link
 
 
 @dataclass

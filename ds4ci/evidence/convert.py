@@ -53,11 +53,16 @@ def sealed_by(doc: dict[str, Any]) -> str | None:
     return value if isinstance(value, str) and len(value) <= 40 and _VERSION_TEXT.match(value) else None
 
 
+# ds4ci is installed from a tag of its repository, not from a package index (docs/install.md); OWNER/ds4ci is the
+# docs' one placeholder, wherever that repository lives. The one place the line is written.
+INSTALL_FROM_TAG = "pip install 'ds4ci @ git+https://github.com/OWNER/ds4ci@v{version}'"
+
+
 def install_hint(version: str | None) -> str:
-    """What to install to read a document sealed by ds4ci ``version``."""
+    """What to install to read a document sealed by ds4ci ``version``: the line that installs its release tag."""
     if version is None:
         return "the ds4ci that sealed it (its version is not recorded as a plain version string)"
-    return f"`pip install ds4ci=={version}`"
+    return f"`{INSTALL_FROM_TAG.format(version=version)}` (OWNER/ds4ci: ds4ci's repository, docs/install.md)"
 
 
 def _prompts(doc: dict[str, Any]) -> Iterator[dict[str, Any]]:

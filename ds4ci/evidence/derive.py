@@ -17,6 +17,8 @@ anything its sealed files do not. Each field comes from one sealed file (``docs/
   checks and the build, through ``judging.steps``;
 - ``revisions.json`` with ``settings.allow_dirty_tree``: a modified source tree makes a pass an error
   unless allowed (``judging.tree``);
+- ``citation.json``: the calibration the gate found for its runner (``calibration``, through
+  ``evidence.citation``; absent when no ``gate.calibrations`` was configured, and in older evidence);
 - ``manifest.json``: its SHA-256 (``results.json`` itself is not in the manifest).
 """
 
@@ -26,7 +28,7 @@ from pathlib import Path
 from typing import Any, cast
 
 from ds4ci.errors import EXIT_ERROR, EXIT_FAIL, EXIT_PASS, ResultsError
-from ds4ci.evidence import results
+from ds4ci.evidence import citation, results
 from ds4ci.evidence.store import FAILED, MANIFEST, RUNS
 from ds4ci.judging import confined, judge, steps
 from ds4ci.judging.placement import arm_placements
@@ -182,12 +184,25 @@ def _judge_servers(root: Path, doc: Results, errors: list[str]) -> tuple[TargetO
     return target.doc, widths, warnings
 
 
+def _cite(root: Path, doc: Results, errors: list[str]) -> None:
+    """``calibration`` from the sealed citation (when the gate sealed one); a refused record is a run error."""
+    sealed = sealed_json(root, citation.CITATION, required=False)
+    if sealed is None:
+        return
+    try:
+        doc["calibration"], refused = citation.derive_calibration(sealed, doc)
+    except (ValueError, TypeError, KeyError, AttributeError) as exc:
+        raise DeriveError(f"{citation.CITATION} is malformed ({type(exc).__name__}: {str(exc)[:200]})") from exc
+    errors += refused
+
+
 def derive(root: Path) -> Results:
     """The whole ``results.json`` of the sealed attempt at ``root``; raises DeriveError when none can be derived."""
     doc = _head(root)
     run = sealed_json(root, RUN)
     errors = list(doc.get("errors", []))
     checks, build = _steps(root)
+    _cite(root, doc, errors)
     built = build is None or build["status"] == PASS
     target: TargetOnlyResult | None = None
     warnings = list(doc.get("warnings", []))

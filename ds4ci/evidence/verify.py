@@ -30,6 +30,7 @@ from typing import Any, Final, TypedDict
 from ds4ci import __version__
 from ds4ci.errors import EXIT_ERROR, EXIT_FAIL, EXIT_PASS, ResultsError, UsageError
 from ds4ci.evidence import attestation, bundle, convert, results
+from ds4ci.evidence.buildexpect import build_mismatches
 from ds4ci.evidence.derive import DeriveError, derive
 from ds4ci.evidence.differ import across_versions, compare
 from ds4ci.evidence.store import MANIFEST, MANIFEST_SCHEMA, RESULTS, regular_files
@@ -282,6 +283,10 @@ def expectation_mismatches(
     checks = [[c["name"], c["command"]] for c in recorded["checks"]]
     if "checks" in want and checks != want["checks"]:
         out.append(("checks", checks, want["checks"]))
+    out += build_mismatches(recorded.get("build"), want.get("build"), hashed=not never_hashed(recorded))
+    server = settings.get("server", "program")  # a bundle of a ds4ci that did not record it ran a program
+    if server != want.get("server", "program"):
+        out.append(("server", server, want.get("server", "program")))
     if role != "gate":  # a negative control runs the checks only: no models, widths or prompts
         return out
     widths = settings["widths"]
@@ -348,6 +353,8 @@ def _gate_expectations(gate: Mapping[str, Any], where: str) -> dict[str, Any]:
         out["widths"] = list(parse_widths(gate["widths"]))
     if "role" in gate:
         out["role"] = gate["role"]
+    if "server" in gate:
+        out["server"] = gate["server"]
     if "allow_dirty_tree" in gate:
         out["allow_dirty_tree"] = gate["allow_dirty_tree"] is True
     prompts = gate.get("prompts")
@@ -373,6 +380,12 @@ def expectations(config_file: Path) -> dict[str, Any]:
     if not isinstance(checks, list) or not all(isinstance(c, dict) for c in checks):
         raise UsageError(f"{config_file}: checks must be [[checks]] tables")
     out["checks"] = [[c.get("name"), c.get("command")] for c in checks]
+    build = doc.get("build")
+    if build is not None and not isinstance(build, dict):
+        raise UsageError(f"{config_file}: [build] must be a table")
+    out["build"] = None if build is None else {"command": build.get("command"), "cwd": build.get("cwd"),
+                                               "server_bin": build.get("server_bin")}
+    out.setdefault("server", "program")
     out["runners"] = {name: _gate_expectations(t, f"{config_file}: runners.{name}") for name, t in runners.items()}
     return out
 

@@ -32,6 +32,7 @@ from ds4ci.errors import EXIT_ERROR, Ds4ciError, NoVerdictError
 from ds4ci.evidence import derive, results, store
 from ds4ci.fileio import write_text_atomic
 from ds4ci.gate import parallel, ready, settings, views
+from ds4ci.gate.citation import cite_calibration
 from ds4ci.gate.document import containment, initial_results, inputs, read_verified_prompt
 from ds4ci.gate.interrupt import GateInterrupted, signals_raise
 from ds4ci.gate.lifecycle import now, now_ms, process_record, timing
@@ -391,6 +392,7 @@ def run_gate(cfg: GateConfig, progress: Progress | Logger | None = None, safe: S
         try:
             interrupted()  # between steps: a signal a step's helper swallowed stops the run here
             ready.prepare(cfg, progress)  # a pinned file missing, [sandbox] require: stops here, before any PR process
+            cite_calibration(cfg, run.doc, attempt.path, safe.keys, progress)  # read and verified before any PR process
             preload()  # everything ds4ci imports later is loaded before PR code runs
             run.record_revisions()  # before any PR process: git never runs on a .git the build wrote
             interrupted()

@@ -327,9 +327,10 @@ class Server:
                 keep_error_body.parent.mkdir(parents=True, exist_ok=True)
                 keep_error_body.write_bytes(answer.raw)
             why = f" ({answer.malformed})" if answer.malformed and answer.status_code == 200 else ""
+            quoted = self.log_tail()
             raise HttpAnswerError(
                 f"{self.label}: /v1/chat/completions answered HTTP {answer.status_code}{why}, expected 200 with JSON; "
-                f"{quote_body(answer.raw)}\n{self.log_tail()}",
+                f"{quote_body(answer.raw)}" + (f"\n{quoted}" if quoted else ""),
                 answer.status_code, answer.raw,
             )
         self.in_flight = False

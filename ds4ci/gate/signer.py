@@ -32,11 +32,13 @@ LOCAL: Final = "local"
 
 @dataclass(frozen=True)
 class Safeguards:
-    """What a run keeps of its key: the folders no input file may resolve into when it is hashed, and whose key
-    signs once the run is sealed (recorded in ``run.json``)."""
+    """What a run keeps of its key: the folders no input file may resolve into when it is hashed, whose key
+    signs once the run is sealed (recorded in ``run.json``), and the public keys of this runner."""
 
     guard: Protected | None = None
     signing: Signing | None = None
+    keys: tuple[str, ...] = ()  # this runner's public keys (the signing key's, the trusted config's): what a
+    # calibration record the gate cites must be signed by
 
 
 UNGUARDED: Final = Safeguards()

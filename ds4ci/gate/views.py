@@ -29,6 +29,7 @@ import ds4ci
 from ds4ci import supervisor
 from ds4ci.errors import NoVerdictError
 from ds4ci.evidence import keys
+from ds4ci.fileio import checkout_holding
 from ds4ci.log import Logger
 from ds4ci.options.config import GateConfig
 from ds4ci.options.sections import BuildSpec, CheckSpec
@@ -150,8 +151,7 @@ def checkout(cfg: GateConfig) -> Path | None:
     the working folder up that holds ``.git``, as where the action runs it); None when there is neither."""
     if cfg.source_dir is not None:
         return cfg.source_dir.absolute()
-    here = Path.cwd()
-    return next((f for f in (here, *here.parents) if os.path.lexists(f / ".git")), None)
+    return checkout_holding(Path.cwd())
 
 
 def pr_trees(cfg: GateConfig) -> tuple[Path, ...]:

@@ -5,7 +5,9 @@ Statuses first (pending ones first, green ones last), then the check runs, then 
 plan found already said on GitHub is not sent again, so applying the same plan twice changes nothing. The
 comment converges under concurrent publishers: after a write the comments changed since the plan's read are
 read again; a duplicate is folded into the oldest, and sections another publisher's edit replaced are merged
-again (with the plan's own renderer).
+again (with the plan's own renderer). Where the comment is ours by record (``ds4ci.github.commentrecord``) only
+the comment the plan found, or the one this apply created, is read again or written: a look-alike is never
+edited, deleted or merged from.
 """
 
 from __future__ import annotations
@@ -56,16 +58,31 @@ def apply(plan: PublishPlan, client: Client) -> None:
         outcome = upsert(client, plan.comment)
         plan.done.add("comment")
         _say(f"comment {outcome.comment_id} {outcome.action} on #{plan.comment.pr}")
+        if plan.comment_record is not None:
+            write_record(plan.comment_record, outcome.comment_id)
     if plan.verdicts_out is not None:  # last: a publish that failed on the way leaves no verdict (fail closed)
         write_verdicts(plan.verdicts_out, plan.verdicts)
 
 
 def write_verdicts(path: Path, verdicts: Mapping[str, str]) -> None:
     """{runner: state} as one JSON line: what gate.yml's job `verdict <runner>` succeeds or fails on."""
+    from ds4ci.fileio import write_new
+
     try:
-        path.write_text(json.dumps(dict(verdicts), sort_keys=True) + "\n", encoding="utf-8")
+        write_new(path, (json.dumps(dict(verdicts), sort_keys=True) + "\n").encode("utf-8"))
     except OSError as exc:
         raise UsageError(f"--verdicts-out {path}: cannot write it: {exc.strerror or exc}") from exc
+
+
+def write_record(path: Path, comment_id: int) -> None:
+    """The comment's id and its record's artifact name, as one JSON line (``commentrecord``)."""
+    from ds4ci.fileio import write_text_atomic
+    from ds4ci.github.commentrecord import artifact_name
+
+    try:
+        write_text_atomic(path, json.dumps({"comment_id": comment_id, "artifact": artifact_name(comment_id)}) + "\n")
+    except OSError as exc:
+        raise UsageError(f"--comment-record {path}: cannot write it: {exc.strerror or exc}") from exc
 
 
 def _check_run(client: Client, action: CheckRunAction) -> None:
@@ -102,14 +119,20 @@ def _write(client: Client, comment: CommentPlan, ours: list[Comment], body: str)
     return keeper, "updated", len(ours) - 1
 
 
+def _own(comments: list[Comment], comment: CommentPlan, kept: set[int] | None) -> list[Comment]:
+    """Ours among ``comments``: by record, only the ids kept (never a look-alike); by login, every marked one."""
+    return [c for c in ours_of(comments, comment.author) if kept is None or c.id in kept]
+
+
 def upsert(client: Client, comment: CommentPlan) -> UpsertOutcome:
     """Create or edit the one sticky comment as planned; converge on races (see the module's docstring)."""
     ours = list(comment.ours)
+    kept = set(comment.kept) if comment.kept is not None else None
     body, sections = comment.body, list(comment.sections)
     action, deleted = "unchanged", 0
     for attempt in range(UPSERT_ATTEMPTS):
         if attempt:
-            ours = list(ours_of(client.list_comments(comment.pr), comment.author))
+            ours = _own(client.list_comments(comment.pr), comment, kept)
             body, sections = comment.build([s for c in ours for s in parse_sections(c.body)])
         wrote, how, gone = _write(client, comment, ours, body)
         deleted += gone
@@ -118,9 +141,11 @@ def upsert(client: Client, comment: CommentPlan) -> UpsertOutcome:
         if wrote is None:
             assert ours
             return UpsertOutcome(ours[0].id, action, deleted)
+        if kept is not None:
+            kept.add(wrote.id)
         wanted = [s for s in sections if s.runner in comment.build.runners]
         since = second_before(comment.seen_until) if attempt == 0 and how != "unchanged" else None
-        after = ours_of(client.list_comments(comment.pr, since=since), comment.author)
+        after = _own(client.list_comments(comment.pr, since=since), comment, kept)
         if len(after) == 1 and after[0].id == wrote.id and _landed(after[0].body, wanted):
             return UpsertOutcome(after[0].id, action, deleted)
         time.sleep(random.uniform(0.05, 0.3) * (attempt + 1))

@@ -186,8 +186,8 @@ class Client:
         return _call(action, call)
 
     def pr_head(self, number: int) -> str:
-        data = self._json("GET", f"{self._base}/pulls/{number}", f"read pull request #{number}")
-        sha = (data.get("head") or {}).get("sha") if isinstance(data, dict) else None
+        head = self.pull(number).get("head")
+        sha = head.get("sha") if isinstance(head, dict) else None
         if not isinstance(sha, str):
             raise PublishError(f"pull request #{number}: GitHub's answer has no head SHA")
         return sha
@@ -210,6 +210,14 @@ class Client:
             raise PublishError(f"pull request #{number}: GitHub's answer is not a JSON object")
         return data
 
+    def default_branch(self) -> str:
+        """The repository's default branch, as GitHub records it: pull_request_target runs its workflow file."""
+        data = self._json("GET", self._base, f"read the repository {self.repo}")
+        found = data.get("default_branch") if isinstance(data, dict) else None
+        if not isinstance(found, str) or not found:
+            raise PublishError(f"the repository {self.repo}: GitHub's answer names no default branch")
+        return found
+
     def workflow_run(self, run_id: int) -> Any:
         """GitHub's record of one workflow run of this repository; None when GitHub has no such run (404)."""
         return self._get_or_none(f"{self._base}/actions/runs/{run_id}", f"read workflow run {run_id}")
@@ -218,6 +226,12 @@ class Client:
         """The jobs of one attempt of a workflow run (every page), as GitHub recorded them."""
         return self._pages(f"{self._base}/actions/runs/{run_id}/attempts/{attempt}/jobs",
                            f"list the jobs of run {run_id} attempt {attempt}", "jobs")
+
+    def run_artifact_names(self, run_id: int) -> list[str]:
+        """The names of a workflow run's artifacts (every page): only that run's jobs can upload them."""
+        items = self._pages(f"{self._base}/actions/runs/{run_id}/artifacts", f"list the artifacts of run {run_id}",
+                            "artifacts")
+        return [str(i["name"]) for i in items if isinstance(i, dict) and isinstance(i.get("name"), str)]
 
     def compare_status(self, base: str, head: str) -> str:
         """GitHub's ``status`` of compare base...head (identical, behind, ahead, diverged); "unknown" on 404."""

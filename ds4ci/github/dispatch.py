@@ -8,6 +8,11 @@ request, which exact commit, which widths, which runners. The plan is then writt
 For a manual run the maintainer names a PR *and* the head commit they reviewed; the run is
 refused when the PR's current head is something else (a push after the review must not be
 gated, and so merged, unseen).
+
+A merge queue's run (``merge_group``) gates the queue's merge commit (``merge_group.head_sha``): the plan
+names that commit as the head, says it is a merge (``gated=merge``) and which pull request entered the
+queue (its branch ``gh-readonly-queue/<base>/pr-<N>-<sha>`` says so), and names no pull request to
+comment on (the pull request's comment is about its own head).
 """
 
 from __future__ import annotations
@@ -28,6 +33,8 @@ _PR = re.compile(r"^[1-9][0-9]{0,9}$")
 _REPO = re.compile(r"^[A-Za-z0-9_.-]{1,100}/[A-Za-z0-9_.-]{1,100}$")
 # Events whose payload names the pull request and its head: the payload is authoritative there.
 PR_EVENTS = ("pull_request", "pull_request_target")
+MERGE_GROUP = "merge_group"  # a merge queue's entry: the payload names the queue's merge commit
+_QUEUE_REF = re.compile(r"^(?:refs/heads/)?gh-readonly-queue/.+/pr-(?P<pr>[1-9][0-9]{0,9})-[0-9a-f]{40}$")
 
 
 class DispatchInputError(UsageError):
@@ -48,6 +55,7 @@ class EventInfo:
     head_repo: str | None = None
     base_repo: str | None = None
     sha: str | None = None  # GITHUB_SHA: the commit the event is about when there is no PR
+    queued_pr: int | None = None  # merge_group: the pull request whose queue entry this is (from its branch)
 
 
 @dataclass(frozen=True)
@@ -58,6 +66,8 @@ class RunPlan:
     runners: tuple[RunnerSpec, ...]
     fork: bool  # a PR from another repository: its token cannot write, the reporter publishes
     verify_head: bool  # the PR's current head must be fetched and compared before running
+    gated: str = "head"  # "head": a pull request's head (or a named commit); "merge": a merge queue's merge commit
+    queued_pr: int | None = None  # gated "merge": the pull request whose queue entry it is, where GitHub says
 
 
 @dataclass(frozen=True)
@@ -65,7 +75,7 @@ class PullHead:
     number: int
     state: str
     head_sha: str
-    base_ref: str = ""  # the branch the PR merges into: a trusted gate run's definition comes from it
+    base_ref: str = ""  # the branch the PR merges into (the definition and settings that gate it are the default branch's)
 
 
 # What defines the gate itself: a pull request that changes one of these gets no run from pull_request_target
@@ -131,14 +141,17 @@ def read_event(event_name: str, event_path: Path | None, github_sha: str | None)
     if not name:
         raise DispatchInputError("GITHUB_EVENT_NAME is not set: run this inside a GitHub Actions job or pass --event-name")
     sha = parse_sha(github_sha, "GITHUB_SHA") if github_sha else None
-    if name not in PR_EVENTS:
+    if name not in (*PR_EVENTS, MERGE_GROUP):
         return EventInfo(name=name, sha=sha)
+    what = "the pull request" if name in PR_EVENTS else "the merge queue's commit"
     if event_path is None:
-        raise DispatchInputError(f"event {name}: GITHUB_EVENT_PATH is not set, so the pull request is unknown")
+        raise DispatchInputError(f"event {name}: GITHUB_EVENT_PATH is not set, so {what} is unknown")
     try:
         doc: Any = json.loads(event_path.read_text(encoding="utf-8"))
     except (OSError, ValueError) as exc:
         raise DispatchInputError(f"event payload {event_path}: cannot be read as JSON ({exc})") from exc
+    if name == MERGE_GROUP:
+        return _merge_group(doc, event_path, sha)
     try:
         pull = doc["pull_request"]
         number = pull["number"]
@@ -160,6 +173,18 @@ def read_event(event_name: str, event_path: Path | None, github_sha: str | None)
         base_repo=base_repo if isinstance(base_repo, str) else None,
         sha=sha,
     )
+
+
+def _merge_group(doc: Any, event_path: Path, sha: str | None) -> EventInfo:
+    """A merge queue's event: its merge commit, and the pull request its branch names (None where it names none)."""
+    group = doc.get("merge_group") if isinstance(doc, dict) else None
+    head, ref = (group.get("head_sha"), group.get("head_ref")) if isinstance(group, dict) else (None, None)
+    if not isinstance(head, str):
+        raise DispatchInputError(f"event payload {event_path}: no merge_group.head_sha (the queue's merge commit), "
+                                 f"found {head!r}")
+    found = _QUEUE_REF.match(ref) if isinstance(ref, str) else None
+    return EventInfo(name=MERGE_GROUP, head_sha=parse_sha(head, "event merge_group.head_sha"), sha=sha,
+                     queued_pr=int(found.group("pr")) if found else None)
 
 
 def plan(
@@ -187,6 +212,14 @@ def plan(
             )
         fork = event.head_repo is None or event.base_repo is None or event.head_repo != event.base_repo
         return RunPlan(event.pr, event.head_sha, width_tuple, selected, fork=fork, verify_head=False)
+    if event.name == MERGE_GROUP:
+        assert event.head_sha is not None  # read_event guarantees it
+        if pr_in is not None or (sha_in is not None and sha_in != event.head_sha):
+            raise DispatchInputError(f"a merge_group run gates the queue's merge commit {event.head_sha}: give no pr "
+                                     "and no other head-sha")
+        # The queue's commit lives in this repository (no fork); the pull request's comment is about its head.
+        return RunPlan(None, event.head_sha, width_tuple, selected, fork=False, verify_head=False, gated="merge",
+                       queued_pr=event.queued_pr)
 
     if event.name == "workflow_dispatch" and (pr_in is None or sha_in is None):
         missing = " and ".join(n for n, v in (("pr", pr_in), ("head-sha", sha_in)) if v is None)
@@ -280,12 +313,31 @@ class DefinitionChangeError(UsageError):
 
 
 def refuse_definition_changes(run: RunPlan, changed: tuple[str, ...], event: str) -> None:
+    if changed and event == MERGE_GROUP:
+        raise DefinitionChangeError(
+            f"the merge queue's commit {run.head_sha} merges pull request #{run.queued_pr}, which changes the gate's own "
+            f"definition ({', '.join(changed)}); a merge queue's run would run that changed definition, so it is not "
+            "gated there: a maintainer reviews the change, dispatches the gate on the pull request's head and merges "
+            "it outside the queue"
+        )
     if changed and event != "workflow_dispatch":
         raise DefinitionChangeError(
             f"pull request #{run.pr} changes the gate's own definition ({', '.join(changed)}); it is not gated "
             "automatically, since a green status would vouch for files nobody reviewed. A maintainer reviews the "
             f"change and dispatches the gate (workflow_dispatch, pr {run.pr}, head-sha {run.head_sha}) on the base branch"
         )
+
+
+def fetch_default_branch(repo: str, *, api_url: str, token: str, polite: bool = True) -> str:
+    """The repository's default branch, as GitHub records it (pull_request_target runs its workflow file)."""
+    client = _github(api_url, token, polite)
+    try:
+        found = _ask(f"the repository {repo}", api_url, lambda: client.get_repo(repo).default_branch)
+    finally:
+        client.close()
+    if not isinstance(found, str) or not found:
+        raise PublishError(f"the API names no default branch of {repo}: {found!r}")
+    return found
 
 
 def fetch_run(repo: str, run_id: int, *, api_url: str, token: str, polite: bool = True) -> Any:
@@ -322,6 +374,8 @@ def outputs(run: RunPlan) -> dict[str, str]:
         "runners": ",".join(r.name for r in run.runners),
         "matrix": json.dumps(matrix(run), separators=(",", ":")),
         "fork": "true" if run.fork else "false",
+        "gated": run.gated,
+        "queued-pr": "" if run.queued_pr is None else str(run.queued_pr),
     }
 
 

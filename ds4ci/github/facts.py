@@ -16,7 +16,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from ds4ci.errors import PublishError
-from ds4ci.github import checkruns, publish, statuses
+from ds4ci.github import checkruns, commentrecord, publish, statuses
 from ds4ci.github.client import Client, Comment
 from ds4ci.github.merge import MergeFacts, Requirements, Vouch
 from ds4ci.github.runnerview import is_focused
@@ -37,7 +37,9 @@ class Facts:
     app: str | None = None  # the publisher's GitHub App (check runs); None: a person's token
     own_statuses: Mapping[str, statuses.Status] | None = None  # context -> our newest on the head; None: not read
     own_runs: Mapping[str, Mapping[str, Any]] = field(default_factory=dict)  # name -> our newest check run (JSON)
-    comments: tuple[Comment, ...] = ()  # our sticky comments, oldest first
+    comments: tuple[Comment, ...] = ()  # our sticky comments, oldest first (by record: at most one)
+    comment_run: int | None = None  # the run whose record vouches that comments[0] is ours (commentrecord)
+    lookalikes: tuple[tuple[Comment, str], ...] = ()  # marked comments by the publisher's login not ours, and why
     seen_until: str | None = None  # the newest updated_at of all the comments read
     full_passes: Mapping[str, str | None] = field(default_factory=dict)  # focused runner -> ancestor's full pass
     predecessors: Mapping[str, str] = field(default_factory=dict)  # runner -> last hardware-validated commit
@@ -67,8 +69,10 @@ class Settings:
     calibrations: Mapping[str, str] = field(default_factory=dict)  # runner -> its latest calibration, cited
     bisects: tuple[BisectResult, ...] = ()  # runners' `ds4ci bisect --json` results: a section each, never a status
     verdicts_out: Path | None = None  # where apply writes each runner's decided state, after every write
+    comment_record: Path | None = None  # where apply writes the id of the comment it wrote (commentrecord)
     api_url: str | None = None
     token_env: str = "GITHUB_TOKEN"  # noqa: S105 - the name of the variable, not a token
+    own_run: int | None = None  # the run this publish runs in (None: the one target_url names); commentrecord
 
     @property
     def comment(self) -> bool:
@@ -146,22 +150,43 @@ def ours_of(comments: Sequence[Comment], publisher: str) -> tuple[Comment, ...]:
                         key=lambda c: (c.created_at, c.id)))
 
 
-def _comments(client: Client, pr: int, publisher: str, last_publish: str | None
-              ) -> tuple[tuple[Comment, ...], str | None]:
-    """Our sticky comments, and the newest ``updated_at`` of every comment read.
+def run_records(client: Client, pr: int, config: Path | None) -> commentrecord.RunRecords:
+    """What each run's record says (``commentrecord``): its artifacts' names where it is a run of the trusted gate
+    (the trusted config's ``merge.workflow``) on the default branch, read only when asked."""
+    from ds4ci.github import mergeconfig, vouch
+
+    made: list[vouch.Voucher] = []
+
+    def records(run_id: int) -> tuple[frozenset[str] | None, str]:
+        if not made:
+            table = mergeconfig.load_merge_table(config) if config is not None else {}
+            need = mergeconfig.trusted_gate(table, commentrecord.SHARED_LOGIN)
+            made.append(vouch.Voucher(client, client.repo, need))
+        why = made[0].run_problem(run_id)
+        return (None, why) if why is not None else (frozenset(client.run_artifact_names(run_id)), "")
+
+    return records
+
+
+def _comments(client: Client, pr: int, publisher: str, last_publish: str | None, config: Path | None
+              ) -> tuple[commentrecord.Sorted, str | None]:
+    """Our sticky comment(s) and the look-alikes (``commentrecord.sort``), and the newest ``updated_at`` of every
+    comment read.
 
     A publish writes its statuses, then the comment: where the publisher's newest status on this head is at
     ``last_publish``, a comment that publish created or edited is among those updated since (one page on a
     long PR). Where none of ours is, every comment is read.
     """
+    records = run_records(client, pr, config)
     since = second_before(last_publish)
     if since is not None:
         recent = client.list_comments(pr, since=since)
-        mine = ours_of(recent, publisher)
-        if mine:
+        mine = commentrecord.sort(ours_of(recent, publisher), publisher, records)
+        if mine.ours:
             return mine, max(c.updated_at for c in recent)
     every = client.list_comments(pr)
-    return ours_of(every, publisher), max((c.updated_at for c in every if c.updated_at), default=None)
+    return (commentrecord.sort(ours_of(every, publisher), publisher, records),
+            max((c.updated_at for c in every if c.updated_at), default=None))
 
 
 def gather(client: Client, settings: Settings, docs: Sequence[DocView], head: str, trusted: Sequence[str]) -> Facts:
@@ -175,7 +200,7 @@ def gather(client: Client, settings: Settings, docs: Sequence[DocView], head: st
     history = pr is not None and (settings.comment or bool(focused))
     publisher = client.identity(settings.comment_author) if history else None
     if pr is not None:
-        current = reads.pr_head(pr)
+        current = reads.pr_head(pr)  # read once: the base comparison takes the base commit from the same answer
         if current != head:
             raise publish.StaleResultsError(
                 f"pull request #{pr} is now at {current} but the results are for {head}: refusing to publish "
@@ -203,16 +228,16 @@ def gather(client: Client, settings: Settings, docs: Sequence[DocView], head: st
 
 def _voucher(client: Client, pr: int | None, publisher: str | None, config: Path | None) -> Vouched | None:
     """What vouches for an older commit's green (``ds4ci.github.vouch``), as the trusted config's [merge] says."""
-    from ds4ci.github import mergeconfig, mergefacts, vouch
+    from ds4ci.github import mergeconfig, vouch
 
     if pr is None or publisher is None:
         return None
     need = mergeconfig.trusted_gate(mergeconfig.load_merge_table(config) if config is not None else {}, publisher)
     made: list[vouch.Voucher] = []
 
-    def judged(sha: str, runner: str) -> Vouch:  # the PR's base branch is read only when a green is judged
+    def judged(sha: str, runner: str) -> Vouch:  # made only when a green is judged
         if not made:
-            made.append(vouch.Voucher(client, client.repo, need, mergefacts.pull_facts(pr, client.pull(pr)).base_ref))
+            made.append(vouch.Voucher(client, client.repo, need))
         return made[0].judge_commit(sha, runner)
 
     return judged
@@ -237,8 +262,9 @@ def for_pending(client: Client, settings: Settings, sha: str) -> Facts:
     if pr is None or not settings.comment:
         return Facts()
     author = client.identity(settings.comment_author)
-    comments, seen = _comments(client, pr, author, None)
-    return Facts(publisher=author, comments=comments, seen_until=seen)
+    found, seen = _comments(client, pr, author, None, None)
+    return Facts(publisher=author, comments=found.ours, comment_run=found.run, lookalikes=found.lookalikes,
+                 seen_until=seen)
 
 
 def _comment_facts(client: Client, settings: Settings, facts: Facts, docs: Sequence[DocView], head: str,
@@ -261,9 +287,10 @@ def _comment_facts(client: Client, settings: Settings, facts: Facts, docs: Seque
         older = publish.last_validated_predecessor(client, pr, head, runner, publisher, vouched)
         commits, files = client.compare(older, head) if older else ([], [])
         missing[runner] = (older, tuple(commits), tuple(files))
-    comments, seen = _comments(client, pr, publisher, last_publish)
+    found, seen = _comments(client, pr, publisher, last_publish, settings.merge_config or settings.expect_config)
     bases = _bases(client, pr, [d.name for d in docs], publisher, vouched)
-    facts = replace(facts, comments=comments, seen_until=seen, predecessors=predecessors, missing=missing, bases=bases)
+    facts = replace(facts, comments=found.ours, comment_run=found.run, lookalikes=found.lookalikes, seen_until=seen,
+                    predecessors=predecessors, missing=missing, bases=bases)
     return _merge_facts(client, pr, settings, facts, head, publishing) if settings.merge_config is not None else facts
 
 
@@ -281,7 +308,7 @@ def _merge_facts(client: Client, pr: int, settings: Settings, facts: Facts, head
     gql = mergefacts.GraphQL(mergefacts.graphql_url(url), os.environ.get(settings.token_env, ""),
                              backoff_s=1.0 if polite else 0.0)
     found = mergefacts.gather(client, gql, client.repo, pr, need, mergeable_delay_s=2.0 if polite else 0.0)
-    voucher = vouch.Voucher(client, client.repo, need, found.pull.base_ref)
+    voucher = vouch.Voucher(client, client.repo, need)
     after: dict[str, dict[str, Vouch]] = {}
     green_on = dict(found.gate_green_on)
     for runner in (r for r in need.runners if r in publishing):

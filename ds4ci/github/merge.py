@@ -70,7 +70,7 @@ class PullFacts:
     mergeable: bool | None  # None: GitHub has not computed it yet
     mergeable_state: str | None
     mergeable_reads: int = 1  # how many times the PR was read while mergeable was None
-    base_ref: str = ""  # the branch it merges into: a dispatched gate must have run there
+    base_ref: str = ""  # the branch it merges into (its gate ran on the default branch, whatever this is)
 
 
 @dataclass(frozen=True)

@@ -194,7 +194,7 @@ def gather(
     runs = check_runs(client.check_runs(head), head)
     found_reviews = reviews(client.reviews(number), number)
     threads = review_threads(gql, repo, number)
-    voucher = vouch.Voucher(client, repo, need, pull.base_ref)
+    voucher = vouch.Voucher(client, repo, need)
     vouches = {runner: voucher.judge(head, runner, found_statuses, runs) for runner in need.runners}
     green_on = {}
     for runner in need.runners:

@@ -14,7 +14,7 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
-from ds4ci.github import checkruns, merge, publish, statuses
+from ds4ci.github import checkruns, commentrecord, merge, provenance, publish, statuses
 from ds4ci.github.client import Comment
 from ds4ci.github.facts import Facts, Settings
 from ds4ci.github.runnerview import RunnerView
@@ -44,7 +44,9 @@ class BodyBuilder:
         calibrations: Mapping[str, str] | None = None,
         bases: Mapping[str, BaseResult] | None = None,
         repo: str | None = None,
+        record_run: int | None = None,
     ) -> None:
+        self.record_run = record_run  # the run the body names as its writer (commentrecord.stamp)
         self.docs = list(docs)
         self.bases = dict(bases or {})
         self.repo = repo
@@ -57,7 +59,7 @@ class BodyBuilder:
         self.runners = {d.name for d in docs} | {s.runner for s in extra}
 
     def __call__(self, existing: Sequence[Section]) -> tuple[str, list[Section]]:
-        return render.render(
+        body, sections = render.render(
             self.docs,
             kind="comment",
             run_url=self.run_url,
@@ -70,6 +72,7 @@ class BodyBuilder:
             bases=self.bases,
             repo=self.repo,
         )
+        return commentrecord.stamp(body, self.record_run), sections
 
 
 @dataclass(frozen=True)
@@ -89,6 +92,9 @@ class CommentPlan:
     seen_until: str | None
     build: BodyBuilder  # re-merges what a concurrent publisher wrote (apply retries)
     sections: tuple[Section, ...] = ()  # the sections of body
+    # by record (commentrecord): the ids of the comments that are ours, the only ones read again or written;
+    # None: by login (every marked comment of the author's)
+    kept: frozenset[int] | None = None
 
 
 @dataclass(frozen=True)
@@ -105,6 +111,7 @@ class PublishPlan:
     notes: tuple[str, ...]  # what publish says on stderr before writing
     verdicts: Mapping[str, str] = field(default_factory=dict)  # runner -> its decided state (gate.yml's verdict jobs)
     verdicts_out: Path | None = None  # where apply writes ``verdicts``, last, once every write succeeded
+    comment_record: Path | None = None  # where apply writes the id of the comment it wrote
     # The writes ``apply`` has carried out (status:<context>, check-run:<name>, comment): applied again, the
     # plan sends only what is not done yet (a second apply sends nothing; one cut short resumes).
     done: set[str] = field(default_factory=set, compare=False, repr=False)
@@ -210,8 +217,26 @@ def _comment(build: BodyBuilder, settings: Settings, facts: Facts, only_update: 
         return None
     body, sections = build([s for c in ours for s in parse_sections(c.body)])
     action = "created" if not ours else "unchanged" if ours[0].body == body and len(ours) == 1 else "updated"
+    kept = frozenset(c.id for c in ours) if facts.publisher == commentrecord.SHARED_LOGIN else None
     return CommentPlan(settings.pr, facts.publisher, body, action, ours,
-                       facts.seen_until, build, tuple(sections))
+                       facts.seen_until, build, tuple(sections), kept)
+
+
+def record_run(settings: Settings, facts: Facts) -> int | None:
+    """The run the comment names as its writer (``commentrecord``): the run whose record vouches for our comment,
+    else the run this publish runs in, which records the comment once written; None where neither is known."""
+    if facts.comments and facts.comment_run is not None:
+        return facts.comment_run
+    return settings.own_run if settings.own_run is not None else provenance.run_id(settings.target_url,
+                                                                                   settings.repo or "")
+
+
+def lookalikes(facts: Facts) -> tuple[list[str], str]:
+    """What publish says of each look-alike comment it left alone: stderr notes, and the job summary's lines."""
+    said = [f"comment {c.id} by {c.author} looks like ds4ci's comment but is not ds4ci's ({why}): left alone, "
+            "never edited, none of its sections taken" for c, why in facts.lookalikes]
+    summary = "".join(f"\n> [!WARNING]\n> {text}\n" for text in said)
+    return said, summary
 
 
 def _bisect_sections(settings: Settings, kind: str) -> list[Section]:
@@ -244,7 +269,10 @@ def make(views: Sequence[RunnerView], settings: Settings, facts: Facts) -> Publi
                         predecessors=dict(facts.predecessors), bases=facts.bases, repo=settings.repo,
                         merge_status=_merge_status((*send, *unchanged), runs, facts, head),
                         extra=[*_needs_hardware(views, settings, facts, head), *_bisect_sections(settings, "comment")],
-                        calibrations=settings.calibrations)
+                        calibrations=settings.calibrations, record_run=record_run(settings, facts))
+    said, flagged = lookalikes(facts)
+    notes += said
+    summary += flagged
     quiet = update_only(settings, views)
     comment = _comment(build, settings, facts, quiet)
     if quiet and comment is None and settings.pr is not None:
@@ -253,7 +281,7 @@ def make(views: Sequence[RunnerView], settings: Settings, facts: Facts) -> Publi
         build([])[0] if settings.pr is not None and settings.comment and not quiet else None)
     verdicts = {v.name: v.state for v in views if v.may_set_status}
     return PublishPlan(head, settings.repo, settings.pr, send, unchanged, runs, comment, shown, summary, tuple(notes),
-                       verdicts, settings.verdicts_out)
+                       verdicts, settings.verdicts_out, settings.comment_record)
 
 
 def pending(runner: str, sha: str, settings: Settings, facts: Facts) -> PublishPlan:
@@ -262,10 +290,11 @@ def pending(runner: str, sha: str, settings: Settings, facts: Facts) -> PublishP
                                 settings.target_url)
     section = render.pending_section(render.environment(settings.template_dir), runner, sha, settings.target_url)
     build = BodyBuilder([], run_url=settings.target_url, template_dir=settings.template_dir, predecessors={},
-                        extra=[section])
+                        extra=[section], record_run=record_run(settings, facts))
     comment = _comment(build, settings, facts)
+    said, _ = lookalikes(facts)
     return PublishPlan(sha, settings.repo, settings.pr, (status,), (), (), comment,
-                       None if comment is None else comment.body, "", ())
+                       None if comment is None else comment.body, "", tuple(said))
 
 
 def _check_run_file(run: checkruns.CheckRunPlan) -> str:

@@ -8,9 +8,11 @@ when a record a pull request cannot produce ties it to the trusted gate (``[merg
 * ``"workflow"`` (default): the runs of the trusted gate that the publisher's ``ds4ci/<runner>`` statuses
   link are looked up through the API (the URL names the run; GitHub's record of it says what ran). A run
   is the trusted gate when it ran ``merge.workflow`` (its ``path``), was started by ``pull_request_target``
-  or ``workflow_dispatch``, ran on the pull request's base branch (``head_branch``), from a commit in that
-  branch's history (compare ``BASE...run.head_sha`` is identical or behind) and is titled with the head
-  (``run-name`` in gate.yml). The newest such run decides: its job ``verdict <runner>`` (made by Actions
+  or ``workflow_dispatch``, ran on the repository's default branch (``head_branch``: GitHub runs the default
+  branch's gate.yml for every pull request, whatever its base), from a commit in that branch's history
+  (compare ``DEFAULT...run.head_sha`` is identical or behind) and is titled with the head (``run-name`` in
+  gate.yml). A pull request into another branch (a release branch) is so gated too: with the default
+  branch's definition and settings. The newest such run decides: its job ``verdict <runner>`` (made by Actions
   inside that run, so its record is GitHub's; ``<job> / verdict <runner>`` where the trusted file calls
   ds4ci's gate workflow) must have concluded success in the run's latest attempt.
 * ``"publisher"``: a check run ``ds4ci/<runner>`` created by the GitHub App ``merge.vouch_app_id``, whose
@@ -31,6 +33,7 @@ from ds4ci.github.shapes import check_runs
 from ds4ci.github.statuses import Status
 
 VERDICT_JOB = "verdict {runner}"  # gate.yml's job that succeeds only when that runner's published verdict passed
+REPORTER = ".github/workflows/report.yml"  # ds4ci's reporter for forks, started only by workflow_run
 IN_HISTORY = ("identical", "behind")  # compare BASE...SHA: SHA is the branch's tip or one of its ancestors
 
 
@@ -42,13 +45,13 @@ def is_verdict_job(job: dict[str, object], name: str) -> bool:
 
 
 class Voucher:
-    """Judges greens of one pull request (its base branch), caching GitHub's answers across commits."""
+    """Judges greens of one pull request, caching GitHub's answers across commits."""
 
-    def __init__(self, client: Client, repo: str, need: Requirements, base_branch: str) -> None:
+    def __init__(self, client: Client, repo: str, need: Requirements) -> None:
         self._client = client
         self._repo = repo
         self._need = need
-        self._base = base_branch
+        self._default = ""  # the repository's default branch, read when a run is first judged
         self._runs: dict[int, provenance.RunRecord] = {}
         self._history: dict[str, str] = {}
 
@@ -104,21 +107,34 @@ class Voucher:
             self._runs[run_id] = provenance.parse_run(self._client.workflow_run(run_id), run_id)
         return self._runs[run_id]
 
-    def _untrusted(self, run_id: int, head: str) -> str | None:
-        """Why run ``run_id`` is no run of the trusted gate for ``head`` on the base branch (None: it is)."""
+    def run_problem(self, run_id: int) -> str | None:
+        """Why run ``run_id`` is no run of the trusted gate on the default branch, of whichever commit, nor of the
+        reporter (None: it is one of them). A ``workflow_run`` run is always of the default branch's file: GitHub
+        starts one only from there, so a pull request cannot make one of its own copy of report.yml."""
         run = self._record(run_id)
-        why = provenance.problem(run, repo=self._repo, workflow=self._need.workflow, base_branch=self._base, head=head)
+        if (run.path.partition("@")[0], run.event, run.repo.lower()) == (REPORTER, "workflow_run", self._repo.lower()):
+            return None
+        return self._untrusted(run_id, None)
+
+    def _untrusted(self, run_id: int, head: str | None) -> str | None:
+        """Why run ``run_id`` is no run of the trusted gate for ``head`` (any head: None) on the default branch (None: it is)."""
+        run = self._record(run_id)
+        if not self._default:
+            self._default = self._client.default_branch()
+        why = provenance.problem(run, repo=self._repo, workflow=self._need.workflow, default_branch=self._default,
+                                 head=head)
         if why is not None:
             return why
-        if run.head_branch != self._base:
-            return f"run {run.id} ran on the branch {run.head_branch or '(none)'}, not on the base branch {self._base}"
+        if run.event == "merge_group":  # it gated a merge queue's commit, never the pull request's head
+            gated = f"the head {head[:12]}" if head else "a pull request's head"
+            return f"run {run.id} gated a merge queue's commit, not {gated}"
         if run.head_sha not in self._history:
-            self._history[run.head_sha] = (self._client.compare_status(self._base, run.head_sha)
+            self._history[run.head_sha] = (self._client.compare_status(self._default, run.head_sha)
                                            if run.head_sha else "unknown")
         status = self._history[run.head_sha]
         if status not in IN_HISTORY:
             return (f"run {run.id} ran the commit {run.head_sha[:12] or '(none)'}, which is not in the history of "
-                    f"{self._base} ({status})")
+                    f"the default branch {self._default} ({status})")
         return None
 
     def _verdict(self, run: provenance.RunRecord, runner: str) -> Vouch:
@@ -139,4 +155,5 @@ class Voucher:
             return Vouch(False, f"run {run.id}'s job '{job_name}' concluded {conclusion} {where}",
                          conclusion if isinstance(conclusion, str) else None)
         return Vouch(True, f"run {run.id} ({run.path}, {run.event} on {run.head_branch}, job '{job_name}' success in "
-                           f"attempt {run.attempt})", "success")
+                           f"attempt {run.attempt}; it gated the head, with the settings of {run.head_branch} at "
+                           f"{run.head_sha[:12]})", "success")

@@ -15,7 +15,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from ds4ci.judging import confined, coverage, coverpolicy, exacttrace, modeless, strictjson
+from ds4ci.judging import confined, coverage, coverpolicy, crash, exacttrace, modeless, strictjson
 from ds4ci.judging.answer import read_answer
 from ds4ci.judging.attribution import ServerLog, attribute
 from ds4ci.judging.counters import request_steps
@@ -273,7 +273,10 @@ def choose_oracle(attempt: Path, keys: Sequence[str], settings: Settings) -> Ora
     Otherwise an exact-differential trace collected from any arm (its tokens records: every arm must have
     one). Otherwise ds4ci's own tiny models, known from the target's SHA-256 as ds4ci hashed it (never from
     the answers' look): their answers spell their token IDs. Otherwise the answers' text, only where the
-    config opts in ([gate] text_parity). Otherwise none."""
+    config opts in ([gate] text_parity). Otherwise none; and none for a server that does not speak the protocol
+    (``modeless.speaks_protocol``), whatever its answers."""
+    if not modeless.speaks_protocol(attempt, keys):
+        return None
     if modeless.prints_trace(attempt, keys):
         return ORACLE_TRACE
     if any(os.path.lexists(attempt / exact_trace_path(k)) for k in keys):  # a link too: it is refused when read
@@ -373,7 +376,8 @@ def overall(
     """The attempt's verdict: an error that stopped the run outranks everything judged after it.
 
     With ``attempt`` (the sealed evidence), a build that answered target-only requests but printed no
-    reference-exact line in any arm gets the one reason of ``modeless.no_mode_reason``."""
+    reference-exact line in any arm gets the one reason of ``modeless.no_mode_reason`` (``modeless.SILENT`` where
+    no arm printed a DS4 line at all)."""
     if run_reasons:
         return ERROR, list(run_reasons)
     if build is not None and build["status"] != PASS:  # nothing ran after a build that did not pass
@@ -394,7 +398,7 @@ def overall(
         reasons.extend(target["reasons"])
         for width in widths:
             verdicts.append(width["verdict"])
-            reasons.extend(width["reasons"])
+            reasons.extend(crash.run_reason(r, target["verdict"] == PASS) for r in width["reasons"])
     for check in checks:
         verdicts.append(check["status"])
         if check["status"] != "pass":
@@ -411,4 +415,4 @@ def _modeless(attempt: Path, widths: Sequence[WidthResult]) -> str | None:
     except EvidenceError:
         return None
     keys = [TARGET_KEY, *(server_key(w["q"]) for w in widths)]
-    return modeless.no_mode_reason(attempt, keys) if answered else None
+    return modeless.run_reason(attempt, keys) if answered else None

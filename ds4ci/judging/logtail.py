@@ -85,11 +85,13 @@ def explain(first: str, paths: Sequence[Path]) -> str:
     streams = [(path.stem, _last_lines(path)) for path in paths]
     aborts = [line for _, lines in streams for line in lines if looks_like_abort(line)]
     cause = f": {aborts[-1][:_HEADLINE_CHARS]}" if aborts else ""
-    return f"{first}{cause}\n{_excerpt(streams)}"
+    quoted = _excerpt(streams)
+    return f"{first}{cause}\n{quoted}" if quoted else f"{first}{cause} (the server printed nothing)"
 
 
 def excerpt(paths: Sequence[Path]) -> str:
-    """Abort-looking lines first, then the last lines of each stream, labelled ``[stderr]``/``[stdout]``."""
+    """Abort-looking lines first, then the last lines of each stream, labelled ``[stderr]``/``[stdout]``; "" when
+    both are empty (nothing to quote)."""
     return _excerpt([(path.stem, _last_lines(path)) for path in paths])
 
 
@@ -103,7 +105,7 @@ def _excerpt(streams: list[tuple[str, list[str]]]) -> str:
             tail = lines[-_TAIL_LINES:]
             parts += [f"last {len(tail)} line(s) of {name}:", *(f"[{name}] {line}" for line in tail)]
     if not parts:
-        return "(empty logs)"
+        return ""
     return fit_reason("\n".join(parts), _EXCERPT_CHARS)
 
 

@@ -72,6 +72,9 @@ _TRACE = re.compile(r"reference_exact=(\d+) speculation=(\d+) n=(\d+) ids=\[([^\
 _FIELD = re.compile(r"([A-Za-z_][A-Za-z0-9_]*)=(\S*)")
 _UINT = re.compile(r"[0-9]+")
 _RATIO = re.compile(r"[0-9]+(?:\.[0-9]+)?/[0-9]+(?:\.[0-9]+)?")
+# The tags by which a DS4 engine (lucebox's dflash_server) shows itself in its log: the protocol's own families and
+# the engine's ([deepseek4] ..., [ds4-dspark] ...). A server none of whose arms prints one does not speak it.
+DS4_TAGS = (b"[ds4-", b"[ds4]", b"[deepseek4]", b"[deepseek4-")
 MAX_IDS_PER_TRACE = 1_000_000
 # Longest line kept for parsing; a longer one is kept as a prefix and, if trusted, fails as malformed.
 MAX_LINE_BYTES = 8 << 20
@@ -342,6 +345,13 @@ def scan_log(path: Path, stream: str, max_records: int, root: Path | None = None
     with confined.open_regular(base, confined.relative(base, path)) as fh:
         size = os.fstat(fh.fileno()).st_size
         return _scan(fh, stream, max_records, size)
+
+
+def prints_ds4_line(path: Path, root: Path) -> bool:
+    """Whether one log stream holds a line tagged ``[ds4...`` or ``[deepseek4...`` (``DS4_TAGS``), read as
+    ``scan_log`` reads it (confined below ``root``; ConfinedError when it cannot be)."""
+    with confined.open_regular(root, confined.relative(root, path)) as fh:
+        return any(raw.startswith(DS4_TAGS) for _, raw, _ in _lines(fh))
 
 
 def _scan(fh: BinaryIO, stream: str, max_records: int, size: int) -> LogScan:

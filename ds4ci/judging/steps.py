@@ -21,6 +21,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, cast
 
+from ds4ci.judging import builderror
 from ds4ci.options.config import CHECK_PARSERS
 from ds4ci.records import BuildRecord, CheckParser, CheckResult, StepStatus
 
@@ -29,6 +30,7 @@ MAX_PARSE_BYTES = 64 * 1024 * 1024  # parse at most the last 64 MiB of a (build)
 MAX_REPORT_BYTES = 64 * 1024 * 1024
 MAX_TEXT = 4096  # the schema's "text" limit
 BUILD_REASON_LINES = 3  # a failed build's reason ends with its log's last lines
+FIRST_ERROR = "; first error: "  # a failed build's summary, then the compiler's first error line
 # The line the gate ends a check's or the build's log with when it cut that log at log_cap_mib.
 CUT_MARKER = b"[ds4ci] log cut here:"
 _CUT_TAIL = 512
@@ -342,10 +344,13 @@ def check_result(record: Mapping[str, Any], directory: Path, where: str) -> Chec
 
 
 def build_reason(build: BuildRecord) -> str:
-    """The one reason of a run whose build did not pass: what happened and, for a failure, its log's last lines."""
+    """The one reason of a run whose build did not pass: what happened (for a failure, the summary quotes the
+    compiler's first error) and its log's last lines, make's closing ``*** ... Error`` lines left out."""
     if build["status"] == "error":
         return f"the build ended without a verdict: {build['summary']}"
-    lines = [line.strip() for line in build["log_tail"].splitlines() if line.strip()][-BUILD_REASON_LINES:]
+    quoted = build["summary"].partition(FIRST_ERROR)[2]  # the compiler's error, already said: not again
+    lines = [line.strip() for line in build["log_tail"].splitlines()
+             if line.strip() and not builderror.is_closing(line) and line.strip() != quoted][-BUILD_REASON_LINES:]
     shown = " | ".join(line if len(line) <= 160 else line[:159] + "…" for line in lines)
     return build["summary"] + (f"; last lines: {shown}" if lines else "")
 
@@ -367,6 +372,9 @@ def build_result(record: Mapping[str, Any], directory: Path, where: str) -> Buil
         status, summary = "fail", f"the build failed: exit {code}" + (
             f" ({check['passed']}/{check['total']} targets built)" if check["total"] is not None else ""
         )
+        text = tail(directory / record["log"], MAX_PARSE_BYTES).decode("utf-8", errors="replace")
+        if (error := builderror.first_error(text.splitlines())) is not None:
+            summary += f"{FIRST_ERROR}{error}"
     return {
         "command": check["command"],
         "cwd": clip(_field(record, "cwd", (str,), where)),

@@ -9,6 +9,7 @@ an unset variable is an error, never an empty string.
 
 from __future__ import annotations
 
+import os
 import socket
 from collections.abc import Mapping
 from dataclasses import dataclass
@@ -106,6 +107,7 @@ class GateConfig:
     base_ref: str | None = None
     upstream_ref: str | None = None
     config_file: Path | None = None
+    config_base: Path | None = None  # --config-base: where the file's relative paths start (else its own folder)
     bundle_out: Path | None = None
     notes: tuple[str, ...] = ()  # reviewer notes from the caller (CLI only), recorded as warnings
     build: BuildSpec | None = None
@@ -119,6 +121,7 @@ class GateConfig:
     server: str = "program"  # table.SERVER_KINDS: server_bin, or ds4ci's bundled simulator
     signing: str = "service"  # table.SIGNING_KINDS: "job-key" lets a job sign with a key its user can read
     service_state: Path | None = None  # run by the gate service: its state folder, out of every config path's reach
+    calibrations: Path | None = None  # this runner's calibration records: the latest is verified and cited
 
     @property
     def simulator(self) -> bool:
@@ -228,8 +231,18 @@ def _sources(doc: Mapping[str, Any], source: Path | None, overrides: Mapping[str
         name: {**found, **{k: val for k, val in own.items() if k in table.keys(name)}}
         for name, found in (("gate", gate), ("runner", runner), ("sandbox", sections.section(doc, "sandbox", source)))
     }
-    base = source.resolve().parent if source is not None else None
-    return _Sources(overrides, merged, base)
+    return _Sources(overrides, merged, config_base(source, overrides.get("config_base")))
+
+
+def config_base(source: Path | None, given: Path | None) -> Path | None:
+    """Where the file's relative paths start: ``--config-base`` (made absolute, never resolved: a link there is the
+    sandbox's and the file reader's to refuse), else the config file's own folder."""
+    if given is None:
+        return source.resolve().parent if source is not None else None
+    if not given.is_dir():
+        raise UsageError(f"--config-base {given}: expected the folder the config's relative paths are read from, "
+                         "found no folder there")
+    return Path(os.path.normpath(given.absolute()))
 
 
 def _pinned(src: _Sources, key: str, needs_models: bool) -> PinnedFile:
@@ -353,12 +366,30 @@ def _sandbox(src: _Sources) -> SandboxSettings:
 
     require = src.value("require", "sandbox")
     enabled = src.value("enabled", "sandbox")
+    if under_actions() and (require is False or enabled is False):
+        said = " and ".join(f"{key} = false" for key, value in (("enabled", enabled), ("require", require))
+                            if value is False)
+        raise UsageError(f"[sandbox] {said}: refused under GitHub Actions (GITHUB_ACTIONS=true), where the gate, a "
+                         "bisect and every later step run pull-request code only inside the sandbox; remove the "
+                         "setting (a runner without bubblewrap then stops with exit 3 before any PR process starts)")
     require = under_actions() if require is None else require
     if require and not enabled:
         raise UsageError("sandbox.require = true and sandbox.enabled = false contradict each other; drop one")
     devices = src.value("devices", "sandbox")
     return SandboxSettings(require, enabled, dirs("ro_paths"), dirs("rw_paths"), tuple(devices),
                            src.value("cpu_online", "sandbox"))
+
+
+def _calibrations(src: _Sources) -> Path | None:
+    found = src.given(table.get("gate", "calibrations"))
+    if found is None:
+        return None
+    raw, where, from_file = found
+    path = v.path(raw, where) if from_file else v.path(raw, where).absolute()
+    if not path.is_absolute():  # a relative path would point into the checkout, beside the config
+        raise UsageError(f"{where}: expected an absolute path outside the checkout (the runner's calibration records), "
+                         f"found {raw!r}")
+    return path
 
 
 def load(
@@ -372,6 +403,7 @@ def load(
     if doc is None:
         doc = read_toml(config_file) if config_file is not None else {}
     src = _sources(doc, config_file, overrides)
+    sandbox = _sandbox(src)  # first: under Actions a config that turns the sandbox off is refused before all else
     role = src.value("role", "runner")
     needs_models = role == "gate"
     build = None if overrides.get("no_build") else sections.build(doc.get("build"), src.base)
@@ -390,7 +422,9 @@ def load(
         **_outputs(src), **_widths(src), **_server(src),
         **{key: src.value(key) for key in _PLAIN}, **{field: src.value(key) for field, key in _SECONDS.items()},
         checks=checks, source_dir=src.path("source_dir"),
-        config_file=config_file, notes=src.value("notes", table.CLI) or (), build=build,
-        sandbox=_sandbox(src), signing_key=src.path("signing_key"), server=src.value("server"),
+        config_file=config_file, config_base=src.base if overrides.get("config_base") is not None else None,
+        notes=src.value("notes", table.CLI) or (), build=build,
+        sandbox=sandbox, signing_key=src.path("signing_key"), server=src.value("server"),
         signing=src.value("signing"), service_state=src.value("service_state", table.CLI),
+        calibrations=_calibrations(src),
     )

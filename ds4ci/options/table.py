@@ -124,6 +124,11 @@ OPTIONS: tuple[Option, ...] = (
     Option(CLI, "config", "ds4ci.toml with the gate settings; flags override it.", flag="--config",
            cli_type=Path, dest="config_file", attr="config_file", reproduce=True,
            default_doc="./ds4ci.toml when that file exists"),
+    Option(CLI, "config_base", "The folder the config's relative paths ([build] cwd, prompts, server_bin...) are read "
+           "from, when the config file itself lies elsewhere: gate.yml keeps the trusted settings outside the checkout "
+           "($RUNNER_TEMP), where no pull-request build can rewrite them, and names the checkout's folder here.",
+           flag="--config-base", cli_type=Path, metavar="DIR", attr="config_base", reproduce=True,
+           default_doc="the config file's own folder"),
     _gate("server_bin", "The inference server binary (dflash_server, or any program speaking its protocol); "
           "with [build], the binary is build.server_bin instead.", toml_type="path", cli_type=Path,
           attr="prebuilt_server_bin", reproduce=True),
@@ -131,7 +136,7 @@ OPTIONS: tuple[Option, ...] = (
           "(ds4ci's bundled simulator, run by the Python this ds4ci runs on, which the sandbox then shows read-only "
           "because this trusted setting says so; no GPU, no server_bin: for trying the gate and the workflows).",
           check=v.one_of(SERVER_KINDS), default="program", attr="server", reproduce=True, metavar="KIND",
-          omit_default=True),
+          omit_default=True, recorded="server"),
     _gate("server_interpreters", "The interpreters a server that is a script (#!) may name, as absolute paths; a "
           "server is run only when it is an ELF executable or such a script, anything else is refused before it runs "
           "(an empty list: ELF executables only).", check=v.interpreters, default=DEFAULT_SERVER_INTERPRETERS,
@@ -233,6 +238,11 @@ OPTIONS: tuple[Option, ...] = (
           "scratch flood), and a check or build log says where it was cut.",
           check=v.integer(1), default=512, toml_type="integer", cli_type=int, recorded="log_cap_mib",
           attr="log_cap_mib", reproduce=True),
+    _gate("calibrations", "Folder of this runner's calibration records (`ds4ci calibrate --out`, or a folder of "
+          "them), an absolute path outside the checkout: the gate verifies the latest record of this runner with "
+          "these tiny models (signed by this runner's key, derived again) and seals what it found, so the comment "
+          "and the check run cite it (docs/calibration.md); a record that does not verify is an error of the run.",
+          toml_type="path", cli_type=Path, attr="calibrations", metavar="DIR"),
     _gate("source_dir", "Git checkout of the server source; its revisions are recorded in results.json.",
           toml_type="path", cli_type=Path, attr="source_dir", reproduce=True),
     _gate("base_ref", "Base ref for the revisions record (with --source-dir).", check=v.git_ref,
@@ -333,15 +343,16 @@ OPTIONS: tuple[Option, ...] = (
            "as); statuses from anyone else are listed as ignored.", check=v.text, default=DEFAULT_PUBLISHER,
            flag="--publisher", command="merge-check", metavar="LOGIN"),
     Option("merge", "workflow", "The trusted gate's workflow file: a ds4ci/<runner> success counts only when it links "
-           "(target_url) a run that GitHub says ran this file from pull_request_target, or from workflow_dispatch on "
-           "the base branch, for the head; any other is listed as ignored (docs/security.md).", check=v.text,
+           "(target_url) a run that GitHub says ran this file of the default branch (pull_request_target, for a pull "
+           "request into any branch, or workflow_dispatch on it), for the head; any other is listed as ignored "
+           "(docs/security.md).", check=v.text,
            default=".github/workflows/gate.yml", flag="--trusted-workflow", command="merge-check", metavar="PATH"),
     Option("merge", "calibration_max_age_days", "When above 0: each gate runner's check run must cite a calibration "
            "(`ds4ci publish --calibrations`, docs/calibration.md) no older than this many days; 0 requires none.",
            check=v.integer(0), default=0, toml_type="integer"),
     Option("merge", "vouch", "Which of GitHub's records vouches for a ds4ci/<runner> success (docs/merging.md): "
            "\"workflow\" (the run of merge.workflow that the status links, looked up: pull_request_target or "
-           "workflow_dispatch on the base branch, from a commit of that branch, titled with the head, its job `verdict "
+           "workflow_dispatch on the default branch, from a commit of that branch, titled with the head, its job `verdict "
            "<runner>` concluded success in its latest attempt; the newest such run decides) or \"publisher\" (a check "
            "run ds4ci/<runner> created by the GitHub App merge.vouch_app_id, whose key no job holds).",
            check=v.one_of(VOUCH_KINDS), default="workflow"),

@@ -19,7 +19,8 @@ from typing import Any
 from ds4ci.rehearse.fakegithub import WRITE_TOKEN, FakeGitHub
 
 RUN_ID = 4242  # GitHub's id of the run act plays (the fake holds its record)
-PULL_REQUEST, DISPATCH = "pull_request_target", "workflow_dispatch"
+REPOSITORY_ID = 1  # the repository's id in the payloads (a fork's differs: checkout's fork guard compares them)
+PULL_REQUEST, DISPATCH, MERGE_GROUP = "pull_request_target", "workflow_dispatch", "merge_group"
 GATE = ".github/workflows/gate.yml"
 
 
@@ -31,8 +32,9 @@ def find_act() -> str | None:
 @dataclass(frozen=True)
 class ActRun:
     """What one act run needs. ``workdir``: its own event file, $HOME and action cache; ``repo``: the checkout act
-    reads the workflow from; ``pull``: a payload's pull_request (then the event is pull_request_target, else a
-    dispatch with ``inputs``); ``stand_ins``: ``uses:`` string -> the local folder that replaces it."""
+    reads the workflow from; ``pull``: a payload's pull_request (then the event is pull_request_target),
+    ``merge_group``: a payload's merge_group (then the event is merge_group), else a dispatch with ``inputs``;
+    ``stand_ins``: ``uses:`` string -> the local folder that replaces it."""
 
     workdir: Path
     repo: Path
@@ -47,24 +49,39 @@ class ActRun:
     token: str = WRITE_TOKEN
     job: str | None = None
     workflow: str = GATE
+    merge_group: dict[str, Any] | None = None
 
     @property
     def event(self) -> str:
-        return DISPATCH if self.pull is None else PULL_REQUEST
+        return MERGE_GROUP if self.merge_group is not None else DISPATCH if self.pull is None else PULL_REQUEST
 
     @property
     def head_sha(self) -> str:
+        if self.merge_group is not None:
+            return str(self.merge_group["head_sha"])
         return str(self.inputs.get("head-sha", "") if self.pull is None else self.pull["head"]["sha"])
 
 
 def record_run(fake: FakeGitHub, run: ActRun) -> None:
-    """GitHub's record of the run act plays: the trusted gate.yml, run from the base branch, titled with the head."""
-    fake.add_run(RUN_ID, event=run.event, head_branch=run.default_branch, title=f"ds4ci gate {run.head_sha}")
+    """GitHub's record of the run act plays: the trusted gate.yml, titled with the commit it gates, run from the
+    default branch (pull_request_target, whatever the pull request's base; a dispatch), or a merge queue's run on
+    the queue's branch at its merge commit."""
+    if run.merge_group is not None:
+        fake.add_run(RUN_ID, event=run.event, head_branch=str(run.merge_group["head_ref"]).removeprefix("refs/heads/"),
+                     head_sha=run.head_sha, title=f"ds4ci gate {run.head_sha}")
+        return
+    # GitHub today (and act, which plays an older GitHub, does not): the run's commit is the default branch's tip.
+    tip = subprocess.run(["git", "-C", str(run.repo), "rev-parse", "--verify", "--quiet",
+                          f"refs/heads/{run.default_branch}^{{commit}}"], capture_output=True, text=True, check=False)
+    fake.add_run(RUN_ID, event=run.event, head_branch=run.default_branch, title=f"ds4ci gate {run.head_sha}",
+                 head_sha=tip.stdout.strip() or None)
 
 
 def payload(run: ActRun) -> dict[str, Any]:
     """The event's payload, as GitHub sends it (the parts the workflows read)."""
-    repository = {"default_branch": run.default_branch, "full_name": run.repository}
+    repository = {"default_branch": run.default_branch, "full_name": run.repository, "id": REPOSITORY_ID}
+    if run.merge_group is not None:
+        return {"action": "checks_requested", "merge_group": run.merge_group, "repository": repository}
     if run.pull is None:
         return {"inputs": run.inputs, "repository": repository}
     return {"action": "synchronize", "number": run.pull["number"], "pull_request": run.pull, "repository": repository}
@@ -114,6 +131,13 @@ def run_act(act: str, run: ActRun, fake: FakeGitHub, timeout: float = 900) -> su
 def pull_request(number: int, head: str, base: str, repository: str, head_ref: str = "feature",
                  base_ref: str = "main") -> dict[str, Any]:
     """The pull_request of a pull_request_target payload: a branch of ``repository`` itself (no fork)."""
-    repo = {"full_name": repository}
+    repo = {"full_name": repository, "id": REPOSITORY_ID}
     return {"number": number, "head": {"sha": head, "ref": head_ref, "repo": repo},
             "base": {"sha": base, "ref": base_ref, "repo": repo}}
+
+
+def merge_group(merge: str, base: str, pr: int, head: str, base_ref: str = "main") -> dict[str, Any]:
+    """The merge_group of a merge queue's payload: its merge commit ``merge`` of pull request ``pr`` (at ``head``)
+    onto ``base``, the tip of ``base_ref``, on the branch GitHub makes for the entry."""
+    return {"head_sha": merge, "head_ref": f"refs/heads/gh-readonly-queue/{base_ref}/pr-{pr}-{head}",
+            "base_sha": base, "base_ref": f"refs/heads/{base_ref}"}

@@ -15,8 +15,9 @@ annotations per request, each with a path and lines), and listed for a ref with 
 ``app_id`` and ``filter`` (latest per name and app, or all); ``check_runs()`` returns them as stored.
 For merge gating it also serves the combined status of a commit, a pull
 request's reviews, its draft/mergeable/state fields (``mergeable`` may answer null a few times
-first, as GitHub does while it computes it), and ``POST /graphql`` answering the
-``reviewThreads`` query with cursor pagination (``graphql_page_size`` threads per page).
+first, as GitHub does while it computes it; ``base``: the branch it merges into, ``default_branch``: the
+repository's, whose gate.yml a pull_request_target run records as its ``head_branch``), and
+``POST /graphql`` answering the ``reviewThreads`` query with cursor pagination (``graphql_page_size`` threads per page).
 Shapes follow GitHub's OpenAPI description (@octokit/openapi) and GraphQL schema.
 """
 
@@ -81,11 +82,12 @@ class FakeGitHub(FakeState):
     # ----- state set-up ---------------------------------------------------------------------
     def add_pull(self, number: int, head: str, commits: list[str] | None = None, *, state: str = "open",
                  draft: bool = False, merged: bool = False, mergeable: bool | None = True,
-                 mergeable_state: str = "clean") -> None:
+                 mergeable_state: str = "clean", base: str = "main") -> None:
+        """A pull request into the branch ``base`` (its ``base.sha``: that branch's tip, see ``add_branch``)."""
         with self.lock:
             self.pulls[number] = {"head": head, "commits": list(commits or [head]), "state": state, "draft": draft,
                                   "merged": merged, "mergeable": [mergeable], "mergeable_state": mergeable_state,
-                                  "files": []}
+                                  "files": [], "base": base}
 
     def set_pull_files(self, number: int, files: list[str | tuple[str, str]]) -> None:
         """What ``GET /pulls/{n}/files`` lists: a path, or (new, old) for a rename."""
@@ -98,7 +100,8 @@ class FakeGitHub(FakeState):
         """A workflow run as GitHub records it; returns its html URL (what a status's target_url names).
 
         ``head_sha``: the commit the run's workflow file came from (default: the tip of ``head_branch``, as for a
-        pull_request_target run, which runs on the base branch). ``jobs``: job name -> conclusion of attempt 1."""
+        pull_request_target run, which runs on the repository's default branch whatever the pull request's base).
+        ``jobs``: job name -> conclusion of attempt 1."""
         full = repo or f"{self.owner}/{self.repo}"
         with self.lock:
             sha = head_sha or (self.branches.get(head_branch) or [MAIN_TIP])[-1]
@@ -108,6 +111,16 @@ class FakeGitHub(FakeState):
                                   "run_attempt": 1, "run_started_at": self._tick(), "status": "completed",
                                   "check_suite_id": 50000 + run_id, "attempts": [dict(jobs or {})]}
         return f"https://github.com/{full}/actions/runs/{run_id}"
+
+    def add_artifact(self, run_id: int, name: str) -> None:
+        """An artifact of run ``run_id`` (only that run's own job could have uploaded it), listed by name."""
+        with self.lock:
+            self._runs[run_id].setdefault("artifacts", []).append(name)
+
+    def record_jobs(self, run_id: int, jobs: dict[str, str]) -> None:
+        """The jobs GitHub recorded for the latest attempt of ``run_id`` once it finished (name -> conclusion)."""
+        with self.lock:
+            self._runs[run_id]["attempts"][-1] = dict(jobs)
 
     def add_attempt(self, run_id: int, jobs: dict[str, str]) -> None:
         """A re-run of every job of ``run_id``: a new attempt (run_attempt + 1) whose jobs concluded ``jobs``."""

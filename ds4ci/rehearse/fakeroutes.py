@@ -8,7 +8,7 @@ from collections.abc import Callable
 from typing import Any
 
 from ds4ci.rehearse import fakeshapes as shapes
-from ds4ci.rehearse.fakestate import MAIN_TIP, FakeState, Request
+from ds4ci.rehearse.fakestate import ACTIONS_LOGIN, FakeState, Request
 
 NOT_AN_APP = "You must authenticate via a GitHub App."  # GitHub's answer to a person's token on /check-runs
 Handler = Callable[[FakeState, Request, "re.Match[str]"], None]
@@ -23,7 +23,8 @@ def _user(fake: FakeState, req: Request, m: re.Match[str]) -> None:
 
 def _repository(fake: FakeState, req: Request, m: re.Match[str]) -> None:
     fake._send(req.h, 200, {"id": 1, "name": fake.repo, "full_name": f"{fake.owner}/{fake.repo}",
-                            "owner": {"login": fake.owner}, "url": f"{fake.url}{fake.api}"})
+                            "owner": {"login": fake.owner}, "url": f"{fake.url}{fake.api}",
+                            "default_branch": fake.default_branch})
 
 
 def _pull(fake: FakeState, req: Request, m: re.Match[str]) -> None:
@@ -42,7 +43,7 @@ def _pull(fake: FakeState, req: Request, m: re.Match[str]) -> None:
                                 "merged": pr["merged"], "mergeable": mergeable,
                                 "mergeable_state": "unknown" if mergeable is None else pr["mergeable_state"],
                                 "head": {"sha": pr["head"], "ref": "feature"},
-                                "base": {"sha": (fake.branches.get("main") or [MAIN_TIP])[-1], "ref": "main"},
+                                "base": {"sha": (fake.branches.get(pr["base"]) or ["0" * 40])[-1], "ref": pr["base"]},
                                 "changed_files": len(pr["files"])})
 
 
@@ -81,6 +82,16 @@ def _run_jobs(fake: FakeState, req: Request, m: re.Match[str]) -> None:
         fake.not_found(req)
     else:
         fake._page(req.h, req.path, req.query, shapes.jobs_json(fake, run, attempt), list_item="jobs")
+
+
+def _run_artifacts(fake: FakeState, req: Request, m: re.Match[str]) -> None:
+    run = fake._runs.get(int(m.group(1)))
+    if run is None:
+        fake.not_found(req)
+    else:
+        items = [{"id": 70000 + n, "name": name, "expired": False, "workflow_run": {"id": run["id"]}}
+                 for n, name in enumerate(run.get("artifacts", []))]
+        fake._page(req.h, req.path, req.query, items, list_item="artifacts")
 
 
 def _compare_branch(fake: FakeState, req: Request, m: re.Match[str]) -> None:
@@ -189,7 +200,10 @@ def _issue_comments(fake: FakeState, req: Request, m: re.Match[str]) -> None:
         if shapes.body_problem(req.payload):
             fake._send(req.h, 422, {"message": "Validation Failed", "errors": [{"field": "body"}]})
             return
-        fake._send(req.h, 201, shapes.comment_json(fake, fake._new_comment(n, req.payload["body"], req.login)))
+        made = fake._new_comment(n, req.payload["body"], req.login)
+        if fake.publishing_run is not None and req.login == ACTIONS_LOGIN and fake.publishing_run in fake._runs:
+            fake._runs[fake.publishing_run].setdefault("artifacts", []).append(f"ds4ci-comment-{made['id']}")
+        fake._send(req.h, 201, shapes.comment_json(fake, made))
 
 
 def _comment(fake: FakeState, req: Request, m: re.Match[str]) -> None:
@@ -292,6 +306,7 @@ ROUTES: tuple[tuple[frozenset[str], str, Handler], ...] = (
     (frozenset({"GET"}), r"{repo}/actions/runs/(\d+)/approvals", _approvals),
     (frozenset({"GET"}), r"{repo}/actions/runs/(\d+)", _run),
     (frozenset({"GET"}), r"{repo}/actions/runs/(\d+)(?:/attempts/(\d+))?/jobs", _run_jobs),
+    (frozenset({"GET"}), r"{repo}/actions/runs/(\d+)/artifacts", _run_artifacts),
     (frozenset({"GET"}), r"{repo}/compare/([A-Za-z0-9_./-]+?)\.\.\.([0-9a-f]{40})", _compare_branch),
     (frozenset({"GET"}), r"{repo}/pulls/(\d+)/reviews", _reviews),
     (frozenset({"GET"}), r"{repo}/commits/([0-9a-f]{40})/check-runs", _check_runs_of),

@@ -49,6 +49,9 @@ class FakeState:
         self.owner = owner
         self.repo = repo
         self.lock = threading.Lock()
+        # The publishing job's run: a comment its token (github-actions[bot]) creates is recorded as that run's
+        # artifact ds4ci-comment-<id>, as gate.yml's step after publish uploads it (None: nothing recorded).
+        self.publishing_run: int | None = None
         self.tokens: dict[str, tuple[str, bool, bool]] = {
             # token -> (login, may write, may read /user)
             WRITE_TOKEN: (BOT_LOGIN, True, True),
@@ -66,6 +69,7 @@ class FakeState:
         self._approvals: dict[int, list[dict[str, Any]]] = {}  # workflow run id -> its environment reviews
         # branch -> its history, oldest first (compare BRANCH...SHA answers identical / behind / diverged)
         self.branches: dict[str, list[str]] = {"main": [MAIN_TIP]}
+        self.default_branch = "main"  # GET /repos/OWNER/NAME's default_branch: whose gate.yml pull_request_target runs
         self.graphql_page_size = 100
         self.graphql_queries: list[dict[str, Any]] = []
         # Called (under the lock: mutate state directly) on every GraphQL query, e.g. to push mid-check.

@@ -172,8 +172,10 @@ def _event(r: Rehearsal, p: Plan, event: str, folder: Path, checkout: Path, remo
     owner, name = p.repository.split("/", 1)
     fake = FakeGitHub(owner, name).start()
     try:
+        # The base plays the repository's default branch: GitHub runs its gate.yml for pull_request_target.
+        fake.default_branch = p.base
         fake.add_branch(p.base, [p.base_sha])
-        fake.add_pull(r.pr, p.head)
+        fake.add_pull(r.pr, p.head, base=p.base)
         fake.set_pull_files(r.pr, list(p.files))
         _say(f"{event}: act runs {act.GATE} of {p.base} for pull request #{r.pr} at {p.head[:12]} (minutes)")
         try:

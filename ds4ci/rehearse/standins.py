@@ -4,6 +4,11 @@ act reaches a remote action by cloning it from github.com ("Set up job" fails of
 USES=DIR`` makes it use DIR instead. The stand-ins take the inputs the workflows pass:
 checkout fetches the ref from a local repository named per ``repository`` (the adopter's own, ds4ci's), and
 the artifact actions copy into and out of one shared folder.
+
+The checkout stand-in keeps the fork guard of actions/checkout v7 (and v6.1.0): under pull_request_target or
+workflow_run it refuses to check out a fork pull request's code (the fork's repository, a ``refs/pull/N/head``
+or ``merge`` ref, or the commit the event names as the pull request's head or merge) unless the step sets
+``allow-unsafe-pr-checkout: true``, judged as checkout judges it (``guard.py``, from the event's payload).
 """
 
 from __future__ import annotations
@@ -40,7 +45,10 @@ def uses_in(workflows: list[Path]) -> dict[str, str]:
 
 def write(folder: Path, remotes: dict[str, Remote], store: Path) -> dict[str, Path]:
     """The three stand-ins under ``folder``: action name -> its folder. ``store`` holds the artifacts."""
-    return {CHECKOUT: _action(folder / "checkout", _checkout(remotes)),
+    guard = folder / "checkout-guard" / "guard.py"
+    guard.parent.mkdir(parents=True)
+    guard.write_text(GUARD, encoding="utf-8")
+    return {CHECKOUT: _action(folder / "checkout", _checkout(remotes, guard)),
             UPLOAD: _action(folder / "upload", _upload(store)),
             DOWNLOAD: _action(folder / "download", _download(store))}
 
@@ -51,7 +59,58 @@ def _action(directory: Path, body: str) -> Path:
     return directory
 
 
-def _checkout(remotes: dict[str, Remote]) -> str:
+# actions/checkout's assertSafePrCheckout (src/unsafe-pr-checkout-helper.ts, v7.0.1), as a program: argv is the
+# step's repository (OWNER/NAME), ref and allow-unsafe-pr-checkout; the event is $GITHUB_EVENT_NAME's payload.
+GUARD = r'''"""checkout's fork guard: exit 1 with its message where it refuses the checkout, else 0."""
+import json, os, re, sys
+
+repository, ref, allow = sys.argv[1:4]
+event = os.environ.get("GITHUB_EVENT_NAME", "")
+if allow.upper() == "TRUE" or event not in ("pull_request_target", "workflow_run"):
+    sys.exit(0)
+with open(os.environ["GITHUB_EVENT_PATH"], encoding="utf-8") as fh:
+    doc = json.load(fh)
+
+
+def at(*keys):
+    value = doc
+    for key in keys:
+        value = value.get(key) if isinstance(value, dict) else None
+    return value
+
+
+def number(value):
+    return isinstance(value, int) and not isinstance(value, bool)
+
+
+base = at("repository", "id")
+if not number(base):
+    sys.exit(0)
+if event == "pull_request_target":
+    head_id, head_name = at("pull_request", "head", "repo", "id"), at("pull_request", "head", "repo", "full_name")
+    shas = [at("pull_request", "head", "sha"), at("pull_request", "merge_commit_sha")]
+else:
+    run_event = at("workflow_run", "event")
+    if not isinstance(run_event, str) or not run_event.startswith("pull_request"):
+        sys.exit(0)
+    head_id, head_name = at("workflow_run", "head_repository", "id"), at("workflow_run", "head_repository", "full_name")
+    shas = [at("workflow_run", "head_commit", "id")]
+    if run_event != "pull_request_target":
+        shas.append(at("workflow_run", "head_sha"))
+if not number(head_id) or head_id == base:
+    sys.exit(0)
+commit = ref.lower() if re.fullmatch(r"[0-9a-fA-F]{40}", ref) else ""
+if not (isinstance(head_name, str) and repository.lower() == head_name.lower()) and not re.fullmatch(
+        r"refs/pull/[0-9]+/(?:head|merge)", ref) and not (commit and commit in [s.lower() for s in shas if s]):
+    sys.exit(0)
+print(f"::error::Refusing to check out fork pull request code from a '{event}' workflow. This workflow runs with "
+      "the base repository's GITHUB_TOKEN, secrets, default-branch cache scope, and runner access. (...) set "
+      "'allow-unsafe-pr-checkout: true' on the actions/checkout step.")
+sys.exit(1)
+'''
+
+
+def _checkout(remotes: dict[str, Remote], guard: Path) -> str:
     cases = " ".join(f"{name}) remote={shlex.quote(str(r.path))}; pinned={shlex.quote(r.pinned)}; "
                      f"served={shlex.quote(r.served)};;" for name, r in remotes.items())
     return f"""\
@@ -64,6 +123,7 @@ def _checkout(remotes: dict[str, Remote]) -> str:
           sparse-checkout: {{default: ""}}
           sparse-checkout-cone-mode: {{default: "true"}}
           fetch-depth: {{default: "1"}}
+          allow-unsafe-pr-checkout: {{default: "false"}}
         runs:
           using: composite
           steps:
@@ -74,8 +134,10 @@ def _checkout(remotes: dict[str, Remote]) -> str:
                 DEST: ${{{{ inputs.path }}}}
                 PERSIST: ${{{{ inputs.persist-credentials }}}}
                 DEPTH: ${{{{ inputs.fetch-depth }}}}
+                ALLOW_UNSAFE: ${{{{ inputs.allow-unsafe-pr-checkout }}}}
               run: |
                 set -euo pipefail
+                python3 -I {shlex.quote(str(guard))} "$REPOSITORY" "$REF" "$ALLOW_UNSAFE"
                 pinned="" served=""
                 case "$REPOSITORY" in {cases} *) echo "unexpected repository $REPOSITORY"; exit 1;; esac
                 if [ -n "$pinned" ] && [ "$REF" = "$pinned" ]; then REF="$served"; fi

@@ -81,4 +81,6 @@ def render(docs: Sequence[Viewable]) -> str:
 
 
 def write(doc: Viewable, path: Path) -> None:
-    path.write_text(render([doc]), encoding="utf-8")
+    from ds4ci.fileio import write_new
+
+    write_new(path, render([doc]).encode("utf-8"))

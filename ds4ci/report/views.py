@@ -6,6 +6,7 @@ Nothing here reads a results document; the formatting helpers double as the temp
 
 from __future__ import annotations
 
+import re
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -48,6 +49,19 @@ def size_bytes(value: object) -> str:
 
 def tail_lines(value: str, lines: int = 40) -> str:
     return "\n".join(value.splitlines()[-lines:])
+
+
+_QUOTING_ARM = re.compile(r"(target-only|reference-exact q=[0-9,]+)(?=:| crashed)")
+_NOTHING_QUOTED = ("(empty logs)",)  # what evidence of earlier versions quoted for two empty logs
+
+
+def quote_of(reason: str) -> tuple[str, list[str]]:
+    """What a reason quotes below its first line (a server's log lines), labelled with the arm whose log it is,
+    or with "its reason"; no lines when it quotes nothing, or only that the logs were empty."""
+    lines = reason.strip().splitlines()
+    arm = _QUOTING_ARM.search(lines[0]) if lines else None
+    quoted = lines[1:] if tuple(lines[1:]) != _NOTHING_QUOTED else []
+    return (f"Log of {arm.group(1)}, quoted with its reason" if arm else "Quoted with its reason"), quoted
 
 
 def artifact_name(view: DocView) -> str:
@@ -99,7 +113,7 @@ def runner_context(
         # The comment shows a passing gate runner as one collapsed line; the job summary and the check run in full.
         "glance": kind == "comment" and verdict == "pass" and view.role == "gate" and not detail.stub,
         "reason_lines": [first_line(r) for r in view.reasons],
-        "reason_more": [r.strip().splitlines()[1:] for r in view.reasons],
+        "reason_more": [quote_of(r) for r in view.reasons],
         "rejected_drafts": view.rejected_drafts,
         "coverage_words": list(view.coverage),
         "coverage_doc": docs_link(*COVERAGE_DOC),

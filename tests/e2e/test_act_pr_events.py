@@ -50,7 +50,7 @@ def test_init_s_workflows_run_green_in_a_fresh_adopter_repository(
     assert 'server = "simulator"' in toml and "server_bin" not in toml.split("[gate]")[1]  # no wrapper script
     assert ("[build]" in toml) == CMAKE
     caller = (engine / ".github" / "workflows" / "gate.yml").read_text()  # the short caller of ds4ci's own
-    assert len([line for line in caller.splitlines() if not line.startswith("#")]) <= 15, caller
+    assert len([line for line in caller.splitlines() if not line.startswith("#")]) <= 16, caller
     assert f"uses: acme/ds4ci/.github/workflows/gate.yml@{pin}" in caller
     assert not (engine / ".github" / "workflows" / "report.yml").exists()
     fake.add_pull(7, head)
@@ -113,8 +113,7 @@ def test_a_forks_pull_request_without_an_approval_never_reaches_the_gpu_runners(
     repo, head, others = _engine(tmp_path, models, mode)
     fake.add_pull(7, head)
     fake.set_pull_files(7, ["CHANGE.txt"])
-    pull = pull_request_payload(repo, 7, head)
-    pull["head"]["repo"] = {"full_name": "mallory/engine"}
+    pull = pull_request_payload(repo, 7, head, fork="mallory/engine")
 
     proc = run_act(tmp_path, repo, fake, wheelhouse, models, {}, pull=pull, others=others)
 

@@ -29,7 +29,7 @@ def test_rehearse_shows_a_green_then_a_red_pull_request_and_no_status_is_no_verd
     engine, head = adopter(tmp_path, "--ds4ci-ref", f"acme/ds4ci@{pin}", cmake=True)
     caller = (engine / ".github" / "workflows" / "gate.yml").read_text()  # the "done when": a short caller
     assert f"uses: acme/ds4ci/.github/workflows/gate.yml@{pin}" in caller
-    assert len([line for line in caller.splitlines() if not line.startswith("#")]) <= 15
+    assert len([line for line in caller.splitlines() if not line.startswith("#")]) <= 16
     assert "/build/" in (engine / ".gitignore").read_text().split()  # the build folder is ignored
     git(engine, "checkout", "-q", "feature")
 

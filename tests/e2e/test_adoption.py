@@ -162,6 +162,34 @@ def test_config_check_is_offline_and_strict(tmp_path: Path) -> None:
     assert run.code == 2 and "found the string '2,3,4'" in run.stderr
 
 
+def test_config_check_refuses_what_config_runners_and_merge_check_refuse(tmp_path: Path) -> None:
+    """One file, three readers: what `config runners` (the workflows' matrix) and `merge-check` refuse, `config
+    check` refuses too, in their words; the same file with a runner named in both places passes all three."""
+    env = clean_env(tmp_path)
+    sha = "a" * 64
+    gate = ("[gate]\nserver_bin = \"build/bin/dflash_server\"\n"
+            f'target = "t.gguf"\ntarget_sha256 = "{sha}"\ndraft = "d.gguf"\ndraft_sha256 = "{sha}"\n'
+            f'prompts = [{{file = "p.txt", sha256 = "{sha}"}}]\nwidths = [2, 3, 4]\n')
+    config = tmp_path / "ds4ci.toml"
+    config.write_text(gate + "[merge]\nrunners = []\n")
+    check = ds4ci("config", "check", cwd=tmp_path, env=env)
+    matrix = ds4ci("config", "runners", cwd=tmp_path, env=env)
+    merge = ds4ci("merge-check", "--pr", "1", "--repo", "acme/engine", cwd=tmp_path, env=env)
+    assert (check.returncode, matrix.returncode, merge.returncode) == (2, 2, 2), (check, matrix, merge)
+    no_runner = "names no runner; expected a [runners.<name>] table"
+    no_gate_runner = "name at least one gate runner"
+    assert no_runner in matrix.stderr and no_gate_runner in merge.stderr
+    assert f"config runners refuses it: {config.name}: {no_runner}" in check.stderr, check.stderr
+    assert f"merge-check refuses it: {no_gate_runner}" in check.stderr and "valid" not in check.stdout
+    config.write_text(gate + '[runners.gfx1151]\ntarget_device = "hip:0"\n[merge]\nrunners = []\n')
+    check = ds4ci("config", "check", cwd=tmp_path, env=env)
+    assert check.returncode == 2 and "config runners refuses" not in check.stderr, check.stderr
+    assert f"merge-check refuses it: {no_gate_runner}" in check.stderr
+    config.write_text(gate + '[runners.gfx1151]\ntarget_device = "hip:0"\n[merge]\nrunners = ["gfx1151"]\n')
+    assert ds4ci("config", "check", cwd=tmp_path, env=env).returncode == 0
+    assert ds4ci("config", "runners", cwd=tmp_path, env=env).returncode == 0
+
+
 def test_the_first_error_when_no_runner_matches_suggests_runner(tmp_path: Path) -> None:
     repo = git_init(tmp_path / "engine")
     env = clean_env(tmp_path)
@@ -280,7 +308,7 @@ def test_the_wheel_ships_templates_schema_and_workflows(tmp_path: Path) -> None:
     names = set(zipfile.ZipFile(wheel).namelist())
     for needed in ("ds4ci/templates/comment.md.j2", "ds4ci/evidence/schema/result-v1.json", "ds4ci/workflows/gate.yml",
                    "ds4ci/workflows/report.yml", "ds4ci/__main__.py", "ds4ci/py.typed",
-                   "ds4ci/mutants/lucebox-ds4-reference-exact.toml"):
+                   "ds4ci/mutants/lucebox-ds4-reference-exact.toml", "ds4ci/commands/checklist.md"):
         assert needed in names, needed
     entry_points = next(n for n in names if n.endswith("entry_points.txt"))
     assert "ds4ci = ds4ci.cli:main" in zipfile.ZipFile(wheel).read(entry_points).decode()
@@ -307,6 +335,7 @@ def test_the_wheel_ships_templates_schema_and_workflows(tmp_path: Path) -> None:
     init = subprocess.run([*python, "-m", "ds4ci", "init", "--runner", "gfx1151", "--copy-workflows"], cwd=repo,
                           env=env, capture_output=True, text=True, check=False)
     assert init.returncode == 0, init.stderr
+    assert "**The GitHub side, in the order you set it up**" in init.stdout  # the packaged checklist
     for name in ("gate.yml", "report.yml"):
         assert_shipped_but_for_the_ref(repo / ".github" / "workflows" / name, "TODO: OWNER/ds4ci@vX.Y.Z")
 

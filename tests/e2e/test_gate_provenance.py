@@ -31,10 +31,12 @@ def fake() -> Iterator[FakeGitHub]:
     server.stop()
 
 
-def _plan(fake: FakeGitHub, tmp: Path, event: str, *extra: str, run_id: int = 500) -> subprocess.CompletedProcess[str]:
+def _plan(fake: FakeGitHub, tmp: Path, event: str, *extra: str, run_id: int = 500,
+          doc: dict[str, object] | None = None) -> subprocess.CompletedProcess[str]:
     payload = tmp / "event.json"
-    payload.write_text(json.dumps({"pull_request": {"number": 7, "head": {"sha": HEAD, "repo": {"full_name": "acme/engine"}},
-                                                    "base": {"repo": {"full_name": "acme/engine"}}}}))
+    repo = {"full_name": "acme/engine"}
+    payload.write_text(json.dumps(doc or {"pull_request": {"number": 7, "head": {"sha": HEAD, "repo": repo},
+                                                           "base": {"repo": repo}}}))
     env = {k: v for k, v in os.environ.items() if not k.startswith("GITHUB_")}
     env.update({"GITHUB_EVENT_NAME": event, "GITHUB_EVENT_PATH": str(payload), "GITHUB_REPOSITORY": "acme/engine",
                 "GITHUB_API_URL": fake.url, "GITHUB_TOKEN": WRITE_TOKEN, "GITHUB_RUN_ID": str(run_id),
@@ -73,13 +75,62 @@ def test_a_pr_that_changes_only_its_own_code_is_gated(fake: FakeGitHub, tmp_path
     fake.add_run(500, event="pull_request_target", title=f"ds4ci gate {HEAD}")
     proc = _plan(fake, tmp_path, "pull_request_target")
     assert proc.returncode == 0, proc.stdout + proc.stderr
-    assert "trusted definition: run 500 runs .github/workflows/gate.yml (pull_request_target)" in proc.stdout
+    assert ("trusted definition: run 500 runs .github/workflows/gate.yml of the default branch main "
+            "(pull_request_target); the pull request merges into main; the settings are main's") in proc.stdout
+    assert "gated=head" in proc.stdout
+
+
+def test_a_pr_into_a_release_branch_is_gated_by_the_default_branch_s_definition(fake: FakeGitHub, tmp_path: Path) -> None:
+    """GitHub runs the default branch's gate.yml for a PR into any branch (since 2025-12-08) and records the run on
+    the default branch: the plan accepts it (defect: it demanded the base branch, so such a PR was never gated)."""
+    fake.add_branch("release", ["7e1ea5e0" * 5])
+    fake.add_pull(7, HEAD, base="release")
+    fake.set_pull_files(7, ["src/engine.c"])
+    fake.add_run(500, event="pull_request_target", title=f"ds4ci gate {HEAD}")
+    proc = _plan(fake, tmp_path, "pull_request_target")
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert ("of the default branch main (pull_request_target); the pull request merges into release; the settings "
+            "are main's") in proc.stdout
+
+
+MERGE = "c" * 40
+
+
+def _queue_event(pr: int = 7, base: str = "main") -> dict[str, object]:
+    return {"merge_group": {"head_sha": MERGE, "head_ref": f"refs/heads/gh-readonly-queue/{base}/pr-{pr}-{HEAD}",
+                            "base_sha": "ba5e" * 10, "base_ref": f"refs/heads/{base}"}}
+
+
+def test_a_merge_queue_entry_gates_its_merge_commit(fake: FakeGitHub, tmp_path: Path) -> None:
+    fake.set_pull_files(7, ["src/engine.c"])
+    fake.add_run(503, event="merge_group", head_branch=f"gh-readonly-queue/main/pr-7-{HEAD}", head_sha=MERGE,
+                 title=f"ds4ci gate {MERGE}")
+    proc = _plan(fake, tmp_path, "merge_group", run_id=503, doc=_queue_event())
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    for line in (f"merge queue: gating the merge commit {MERGE} of pull request #7's entry", f"head-sha={MERGE}",
+                 "gated=merge", "queued-pr=7", "fork=false"):
+        assert line in proc.stdout.splitlines(), (line, proc.stdout)
+    assert "pr=" in proc.stdout.splitlines()  # no pull request to comment on: its comment is about its head
+
+
+@pytest.mark.parametrize(("files", "branch", "reason"), [
+    ([".github/workflows/gate.yml"], "main", "merges pull request #7, which changes the gate's own definition"),
+    (["src/engine.c"], "release", "not a queue of the default branch main"),
+], ids=["an entry that changes gate.yml", "a queue of a release branch"])
+def test_a_merge_queue_entry_that_cannot_be_gated_is_refused(fake: FakeGitHub, tmp_path: Path, files: list[str],
+                                                             branch: str, reason: str) -> None:
+    fake.set_pull_files(7, files)
+    fake.add_run(504, event="merge_group", head_branch=f"gh-readonly-queue/{branch}/pr-7-{HEAD}", head_sha=MERGE,
+                 title=f"ds4ci gate {MERGE}")
+    proc = _plan(fake, tmp_path, "merge_group", run_id=504, doc=_queue_event(base=branch))
+    assert proc.returncode == 2, proc.stdout + proc.stderr
+    assert reason in proc.stderr and "matrix=" not in proc.stdout
 
 
 @pytest.mark.parametrize(("run", "reason"), [
-    ({"event": "pull_request"}, "only pull_request_target and workflow_dispatch run"),
+    ({"event": "pull_request"}, "only pull_request_target, workflow_dispatch, merge_group run"),
     ({"path": ".github/workflows/copy.yml"}, "not the trusted gate (.github/workflows/gate.yml)"),
-    ({"event": "workflow_dispatch", "head_branch": "feature"}, "was dispatched on feature"),
+    ({"event": "workflow_dispatch", "head_branch": "feature"}, "was dispatched on the branch feature"),
 ], ids=["the PR's own copy (pull_request)", "another workflow file", "dispatched on the PR's branch"])
 def test_a_run_of_any_other_definition_is_refused(fake: FakeGitHub, tmp_path: Path, run: dict[str, str],
                                                   reason: str) -> None:
@@ -110,7 +161,7 @@ def test_a_status_from_the_trusted_gate_counts(fake: FakeGitHub) -> None:
 @pytest.mark.parametrize(("run", "reason"), [
     ({"path": ".github/workflows/evil.yml", "event": "pull_request"}, "is .github/workflows/evil.yml"),
     ({"event": "pull_request"}, "was started by pull_request"),
-    ({"event": "workflow_dispatch", "head_branch": "feature"}, "was dispatched on feature"),
+    ({"event": "workflow_dispatch", "head_branch": "feature"}, "was dispatched on the branch feature"),
     ({"title": "ds4ci gate " + "b" * 40}, "a gate of another commit"),
     ({"repo": "mallory/engine"}, "names no workflow run of acme/engine"),
 ], ids=["a workflow the PR added", "the PR's own gate.yml", "the gate dispatched on the PR's branch",

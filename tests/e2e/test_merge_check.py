@@ -78,7 +78,7 @@ def test_ready_pull_request_exits_0(fake: FakeGitHub) -> None:
     # which of GitHub's records vouched for the gate: the trusted run and its verdict job
     assert gate.startswith("  + gate ds4ci/sm86: success on the head 111111111111, vouched for by run "), gate
     assert gate.endswith(" (.github/workflows/gate.yml, pull_request_target on main, job 'verdict sm86' success in "
-                         "attempt 1)"), gate
+                         "attempt 1; it gated the head, with the settings of main at ba5eba5eba5e)"), gate
     assert WRITE_TOKEN not in proc.stdout + proc.stderr
 
 

@@ -2,8 +2,9 @@
 
 A status (and a check run made with a job's token) says github-actions[bot] for every workflow, and its
 target_url is text anyone with a token can copy. So merge-check looks the linked run up: it must be the
-trusted gate.yml, started by pull_request_target or workflow_dispatch, on the pull request's base branch,
-from a commit of that branch, titled with the head, and its job ``verdict <runner>`` must have concluded
+trusted gate.yml, started by pull_request_target or workflow_dispatch, on the repository's default branch
+(GitHub runs the default branch's gate.yml for every pull request, whatever its base), from a commit of that
+branch, titled with the head, and its job ``verdict <runner>`` must have concluded
 success in the run's latest attempt; among several such runs the newest decides. Each attack below made
 merge-check say "ready" before. Real CLI, real HTTP, the stateful fake GitHub API.
 """
@@ -18,7 +19,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from fakegithub import WRITE_TOKEN, FakeGitHub
+from fakegithub import MAIN_TIP, WRITE_TOKEN, FakeGitHub
 
 DS4CI = str(Path(sys.executable).parent / "ds4ci")
 HEAD = "1" * 40
@@ -36,11 +37,11 @@ def fake() -> Iterator[FakeGitHub]:
     server.stop()
 
 
-def merge_check(fake: FakeGitHub, *args: str) -> subprocess.CompletedProcess[str]:
+def merge_check(fake: FakeGitHub, *args: str, pr: str = "42") -> subprocess.CompletedProcess[str]:
     env = {k: v for k, v in os.environ.items() if not k.startswith("GITHUB_")}
     env.update({"GITHUB_API_URL": fake.url, "GITHUB_TOKEN": WRITE_TOKEN, "GITHUB_REPOSITORY": "acme/engine",
                 "DS4CI_GITHUB_THROTTLE": "0"})
-    return subprocess.run([DS4CI, "merge-check", "--pr", "42", "--runner", "sm86", "--approvals", "0", *args],
+    return subprocess.run([DS4CI, "merge-check", "--pr", pr, "--runner", "sm86", "--approvals", "0", *args],
                           capture_output=True, text=True, env=env, timeout=120, check=False)
 
 
@@ -103,13 +104,58 @@ def test_attack_5_a_success_copying_the_link_of_a_failed_gate_run_is_not_counted
     assert "run 702's job 'verdict sm86' concluded failure (attempt 1)" in line, line
 
 
-def test_attack_6_a_run_made_for_another_base_branch_is_not_counted(fake: FakeGitHub) -> None:
-    """Red team #6: a pull_request_target run of gate.yml for the same head, but a PR into another branch."""
+def test_attack_6_a_run_of_another_branch_s_definition_is_not_counted(fake: FakeGitHub) -> None:
+    """Red team #6: a run of gate.yml for the same head that GitHub records on another branch than the default
+    (an older GitHub's pull_request_target into a release branch, or a dispatch there): that branch's copy ran."""
     url = trusted_run(fake, 703, head_branch="release")
     fake.add_status(HEAD, "ds4ci/sm86", "success", "pass", target_url=url)
     proc = merge_check(fake)
     assert proc.returncode == 1, proc.stdout + proc.stderr
-    assert "run 703 ran on the branch release, not on the base branch main" in gate_line(proc)
+    assert "run 703 ran on the branch release, not on the default branch main" in gate_line(proc)
+
+
+def test_a_dispatch_on_a_release_branch_is_not_counted(fake: FakeGitHub) -> None:
+    url = trusted_run(fake, 714, event="workflow_dispatch", head_branch="release")
+    fake.add_status(HEAD, "ds4ci/sm86", "success", "pass", target_url=url)
+    proc = merge_check(fake)
+    assert proc.returncode == 1, proc.stdout + proc.stderr
+    assert "run 714 was dispatched on the branch release, not on the default branch main" in gate_line(proc)
+
+
+@pytest.mark.parametrize("base", ["main", "release"])
+def test_a_pull_request_into_the_default_or_a_release_branch_is_gated_by_the_default_branch_s_run(
+        fake: FakeGitHub, base: str) -> None:
+    """GitHub today (since 2025-12-08): pull_request_target runs the default branch's gate.yml whatever the base,
+    and records the run on the default branch at its tip. A PR into a release branch gets the true answer: ready,
+    vouched for by that run (defect: it was refused as "not on the base branch release", never ready)."""
+    fake.add_pull(43, HEAD, [OLD, HEAD], base=base)
+    url = fake.add_run(715, title=f"ds4ci gate {HEAD}", jobs={"gate sm86": "success", "verdict sm86": "success"})
+    fake.add_status(HEAD, "ds4ci/sm86", "success", "pass", target_url=url)
+    proc = merge_check(fake, "--json", pr="43")
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    (gate,) = [c for c in json.loads(proc.stdout)["conditions"] if c["name"] == "gate ds4ci/sm86"]
+    assert gate["ok"] is True
+    for part in ("run 715", "pull_request_target on main", "it gated the head",
+                 f"with the settings of main at {MAIN_TIP[:12]}"):
+        assert part in gate["detail"], gate["detail"]
+
+
+def test_a_release_branch_pr_s_failed_gate_is_a_true_not_ready(fake: FakeGitHub) -> None:
+    fake.add_pull(43, HEAD, [OLD, HEAD], base="release")
+    url = trusted_run(fake, 716, verdict="failure")
+    fake.add_status(HEAD, "ds4ci/sm86", "failure", "fail: q=3 diverged", target_url=url)
+    proc = merge_check(fake, pr="43")
+    assert proc.returncode == 1, proc.stdout + proc.stderr
+    assert "failure (fail: q=3 diverged) on the current head 111111111111" in gate_line(proc)
+
+
+def test_a_merge_queue_run_never_vouches_for_the_pull_request_s_head(fake: FakeGitHub) -> None:
+    """A merge_group run gated the queue's merge commit; its link copied onto the head is not counted."""
+    url = trusted_run(fake, 717, event="merge_group", head_branch=f"gh-readonly-queue/main/pr-42-{HEAD}")
+    fake.add_status(HEAD, "ds4ci/sm86", "success", "pass", target_url=url)
+    proc = merge_check(fake)
+    assert proc.returncode == 1, proc.stdout + proc.stderr
+    assert "run 717 gated a merge queue's commit, not the head 111111111111" in gate_line(proc)
 
 
 def test_a_run_from_a_commit_outside_the_base_branch_is_not_counted(fake: FakeGitHub) -> None:
@@ -117,7 +163,8 @@ def test_a_run_from_a_commit_outside_the_base_branch_is_not_counted(fake: FakeGi
     fake.add_status(HEAD, "ds4ci/sm86", "success", "pass", target_url=url)
     proc = merge_check(fake)
     assert proc.returncode == 1, proc.stdout + proc.stderr
-    assert f"run 704 ran the commit {HEAD[:12]}, which is not in the history of main (diverged)" in gate_line(proc)
+    assert (f"run 704 ran the commit {HEAD[:12]}, which is not in the history of the default branch main "
+            "(diverged)") in gate_line(proc)
 
 
 def test_a_run_of_another_workflow_file_is_not_counted(fake: FakeGitHub) -> None:

@@ -44,10 +44,10 @@ def test_a_server_log_line_never_prints_a_workflow_command(tmp_path: Path, mode:
         assert [c for c in SEPARATORS if c in text] == [], f"{name} holds a line separator other than LF"
 
 
-def test_neutralise_escapes_every_separator_and_defuses_leading_colons() -> None:
+def test_neutralise_escapes_every_separator_and_defuses_every_double_colon() -> None:
     attack = "a\r::error file=README.md::x\u2028 ::stop-commands::t\x85b\x1bc\td\n::warning::w"
     assert neutralise(attack) == (
-        "a\\x0d::error file=README.md::x\\u2028 ::stop-commands::t\\x85b\\x1bc\td\n: :warning::w"
+        "a\\x0d: :error file=README.md: :x\\u2028 : :stop-commands: :t\\x85b\\x1bc\td\n: :warning: :w"
     )
-    assert lines(attack)[1] == ": :warning::w"
+    assert lines(attack)[1] == ": :warning: :w"
     assert all(not ln.lstrip().startswith("::") for ln in neutralise(attack).splitlines())

@@ -256,7 +256,14 @@ def test_read_only_token_message_summary_and_exit_code(fake: FakeGitHub, tmp_pat
     assert fake.statuses() == [] and fake.comments(42) == []
 
 
+def as_the_gate_run(fake: FakeGitHub) -> None:
+    """RUN_URL is a run of the trusted gate whose publishing job records each comment it creates (gate.yml)."""
+    fake.add_run(7, title=f"ds4ci gate {HEAD}")
+    fake.publishing_run = 7
+
+
 def test_app_token_identity_falls_back_in_actions(fake: FakeGitHub, monkeypatch: pytest.MonkeyPatch) -> None:
+    as_the_gate_run(fake)
     monkeypatch.setenv("GITHUB_TOKEN", APP_TOKEN)
     monkeypatch.setenv("GITHUB_ACTIONS", "true")
     assert publish(fake, PASS) == 0
@@ -286,6 +293,7 @@ def test_an_unknown_comment_author_is_refused_before_any_status_is_written(
 
 
 def test_comment_author_names_an_installation_tokens_bot(fake: FakeGitHub, monkeypatch: pytest.MonkeyPatch) -> None:
+    as_the_gate_run(fake)
     monkeypatch.setenv("GITHUB_TOKEN", APP_TOKEN)  # outside Actions: the author must be named
     assert publish(fake, FAIL, comment_author="github-actions[bot]") == 0
     assert publish(fake, PASS, comment_author="github-actions[bot]") == 0

@@ -139,10 +139,11 @@ def test_a_future_schema_exits_5_naming_the_pip_install_and_its_tampering_3(toda
     assert proc.returncode == EXIT_UNREADABLE_SCHEMA, proc.stdout + proc.stderr
     assert "its files match the manifest, but this ds4ci cannot re-derive it" in proc.stdout
     assert "has schema 4, newer than this ds4ci reads (schemas 1..3)" in proc.stdout
-    assert "sealed by ds4ci 0.3.0: verify it with `pip install ds4ci==0.3.0`" in proc.stdout
+    assert "sealed by ds4ci 0.3.0: verify it with `pip install 'ds4ci @ git+https://github.com/OWNER/ds4ci@v0.3.0'`" \
+        in proc.stdout
     report = subprocess.run([DS4CI, "report", str(bundle / "results.json")], capture_output=True, text=True,
                             timeout=120, check=False)
-    assert report.returncode == 2 and "pip install ds4ci==0.3.0" in report.stderr, report.stderr
+    assert report.returncode == 2 and "git+https://github.com/OWNER/ds4ci@v0.3.0" in report.stderr, report.stderr
     log = bundle / "servers" / "q2" / "stderr.log"
     log.write_bytes(log.read_bytes() + b"forged\n")
     tampered = verify(bundle)

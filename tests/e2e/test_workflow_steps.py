@@ -38,7 +38,9 @@ def _run(step: dict[str, Any], tmp: Path, cwd: Path, env: dict[str, str],
     out.write_text("")
     (tmp / "github-env").touch()
     base = {k: v for k, v in os.environ.items() if not k.startswith(("GITHUB_", "RUNNER_", "DS4CI"))}
-    full = {**base, "GITHUB_OUTPUT": str(out), "GITHUB_ENV": str(tmp / "github-env"), "RUNNER_TEMP": str(tmp), **env}
+    declared = {k: "" for k in step.get("env") or {}}  # GitHub sets every key a step declares (an empty value too)
+    full = {**base, "GITHUB_OUTPUT": str(out), "GITHUB_ENV": str(tmp / "github-env"), "RUNNER_TEMP": str(tmp),
+            **declared, **env}
     proc = subprocess.run([*shell, str(script)], cwd=cwd, env=full, capture_output=True, text=True, timeout=120)
     outputs = dict(line.split("=", 1) for line in out.read_text().splitlines() if "=" in line)
     return proc, outputs
@@ -80,7 +82,8 @@ BUSY = json.dumps({"ready": False, "busy": {"busy": True, "summary": "pid 42 hol
 
 def _preflight_env(tmp: Path, work: Path, stand_in: Path) -> dict[str, str]:
     return {"DS4CI": str(stand_in), "DS4CI_PY": str(work / "venv" / "bin" / "python"), "DS4CI_CONFIG": "ds4ci.toml",
-            "DS4CI_RUNNER": "gfx1151", "DS4CI_WORK": str(work), "DS4CI_RESULTS_OUT": str(tmp / "results" / "results.json")}
+            "DS4CI_CONFIG_BASE": "", "DS4CI_RUNNER": "gfx1151", "DS4CI_WORK": str(work),
+            "DS4CI_RESULTS_OUT": str(tmp / "results" / "results.json")}
 
 
 def test_a_busy_runner_leaves_its_record_and_prints_the_report_under_bash_e(tmp_path: Path) -> None:
@@ -124,7 +127,8 @@ def test_preflight_never_imports_a_json_py_the_pull_request_committed(tmp_path: 
 
 def _gate_env(tmp: Path, work: Path, stand_in: Path, **extra: str) -> dict[str, str]:
     return {"DS4CI": str(stand_in), "DS4CI_WORK": str(work), "DS4CI_EVIDENCE_DIR": str(tmp / "evidence"),
-            "DS4CI_CONFIG": ".ds4ci-trusted.toml", "DS4CI_RUNNER": "gfx1151", "DS4CI_WIDTHS": "",
+            "DS4CI_CONFIG": str(tmp / "trusted" / "ds4ci.toml"), "DS4CI_CONFIG_BASE": ".", "DS4CI_RUNNER": "gfx1151",
+            "DS4CI_WIDTHS": "",
             "DS4CI_RESULTS_OUT": str(tmp / "results" / "results.json"), "DS4CI_SOURCE_DIR": ".",
             "DS4CI_BASE_REF": "", "DS4CI_UPSTREAM_REF": "", "DS4CI_NOTE": "", "DS4CI_SERVICE_SOCKET": "", **extra}
 
@@ -201,18 +205,79 @@ def _settings_workspace(tmp: Path) -> tuple[Path, Path]:
     return workspace, victim
 
 
-def test_the_trusted_settings_are_written_beside_the_pr_s_config(tmp_path: Path) -> None:
+def test_the_trusted_settings_are_written_outside_the_checkout(tmp_path: Path) -> None:
+    """In a fresh folder of $RUNNER_TEMP (the PR's build may write the whole checkout, and a later step reads them
+    again); config-base names the folder of the checkout their relative paths start from."""
     workspace, _ = _settings_workspace(tmp_path)
     proc, outputs = _run(_step(GATE_YML, "settings", "gate"), tmp_path, workspace, {"DS4CI_CONFIG": "ds4ci.toml"})
     assert proc.returncode == 0, proc.stdout + proc.stderr
-    assert outputs["config"] == "./.ds4ci-trusted.toml" and "this pull request changes ds4ci.toml" in outputs["note"]
-    assert (workspace / "subject" / ".ds4ci-trusted.toml").read_text() == "[gate]\nwidths = [2, 3, 4]\n"
+    config = Path(outputs["config"])
+    assert config.parent.parent == tmp_path and config.parent.name.startswith("ds4ci-trusted.")
+    assert outputs["config-base"] == "." and "this pull request changes ds4ci.toml" in outputs["note"]
+    assert config.read_text() == "[gate]\nwidths = [2, 3, 4]\n"
+    assert sorted(p.name for p in (workspace / "subject").iterdir()) == ["ds4ci.toml"]
+    assert "merge queue" not in outputs["note"]  # a pull request's run gated its head
+
+
+def test_a_merge_queue_s_run_says_it_gated_the_merge_commit(tmp_path: Path) -> None:
+    workspace, _ = _settings_workspace(tmp_path)
+    (workspace / "subject" / "ds4ci.toml").write_text("[gate]\nwidths = [2, 3, 4]\n")  # the same settings
+    merge = "c" * 40
+    proc, outputs = _run(_step(GATE_YML, "settings", "gate"), tmp_path, workspace,
+                         {"DS4CI_CONFIG": "ds4ci.toml", "DS4CI_GATED": "merge", "DS4CI_QUEUED_PR": "7",
+                          "DS4CI_HEAD_SHA": merge})
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert outputs["note"] == (f"merge queue: this run gated the merge commit {merge} (the entry of pull request #7), "
+                               "not the pull request's head")
+
+
+SETTINGS_RUN = 4444  # the gate run whose trusted settings' commit is looked up
+
+
+def _settings_commit(tmp: Path, fake: FakeGitHub, queue_base: str = "") -> tuple[subprocess.CompletedProcess[str],
+                                                                                  dict[str, str]]:
+    """gate.yml's plan step that names the trusted settings' commit, in run SETTINGS_RUN, against the fake GitHub."""
+    env = {"GITHUB_TOKEN": WRITE_TOKEN, "GITHUB_API_URL": fake.url, "GITHUB_REPOSITORY": "acme/engine",
+           "GITHUB_RUN_ID": str(SETTINGS_RUN), "DS4CI_QUEUE_BASE_SHA": queue_base,
+           "GITHUB_SHA": "e" * 40}  # what an older GitHub (and act) says for pull_request_target: the base's tip
+    return _run(_step(GATE_YML, "settings", "plan"), tmp, tmp, env)
+
+
+@pytest.mark.parametrize("event", ["pull_request_target", "workflow_dispatch"])
+def test_the_trusted_settings_commit_is_the_one_github_records_for_the_run(tmp_path: Path, fake: FakeGitHub,
+                                                                          event: str) -> None:
+    """GitHub runs the default branch's gate.yml for pull_request_target whatever the pull request's base, and
+    records the run there (head_sha: the default branch's tip): the settings come from that commit, for a pull
+    request into a release branch too, never from the base's (GITHUB_SHA of an older GitHub)."""
+    fake.add_branch("main", ["d" * 40])
+    fake.add_run(SETTINGS_RUN, event=event, title="ds4ci gate " + "a" * 40)
+    proc, outputs = _settings_commit(tmp_path, fake)
+    assert proc.returncode == 0 and outputs["sha"] == "d" * 40, proc.stdout + proc.stderr
+    assert f"GitHub's record of run {SETTINGS_RUN} (head_sha)" in proc.stdout
+
+
+def test_a_merge_queue_s_trusted_settings_are_its_base_s(tmp_path: Path, fake: FakeGitHub) -> None:
+    proc, outputs = _settings_commit(tmp_path, fake, queue_base="b" * 40)  # no run record is read
+    assert proc.returncode == 0 and outputs["sha"] == "b" * 40, proc.stdout + proc.stderr
+
+
+@pytest.mark.parametrize("head_sha", [None, "main", ""], ids=["no such run", "not a commit", "empty"])
+def test_no_trusted_settings_commit_without_github_s_record_of_one(tmp_path: Path, fake: FakeGitHub,
+                                                                   head_sha: str | None) -> None:
+    """GitHub has no record of the run (404), or one without a 40-hex head_sha: fail closed, no checkout follows."""
+    if head_sha is not None:
+        fake.add_run(SETTINGS_RUN, title="ds4ci gate " + "a" * 40)
+        with fake.lock:
+            fake._runs[SETTINGS_RUN]["head_sha"] = head_sha
+    proc, outputs = _settings_commit(tmp_path, fake)
+    assert proc.returncode != 0 and "sha" not in outputs, proc.stdout + proc.stderr
 
 
 @pytest.mark.parametrize("link", ["file", "dangling", "folder"])
 def test_the_trusted_settings_are_never_written_through_a_link_the_pr_committed(tmp_path: Path, link: str) -> None:
     """Defect (medium): `cp trusted/... subject/.ds4ci-trusted.toml` wrote through a committed symlink and overwrote
-    the runner key. A link at the file's name, a dangling one, or a linked folder: nothing is written, exit 2."""
+    the runner key. Now nothing is written into the checkout: a link at the old name, or a dangling one, is never
+    touched; a linked config folder is refused (exit 2), since the settings' relative paths would be read there."""
     workspace, victim = _settings_workspace(tmp_path)
     config = "ds4ci.toml"
     if link == "file":
@@ -226,8 +291,12 @@ def test_the_trusted_settings_are_never_written_through_a_link_the_pr_committed(
         (workspace / "trusted" / "ci" / "ds4ci.toml").write_text("[gate]\n")
         config = "ci/ds4ci.toml"
     proc, outputs = _run(_step(GATE_YML, "settings", "gate"), tmp_path, workspace, {"DS4CI_CONFIG": config})
-    assert proc.returncode == 2, proc.stdout + proc.stderr
-    assert "::error::" in proc.stdout and "config" not in outputs
+    if link == "folder":
+        assert proc.returncode == 2, proc.stdout + proc.stderr
+        assert "::error::" in proc.stdout and "config" not in outputs
+    else:
+        assert proc.returncode == 0, proc.stdout + proc.stderr
+        assert not Path(outputs["config"]).is_relative_to(workspace), outputs
     assert victim.read_text() == "PRIVATE KEY\n"
     assert not (tmp_path / "new-file").exists() and not (tmp_path / ".ds4ci-trusted.toml").exists()
 
@@ -293,8 +362,9 @@ def test_a_comment_mode_the_publisher_does_not_know_is_refused_before_anything_i
 
 
 def _bisect_env(tmp: Path, work: Path, stand_in: Path, **extra: str) -> dict[str, str]:
-    return {"DS4CI": str(stand_in), "DS4CI_WORK": str(work), "DS4CI_CONFIG": ".ds4ci-trusted.toml",
-            "DS4CI_RUNNER": "gfx1151", "DS4CI_WIDTHS": "3", "DS4CI_SOURCE_DIR": "", "DS4CI_BASE_REF": "origin/main",
+    return {"DS4CI": str(stand_in), "DS4CI_WORK": str(work), "DS4CI_CONFIG": str(tmp / "trusted" / "ds4ci.toml"),
+            "DS4CI_CONFIG_BASE": ".", "DS4CI_RUNNER": "gfx1151", "DS4CI_WIDTHS": "3", "DS4CI_SOURCE_DIR": "",
+            "DS4CI_BASE_REF": "origin/main",
             "DS4CI_RESULTS": str(tmp / "results" / "results.json"), "DS4CI_SERVICE_SOCKET": "", **extra}
 
 

@@ -95,20 +95,38 @@ def test_zizmor_catches_template_injection_in_a_run_script(tmp_path: Path) -> No
     assert proc.returncode != 0 and "template-injection" in proc.stdout + proc.stderr
 
 
-def test_the_caller_init_writes_is_lint_clean_and_asks_for_what_the_called_jobs_need(tmp_path: Path) -> None:
-    """init's short gate.yml: actionlint, zizmor and the schema are clean, and its one job grants exactly the
-    permissions the called workflow's jobs ask for (a called job gets no more than its caller allows).
+def _documented_actionlint_suppression() -> str:
+    """The `.github/actionlint.yaml` block docs/adopting.md gives adopters for the caller (the one tested here)."""
+    text = (ROOT / "docs" / "adopting.md").read_text(encoding="utf-8")
+    blocks = re.findall(r"```yaml\n(paths:\n.*?)```", text, flags=re.DOTALL)
+    assert len(blocks) == 1, f"expected one actionlint `paths:` block in docs/adopting.md, found {len(blocks)}"
+    return str(blocks[0])
 
-    actionlint's advice to set `cache-mode` on the calling job is not taken: act (the local runs) rejects the
-    key, and the called workflow uses no cache."""
+
+@pytest.mark.parametrize("at", ["v0.1.0", "a" * 40], ids=["tag-pin", "commit-pin"])
+def test_the_caller_init_writes_is_lint_clean_and_asks_for_what_the_called_jobs_need(tmp_path: Path, at: str) -> None:
+    """init's short gate.yml, pinned to a tag or to a commit: actionlint (with the suppression docs/adopting.md
+    gives, and no other), zizmor (the tag pin's suppression is on its `uses:` line) and the schema are clean,
+    and its one job grants exactly the permissions the called workflow's jobs ask for (a called job gets no
+    more than its caller allows).
+
+    actionlint's advice to set `cache-mode` on the calling job is not taken: act (the local runs, `ds4ci
+    rehearse`) rejects the key, and the called workflow uses no cache."""
     from ds4ci.commands import caller
 
     folder = tmp_path / ".github" / "workflows"
     folder.mkdir(parents=True)
     subprocess.run(["git", "init", "-q", str(tmp_path)], check=True)  # actionlint lints a repository's workflows
-    (folder / "gate.yml").write_text(caller.render(f"acme/ds4ci@{'a' * 40}"))
+    text = caller.render(f"acme/ds4ci@{at}")
+    (folder / "gate.yml").write_text(text)
+    assert ("zizmor: ignore[unpinned-uses]" in text) == (at == "v0.1.0")  # a commit pin needs none
     env = {k: v for k, v in os.environ.items() if k not in ("GH_TOKEN", "GITHUB_TOKEN", "ZIZMOR_GITHUB_TOKEN")}
-    for cmd in ([_tool("actionlint"), "-no-color", "-oneline", "-ignore", "no explicit cache access limit"],
+    bare = subprocess.run([_tool("actionlint"), "-no-color", "-oneline"], cwd=tmp_path, capture_output=True,
+                          text=True, timeout=300, env=env)
+    assert bare.returncode == 1 and bare.stdout.count("\n") == 1 and "[cache-call-unrestricted]" in bare.stdout, \
+        bare.stdout + bare.stderr  # the one finding the documented suppression is for
+    (tmp_path / ".github" / "actionlint.yaml").write_text(_documented_actionlint_suppression())
+    for cmd in ([_tool("actionlint"), "-no-color", "-oneline"],
                 [_tool("zizmor"), "--offline", "--no-progress", "."],
                 [_tool("check-jsonschema"), "--builtin-schema", "vendor.github-workflows", str(folder / "gate.yml")]):
         proc = subprocess.run(cmd, cwd=tmp_path, capture_output=True, text=True, timeout=300, env=env)
@@ -191,6 +209,30 @@ def test_every_checkout_drops_credentials() -> None:
             assert step.get("with", {}).get("persist-credentials") is False, f"{f}:{job}"
 
 
+# actions/checkout v7.0.1 (tag v7.0.1 of github.com/actions/checkout, read from its tags and CHANGELOG.md: v7.0.0
+# "Block checking out fork PR for pull_request_target and workflow_run", #2454; backported to v6.1.0).
+CHECKOUT_WITH_GUARD = "actions/checkout@3d3c42e5aac5ba805825da76410c181273ba90b1 # v7.0.1"
+
+
+def test_checkout_is_a_release_with_the_fork_guard_and_only_the_pr_s_code_opts_out_of_it_with_the_reason() -> None:
+    """checkout v6.1+/v7 refuses a fork PR's head under pull_request_target unless the step sets
+    allow-unsafe-pr-checkout: true. The step that checks the head out (data, run only in the sandbox) says so and
+    why; no other checkout (ds4ci, the trusted settings) opts out."""
+    for path in sorted((ROOT / ".github" / "workflows").glob("*.yml")):
+        lines = path.read_text().splitlines()
+        pins = [line.split("uses:", 1)[1].strip() for line in lines if "uses: actions/checkout@" in line]
+        assert pins and all(pin == CHECKOUT_WITH_GUARD for pin in pins), (path.name, pins)
+        for i, line in enumerate(lines):
+            if "allow-unsafe-pr-checkout" in line:
+                reason = " ".join(lines[i - 3:i])
+                assert line.strip().startswith("allow-unsafe-pr-checkout: true # zizmor: ignore[unsafe-checkout]")
+                assert "sandbox" in reason, (path.name, reason)
+    opted = [(f, job, step["with"]["ref"]) for f, job, step in _steps()
+             if str(step.get("uses", "")).startswith("actions/checkout@")
+             and step.get("with", {}).get("allow-unsafe-pr-checkout") is True]
+    assert opted == [("gate.yml", "gate", "${{ needs.plan.outputs.head-sha }}")], opted
+
+
 def test_gate_queues_per_pull_request_and_runner_and_never_cancels_another_pull_request() -> None:
     """Defect: one group per GPU across PRs; GitHub keeps one pending job per group, so PR B's push cancelled
     PR A's queued gate. Now the group is one PR's on one runner: only that PR's own older queued run is replaced."""
@@ -206,12 +248,14 @@ def test_gate_queues_per_pull_request_and_runner_and_never_cancels_another_pull_
 def test_the_gate_runs_the_base_branch_s_definition_and_forks_wait_for_a_maintainer() -> None:
     """Defect: `on: pull_request` ran the PR's own gate.yml, which the PR could edit to read the runner key."""
     doc = _load(ROOT / ".github" / "workflows" / "gate.yml")
-    assert set(doc["on"]) == {"pull_request_target", "workflow_dispatch", "workflow_call"}
+    assert set(doc["on"]) == {"pull_request_target", "merge_group", "workflow_dispatch", "workflow_call"}
     assert doc["on"]["pull_request_target"] == {"types": ["opened", "synchronize", "reopened"]}
+    assert doc["on"]["merge_group"] == {"types": ["checks_requested"]}
     # Called, its only input is the ds4ci it was called at; a dispatch's inputs come from the caller's event.
     assert set(doc["on"]["workflow_call"]["inputs"]) == {"ds4ci-ref"}
     assert "ds4ci-ref" not in doc["on"]["workflow_dispatch"]["inputs"]  # no dispatcher picks the ds4ci
-    assert doc["run-name"] == "ds4ci gate ${{ github.event.inputs.head-sha || github.event.pull_request.head.sha }}"
+    assert doc["run-name"] == ("ds4ci gate ${{ github.event.inputs.head-sha || github.event.pull_request.head.sha "
+                               "|| github.event.merge_group.head_sha }}")
     jobs = doc["jobs"]
     approve = jobs["approve"]
     assert approve["if"] == "needs.plan.outputs.fork == 'true'" and approve["environment"] == "ds4ci-fork-review"
@@ -248,7 +292,7 @@ def test_the_matrix_is_computed_from_the_trusted_config_in_the_plan_job() -> Non
     assert jobs["gate"]["strategy"]["matrix"] == "${{ fromJSON(needs.plan.outputs.matrix) }}"
     steps = jobs["plan"]["steps"]
     (trusted,) = [s for s in steps if s.get("with", {}).get("path") == "trusted"]
-    assert trusted["with"]["ref"] == "${{ github.event.pull_request.base.sha || github.sha }}"
+    assert trusted["with"]["ref"] == "${{ steps.settings.outputs.sha }}"  # the default branch's (GITHUB_SHA)
     assert trusted["with"]["sparse-checkout"] == "ds4ci.toml"
     (plan,) = [s for s in steps if s.get("id") == "plan"]
     assert 'dispatch-check --config trusted/ds4ci.toml' in plan["run"] and "--runner-table" not in plan["run"]
@@ -351,7 +395,9 @@ def test_gate_workflow_passes_base_trusted_config_and_focused_policy() -> None:
     assert gate["with"]["base-ref"] == "${{ steps.base.outputs.base-ref }}"
     publish = doc["jobs"]["publish"]["steps"]
     (trusted,) = [s for s in publish if s.get("with", {}).get("path") == "trusted"]
-    assert trusted["with"]["ref"] == "${{ github.event.pull_request.base.sha || github.sha }}"
+    assert trusted["with"]["ref"] == "${{ needs.plan.outputs.settings-sha }}"
+    (settings,) = [s for s in doc["jobs"]["gate"]["steps"] if s.get("with", {}).get("path") == "trusted"]
+    assert settings["with"]["ref"] == "${{ needs.plan.outputs.settings-sha }}"
     (step,) = [s for s in publish if "publish" in s.get("run", "") and "--expect-config" in s["run"]]
     assert step["env"]["DS4CI_ALLOW_FOCUSED"] == "${{ github.event.inputs.allow-focused-reruns }}"
     assert '--expect-config "trusted/$DS4CI_CONFIG"' in step["run"] and "--allow-focused-reruns" in step["run"]

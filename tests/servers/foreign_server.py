@@ -12,6 +12,7 @@ FOREIGN_BEHAVIOUR:
   good                   the format above
   mismatch               spec arm: token 5 differs
   crash-on-request       exits 9 on the first completion
+  crash-on-spec-request  speculative arm only: exits 9 on the first completion without printing a line
   crash-on-props         exits 9 on GET /props, after printing an assertion line to stderr
   upstream-lines         prints exactly the upstream gate's example lines, whatever is asked
   trace-stdout           the trace goes to stdout
@@ -27,6 +28,8 @@ FOREIGN_BEHAVIOUR:
   deep-answer            every completion answer is an array nested 30000 levels deep
   drip-answer            every completion answer is sent one byte every FOREIGN_DRIP_S (default 0.5) s
   endless-props          GET /props answers chunked with a chunk size of -1, then bytes without end
+  silent                 answers the HTTP API as "good" does, but prints no DS4 line at all (an engine that does not
+                         speak the protocol: its own log lines only)
   fill-tmp               before it serves, writes files of 1 MiB into /tmp until a write fails or 168 MiB are written
 """
 
@@ -164,6 +167,8 @@ def main() -> int:
                     out.append((UPSTREAM_TRACE_TARGET, False))
                 return out, [8, 13, 21]
             ids = tokens(body["messages"][0]["content"], n)
+            if behaviour == "silent":  # its own kind of log line, never one of the DS4 families
+                return [(f"srv  update_slots: id 0 | task 1 | n_predict = {n}, prompt done", False)], ids
             if speculating and behaviour == "mismatch":
                 ids[5] += 1
             if speculating:
@@ -185,7 +190,7 @@ def main() -> int:
 
         def do_POST(self) -> None:
             body = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
-            if behaviour == "crash-on-request":
+            if behaviour == "crash-on-request" or (behaviour == "crash-on-spec-request" and spec_asked):
                 os._exit(9)
             lines, ids = self.lines_for(body)
             late = behaviour == "summary-after-response"

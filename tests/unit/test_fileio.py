@@ -108,3 +108,58 @@ def test_a_link_anywhere_beneath_or_at_the_tree_root_is_refused_by_either_way(tm
     link.unlink()
     real.rename(link)
     assert read(tree / "out" / "bin" / "server", (tree,)) == b"\x7fELF"  # the same path, no link: opened
+
+
+# --- write_new: ds4ci's own output, never through a link ---------------------------------------------------------
+
+def test_write_new_writes_a_new_file_and_replaces_a_regular_one_leaving_no_temporary_file(tmp_path: Path) -> None:
+    from ds4ci.fileio import write_new
+
+    out = tmp_path / "made" / "junit.xml"
+    write_new(out, b"one")
+    write_new(out, b"two")
+    assert out.read_bytes() == b"two" and sorted(p.name for p in out.parent.iterdir()) == ["junit.xml"]
+
+
+@pytest.mark.parametrize("kind", ["link", "dangling", "folder"])
+def test_write_new_refuses_a_link_or_a_folder_at_the_name_and_leaves_the_target_alone(tmp_path: Path, kind: str) -> None:
+    from ds4ci.fileio import NotWritten, write_new
+
+    key = tmp_path / "key.pem"
+    key.write_text("SECRET\n")
+    out = tmp_path / "out" / "junit.xml"
+    out.parent.mkdir()
+    if kind == "link":
+        out.symlink_to(key)
+    elif kind == "dangling":
+        out.symlink_to(tmp_path / "made-by-the-write")
+    else:
+        out.mkdir()
+    with pytest.raises(NotWritten, match="symbolic link" if kind != "folder" else "a directory"):
+        write_new(out, b"<xml/>")
+    assert key.read_text() == "SECRET\n" and not (tmp_path / "made-by-the-write").exists()
+    assert sorted(p.name for p in out.parent.iterdir()) == ["junit.xml"]
+
+
+def test_write_new_refuses_a_linked_folder(tmp_path: Path) -> None:
+    from ds4ci.fileio import NotWritten, write_new
+
+    (tmp_path / "real").mkdir()
+    (tmp_path / "linked").symlink_to(tmp_path / "real", target_is_directory=True)
+    with pytest.raises(NotWritten, match="linked is a symbolic link"):
+        write_new(tmp_path / "linked" / "results.json", b"{}")
+    assert not list((tmp_path / "real").iterdir())
+
+
+def test_an_output_inside_a_checkout_is_refused(tmp_path: Path) -> None:
+    from ds4ci.errors import UsageError
+    from ds4ci.fileio import checkout_holding, refuse_inside_checkout
+
+    (tmp_path / "repo" / ".git").mkdir(parents=True)
+    assert checkout_holding(tmp_path / "repo" / "reports" / "new") == tmp_path / "repo"
+    assert checkout_holding(tmp_path / "elsewhere") is None
+    with pytest.raises(UsageError, match=r"--output .*inside the checkout .*repo"):
+        refuse_inside_checkout(tmp_path / "repo" / "reports" / "x.xml", "--output")
+    with pytest.raises(UsageError, match="inside the checkout"):
+        refuse_inside_checkout(tmp_path / "tree" / "x.xml", "--junit-xml", (tmp_path / "tree",))
+    refuse_inside_checkout(tmp_path / "elsewhere" / "x.xml", "--output", (tmp_path / "tree",))

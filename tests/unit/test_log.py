@@ -151,7 +151,7 @@ def test_escape_helpers() -> None:
 def test_actions_info_cannot_inject_a_workflow_command() -> None:
     logger, out = actions()
     logger.info("server said:\n::error::fake\n  ::add-mask::x")
-    assert out.getvalue() == "server said:\n: :error::fake\n  : :add-mask::x\n"  # indentation kept
+    assert out.getvalue() == "server said:\n: :error: :fake\n  : :add-mask: :x\n"  # indentation kept
     assert not any(line.lstrip().startswith("::") for line in out.getvalue().splitlines())
 
 

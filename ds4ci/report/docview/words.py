@@ -183,7 +183,8 @@ def target_only_words(doc: Results) -> str:
     if target["verdict"] == "not_run":
         return "not run"
     if not any(p["n"] is not None or p["ids_sha256"] is not None for p in target["prompts"]):
-        return f"{target['verdict']} (no answer)"
+        unread = "oracle" in target and target["oracle"] is None  # answered or not, no IDs were read from it
+        return f"{target['verdict']} ({'no parity oracle' if unread else 'no answer'})"
     return f"{target['verdict']} (deterministic: {yes_no(target['deterministic'])})"
 
 

@@ -37,3 +37,12 @@ def test_a_caller_with_two_uses_lines_is_not_repinned() -> None:
 def test_a_copy_of_the_gate_workflow_is_no_caller() -> None:
     copy = (Path(__file__).resolve().parents[3] / ".github" / "workflows" / "gate.yml").read_text()
     assert not caller.is_caller(copy)
+
+
+def test_the_tag_pins_zizmor_suppression_follows_the_pin() -> None:
+    tagged = caller.render("acme/ds4ci@v0.1.0")
+    assert caller.TAG_PIN_NOTE in tagged and caller.TAG_PIN_NOTE not in caller.render(REF)
+    to_commit = caller.repin(tagged, REF, Path("gate.yml"))
+    assert caller.TAG_PIN_NOTE not in to_commit and caller.pins(to_commit) == (REF, REF)
+    back = caller.repin(to_commit, "acme/ds4ci@v0.2.0", Path("gate.yml"))
+    assert back.count(caller.TAG_PIN_NOTE) == 1 and caller.pins(back) == ("acme/ds4ci@v0.2.0",) * 2

@@ -64,10 +64,27 @@ def test_a_newer_schema_names_the_ds4ci_to_install() -> None:
         convert.to_current({**TODAY, "schema_version": 4, "ds4ci_version": "0.3.0"}, "future")
     assert caught.value.version == 4 and caught.value.sealed_by == "0.3.0"
     assert str(caught.value) == ("future has schema 4, newer than this ds4ci reads (schemas 1..3); it was sealed by "
-                                 "ds4ci 0.3.0: verify it with `pip install ds4ci==0.3.0`")
+                                 "ds4ci 0.3.0: verify it with `pip install 'ds4ci @ git+https://github.com/OWNER/ds4ci@v0.3.0'` "
+                                 "(OWNER/ds4ci: ds4ci's repository, docs/install.md)")
 
 
 def test_a_version_string_that_is_not_plain_is_never_put_into_a_command() -> None:
     with pytest.raises(convert.UnreadableSchema) as caught:
         convert.to_current({**TODAY, "schema_version": 9, "ds4ci_version": "1.0; rm -rf /"}, "future")
     assert "pip install" not in str(caught.value) and "its version is not recorded" in str(caught.value)
+
+
+def test_the_install_line_installs_the_release_tag_the_way_install_md_does() -> None:
+    """No package index holds ds4ci: the line names the tag vVERSION of its repository, as docs/install.md's does,
+    and is one requirement pip reads (a name and a git URL), one shell word."""
+    import shlex
+
+    from packaging.requirements import Requirement
+
+    line = convert.INSTALL_FROM_TAG.format(version="0.3.0")
+    argv = shlex.split(line)
+    assert argv[:2] == ["pip", "install"] and len(argv) == 3
+    wanted = Requirement(argv[2])
+    assert (wanted.name, wanted.url, str(wanted.specifier)) == ("ds4ci", "git+https://github.com/OWNER/ds4ci@v0.3.0", "")
+    install_md = (TESTS.parent / "docs" / "install.md").read_text(encoding="utf-8")
+    assert convert.INSTALL_FROM_TAG.format(version="0.1.0") in install_md
