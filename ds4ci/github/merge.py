@@ -115,6 +115,7 @@ class Vouch:
 
     green: bool
     detail: str  # the record that vouched, or why none did
+    concluded: str | None = None  # what the vouching record concluded (success, failure, ...); None: none was found
 
 
 NOT_VOUCHED = Vouch(False, "no record of GitHub's was read for it")
