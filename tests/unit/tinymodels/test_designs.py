@@ -112,7 +112,7 @@ def test_the_command_takes_a_design_by_name(tmp_path: Path, capsys: pytest.Captu
     assert _digests(tmp_path / "o")[TARGET_FILE] == "77541f4324a8f9d2f1e28110e8dbdf3bfe83f8d3e3d9f065c277b56b53c7dda2"
     assert [len((tmp_path / "o" / f"prompt-{i}.txt").read_bytes()) for i in (1, 2)] == [118, 248]
     with pytest.raises(UsageError, match="--design must be one of FIRST"):
-        run_tiny_models(tmp_path / "x", 1, design="sixth")
+        run_tiny_models(tmp_path / "x", 1, design="no-such-design")
     with pytest.raises(UsageError, match="successor kind only"):
         run_tiny_models(tmp_path / "y", 1, kind="random", design="FOURTH")
 
