@@ -9,7 +9,6 @@ own bundle); a runner with none is reported as never calibrated, in those words.
 from __future__ import annotations
 
 import datetime as dt
-import re
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
@@ -48,18 +47,6 @@ def age_days(doc: Mapping[str, Any], now: dt.datetime | None = None) -> float | 
     except ValueError:
         return None
     return ((now or dt.datetime.now(dt.timezone.utc)) - when).total_seconds() / 86400
-
-
-CITED = re.compile(r"calibrated (\d{4}-\d{2}-\d{2}) on engine [0-9a-f]{1,40}")
-
-
-def cited_day(text: str) -> dt.date | None:
-    """The day of the calibration a report cites (:func:`citation`'s words), None where it cites none."""
-    found = CITED.search(text)
-    try:
-        return dt.date.fromisoformat(found.group(1)) if found else None
-    except ValueError:
-        return None
 
 
 def citation(doc: Mapping[str, Any]) -> str:

@@ -155,4 +155,4 @@ class Voucher:
             return Vouch(False, f"run {run.id}'s job '{job_name}' concluded {conclusion} {where}")
         return Vouch(True, f"run {run.id} ({run.path}, {run.event} on {run.head_branch}, job '{job_name}' success in "
                            f"attempt {run.attempt}; it gated the head, with the settings of {run.head_branch} at "
-                           f"{run.head_sha[:12]})")
+                           f"{run.head_sha[:12]})", run=run.id)
