@@ -52,7 +52,7 @@ class Requirements:
     publisher: str = DEFAULT_PUBLISHER  # the only account whose ds4ci/<runner> statuses count
     sources: tuple[CheckSource, ...] = ()  # per-check sources; a check not listed: CheckSource(name)
     workflow: str = DEFAULT_WORKFLOW  # a gate status counts only when it links a run of this file (provenance)
-    calibration_max_age_days: int = 0  # above 0: each gate runner's own check run must cite a calibration this recent
+    calibration_max_age_days: int = 0  # above 0: the run vouching for each gate runner records a calibration this recent
     vouch: str = "workflow"  # which record vouches for a green gate (ds4ci.github.vouch)
     vouch_app_id: int | None = None  # vouch "publisher": the GitHub App whose check runs vouch
 
@@ -83,7 +83,7 @@ class CheckRun:
     id: int = 0
     app_id: int = 0  # app.id: the GitHub App that created it (what vouch = "publisher" names)
     title: str = ""  # output.title (ds4ci's own check runs: the status description)
-    summary: str = ""  # output.summary (ds4ci's own: the runner's section, with the calibration it cites)
+    summary: str = ""  # output.summary (ds4ci's own: the runner's section; never judged: PR processes write in it)
     details_url: str = ""  # ds4ci's own check runs: the gate run's URL, like a status's target_url
 
 
