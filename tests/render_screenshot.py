@@ -6,6 +6,8 @@ renderer is not available offline; markdown-it-py (installed with rich) with tab
 
     python tests/render_screenshot.py tests/golden/fail.md docs/img/comment-fail.png [--width 900]
     python tests/render_screenshot.py --check-run tests/data/results/fail.json docs/img/check-run-fail.png
+    python tests/render_screenshot.py --mermaid node_modules/mermaid/dist/mermaid.min.js tests/golden/review-fail-new.md \
+        docs/img/review-fail-new.png
 
 Needs ``apt-get install chromium fonts-noto-color-emoji`` (without the emoji font the verdict marks are boxes).
 
@@ -44,24 +46,60 @@ border-left: .25em solid #d1d9e0; margin: 0; padding: 0 1em; } p { margin: 0 0 1
 """
 
 
-def to_html(markdown_text: str, title: str) -> str:
+# Mermaid blocks are drawn as GitHub draws them where a mermaid.min.js is given (``--mermaid``; npm's mermaid
+# package ships one in dist/): each ```mermaid block becomes a diagram. The visible text (what a reader sees with
+# every <details> closed) is written into #ds4ci-visible, for a test to read from the page's DOM.
+SCRIPT = """
+document.querySelectorAll('code.language-mermaid').forEach(function (code) {
+  var pre = document.createElement('pre'); pre.className = 'mermaid'; pre.textContent = code.textContent;
+  code.parentNode.replaceWith(pre);
+});
+function ds4ciVisible() {
+  var out = document.createElement('pre'); out.id = 'ds4ci-visible'; out.style.display = 'none';
+  out.textContent = document.querySelector('.box').innerText; document.body.appendChild(out);
+}
+if (window.mermaid) {
+  mermaid.initialize({startOnLoad: false});
+  mermaid.run({querySelector: 'pre.mermaid'}).then(ds4ciVisible, ds4ciVisible);
+} else { ds4ciVisible(); }
+"""
+
+
+def to_html(markdown_text: str, title: str, mermaid_js: Path | None = None) -> str:
     from markdown_it import MarkdownIt
 
     md = MarkdownIt("commonmark", {"html": True, "breaks": True}).enable("table").enable("strikethrough")
     body = md.render(markdown_text)
-    return (f"<!doctype html><html><head><meta charset='utf-8'><style>{CSS}</style></head><body>"
-            f"<div class='box'><div class='bar'>{html.escape(title)}</div>{body}</div></body></html>")
+    loader = f"<script src='{mermaid_js.resolve().as_uri()}'></script>" if mermaid_js is not None else ""
+    return (f"<!doctype html><html><head><meta charset='utf-8'><style>{CSS}</style>{loader}</head><body>"
+            f"<div class='box'><div class='bar'>{html.escape(title)}</div>{body}</div>"
+            f"<script>{SCRIPT}</script></body></html>")
 
 
-def screenshot(page: Path, png: Path, width: int, height: int) -> None:
+def _browser() -> str:
     browser = shutil.which("chromium") or shutil.which("chromium-browser")
     if browser is None:
         sys.exit("chromium not found: apt-get install -y chromium")
+    return browser
+
+
+FLAGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
+         "--disable-background-networking", "--disable-component-update", "--disable-sync", "--hide-scrollbars",
+         "--allow-file-access-from-files", "--virtual-time-budget=10000"]
+
+
+def visible_dom(page: Path) -> str:
+    """The page's DOM once its scripts ran (the diagrams drawn, #ds4ci-visible written)."""
+    with tempfile.TemporaryDirectory() as profile:
+        done = subprocess.run([_browser(), *FLAGS, f"--user-data-dir={profile}", "--dump-dom", page.as_uri()],
+                              check=True, capture_output=True, text=True, timeout=120)
+    return done.stdout
+
+
+def screenshot(page: Path, png: Path, width: int, height: int) -> None:
     with tempfile.TemporaryDirectory() as profile:
         subprocess.run(
-            [browser, "--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
-             "--disable-background-networking", "--disable-component-update", "--disable-sync",
-             f"--user-data-dir={profile}", "--hide-scrollbars", f"--window-size={width},{height}",
+            [_browser(), *FLAGS, f"--user-data-dir={profile}", f"--window-size={width},{height}",
              f"--screenshot={png}", page.as_uri()],
             check=True, capture_output=True, timeout=120,
         )
@@ -72,9 +110,10 @@ def check_run_markdown(results_file: Path, run_url: str) -> tuple[str, str]:
     from ds4ci.evidence.results import load
     from ds4ci.github import checkruns, publish
     from ds4ci.report import render
+    from ds4ci.report.docview import view_of
 
-    doc = load(results_file)
-    head = doc["revisions"]["head"]["sha"] if doc["revisions"] else "0" * 40
+    doc = view_of(load(results_file))
+    head = doc.head or "0" * 40
     [decision] = publish.plan_statuses([doc], head, run_url)
     run = checkruns.plan(doc, decision.state, decision.description, decision.sha, env=render.environment(),
                          run_url=run_url, predecessor=None, signature="not checked: no runner key configured")
@@ -90,6 +129,7 @@ def main() -> None:
     parser.add_argument("--width", type=int, default=960)
     parser.add_argument("--height", type=int, default=1400)
     parser.add_argument("--title", default="github-actions commented")
+    parser.add_argument("--mermaid", type=Path, help="a mermaid.min.js: draw the ```mermaid blocks as GitHub does")
     args = parser.parse_args()
     with tempfile.TemporaryDirectory() as work:
         page = Path(work) / "page.html"
@@ -98,7 +138,7 @@ def main() -> None:
             title, text = check_run_markdown(args.markdown, "https://github.com/acme/engine/actions/runs/7")
         else:
             text = args.markdown.read_text(encoding="utf-8")
-        page.write_text(to_html(text, title), encoding="utf-8")
+        page.write_text(to_html(text, title, args.mermaid), encoding="utf-8")
         screenshot(page, args.png.resolve(), args.width, args.height)
     print(args.png)
 

@@ -115,7 +115,7 @@ def load_results(summary: dict[str, Any] | None) -> Results | None:
     folder = evidence.get("dir") if isinstance(evidence, dict) else None
     if not isinstance(folder, str):
         return None
-    from ds4ci.report.render import load_one
+    from ds4ci.report.docview.load import load_one
 
     try:
         return load_one(Path(folder))

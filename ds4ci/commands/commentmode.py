@@ -6,10 +6,13 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from ds4ci.errors import UsageError
 from ds4ci.options import table
-from ds4ci.records import Results
+
+if TYPE_CHECKING:
+    from ds4ci.report.docview import DocView
 
 OFF, FAILURES = "off", "failures"
 
@@ -32,7 +35,7 @@ def resolve(flag: str | None, no_comment: bool, expect_config: Path | None) -> s
     return str(read_section(expect_config, "publish").get("comment_mode", option.default))
 
 
-def update_only(mode: str, docs: Sequence[Results]) -> bool:
+def update_only(mode: str, docs: Sequence[DocView]) -> bool:
     """With ``failures`` and every runner's status success: no new comment (one that exists is still updated)."""
     from ds4ci.github.publish import status_state
 

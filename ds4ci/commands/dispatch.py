@@ -88,18 +88,8 @@ def run_dispatch_check(
     if event.name == dispatch.MERGE_GROUP:
         print(f"merge queue: gating the merge commit {run.head_sha}"
               + (f" of pull request #{run.queued_pr}'s entry" if run.queued_pr is not None else ""))
-    changes_of = run.pr if run.pr is not None else run.queued_pr
-    if refuse_definition_changes and event.name == dispatch.MERGE_GROUP and changes_of is None:
-        raise dispatch.DefinitionChangeError(
-            f"the merge queue's commit {run.head_sha} names no pull request (merge_group.head_ref is not "
-            "gh-readonly-queue/<branch>/pr-<N>-<sha>), so whether it changes the gate's own definition is unknown; "
-            "refusing to gate it")
-    if refuse_definition_changes and changes_of is not None:
-        changed = dispatch.definition_changes(dispatch.fetch_pull_files(repo_name, changes_of, api_url=url, token=token))
-        dispatch.refuse_definition_changes(run, changed, event.name)
-        if changed:
-            Logger.from_env(sys.stdout).warning(f"pull request #{run.pr} changes the gate's own definition "
-                                                f"({', '.join(changed)}); gated because a maintainer dispatched it")
+    if refuse_definition_changes:
+        _refuse_definition_changes(run, event.name, repo_name, url, token)
 
     values = dispatch.outputs(run)
     for key, value in values.items():
@@ -108,3 +98,21 @@ def run_dispatch_check(
     if out is not None:
         dispatch.write_outputs(out, values)
     return EXIT_PASS
+
+
+def _refuse_definition_changes(run: dispatch.RunPlan, event_name: str, repo_name: str, url: str, token: str) -> None:
+    """Refuse a pull request (or a merge queue's entry) that changes the gate's own definition, unless a
+    maintainer dispatched it (then a warning)."""
+    changes_of = run.pr if run.pr is not None else run.queued_pr
+    if event_name == dispatch.MERGE_GROUP and changes_of is None:
+        raise dispatch.DefinitionChangeError(
+            f"the merge queue's commit {run.head_sha} names no pull request (merge_group.head_ref is not "
+            "gh-readonly-queue/<branch>/pr-<N>-<sha>), so whether it changes the gate's own definition is unknown; "
+            "refusing to gate it")
+    if changes_of is None:
+        return
+    changed = dispatch.definition_changes(dispatch.fetch_pull_files(repo_name, changes_of, api_url=url, token=token))
+    dispatch.refuse_definition_changes(run, changed, event_name)
+    if changed:
+        Logger.from_env(sys.stdout).warning(f"pull request #{run.pr} changes the gate's own definition "
+                                            f"({', '.join(changed)}); gated because a maintainer dispatched it")

@@ -29,9 +29,10 @@ def write_step_summary(doc: Results, log: Logger) -> None:
     if not target:
         return
     from ds4ci.report import render
+    from ds4ci.report.docview import view_of
 
     try:
-        body, _ = render.render([doc], kind="summary")
+        body, _ = render.render([view_of(doc)], kind="summary")
         with Path(target).open("a", encoding="utf-8") as fh:
             fh.write(neutralise(body if body.endswith("\n") else body + "\n"))  # it quotes server text
     except Exception as exc:  # the summary is a convenience: it must not change the verdict

@@ -102,7 +102,7 @@ def run_publish(
         return _run_pending(results, request, runner)
     if runner is not None:
         raise UsageError("--runner is only used with --pending (results name their runner)")
-    from ds4ci.report.render import check_inputs
+    from ds4ci.report.docview.load import check_inputs
 
     check_inputs(results)
     expected, keys = None, {}
@@ -135,33 +135,36 @@ def publish_documents(published: list[Published], request: PublishRequest) -> in
     """Comment and statuses for documents the trust step (``verified.load``) has already judged: read the facts,
     make the plan (``ds4ci.github.plan``), then apply it, or with --dry-run print it."""
     from ds4ci.github import apply, facts, plan, runnerview
-    from ds4ci.report import bisect, render
+    from ds4ci.report import bisect
+    from ds4ci.report.docview.load import unique_runners
 
     r = request
     mode = commentmode.resolve(r.comment_mode, r.no_comment, r.expect_config)
     publish.validate_target(r.repo, r.pr, r.sha, r.dry_run)
     publish.validate_runners(r.expect_runners)
-    docs = render.unique_runners([p.doc for p in published])
+    unique_runners([p.doc for p in published])
+    seen = runnerview.viewed(published)  # each document enters here, once: every form reads its view
+    docs = [view for _, view in seen]
+    trusted = [p.doc["runner"]["name"] for p in published if p.may_set_status]
     found, client = facts.Facts(), None
     settings = facts.Settings(repo=r.repo, pr=r.pr, target_url=r.target_url, template_dir=r.template_dir,
                               comment_mode=mode, status=not r.no_status, expect_runners=r.expect_runners,
                               comment_author=r.comment_author, merge_config=r.merge_config,
                               expect_config=r.expect_config,
-                              calibrations=r.cited(docs, {p.doc["runner"]["name"] for p in published if p.may_set_status}),
+                              calibrations=r.cited([p.doc for p, _ in seen], trusted),
                               verdicts_out=r.verdicts_out, api_url=r.api_url, token_env=r.token_env,
                               comment_record=r.comment_record, own_run=own_run(r.target_url, r.repo))
     try:
         head = publish.results_head(docs, r.sha)
         settings = dataclasses.replace(settings, check_runs=_wants_check_runs(r), bisects=bisect.for_publish(
-            r.bisects, {d["runner"]["name"] for d in docs}, head))
+            r.bisects, {d.name for d in docs}, head))
         if not r.dry_run:
             client = _client(r.repo, r.api_url, r.token_env)
-            trusted = [p.doc["runner"]["name"] for p in published if p.may_set_status]
             found = facts.gather(client, settings, docs, head, trusted)
     except (UsageError, PublishError):  # the job summary still shows the results, as GitHub was not told
         _write_summary(plan.job_summary(docs, settings), r.summary_file)
         raise
-    views = runnerview.views_of(published, head, found.full_passes, r.allow_focused)
+    views = runnerview.views_of(seen, head, found.full_passes, r.allow_focused)
     made = plan.make(views, settings, found)
     _write_summary(made.summary, r.summary_file)
     if client is None:

@@ -29,7 +29,9 @@ def run_report(
         refuse_inside_checkout(output, "--output")
     if fmt == "junit" and bisect is not None:
         raise UsageError("--bisect adds a section to a comment or summary; --format junit has none")
-    docs = render.load_all(results)
+    from ds4ci.report.docview import load, view_of
+
+    docs = load.load_all(results)
     if fmt == "junit":
         from ds4ci.report import junit
 
@@ -43,7 +45,8 @@ def run_report(
     if calibrations is not None and not calibrations.is_dir():
         raise UsageError(f"--calibrations {calibrations}: expected a folder of calibration records, found none")
     cited = cite_all(calibrations, [dict(d) for d in docs])
-    body, _ = render.render(docs, kind=fmt, run_url=run_url, template_dir=template_dir, extra=extra, calibrations=cited)
+    body, _ = render.render([view_of(d) for d in docs], kind=fmt, run_url=run_url, template_dir=template_dir,
+                            extra=extra, calibrations=cited)
     return _emit(body, output)
 
 

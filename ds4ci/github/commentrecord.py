@@ -5,7 +5,7 @@ request adds can post a comment that starts with the marker, holds any section, 
 ds4ci's. Under that login a comment is ours only when a record a pull request cannot write vouches for it:
 
 * its second line names the run that wrote it (``<!-- ds4ci:comment-of-run 123 -->``, :func:`stamp`),
-* that run is a run of the trusted gate on the base branch (``vouch.Voucher.run_problem``), and
+* that run is a run of the trusted gate on the default branch (``vouch.Voucher.run_problem``), and
 * that run has an artifact named ``ds4ci-comment-<the comment's id>`` (:func:`artifact_name`): gate.yml's
   publish job uploads it once publish wrote the comment, and only a run's own jobs can upload its artifacts.
 

@@ -20,11 +20,13 @@ from ds4ci.github import checkruns, commentrecord, publish, statuses
 from ds4ci.github.client import Client, Comment
 from ds4ci.github.merge import MergeFacts, Requirements, Vouch
 from ds4ci.github.runnerview import is_focused
+from ds4ci.report.docview.compare import BaseResult
 from ds4ci.report.sections import MARKER
 
 if TYPE_CHECKING:
     from ds4ci.github.publish import Vouched
     from ds4ci.records import BisectResult
+    from ds4ci.report.docview import DocView
 
 
 @dataclass(frozen=True)
@@ -46,6 +48,7 @@ class Facts:
     # runner -> what will vouch for its ds4ci/<runner> once this publish's status (linking the run at
     # target_url) is set: by state, "success" or "other" (the merge checklist's gate rows, laid by the plan)
     vouches_after: Mapping[str, Mapping[str, Vouch]] = field(default_factory=dict)
+    bases: Mapping[str, BaseResult] = field(default_factory=dict)  # runner -> the base branch's result (baseline)
 
 
 @dataclass(frozen=True)
@@ -89,9 +92,6 @@ class Reads(Client):
             self._memo[key] = read()
         return self._memo[key]
 
-    def pull(self, number: int) -> dict[str, Any]:
-        return dict(self._once(("pull", str(number)), lambda: super(Reads, self).pull(number)))
-
     def pr_commits(self, number: int) -> list[str]:
         return list(self._once(("commits", str(number)), lambda: super(Reads, self).pr_commits(number)))
 
@@ -100,6 +100,17 @@ class Reads(Client):
 
     def check_runs(self, sha: str) -> list[Any]:
         return list(self._once(("runs", sha), lambda: super(Reads, self).check_runs(sha)))
+
+    def first_pull(self, number: int) -> dict[str, Any]:
+        """The pull request as first read (its head, its base commit); ``pull`` reads it afresh (mergeable, a move)."""
+        return dict(self._once(("pull", str(number)), lambda: self.pull(number)))
+
+    def pr_head(self, number: int) -> str:
+        """The head of the first read of the pull request (its base commit comes from the same answer)."""
+        sha = (self.first_pull(number).get("head") or {}).get("sha")
+        if not isinstance(sha, str):
+            raise PublishError(f"pull request #{number}: GitHub's answer has no head SHA")
+        return sha
 
 
 def _identity_or_none(client: Client, comment_author: str | None) -> str | None:
@@ -178,18 +189,18 @@ def _comments(client: Client, pr: int, publisher: str, last_publish: str | None,
             max((c.updated_at for c in every if c.updated_at), default=None))
 
 
-def gather(client: Client, settings: Settings, docs: Sequence[Any], head: str, trusted: Sequence[str]) -> Facts:
+def gather(client: Client, settings: Settings, docs: Sequence[DocView], head: str, trusted: Sequence[str]) -> Facts:
     """Every read, before any write; refuses stale results (the PR moved on) before anything is planned.
 
     ``docs`` are the documents to publish, ``trusted`` the runners that get a status and a check run.
     """
     reads = Reads(client)
     pr = settings.pr
-    focused = [d["runner"]["name"] for d in docs if is_focused(d)]
+    focused = [d.name for d in docs if is_focused(d)]
     history = pr is not None and (settings.comment or bool(focused))
     publisher = client.identity(settings.comment_author) if history else None
     if pr is not None:
-        current = reads.pr_head(pr)  # read once: the comment's record takes the base branch from the same answer
+        current = reads.pr_head(pr)  # read once: the base comparison takes the base commit from the same answer
         if current != head:
             raise publish.StaleResultsError(
                 f"pull request #{pr} is now at {current} but the results are for {head}: refusing to publish "
@@ -232,6 +243,17 @@ def _voucher(client: Client, pr: int | None, publisher: str | None, config: Path
     return judged
 
 
+def _bases(client: Client, pr: int, runners: Sequence[str], publisher: str, vouched: Vouched | None
+           ) -> dict[str, BaseResult]:
+    """Each runner's result on the pull request's base commit (``ds4ci.github.baseline``)."""
+    from ds4ci.github import baseline
+
+    sha = baseline.base_sha(client.first_pull(pr) if isinstance(client, Reads) else client.pull(pr))
+    if sha is None or vouched is None:
+        return {}
+    return baseline.results(client, sha, runners, publisher, vouched)
+
+
 def for_pending(client: Client, settings: Settings, sha: str) -> Facts:
     """What a pending status and its comment placeholder need: the PR still at ``sha``, our sticky comment."""
     pr = settings.pr
@@ -245,7 +267,7 @@ def for_pending(client: Client, settings: Settings, sha: str) -> Facts:
                  seen_until=seen)
 
 
-def _comment_facts(client: Client, settings: Settings, facts: Facts, docs: Sequence[Any], head: str,
+def _comment_facts(client: Client, settings: Settings, facts: Facts, docs: Sequence[DocView], head: str,
                    publisher: str, last_publish: str | None, vouched: Vouched | None,
                    publishing: Sequence[str]) -> Facts:
     """The sticky comment, each failing runner's predecessor, the runners without a result, the merge state."""
@@ -253,11 +275,11 @@ def _comment_facts(client: Client, settings: Settings, facts: Facts, docs: Seque
     pr = settings.pr
     predecessors = {}
     for doc in docs:
-        if doc["verdict"] != "pass":
-            older = publish.last_validated_predecessor(client, pr, head, doc["runner"]["name"], publisher, vouched)
+        if doc.verdict != "pass":
+            older = publish.last_validated_predecessor(client, pr, head, doc.name, publisher, vouched)
             if older:
-                predecessors[doc["runner"]["name"]] = older
-    present = {d["runner"]["name"] for d in docs}
+                predecessors[doc.name] = older
+    present = {d.name for d in docs}
     missing = {}
     for runner in settings.expect_runners:
         if runner in present:
@@ -266,8 +288,9 @@ def _comment_facts(client: Client, settings: Settings, facts: Facts, docs: Seque
         commits, files = client.compare(older, head) if older else ([], [])
         missing[runner] = (older, tuple(commits), tuple(files))
     found, seen = _comments(client, pr, publisher, last_publish, settings.merge_config or settings.expect_config)
+    bases = _bases(client, pr, [d.name for d in docs], publisher, vouched)
     facts = replace(facts, comments=found.ours, comment_run=found.run, lookalikes=found.lookalikes, seen_until=seen,
-                    predecessors=predecessors, missing=missing)
+                    predecessors=predecessors, missing=missing, bases=bases)
     return _merge_facts(client, pr, settings, facts, head, publishing) if settings.merge_config is not None else facts
 
 

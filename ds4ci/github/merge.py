@@ -115,6 +115,7 @@ class Vouch:
 
     green: bool
     detail: str  # the record that vouched, or why none did
+    concluded: str | None = None  # what the vouching record concluded (success, failure, ...); None: none was found
     run: int | None = None  # vouch "workflow": the trusted gate's run whose verdict job vouched (its record)
 
 

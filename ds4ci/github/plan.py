@@ -19,9 +19,9 @@ from ds4ci.github.client import Comment
 from ds4ci.github.facts import Facts, Settings
 from ds4ci.github.runnerview import RunnerView
 from ds4ci.options.table import DEFAULT_WIDTHS
-from ds4ci.records import Results
 from ds4ci.report import bisect, render
 from ds4ci.report.docview import DocView
+from ds4ci.report.docview.compare import BaseResult
 from ds4ci.report.sections import Section, parse_sections
 
 # Pending first, green last: a publish cut short never leaves a runner green beside a verdict not yet written.
@@ -34,27 +34,29 @@ class BodyBuilder:
 
     def __init__(
         self,
-        docs: Sequence[Results],
+        docs: Sequence[DocView],
         *,
         run_url: str | None,
         template_dir: Path | None,
         predecessors: dict[str, str],
         extra: Sequence[Section] = (),
         merge_status: Sequence[str] = (),
-        seen: Mapping[str, DocView] | None = None,
         calibrations: Mapping[str, str] | None = None,
+        bases: Mapping[str, BaseResult] | None = None,
+        repo: str | None = None,
         record_run: int | None = None,
     ) -> None:
         self.record_run = record_run  # the run the body names as its writer (commentrecord.stamp)
         self.docs = list(docs)
-        self.seen = dict(seen or {})
+        self.bases = dict(bases or {})
+        self.repo = repo
         self.calibrations = dict(calibrations or {})
         self.merge_status = list(merge_status)
         self.run_url = run_url
         self.template_dir = template_dir
         self.predecessors = predecessors
         self.extra = list(extra)
-        self.runners = {d["runner"]["name"] for d in docs} | {s.runner for s in extra}
+        self.runners = {d.name for d in docs} | {s.runner for s in extra}
 
     def __call__(self, existing: Sequence[Section]) -> tuple[str, list[Section]]:
         body, sections = render.render(
@@ -66,8 +68,9 @@ class BodyBuilder:
             existing=existing,
             extra=self.extra,
             merge_status=self.merge_status,
-            seen=self.seen,
             calibrations=self.calibrations,
+            bases=self.bases,
+            repo=self.repo,
         )
         return commentrecord.stamp(body, self.record_run), sections
 
@@ -150,9 +153,10 @@ def _check_runs(views: Sequence[RunnerView], settings: Settings, facts: Facts) -
     env = render.environment(settings.template_dir)
     out = []
     for v in (v for v in views if v.may_set_status):
-        run = checkruns.plan(v.doc, v.state, v.description, v.head, env=env, run_url=settings.target_url,
-                             predecessor=facts.predecessors.get(v.name), signature=v.signature, seen=v.words,
-                             calibration=settings.calibrations.get(v.name))
+        run = checkruns.plan(v.words, v.state, v.description, v.head, env=env, run_url=settings.target_url,
+                             predecessor=facts.predecessors.get(v.name), signature=v.signature,
+                             calibration=settings.calibrations.get(v.name), base=facts.bases.get(v.name),
+                             repo=settings.repo)
         mine = facts.own_runs.get(run.name)
         out.append(CheckRunAction(run, int(mine["id"]) if mine else None, _says(mine, run)))
     return tuple(out)
@@ -170,7 +174,7 @@ def _says(found: Any, run: checkruns.CheckRunPlan) -> bool:
 
 def _needs_hardware(views: Sequence[RunnerView], settings: Settings, facts: Facts, head: str) -> list[Section]:
     present = {v.name for v in views}
-    widths = next((w for v in views if (w := v.doc["settings"].get("configured_widths"))), list(DEFAULT_WIDTHS))
+    widths = next((list(w) for v in views if (w := v.words.configured_widths)), list(DEFAULT_WIDTHS))
     env = render.environment(settings.template_dir)
     out = []
     for runner in settings.expect_runners:
@@ -202,7 +206,7 @@ def _merge_status(plan_statuses: Sequence[publish.StatusPlan], runs: Sequence[Ch
 
 def update_only(settings: Settings, views: Sequence[RunnerView]) -> bool:
     """comment_mode = failures and every runner's status success: no new comment (an existing one is updated)."""
-    return settings.comment_mode == FAILURES and all(publish.status_state(v.doc) == "success" for v in views)
+    return settings.comment_mode == FAILURES and all(publish.status_state(v.words) == "success" for v in views)
 
 
 def _comment(build: BodyBuilder, settings: Settings, facts: Facts, only_update: bool = False) -> CommentPlan | None:
@@ -241,17 +245,18 @@ def _bisect_sections(settings: Settings, kind: str) -> list[Section]:
     return [bisect.section(env, doc, settings.target_url, kind) for doc in settings.bisects]
 
 
-def job_summary(docs: Sequence[Results], settings: Settings, seen: Mapping[str, DocView] | None = None) -> str:
+def job_summary(docs: Sequence[DocView], settings: Settings, bases: Mapping[str, BaseResult] | None = None) -> str:
     """The job summary: every runner's document at full detail (written also where publishing stopped short)."""
     body, _ = render.render(docs, kind="summary", run_url=settings.target_url, template_dir=settings.template_dir,
-                            seen=seen, calibrations=settings.calibrations, extra=_bisect_sections(settings, "summary"))
+                            calibrations=settings.calibrations, extra=_bisect_sections(settings, "summary"),
+                            bases=bases, repo=settings.repo)
     return body
 
 
 def make(views: Sequence[RunnerView], settings: Settings, facts: Facts) -> PublishPlan:
     """Everything publish would send for ``views`` on their head, given ``facts``."""
     head = views[0].head
-    docs = [v.doc for v in views]
+    docs = [v.words for v in views]
     send, unchanged = _status_plans(views, settings, facts)
     runs = _check_runs(views, settings, facts)
     notes = [f"no status for {v.name}: its result is unverified" for v in views if not v.may_set_status]
@@ -259,9 +264,9 @@ def make(views: Sequence[RunnerView], settings: Settings, facts: Facts) -> Publi
         notes.append(f"no check runs: {facts.publisher} is not a GitHub App's account (a personal token cannot "
                      "create check runs; the statuses were set); set [publish] check_runs = false to stop this note")
         runs = ()
-    summary = job_summary(docs, settings, {v.name: v.words for v in views})
+    summary = job_summary(docs, settings, facts.bases)
     build = BodyBuilder(docs, run_url=settings.target_url, template_dir=settings.template_dir,
-                        predecessors=dict(facts.predecessors), seen={v.name: v.words for v in views},
+                        predecessors=dict(facts.predecessors), bases=facts.bases, repo=settings.repo,
                         merge_status=_merge_status((*send, *unchanged), runs, facts, head),
                         extra=[*_needs_hardware(views, settings, facts, head), *_bisect_sections(settings, "comment")],
                         calibrations=settings.calibrations, record_run=record_run(settings, facts))

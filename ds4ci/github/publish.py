@@ -2,7 +2,8 @@
 
 Safety rules (each enforced before any request that could turn something green):
 only a result whose verdict is ``pass`` *and* is internally consistent becomes ``success``
-(a negative control's: every check passed, no width claimed); statuses go to the SHA the
+(a negative control's: every check passed, no width claimed; decided once, by the view builder,
+``ds4ci.report.docview.judged``); statuses go to the SHA the
 results were produced for (``revisions.head.sha``, which the trust step in ``verified`` has
 checked against the bundle's sealed revisions), and nothing is posted when that SHA is
 missing, differs from ``--sha``, or is no longer the PR's head. In the PR's history only
@@ -19,10 +20,8 @@ from typing import TYPE_CHECKING
 from ds4ci.errors import UsageError
 from ds4ci.github import statuses
 from ds4ci.github.client import Client
-from ds4ci.judging.tree import tree_note
-from ds4ci.records import Results
-from ds4ci.report import docview, markdown
-from ds4ci.report.sections import head_sha
+from ds4ci.report import markdown
+from ds4ci.report.docview import DocView
 
 if TYPE_CHECKING:
     from ds4ci.github.merge import Vouch
@@ -48,58 +47,35 @@ class StatusPlan:
     target_url: str | None
 
 
-def _consistent_pass(doc: Results) -> bool:
-    """A pass that the rest of the document agrees with (fail closed on contradictions).
-
-    A gate runner's pass needs every width and the target-only arm passed; a negative control (a
-    runner whose hardware is not the one the exactness claim is for) runs its checks only, so its
-    pass needs at least one check, every check passed, and no width claimed.
-    """
-    checks_ok = all(c["status"] == "pass" for c in doc["checks"])
-    if doc["verdict"] != "pass" or doc["exit_code"] != 0 or not checks_ok:
-        return False
-    if tree_note(doc.get("revisions")) is not None and doc["settings"].get("allow_dirty_tree") is not True:
-        return False  # a modified tree passes only where the config allowed it
-    if doc["runner"]["role"] == "negative-control":
-        return bool(doc["checks"]) and not doc["widths"]
-    return (
-        bool(doc["widths"])
-        and all(w["verdict"] == "pass" and w["prompts"] for w in doc["widths"])
-        and doc["target_only"]["verdict"] == "pass"
-    )
+def status_state(view: DocView) -> str:
+    """The commit status a runner's document earns (decided once, by the view builder: ``docview.judged``)."""
+    return view.state
 
 
-def status_state(doc: Results) -> str:
-    verdict = doc["verdict"]
-    if verdict == "pass":
-        return "success" if _consistent_pass(doc) else "error"
-    return "failure" if verdict == "fail" else "error"
-
-
-def describe(doc: Results, state: str, headline: str | None = None) -> str:
-    """The status description of a runner whose status is ``state`` (``headline``: the document's, if known)."""
-    said = headline if headline is not None else docview.headline(doc)
-    control = doc["runner"]["role"] == "negative-control"
+def describe(view: DocView, state: str) -> str:
+    """The status description of a runner whose status is ``state``."""
+    said = view.headline
+    control = view.role == "negative-control"
     prefix = "negative control: " if control else ""
     if state == "success" and control:
-        beside = doc["runner"].get("negative_control_for")
+        beside = view.negative_control_for
         text = said + (f" (parity: ds4ci/{beside})" if beside else "")
     elif state == "success":
         text = f"pass: {said}"
-    elif doc["verdict"] == "pass":
+    elif view.verdict == "pass":
         text = "error: results claim pass but contradict themselves"
     else:
-        text = f"{doc['verdict'].replace('_', ' ')}: {said}"
-    return _fit(doc, prefix + text)
+        text = f"{view.verdict.replace('_', ' ')}: {said}"
+    return _fit(view, prefix + text)
 
 
 _description = describe
 
 
-def _fit(doc: Results, text: str) -> str:
+def _fit(view: DocView, text: str) -> str:
     """A status description of at most 140 characters that says "built from a modified tree" when it was: first,
     or last after a focused pass (whose description must start with FOCUSED_PREFIX), never cut off."""
-    tree = tree_note(doc.get("revisions"))
+    tree = view.tree_note
     clean = " ".join(markdown.clean(text).split())
     if tree is None or tree in clean:
         return clean if len(clean) <= 140 else clean[:139] + "…"
@@ -108,14 +84,14 @@ def _fit(doc: Results, text: str) -> str:
     return f"{body}; {tree}" if clean.startswith(FOCUSED_PREFIX) else f"{tree}; {body}"
 
 
-def results_head(docs: Sequence[Results], sha: str | None) -> str:
+def results_head(docs: Sequence[DocView], sha: str | None) -> str:
     """The one commit all results were produced for; refuse anything ambiguous or stale."""
     heads = []
     for doc in docs:
-        head = head_sha(doc)
+        head = doc.head
         if head is None:
             raise UsageError(
-                f"results of runner {doc['runner']['name']!r} record no revisions/head: refusing to publish "
+                f"results of runner {doc.name!r} record no revisions/head: refusing to publish "
                 "(a status must name the exact commit the evidence is for; run the gate with --source-dir)"
             )
         heads.append(head)
@@ -129,14 +105,12 @@ def results_head(docs: Sequence[Results], sha: str | None) -> str:
     return head
 
 
-def decide(doc: Results, head: str, target_url: str | None, words: docview.DocView | None = None) -> StatusPlan:
-    """A runner's commit status on ``head`` (``words``: the document's view, where already computed)."""
-    state = status_state(doc)
-    headline = words.headline if words is not None else None
-    return StatusPlan(head, f"ds4ci/{doc['runner']['name']}", state, describe(doc, state, headline), target_url)
+def decide(view: DocView, head: str, target_url: str | None) -> StatusPlan:
+    """A runner's commit status on ``head``."""
+    return StatusPlan(head, f"ds4ci/{view.name}", view.state, describe(view, view.state), target_url)
 
 
-def plan_statuses(docs: Sequence[Results], head: str, target_url: str | None) -> list[StatusPlan]:
+def plan_statuses(docs: Sequence[DocView], head: str, target_url: str | None) -> list[StatusPlan]:
     return [decide(doc, head, target_url) for doc in docs]
 
 
@@ -192,9 +166,9 @@ def last_full_pass(client: Client, pr: int, head: str, runner: str, publisher: s
     return _walk(client, pr, head, runner, publisher, full_only=True, vouched=vouched)
 
 
-def focused_plan(plan: StatusPlan, doc: Results, full_pass: str | None, allowed: bool) -> StatusPlan:
+def focused_plan(plan: StatusPlan, doc: DocView, full_pass: str | None, allowed: bool) -> StatusPlan:
     """A focused rerun's pass is green only on top of a full pass on an ancestor, where policy allows."""
-    widths = ",".join(str(w["q"]) for w in doc["widths"])
+    widths = ",".join(map(str, doc.qs))
     if plan.state != "success":
         return plan
     if allowed and full_pass is not None:

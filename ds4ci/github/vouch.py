@@ -80,8 +80,8 @@ class Voucher:
         run = max(mine, key=lambda r: r.id)
         if run.status != "completed" or run.conclusion != "success":
             return Vouch(False, f"check run {run.id} of GitHub App {run.app} (id {app_id}) is "
-                                f"{run.conclusion or run.status}")
-        return Vouch(True, f"check run {run.id} of GitHub App {run.app} (id {app_id}) concluded success")
+                                f"{run.conclusion or run.status}", run.conclusion if run.status == "completed" else None)
+        return Vouch(True, f"check run {run.id} of GitHub App {run.app} (id {app_id}) concluded success", "success")
 
     # ----- vouch = "workflow" --------------------------------------------------------------------------------------
 
@@ -152,7 +152,8 @@ class Voucher:
         if status != "completed":
             return Vouch(False, f"run {run.id}'s job '{job_name}' has not finished ({status}) {where}")
         if conclusion != "success":
-            return Vouch(False, f"run {run.id}'s job '{job_name}' concluded {conclusion} {where}")
+            return Vouch(False, f"run {run.id}'s job '{job_name}' concluded {conclusion} {where}",
+                         conclusion if isinstance(conclusion, str) else None)
         return Vouch(True, f"run {run.id} ({run.path}, {run.event} on {run.head_branch}, job '{job_name}' success in "
                            f"attempt {run.attempt}; it gated the head, with the settings of {run.head_branch} at "
-                           f"{run.head_sha[:12]})", run=run.id)
+                           f"{run.head_sha[:12]})", "success", run=run.id)

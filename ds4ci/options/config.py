@@ -17,7 +17,7 @@ from pathlib import Path
 from typing import Any
 
 from ds4ci.errors import UsageError
-from ds4ci.options import inputfiles, sections, table
+from ds4ci.options import inputfiles, sandboxrule, sections, table
 from ds4ci.options import values as v
 from ds4ci.options.sections import BuildSpec, CheckSpec, PinnedFile, read_section
 from ds4ci.options.table import (
@@ -364,20 +364,10 @@ def _sandbox(src: _Sources) -> SandboxSettings:
     def dirs(key: str) -> tuple[Path, ...]:
         return tuple(v.path(p, f"sandbox.{key}", src.base).absolute() for p in src.value(key, "sandbox"))
 
-    require = src.value("require", "sandbox")
     enabled = src.value("enabled", "sandbox")
-    if under_actions() and (require is False or enabled is False):
-        said = " and ".join(f"{key} = false" for key, value in (("enabled", enabled), ("require", require))
-                            if value is False)
-        raise UsageError(f"[sandbox] {said}: refused under GitHub Actions (GITHUB_ACTIONS=true), where the gate, a "
-                         "bisect and every later step run pull-request code only inside the sandbox; remove the "
-                         "setting (a runner without bubblewrap then stops with exit 3 before any PR process starts)")
-    require = under_actions() if require is None else require
-    if require and not enabled:
-        raise UsageError("sandbox.require = true and sandbox.enabled = false contradict each other; drop one")
-    devices = src.value("devices", "sandbox")
-    return SandboxSettings(require, enabled, dirs("ro_paths"), dirs("rw_paths"), tuple(devices),
-                           src.value("cpu_online", "sandbox"))
+    require = sandboxrule.required(enabled, src.value("require", "sandbox"))
+    return SandboxSettings(require, enabled, dirs("ro_paths"), dirs("rw_paths"),
+                           tuple(src.value("devices", "sandbox")), src.value("cpu_online", "sandbox"))
 
 
 def _calibrations(src: _Sources) -> Path | None:

@@ -154,12 +154,13 @@ class FakeGitHub(FakeState):
             self.pulls[number]["commits"].append(sha)
 
     def add_check_run(self, sha: str, name: str, status: str = "completed", conclusion: str | None = "success",
-                      app: str = "github-actions", title: str | None = None, details_url: str | None = None) -> int:
+                      app: str = "github-actions", title: str | None = None, details_url: str | None = None,
+                      text: str | None = None) -> int:
         with self.lock:
             run_id = self._new_id()
             self._check_runs.append({"id": run_id, "sha": sha, "name": name, "status": status,
                                      "conclusion": conclusion if status == "completed" else None, "app": app,
-                                     "output": {"title": title, "summary": None, "text": None}, "annotations": [],
+                                     "output": {"title": title, "summary": None, "text": text}, "annotations": [],
                                      "details_url": details_url, "external_id": ""})
             return run_id
 

@@ -14,7 +14,8 @@ import xml.etree.ElementTree as ET
 from collections.abc import Sequence
 from pathlib import Path
 
-from ds4ci.records import Results
+from ds4ci.report.docview import DocView
+from ds4ci.report.docview.build import Viewable, as_views
 
 _NOT_XML = re.compile("[\x00-\x08\x0b\x0c\x0e-\x1f\ufffe\uffff]")  # characters XML 1.0 cannot hold
 MAX_MESSAGE = 1000
@@ -37,26 +38,24 @@ def _case(suite: ET.Element, classname: str, name: str, verdict: str, reasons: l
     outcome.text = _text("\n".join(said))
 
 
-def _suite(suites: ET.Element, doc: Results) -> ET.Element:
-    runner = doc["runner"]["name"]
-    classname = f"ds4ci.{runner}"
-    suite = ET.SubElement(suites, "testsuite", name=f"ds4ci/{runner}", timestamp=doc["started_at"],
-                          time=f"{doc['timings']['total_s']:.3f}")
-    build = doc.get("build")
-    if build is not None:
-        _case(suite, classname, "build", build["status"], [build["summary"]], build["duration_s"])
-    for check in doc["checks"]:
+def _suite(suites: ET.Element, doc: DocView) -> ET.Element:
+    classname = f"ds4ci.{doc.name}"
+    suite = ET.SubElement(suites, "testsuite", name=f"ds4ci/{doc.name}", timestamp=doc.started_at,
+                          time=f"{doc.gate_s:.3f}")
+    if doc.build_step is not None:
+        status, summary, seconds = doc.build_step
+        _case(suite, classname, "build", status, [summary], seconds)
+    for check in doc.checks:
         _case(suite, classname, f"check {check['name']}", check["status"], [check["summary"]], check["duration_s"])
-    target = doc["target_only"]
-    if target["verdict"] != "not_run" or doc["widths"]:
-        _case(suite, classname, "target-only", target["verdict"], target["reasons"])
-    for width in doc["widths"]:
-        if not width["prompts"]:
-            _case(suite, classname, f"q={width['q']}", width["verdict"], width["reasons"])
-        for cell in width["prompts"]:
-            _case(suite, classname, f"q={width['q']} prompt {cell['prompt_index']}", cell["verdict"],
-                  cell["reasons"] or width["reasons"])
-    _case(suite, classname, "verdict", doc["verdict"], doc["reasons"])
+    if doc.target_verdict != "not_run" or doc.width_lines:
+        _case(suite, classname, "target-only", doc.target_verdict, list(doc.target_reasons))
+    for width in doc.width_lines:
+        if not width.cells:
+            _case(suite, classname, f"q={width.q}", width.verdict, list(width.reasons))
+        for cell in width.cells:
+            _case(suite, classname, f"q={width.q} prompt {cell.prompt_index}", cell.verdict,
+                  list(cell.reasons or width.reasons))
+    _case(suite, classname, "verdict", doc.verdict, list(doc.all_reasons))
     return suite
 
 
@@ -67,11 +66,11 @@ def _count(element: ET.Element, cases: list[ET.Element]) -> None:
         element.set(key, str(value))
 
 
-def render(docs: Sequence[Results]) -> str:
-    """One testsuite per runner's document, in one testsuites element."""
+def render(docs: Sequence[Viewable]) -> str:
+    """One testsuite per runner's view (a validated document is viewed first), in one testsuites element."""
     suites = ET.Element("testsuites", name="ds4ci")
     every: list[ET.Element] = []
-    for doc in docs:
+    for doc in as_views(docs, read_vocab=False):
         suite = _suite(suites, doc)
         cases = suite.findall("testcase")
         _count(suite, cases)
@@ -81,7 +80,7 @@ def render(docs: Sequence[Results]) -> str:
     return '<?xml version="1.0" encoding="UTF-8"?>\n' + ET.tostring(suites, encoding="unicode") + "\n"
 
 
-def write(doc: Results, path: Path) -> None:
+def write(doc: Viewable, path: Path) -> None:
     from ds4ci.fileio import write_new
 
     write_new(path, render([doc]).encode("utf-8"))

@@ -19,16 +19,17 @@ from typing import Any
 
 from ds4ci import __version__
 from ds4ci.errors import UsageError
-from ds4ci.records import Results
-from ds4ci.report import docview, markdown, views
+from ds4ci.report import docview, headline, markdown, views
 from ds4ci.report.docview import DocView
-from ds4ci.report.glance import matched_span
-from ds4ci.report.sections import BISECT, MARKER, Section, head_sha, merge_sections
+from ds4ci.report.docview.build import Viewable, as_views
+from ds4ci.report.docview.compare import BaseResult, compare
+from ds4ci.report.docview.figures import claimed
+from ds4ci.report.docview.words import yes_no
+from ds4ci.report.sections import BISECT, MARKER, Section, merge_sections
 from ds4ci.report.views import Detail, state_label
 
 COMMENT_LIMIT_BYTES = 60_000  # GitHub allows 65,536 characters; keep a margin
 SUMMARY_LIMIT_BYTES = 1_000_000  # $GITHUB_STEP_SUMMARY takes up to 1 MiB per step
-MAX_RUNNERS = 32
 
 # Shortening order (least important first): log tails, per-prompt detail, artifacts, then
 # long lists; the last level keeps only the verdict line and where the full report is.
@@ -40,47 +41,6 @@ LEVELS = (
     Detail(log_tails="none", per_prompt=False, artifacts=False, lists=5),
     Detail(log_tails="none", per_prompt=False, artifacts=False, lists=0, stub=True),
 )
-
-
-def check_inputs(paths: Sequence[Path]) -> None:
-    """One input per runner, at least one, at most as many as fit one comment."""
-    if not paths:
-        raise UsageError("no results given: pass one results.json or evidence bundle per runner")
-    if len(paths) > MAX_RUNNERS:
-        raise UsageError(f"{len(paths)} results given; at most {MAX_RUNNERS} runners fit one comment")
-
-
-def unique_runners(docs: list[Results]) -> list[Results]:
-    """The documents, refused when two name the same runner."""
-    seen: set[str] = set()
-    for doc in docs:
-        name = doc["runner"]["name"]
-        if name in seen:
-            raise UsageError(f"runner {name!r} appears twice: expected one result per runner")
-        seen.add(name)
-    return docs
-
-
-def load_one(path: Path) -> Results:
-    """One results.json, or the one inside an evidence bundle (a directory or a .tar.gz, as verify and publish
-    take), read through the confined reader and strictly validated; rendering it verifies nothing."""
-    from ds4ci.evidence import bundle, results
-    from ds4ci.evidence.store import RESULTS
-    from ds4ci.judging import confined
-
-    if not (path.is_dir() or path.name.endswith(".tar.gz")):
-        return results.load(path)
-    try:
-        with bundle.opened(path) as root:
-            return results.loads(confined.read_bytes(root, RESULTS, results.MAX_RESULTS_BYTES), f"{path}/{RESULTS}")
-    except (bundle.BundleError, confined.ConfinedError) as exc:
-        raise UsageError(f"{path}: expected an evidence bundle holding {RESULTS}, found none readable ({exc})") from exc
-
-
-def load_all(paths: Sequence[Path]) -> list[Results]:
-    """Strictly load every results file (or bundle's); runner names must be unique across them."""
-    check_inputs(paths)
-    return unique_runners([load_one(p) for p in paths])
 
 
 # ---------------------------------------------------------------------------------------------
@@ -123,9 +83,8 @@ def environment(template_dir: Path | None = None) -> Any:
             "short": views.short,
             "bytes": views.size_bytes,
             "num": docview.fmt_int,
-            "matched": lambda cell: matched_span([cell]) or docview.fmt_int(None),
-            "yesno": views.yes_no,
-            "claimed": views.claimed,
+            "yesno": yes_no,
+            "claimed": claimed,
             "state": state_label,
             "tail": views.tail_lines,
         }
@@ -145,26 +104,30 @@ def render_template(env: Any, name: str, context: Mapping[str, Any]) -> str:
 
 def render_section(
     env: Any,
-    doc: Results,
+    view: DocView,
     detail: Detail,
     *,
     run_url: str | None = None,
     predecessor: str | None = None,
     kind: str = "comment",
-    seen: DocView | None = None,
     calibration: str | None = None,
+    base: BaseResult | None = None,
+    repo: str | None = None,
 ) -> Section:
-    """``calibration``: how strong the proof is on this runner (``ds4ci.calibrate.latest.cite``), shown when given."""
-    context = {**views.runner_context(doc, detail, run_url, predecessor, kind, seen), "calibration": calibration}
+    """``calibration``: how strong the proof is on this runner (``ds4ci.calibrate.latest.cite``), shown when given;
+    ``base``: the base branch's result on this runner, where GitHub's records were read."""
+    against = compare(view, base)
+    context = {**views.runner_context(view, detail, run_url, predecessor, kind), "calibration": calibration,
+               **views.against_context(view, against, run_url, repo)}
     body = render_template(env, "runner.md.j2", context)
     return Section(
-        runner=doc["runner"]["name"],
-        role=doc["runner"]["role"],
-        state=doc["verdict"],
-        head=context["head"],
-        digest=context["digest"],
+        runner=view.name,
+        role=view.role,
+        state=view.verdict,
+        head=view.head,
+        digest=view.digest,
         body=body,
-        why=markdown.text(context["headline"], limit=docview.REASON_CHARS + 20),
+        why=markdown.text(headline.why(view, against), limit=docview.REASON_CHARS + 60),
     )
 
 
@@ -201,7 +164,7 @@ def _stub(section: Section, run_url: str | None) -> Section:
 def compose(
     env: Any,
     sections: Sequence[Section],
-    docs: Sequence[Results],
+    docs: Sequence[DocView],
     *,
     kind: str = "comment",
     run_url: str | None = None,
@@ -228,6 +191,7 @@ def compose(
     ]
     context = {
         "kind": kind,
+        "headline": headline.of_sections(sections, sorted(current_heads)),
         "rows": rows,
         "gate_sections": [s.text() for s in sections if s.role == "gate"],
         "control_sections": [s.text() for s in sections if s.role == "negative-control"],
@@ -244,29 +208,24 @@ def compose(
     return f"{MARKER}\n{body}\n" if kind == "comment" else f"{body}\n"
 
 
-def _recorded_predecessor(doc: Results) -> str | None:
-    revisions = doc["revisions"]
-    return revisions["last_validated_predecessor"] if revisions is not None else None
-
-
 def _size(text: str) -> int:
     return len(text.encode("utf-8"))
 
 
-def _current(existing: Sequence[Section], docs: Sequence[Results]) -> list[Section]:
+def _current(existing: Sequence[Section], docs: Sequence[DocView]) -> list[Section]:
     """The existing comment's sections to keep: all but a bisect that searched up to another head than ``docs``'
     (its culprit is of a history the pull request no longer has)."""
     heads = _heads(docs)
     return [s for s in existing if s.role != BISECT or not heads or s.head in heads]
 
 
-def _heads(docs: Sequence[Results]) -> set[str]:
+def _heads(docs: Sequence[DocView]) -> set[str]:
     """The heads ``docs`` were made for (a document without one adds none)."""
-    return {h for h in (head_sha(d) for d in docs) if h}
+    return {d.head for d in docs if d.head}
 
 
 def render(
-    docs: Sequence[Results],
+    items: Sequence[Viewable],
     *,
     kind: str = "comment",
     run_url: str | None = None,
@@ -276,16 +235,19 @@ def render(
     extra: Sequence[Section] = (),
     limit: int | None = None,
     merge_status: Sequence[str] = (),
-    seen: Mapping[str, DocView] | None = None,
     calibrations: Mapping[str, str] | None = None,
+    bases: Mapping[str, BaseResult] | None = None,
+    repo: str | None = None,
 ) -> tuple[str, list[Section]]:
     """Render ``docs`` (plus sections kept from an existing comment) within the size limit.
 
     Returns the body and the sections it contains. ``extra`` are pre-rendered sections of our
     own (e.g. a pending placeholder) that replace same-runner ones from ``existing``.
     Levels of detail are dropped uniformly until the body fits; sections kept from an
-    existing comment are reduced to stubs only at the last level.
+    existing comment are reduced to stubs only at the last level. ``items``: each runner's :class:`DocView` (a
+    validated document is viewed first); ``bases``: runner -> the base branch's result there (``ds4ci.github.baseline``).
     """
+    docs = as_views(items)
     if kind not in ("comment", "summary"):
         raise UsageError(f"--format {kind!r}: expected 'comment' or 'summary'")
     if limit is None:
@@ -302,10 +264,11 @@ def render(
                 doc,
                 detail,
                 run_url=run_url,
-                predecessor=predecessors.get(doc["runner"]["name"]) or _recorded_predecessor(doc),
+                predecessor=predecessors.get(doc.name) or doc.predecessor,
                 kind=kind,
-                seen=(seen or {}).get(doc["runner"]["name"]),
-                calibration=(calibrations or {}).get(doc["runner"]["name"]),
+                calibration=(calibrations or {}).get(doc.name),
+                base=(bases or {}).get(doc.name),
+                repo=repo,
             )
             for doc in docs
         ]

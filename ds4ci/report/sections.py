@@ -9,13 +9,10 @@ Rendering a section's body is :mod:`ds4ci.report.render`'s job.
 
 from __future__ import annotations
 
-import hashlib
-import json
 import re
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 
-from ds4ci.records import Results
 from ds4ci.report.markdown import Trusted
 
 MARKER = "<!-- ds4ci:sticky-comment -->"
@@ -59,18 +56,6 @@ class Section:
         if self.why and _WHY_RE.match(self.why):
             meta += f"\n<!-- ds4ci:why {self.why} -->"
         return Trusted(f"{meta}\n{self.body}\n<!-- ds4ci:section-end runner={self.runner} -->")
-
-
-def results_digest(doc: Results) -> str:
-    """SHA-256 of the canonical JSON of a results document (identifies it in the comment)."""
-    canonical = json.dumps(doc, sort_keys=True, separators=(",", ":"), ensure_ascii=True, allow_nan=False)
-    return hashlib.sha256(canonical.encode("ascii")).hexdigest()
-
-
-def head_sha(doc: Results) -> str | None:
-    """The head commit a results document is for (None without revisions)."""
-    revisions = doc["revisions"]
-    return revisions["head"]["sha"] if revisions is not None else None
 
 
 def parse_sections(body: str) -> list[Section]:

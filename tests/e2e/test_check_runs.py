@@ -27,6 +27,7 @@ from ds4ci.github import checkruns
 from ds4ci.github.verified import Published
 from ds4ci.records import Results
 from ds4ci.report import render
+from ds4ci.report.docview import view_of
 
 DATA = TESTS / "data" / "results"
 PASS, FAIL, ERROR = DATA / "pass.json", DATA / "fail.json", DATA / "error.json"
@@ -109,13 +110,13 @@ def test_conclusions_follow_the_run(fake: FakeGitHub) -> None:
     interrupted["reasons"] = ["ds4ci was interrupted by SIGTERM; no verdict"]
     timed_out = doc(ERROR)  # "server did not answer /health within 600 s (target-only arm)"
     timed_out["reasons"] = ["target-only: server did not answer /health within 600 s (--startup-timeout)"]
-    assert checkruns.conclusion(validate(interrupted), "error") == "cancelled"
-    assert checkruns.conclusion(validate(timed_out), "error") == "timed_out"
-    assert checkruns.conclusion(doc(FAIL), "failure") == "failure"
-    assert checkruns.conclusion(doc(PASS), "pending") == "action_required"
-    assert checkruns.conclusion(doc(PASS), "error") == "failure"  # a pass that contradicts itself is not green
-    assert checkruns.conclusion(passing_control(), "success") == "neutral"
-    assert checkruns.conclusion(doc(PASS), "success") == "success"
+    assert checkruns.conclusion(view_of(validate(interrupted)), "error") == "cancelled"
+    assert checkruns.conclusion(view_of(validate(timed_out)), "error") == "timed_out"
+    assert checkruns.conclusion(view_of(doc(FAIL)), "failure") == "failure"
+    assert checkruns.conclusion(view_of(doc(PASS)), "pending") == "action_required"
+    assert checkruns.conclusion(view_of(doc(PASS)), "error") == "failure"  # a pass that contradicts itself is not green
+    assert checkruns.conclusion(view_of(passing_control()), "success") == "neutral"
+    assert checkruns.conclusion(view_of(doc(PASS)), "success") == "success"
     published = copy.deepcopy(doc(ERROR))
     published["reasons"] = ["ds4ci was interrupted by SIGINT; no verdict"]
     assert publish(fake, validate(published)) == 0
@@ -173,7 +174,7 @@ def test_a_huge_section_is_shortened_under_the_api_limit(fake: FakeGitHub) -> No
     d["reasons"] = [f"reason {i}: " + "x" * 280 for i in range(200)]
     d["checks"] = [{**d["checks"][0], "name": f"suite {i}", "status": "fail", "log_tail": "y\n" * 30000}
                    for i in range(12)]
-    full = render.render_section(render.environment(), validate(d), render.LEVELS[0], kind="check").body
+    full = render.render_section(render.environment(), view_of(validate(d)), render.LEVELS[0], kind="check").body
     assert len(full) > 65535  # at full detail it would not fit
     assert publish(fake, validate(d)) == 0  # the fake refuses (422) anything over 65,535 characters
     run = runs_by_name(fake)["ds4ci/gfx1151"]

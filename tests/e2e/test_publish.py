@@ -20,6 +20,7 @@ from ds4ci.errors import PublishError, UsageError
 from ds4ci.evidence.results import load as load_results
 from ds4ci.github.verified import Published
 from ds4ci.report import render
+from ds4ci.report.docview import load
 from ds4ci.report.sections import MARKER, parse_sections
 
 DATA = TESTS / "data" / "results"
@@ -366,4 +367,4 @@ def test_sample_results_are_schema_valid() -> None:
     paths = sorted(DATA.glob("*.json"))
     assert len(paths) == 6
     for path in paths:
-        assert render.load_all([path])
+        assert load.load_all([path])

@@ -67,13 +67,17 @@ def test_comment_content_requirements() -> None:
     assert head in body and f"`{head[:7]}`" in body
     # full_snap in the terminal's words (yes/no), not the log's 1/0.
     assert "| q=2 | 0/2 | 49 | 46/49 | 3 | claimed | 96/96 | ❌ fail |" in body
-    assert "token 0" in body and "[128000]" in body and "[128001]" in body
-    # The top table says why; diagnostics are named by their place in the run's artifact, not the runner's disk.
-    assert "| `gfx1151` | ❌ fail | q=2 prompt 0: token IDs differ from target-only at position 0 | `1a95462` |" in body
+    assert "position 0" in body and "[128000]" in body and "[128001]" in body
+    # The headline and the top table say what blocks; diagnostics are named by their place in the run's artifact,
+    # not the runner's disk.
+    assert body.splitlines()[2] == "**blocked: gfx1151 fails parity at q=2, position 0**"
+    assert "| `gfx1151` | ❌ fail | fails parity at q=2, position 0 | `1a95462` |" in body
     assert "`diagnostics/q2-mismatch.txt`" in body and fail["evidence"]["dir"] not in body
     assert f"[ds4ci-evidence-gfx1151]({RUN_URL}#artifacts)" in body
-    # The long reproduce command sits in a collapsed block.
-    assert body.index("<details><summary>Reproduce") < body.index(fail["reproduce"])
+    # What a developer pastes on a runner is shown (the head, then the gate, no machine path); the command the run
+    # recorded sits in a collapsed block.
+    assert f"```sh\ngit checkout {head}\nds4ci gate --config ds4ci.toml --runner gfx1151 --widths 2,3,4\n```" in body
+    assert body.index("<details><summary>Reproduce") < body.rindex(fail["reproduce"])
     assert fail["evidence"]["manifest_sha256"] in body
     assert fail["identities"]["server_bin"]["sha256"] in body
     assert fail["revisions"]["last_validated_predecessor"] in body
@@ -96,9 +100,10 @@ def test_sections_round_trip_and_merge() -> None:
 def test_a_kept_section_keeps_its_reason_in_the_top_table() -> None:
     first, _ = render.render([doc("fail")], run_url=RUN_URL)
     kept = parse_sections(first)
-    assert kept[0].why == "q=2 prompt 0: token IDs differ from target-only at position 0"
+    assert kept[0].why == "fails parity at q=2, position 0"
     body, _ = render.render([doc("pass-second-runner")], run_url=RUN_URL, existing=kept)
-    assert "| `gfx1151` | ❌ fail | q=2 prompt 0: token IDs differ from target-only at position 0 |" in body
+    assert "| `gfx1151` | ❌ fail | fails parity at q=2, position 0 |" in body
+    assert "**blocked: gfx1151 fails parity at q=2, position 0**" in body  # the kept section blocks the headline
     assert "| `gfx1151-b` | ✅ pass | token parity at q=2,3,4, 96 tokens |" in body
 
 

@@ -25,6 +25,7 @@ from ds4ci.errors import EXIT_ERROR
 from ds4ci.evidence import convert
 from ds4ci.evidence.verify import EXIT_UNREADABLE_SCHEMA, verify_dir, verify_path
 from ds4ci.report import render
+from ds4ci.report.docview import load
 
 DATA = TESTS / "data"
 BUNDLES = sorted(DATA.rglob("*.bundle.tar.gz"))
@@ -55,7 +56,7 @@ def test_every_captured_bundle_verifies_and_none_as_tampered(bundle: Path) -> No
 
 @pytest.mark.parametrize("path", RESULTS, ids=_name)
 def test_every_captured_results_file_renders(path: Path) -> None:
-    doc = render.load_one(path)
+    doc = load.load_one(path)
     assert doc["schema_version"] == convert.CURRENT
     body, sections = render.render([doc])
     assert sections and doc["runner"]["name"] in body

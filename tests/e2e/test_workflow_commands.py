@@ -157,8 +157,12 @@ def test_a_commit_subject_with_commands_forges_none_in_a_bisect(tmp_path: Path) 
     _git(repo, "add", "-A")
     _git(repo, "commit", "-qm", " | ".join(ATTACKS))
     summary = tmp_path / "summary.md"
+    trusted = tmp_path / "trusted" / "ds4ci.toml"  # under Actions bisect takes its settings from outside the checkout
+    trusted.parent.mkdir()
+    trusted.write_bytes((repo / "ds4ci.toml").read_bytes())
     for extra in ((), ("--json",)):
-        done = subprocess.run([DS4CI, "bisect", "--good", good, "--runner", "box", *extra], cwd=repo,
+        done = subprocess.run([DS4CI, "bisect", "--config", str(trusted), "--config-base", ".", "--good", good,
+                               "--runner", "box", *extra], cwd=repo,
                               env={**_actions_env(ws, summary), "DS4CI_CONTAINMENT": "sandbox"},
                               capture_output=True, text=True, timeout=600, check=False)
         assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]

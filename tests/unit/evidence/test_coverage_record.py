@@ -14,6 +14,7 @@ from ds4ci.judging import coverage, coverpolicy
 from ds4ci.judging.coverage import RequestSteps
 from ds4ci.judging.specsteps import COMPARE, TIMING, SpecStep
 from ds4ci.report import render, table
+from ds4ci.report.docview.words import PLAIN_BOUNDARIES
 
 
 def _doc() -> Any:
@@ -45,7 +46,7 @@ def test_the_record_is_written_and_schema_valid_without_changing_a_pass() -> Non
     assert "q=3 coverage (timing): accepted 0..2 drafts 3/1/2 steps; rejections at slot 1..2 3/1" in text
     assert "ratio4 2/4 rejected first at 126,130; ratio128 1/2 rejected first at 126; window 1/2" in text
     body, _ = render.render([d], kind="summary")  # the comment collapses a pass; the job summary shows it all
-    assert "**Coverage**" in body and "- q=3: 6 verify steps seen, 4 with a rejected draft; 4 crossed a ratio-4" in body
+    assert "**Coverage**" in body and "- q=3: 6 verify steps seen, 4 with a rejected draft; 4 crossed a 4-token" in body
 
 
 def test_required_and_unmet_leaves_a_passing_width_without_a_verdict_naming_the_minimum() -> None:
@@ -105,8 +106,8 @@ def test_the_rollback_and_coverage_lines_name_each_boundary_in_the_same_words() 
     body, _ = render.render([d], kind="summary")
     rollback = next(line for line in body.splitlines() if line.startswith("**Rollback**"))
     covered = next(line for line in body.splitlines() if line.startswith("- q=3: 6 verify steps"))
-    assert ("q=3: identical answers after 3 rejected drafts, with rejected drafts at a ratio-4 compressor boundary "
-            "(first at 126, 130); a ratio-128 compressor boundary (first at 126); a 128-row window's wrap (first at 126);"
+    assert ("q=3: identical answers after 3 rejected drafts, with rejected drafts at a 4-token compression boundary "
+            "(first at 126, 130); a 128-token compression boundary (first at 126); a 128-token window wrap (first at 126);"
             in rollback), rollback
-    for name in coverage.BOUNDARY_NAMES.values():
+    for name in PLAIN_BOUNDARIES.values():
         assert f"crossed a {name} (" in covered, (name, covered)

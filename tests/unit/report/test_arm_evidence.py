@@ -10,6 +10,7 @@ from paths import TESTS
 from ds4ci.evidence.derive import derive
 from ds4ci.github.publish import _description
 from ds4ci.report import render
+from ds4ci.report.docview import view_of
 
 FORK = TESTS / "data" / "real-server" / "h200-fork-41ee7d0" / "gate.bundle.tar.gz"
 # The fork build 41ee7d0 with the successor tiny models, run from a folder that is no git checkout: a pass.
@@ -26,12 +27,14 @@ def _derived(tmp_path: Path, bundle: Path = FORK):  # type: ignore[no-untyped-de
 def test_the_comment_shows_one_short_line_per_arm(tmp_path: Path) -> None:
     body, _ = render.render([_derived(tmp_path)], kind="comment")
     assert (
-        "**Evidence per arm** (parity oracle, counters, lines printed): target-only: tiny-model words; none of the "
-        "known lines · q=2: tiny-model words, counters derived; banner x4, summary-plain x4 · q=3: "
+        "**Evidence per arm** (where the token IDs came from, counters, lines the server printed): "
+        "target-only: tiny-model words; none of the known lines · q=2: tiny-model words, counters derived; "
+        "banner x4, summary-plain x4 · q=3: "
     ) in body
 
 
 def test_the_status_names_the_oracle(tmp_path: Path) -> None:
     doc = _derived(tmp_path, PASSING)
     assert doc["verdict"] == "pass"
-    assert _description(doc, "success") == "pass: token parity at q=2,3,4, 96 tokens (oracle: tiny-model words)"
+    assert _description(view_of(doc), "success") == (
+        "pass: token parity at q=2,3,4, 96 tokens (token IDs from the tiny model's words)")

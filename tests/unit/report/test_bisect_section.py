@@ -74,10 +74,10 @@ def test_a_bisect_of_an_earlier_head_leaves_the_comment_when_results_of_a_new_he
     from paths import TESTS
 
     from ds4ci.evidence import results
-    from ds4ci.report.sections import head_sha
+    from ds4ci.report.docview import view_of
 
     doc = results.load(TESTS / "data" / "results" / "pass.json")
-    head = head_sha(doc)
+    head = view_of(doc).head
     assert head is not None
     old, current = found(), found()
     old["runner"], current["runner"] = "old-box", "box"

@@ -11,7 +11,8 @@ import pytest
 from paths import TESTS
 
 from ds4ci.evidence.results import load
-from ds4ci.report import docview, glance, markdown, render, views
+from ds4ci.report import glance, markdown, render
+from ds4ci.report.docview import difference, words
 from ds4ci.report.sections import parse_sections
 
 DATA = TESTS / "data" / "results"
@@ -61,15 +62,16 @@ def test_a_cause_at_every_width_is_said_once_with_one_diff_block() -> None:
             prompt["mismatch"] = copy.deepcopy(mismatch)
     failing["reasons"] = [f"q={w['q']} {reason}" for w in failing["widths"]]
     body = comment(failing)
-    assert body.count(reason) == 3  # the table's row, the section's one bullet and its hidden why line
+    assert body.count(reason) == 1  # the section's one bullet; the table's row and the headline say where it differs
+    assert body.count("fails parity at q=2,3,4, position 0") == 3  # the headline, the table's row, the hidden why
     assert f"- q=2,3,4 {reason}" in body and f"q=3 {reason}" not in body
     assert body.count("```text") == 1 and "(q=2,3,4, prompt 0)" in body
     assert "the same at each of these widths" in body
-    assert docview.headline(failing) == f"q=2,3,4 {reason}"  # no "(+2 more)" for one cause
+    assert words.headline(failing) == f"q=2,3,4 {reason}"  # no "(+2 more)" for one cause
 
 
 def test_the_marked_token_never_runs_into_its_neighbour() -> None:
-    block = views._mismatch_block({"window_start": 17, "position": 19, "target_len": 40, "spec_len": 40,
+    block = difference.id_block({"window_start": 17, "position": 19, "target_len": 40, "spec_len": 40,
                                    "target_ids": [28023, 20449, 28023, 5], "spec_ids": [28023, 20449, 1, 5]})
     lines = block.splitlines()
     assert "20449 [28023]" in lines[2] and lines[3].split()[-2:] == ["[1]", "5"]
@@ -82,8 +84,8 @@ def test_the_why_is_cut_at_a_word() -> None:
     failing["reasons"] = ["q=2 prompt 0 requests 1, 2: token IDs differ: first differing position 19 (target-only "
                           "has 96 IDs, reference-exact 96); IDs from position 19: target-only [1, 2, 3] vs "
                           "reference-exact [4, 5, 6] and a good deal more text to cut somewhere sensible", "other"]
-    why = docview.headline(failing)
-    assert why.endswith("… (+1 more)") and len(why) <= docview.REASON_CHARS
+    why = words.headline(failing)
+    assert why.endswith("… (+1 more)") and len(why) <= words.REASON_CHARS
     kept = why.removesuffix("… (+1 more)")
     assert failing["reasons"][0].startswith(kept) and not failing["reasons"][0][len(kept)].isalnum()
 
@@ -103,9 +105,9 @@ def test_coverage_is_in_plain_words_with_the_docs_linked(monkeypatch: pytest.Mon
         "ratio128": {"batches": 0, "rejected": 0, "rolled_back": 0, "first_positions": [], "first_rejected_positions": []},
         "window": {"batches": 0, "rejected": 0, "rolled_back": 0, "first_positions": [], "first_rejected_positions": []},
     }}
-    words = glance.coverage_words(record)
-    assert words == ("q=4: 16 verify steps seen, 4 with a rejected draft; 16 crossed a ratio-4 compressor boundary "
-                     "(4 with a rejection); none crossed a ratio-128 compressor boundary or a 128-row window's wrap")
+    said = words.coverage_words(record)
+    assert said == ("q=4: 16 verify steps seen, 4 with a rejected draft; 16 crossed a 4-token compression boundary "
+                    "(4 with a rejection); none crossed a 128-token compression boundary or a 128-token window wrap")
     monkeypatch.setenv("DS4CI_REF", "acme/ds4ci@v0.1.0")
     assert glance.docs_link(*glance.COVERAGE_DOC) == (
         "https://github.com/acme/ds4ci/blob/v0.1.0/docs/results.md#proof-coverage-of-one-width-coverage")
