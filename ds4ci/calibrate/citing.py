@@ -28,9 +28,16 @@ def _cited(doc: Mapping[str, Any]) -> dict[str, Any]:
             "reasons": list(doc.get("reasons") or [])[:5], "pins": doc.get("pins")}
 
 
-def _within(folder: Path, trees: Sequence[Path]) -> Path | None:
+def _overlap(folder: Path, trees: Sequence[Path]) -> tuple[Path, str] | None:
+    """The first pull-request tree ``folder`` lies in or holds (resolved), and which of the two; None: neither."""
     real = Path(os.path.realpath(folder))
-    return next((t for t in trees if (r := Path(os.path.realpath(t))) == real or r in real.parents), None)
+    for tree in trees:
+        r = Path(os.path.realpath(tree))
+        if r == real or r in real.parents:
+            return tree, "lies in"
+        if real in r.parents:
+            return tree, "holds"
+    return None
 
 
 def citation(folder: Path, run: Mapping[str, Any], keys: Sequence[str], pr_trees: Sequence[Path] = ()) -> dict[str, Any]:
@@ -43,12 +50,12 @@ def citation(folder: Path, run: Mapping[str, Any], keys: Sequence[str], pr_trees
         out["problems"] = [f"gate.calibrations = {folder}: expected an absolute path of a folder of calibration "
                            "records (`ds4ci calibrate --out`), found none"]
         return out
-    tree = _within(folder, pr_trees)
-    if tree is not None:
-        out["problems"] = [f"gate.calibrations = {folder} lies in {tree}, which pull-request code writes: keep the "
-                           "runner's records outside it"]
+    found = _overlap(folder, pr_trees)
+    if found is not None:
+        out["problems"] = [f"gate.calibrations = {folder} {found[1]} {found[0]}, which pull-request code writes: keep "
+                           "the runner's records in a folder of their own, apart from it"]
         return out
-    path, out["others"] = latest_record(folder, run)
+    path, out["others"] = latest_record(folder, run, skip=pr_trees)
     if path is None:
         return out
     out["record"] = str(path)

@@ -9,7 +9,7 @@ own bundle); a runner with none is reported as never calibrated, in those words.
 from __future__ import annotations
 
 import datetime as dt
-import re
+import os
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
@@ -22,10 +22,28 @@ from ds4ci.judging import strictjson
 DEPTH = 3
 
 
-def records_under(folder: Path) -> list[Path]:
-    found = []
-    for depth in range(DEPTH + 1):
-        found += [p.parent for p in folder.glob("/".join(["*"] * depth + [CALIBRATION])) if is_record(p.parent)]
+def records_under(folder: Path, skip: Sequence[Path] = ()) -> list[Path]:
+    """Each folder at most :data:`DEPTH` levels below ``folder`` (itself included) that is a record. No link is
+    followed (a linked folder or ``calibration.json`` is passed over), and nothing in a folder of ``skip`` (the
+    trees pull-request code writes) is looked at."""
+    avoid = {Path(os.path.realpath(t)) for t in skip}
+    found: list[Path] = []
+    level = [folder]
+    for _depth in range(DEPTH + 1):
+        below: list[Path] = []
+        for here in level:
+            if Path(os.path.realpath(here)) in avoid:
+                continue
+            try:
+                entries = sorted(os.scandir(here), key=lambda e: e.name)
+            except OSError:
+                continue
+            names = {e.name: e for e in entries}
+            cal = names.get(CALIBRATION)
+            if cal is not None and cal.is_file(follow_symlinks=False) and is_record(here):
+                found.append(here)
+            below += [here / e.name for e in entries if e.is_dir(follow_symlinks=False)]
+        level = below
     return sorted(set(found))
 
 
@@ -50,26 +68,14 @@ def age_days(doc: Mapping[str, Any], now: dt.datetime | None = None) -> float | 
     return ((now or dt.datetime.now(dt.timezone.utc)) - when).total_seconds() / 86400
 
 
-CITED = re.compile(r"calibrated (\d{4}-\d{2}-\d{2}) on engine [0-9a-f]{1,40}")
-
-
-def cited_day(text: str) -> dt.date | None:
-    """The day of the calibration a report cites (:func:`citation`'s words), None where it cites none."""
-    found = CITED.search(text)
-    try:
-        return dt.date.fromisoformat(found.group(1)) if found else None
-    except ValueError:
-        return None
-
-
 def citation(doc: Mapping[str, Any]) -> str:
     return cited_line(str(doc["summary"]["line"]), str(doc.get("finished", "")), str((doc.get("engine") or {}).get("commit", "")))
 
 
-def latest_record(folder: Path, results: Mapping[str, Any]) -> tuple[Path | None, list[str]]:
+def latest_record(folder: Path, results: Mapping[str, Any], skip: Sequence[Path] = ()) -> tuple[Path | None, list[str]]:
     """The latest record under ``folder`` that claims ``results``' runner and pins (None: none), and the runners of
-    the records there that claim another runner (never cited for this one)."""
-    claims = [(d, p) for p in records_under(folder) if (d := _claimed(p)) is not None]
+    the records there that claim another runner (never cited for this one). ``skip``: folders never looked in."""
+    claims = [(d, p) for p in records_under(folder, skip) if (d := _claimed(p)) is not None]
     claimed = [(d, p) for d, p in claims if matches(d, results)]
     others = sorted({str(d.get("runner")) for d, _ in claims if d.get("runner") != results["runner"]["name"]})
     if not claimed:

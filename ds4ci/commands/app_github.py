@@ -82,6 +82,11 @@ _CommentRecord = Annotated[Path | None, typer.Option(
     metavar="FILE", help='Once the comment is written, its id as one JSON line {"comment_id": N, "artifact": '
     '"ds4ci-comment-N"}: gate.yml uploads it as an artifact of that name, the record that makes the comment '
     "ds4ci's where the token posts as github-actions[bot] (docs/security.md).")]
+_CalibrationRecord = Annotated[Path | None, typer.Option(
+    metavar="FILE", help='Once everything was posted, the day of each gate runner\'s calibration its verified bundle '
+    'cites, as one JSON line {"artifact": "ds4ci-calibrated--RUNNER=YYYY-MM-DD...", "calibrated": {...}} (artifact '
+    "null where none cites one): gate.yml uploads an artifact of that name, the record merge-check reads for "
+    "merge.calibration_max_age_days (docs/merging.md).")]
 _CommentMode = Annotated[
     str | None,
     typer.Option("--comment-mode", metavar="MODE", help=table.get("publish", "comment_mode").flag_help(),
@@ -133,6 +138,7 @@ def publish(
                             "<runner>` succeeds only on success). Nothing is written when publish fails.")] = None,
     comment_mode: _CommentMode = None,
     comment_record: _CommentRecord = None,
+    calibration_record: _CalibrationRecord = None,
     bisect: Annotated[list[Path] | None, typer.Option(metavar="FILE", help="A runner's `ds4ci bisect --json` result "
                       "on this head: a section of the comment and the job summary naming the first failing commit "
                       "(never a status). Repeatable, one per runner.")] = None,
@@ -157,6 +163,7 @@ def publish(
         expect_runners=tuple(expect_runner or ()), expect_config=expect_config, check_runs=check_runs,
         dry_run_dir=dry_run_dir, calibrations=calibrations, verdicts_out=verdicts_out,
         comment_mode=comment_mode, bisects=tuple(bisect or ()), comment_record=comment_record,
+        calibration_record=calibration_record,
     )
     exit_with(
         lambda: run_publish(results or [], request, pending=pending, runner=runner, unverified=unverified)

@@ -69,6 +69,7 @@ class PublishRequest:
     calibrations: Path | None = None  # where the runners' calibration records are (the report cites them)
     bisects: tuple[Path, ...] = ()  # runners' `ds4ci bisect --json` results, a comment section each
     comment_record: Path | None = None  # where the written comment's id goes (gate.yml uploads the record)
+    calibration_record: Path | None = None  # where the cited calibrations' days go (gate.yml uploads the record)
 
     def cited(self, docs: list[Results], verified: Collection[str] = ()) -> dict[str, str]:
         """Each gate runner's calibration line (``ds4ci.calibrate.latest``): the one sealed in its bundle where the
@@ -93,6 +94,10 @@ def run_publish(
         from ds4ci.fileio import refuse_inside_checkout
 
         refuse_inside_checkout(request.verdicts_out, "--verdicts-out")
+    if request.calibration_record is not None:
+        from ds4ci.fileio import refuse_inside_checkout
+
+        refuse_inside_checkout(request.calibration_record, "--calibration-record")
     if pending:
         return _run_pending(results, request, runner)
     if runner is not None:
@@ -165,6 +170,10 @@ def publish_documents(published: list[Published], request: PublishRequest) -> in
     if client is None:
         return _dry_run(made, r)
     apply.apply(made, client)
+    if r.calibration_record is not None:  # last, like the verdicts: only once everything was posted
+        from ds4ci.github import calrecord
+
+        calrecord.write(r.calibration_record, calrecord.cited_days(p.doc for p in published if p.may_set_status))
     return 0
 
 

@@ -37,7 +37,7 @@ def same_pins(pins: Mapping[str, Any], want: Mapping[str, Any]) -> bool:
 
 
 def cited_line(summary: str, finished: str, engine_commit: str) -> str:
-    """The words a report cites (``ds4ci.calibrate.latest.CITED`` reads the day back)."""
+    """The words a report cites (for people: merge-check reads the day from ``ds4ci.github.calrecord``, never here)."""
     return f"{summary}; calibrated {finished[:10]} on engine {engine_commit[:7]}"
 
 

@@ -52,7 +52,7 @@ class Requirements:
     publisher: str = DEFAULT_PUBLISHER  # the only account whose ds4ci/<runner> statuses count
     sources: tuple[CheckSource, ...] = ()  # per-check sources; a check not listed: CheckSource(name)
     workflow: str = DEFAULT_WORKFLOW  # a gate status counts only when it links a run of this file (provenance)
-    calibration_max_age_days: int = 0  # above 0: each gate runner's own check run must cite a calibration this recent
+    calibration_max_age_days: int = 0  # above 0: the run vouching for each gate runner records a calibration this recent
     vouch: str = "workflow"  # which record vouches for a green gate (ds4ci.github.vouch)
     vouch_app_id: int | None = None  # vouch "publisher": the GitHub App whose check runs vouch
 
@@ -83,7 +83,7 @@ class CheckRun:
     id: int = 0
     app_id: int = 0  # app.id: the GitHub App that created it (what vouch = "publisher" names)
     title: str = ""  # output.title (ds4ci's own check runs: the status description)
-    summary: str = ""  # output.summary (ds4ci's own: the runner's section, with the calibration it cites)
+    summary: str = ""  # output.summary (ds4ci's own: the runner's section; never judged: PR processes write in it)
     details_url: str = ""  # ds4ci's own check runs: the gate run's URL, like a status's target_url
 
 
@@ -116,6 +116,7 @@ class Vouch:
     green: bool
     detail: str  # the record that vouched, or why none did
     concluded: str | None = None  # what the vouching record concluded (success, failure, ...); None: none was found
+    run: int | None = None  # vouch "workflow": the trusted gate's run whose verdict job vouched (its record)
 
 
 NOT_VOUCHED = Vouch(False, "no record of GitHub's was read for it")
@@ -133,6 +134,8 @@ class MergeFacts:
     gate_green_on: Mapping[str, str] = field(default_factory=dict)
     today: str = ""  # YYYY-MM-DD (UTC) when the facts were fetched: the age of a cited calibration
     vouches: Mapping[str, Vouch] = field(default_factory=dict)  # runner -> what vouched for (or against) it
+    # run id -> the names of its artifacts, for each run that vouched (read where a calibration is required)
+    run_artifacts: Mapping[int, tuple[str, ...]] = field(default_factory=dict)
 
 
 @dataclass(frozen=True)
@@ -278,21 +281,32 @@ def _check_condition(source: CheckSource, head: str, found: Sequence[Status], pu
 
 
 def _calibration_condition(runner: str, facts: MergeFacts, need: Requirements) -> Condition:
-    """The publisher's own check run of ds4ci/<runner> on the head must cite a calibration at most N days old."""
-    from ds4ci.calibrate.latest import cited_day
+    """The run that vouched for ``runner``'s green must record (``calrecord``) a calibration at most N days old.
+
+    Only that run's artifact names are read: its own jobs alone can upload them. No check run or status text
+    counts, since a pull request's processes and workflows can put any words there."""
+    from ds4ci.github import calrecord
 
     name, limit = f"calibration of {runner}", need.calibration_max_age_days
-    run = own_run(facts.check_runs, GATE_CONTEXT.format(runner=runner), facts.pull.head, app_of(need.publisher))
-    day = cited_day(run.summary) if run is not None else None
+    wants = f"merge.calibration_max_age_days requires one from the last {limit} days"
+    vouch = facts.vouches.get(runner, NOT_VOUCHED)
+    if not vouch.green:
+        return Condition(name, False, f"no calibration read: no run of the trusted gate vouched for the gate's green "
+                                      f"on the head ({vouch.detail}); {wants}")
+    if vouch.run is None:
+        return Condition(name, False, f"no calibration read: {vouch.detail} vouched, but only a run of the trusted "
+                                      f"gate records a calibration (merge.vouch = \"workflow\"); {wants}")
+    names = facts.run_artifacts.get(vouch.run)
+    if names is None:
+        return Condition(name, False, f"no calibration read: the artifacts of run {vouch.run} were not read; {wants}")
+    day, why = calrecord.day_of(names, runner, vouch.run)
     if day is None:
-        return Condition(name, False, f"the gate's check run on the head cites no calibration (the runner was never "
-                                      f"calibrated, or publish ran without --calibrations); merge.calibration_max_age_days "
-                                      f"requires one from the last {limit} days")
+        return Condition(name, False, f"{why}; {wants}")
     age = (dt.date.fromisoformat(facts.today or dt.date.today().isoformat()) - day).days
     if age > limit:
-        return Condition(name, False, f"calibrated {day.isoformat()}, {age} days ago: older than the {limit} days "
-                                      "merge.calibration_max_age_days allows; calibrate the runner again")
-    return Condition(name, True, f"calibrated {day.isoformat()} ({age} days ago, at most {limit})")
+        return Condition(name, False, f"calibrated {day.isoformat()} ({why}), {age} days ago: older than the {limit} "
+                                      "days merge.calibration_max_age_days allows; calibrate the runner again")
+    return Condition(name, True, f"calibrated {day.isoformat()} ({why}; {age} days ago, at most {limit})")
 
 
 def _latest_verdicts(reviews: Sequence[Review]) -> dict[str, Review]:

@@ -203,10 +203,15 @@ def gather(
                                                        vouched=voucher.judge_commit)
             if older:
                 green_on[runner] = older
+    artifacts: dict[int, tuple[str, ...]] = {}
+    if need.calibration_max_age_days > 0:  # each vouching run's own record of the calibrations (calrecord)
+        for v in vouches.values():
+            if v.green and v.run is not None and v.run not in artifacts:
+                artifacts[v.run] = tuple(client.run_artifact_names(v.run))
     now = pull_facts(number, client.pull(number))
     if now.head != head:
         raise PublishError(
             f"pull request #{number} moved from {head} to {now.head} while it was being checked; run merge-check again"
         )
     today = time.strftime("%Y-%m-%d", time.gmtime())
-    return merge.MergeFacts(pull, found_statuses, runs, found_reviews, threads, green_on, today, vouches)
+    return merge.MergeFacts(pull, found_statuses, runs, found_reviews, threads, green_on, today, vouches, artifacts)

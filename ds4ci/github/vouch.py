@@ -156,4 +156,4 @@ class Voucher:
                          conclusion if isinstance(conclusion, str) else None)
         return Vouch(True, f"run {run.id} ({run.path}, {run.event} on {run.head_branch}, job '{job_name}' success in "
                            f"attempt {run.attempt}; it gated the head, with the settings of {run.head_branch} at "
-                           f"{run.head_sha[:12]})", "success")
+                           f"{run.head_sha[:12]})", "success", run=run.id)

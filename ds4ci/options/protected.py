@@ -85,6 +85,7 @@ def config_paths(cfg: GateConfig, flags: Mapping[str, Any]) -> Iterator[tuple[st
         yield from unless_flag(name, f"gate.{name}", WRITE, getattr(cfg, name))
     yield from unless_flag("source_dir", "gate.source_dir", BIND, cfg.source_dir)
     yield from unless_flag("signing_key", "gate.signing_key", READ, cfg.signing_key)
+    yield from unless_flag("calibrations", "gate.calibrations", READ, cfg.calibrations)
     if cfg.build is not None:
         yield "build.server_bin", READ, cfg.build.server_bin
         if cfg.build.cwd is not None:

@@ -347,8 +347,9 @@ OPTIONS: tuple[Option, ...] = (
            "request into any branch, or workflow_dispatch on it), for the head; any other is listed as ignored "
            "(docs/security.md).", check=v.text,
            default=".github/workflows/gate.yml", flag="--trusted-workflow", command="merge-check", metavar="PATH"),
-    Option("merge", "calibration_max_age_days", "When above 0: each gate runner's check run must cite a calibration "
-           "(`ds4ci publish --calibrations`, docs/calibration.md) no older than this many days; 0 requires none.",
+    Option("merge", "calibration_max_age_days", "When above 0: each gate runner's calibration, as recorded by the "
+           "trusted gate's run that vouched for its green (its artifact ds4ci-calibrated--<runner>=<day>, from the "
+           "verified bundle's citation; docs/merging.md), is no older than this many days; 0 requires none.",
            check=v.integer(0), default=0, toml_type="integer"),
     Option("merge", "vouch", "Which of GitHub's records vouches for a ds4ci/<runner> success (docs/merging.md): "
            "\"workflow\" (the run of merge.workflow that the status links, looked up: pull_request_target or "

@@ -113,3 +113,8 @@ def test_a_calibrated_runner_s_comment_and_check_run_cite_its_calibration_throug
     assert f"**Proof strength**: {line}" in comment["body"], comment["body"]
     (run,) = fake.check_runs(head)
     assert line in run["output"]["summary"], run["output"]
+    # The record merge.calibration_max_age_days reads: an artifact of this run, named by the cited day.
+    day = str(doc["finished"])[:10]
+    uploaded = tmp_path / "artifacts" / f"ds4ci-calibrated--{RUNNER}={day}" / "ds4ci-calibrated.json"
+    assert json.loads(uploaded.read_text(encoding="utf-8")) == {"artifact": f"ds4ci-calibrated--{RUNNER}={day}",
+                                                                "calibrated": {RUNNER: day}}, act_log(proc)

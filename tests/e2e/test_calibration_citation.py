@@ -95,17 +95,34 @@ def test_the_gate_seals_the_verified_citation_verify_derives_it_and_publish_cite
     try:
         head = _results(work)["revisions"]["head"]["sha"]
         fake.add_pull(42, head, [head])
+        url = fake.add_run(800, title=f"ds4ci gate {head}", jobs={f"verdict {RUNNER}": "success"})
         # As the publishing job: the Actions token (an app installation token, the one that makes check runs).
         env = dict(os.environ, GITHUB_TOKEN=APP_TOKEN, DS4CI_GITHUB_THROTTLE="0", GITHUB_ACTIONS="true")
         env.pop("GITHUB_STEP_SUMMARY", None)
+        record = tmp_path / "calibrated.json"
         published = subprocess.run([sys.executable, "-m", "ds4ci", "publish", str(work / "b.tar.gz"), "--repo",
-                                    "acme/engine", "--pr", "42", "--api-url", fake.url, "--expect-config", str(c["config"])],
+                                    "acme/engine", "--pr", "42", "--api-url", fake.url, "--expect-config", str(c["config"]),
+                                    "--target-url", url, "--calibration-record", str(record)],
                                    capture_output=True, text=True, env=env, check=False, timeout=300)
         assert published.returncode == 0, published.stderr[-3000:]
         (comment,) = fake.comments(42)
         assert f"**Proof strength**: {line}" in comment["body"]
         (check,) = [r for r in fake.check_runs(head) if r["name"] == f"ds4ci/{RUNNER}"]
         assert f"calibrated {day} on engine {c['commit'][:7]}" in check["output"]["summary"]
+        # The record gate.yml uploads; merge-check reads the day from the vouching run's artifact of that name.
+        assert json.loads(record.read_text()) == {"artifact": f"ds4ci-calibrated--{RUNNER}={day}",
+                                                  "calibrated": {RUNNER: day}}
+        merge_toml = tmp_path / "merge.toml"
+        merge_toml.write_text(f'[merge]\nrunners = ["{RUNNER}"]\napprovals = 0\ncalibration_max_age_days = 30\n')
+        check_env = {k: v for k, v in os.environ.items() if not k.startswith("GITHUB_")}
+        check_env.update({"GITHUB_API_URL": fake.url, "GITHUB_TOKEN": APP_TOKEN, "GITHUB_REPOSITORY": "acme/engine",
+                          "DS4CI_GITHUB_THROTTLE": "0"})
+        merge_check = [sys.executable, "-m", "ds4ci", "merge-check", "--pr", "42", "--config", str(merge_toml)]
+        before = subprocess.run(merge_check, capture_output=True, text=True, env=check_env, check=False, timeout=120)
+        assert before.returncode == 1 and f"records no calibration of runner {RUNNER}" in before.stdout, before.stdout
+        fake.add_artifact(800, json.loads(record.read_text())["artifact"])
+        ready = subprocess.run(merge_check, capture_output=True, text=True, env=check_env, check=False, timeout=120)
+        assert ready.returncode == 0, ready.stdout + ready.stderr
     finally:
         fake.stop()
 

@@ -414,3 +414,33 @@ def test_the_publish_job_passes_each_runners_bisect_beside_its_bundle(tmp_path: 
     argv = (tmp_path / "argv").read_text().splitlines()
     given = [argv[i + 1] for i, a in enumerate(argv) if a == "--bisect"]
     assert given == [str(folders["gfx1151"] / "bisect.json")], argv
+
+
+@pytest.mark.parametrize("artifact", ["ds4ci-calibrated--cuda=2026-12-04--gfx1151=2026-12-01", None])
+def test_the_publish_job_outputs_the_calibration_record_publish_wrote(tmp_path: Path, artifact: str | None) -> None:
+    """The step passes --calibration-record and outputs the record's artifact name for the upload step (none when
+    no verified bundle cites a calibration: nothing is uploaded)."""
+    venv = tmp_path / "ds4ci-venv" / "bin"
+    venv.mkdir(parents=True)
+    doc = json.dumps({"artifact": artifact, "calibrated": {}})
+    body = ('for ((i = 1; i <= $#; i++)); do if [[ "${!i}" == --calibration-record ]]; then j=$((i + 1)); '
+            f"printf '%s\\n' '{doc}' > \"${{!j}}\"; fi; done; exit 0")
+    (venv / "ds4ci").write_bytes(_stand_in(tmp_path, body).read_bytes())
+    (venv / "ds4ci").chmod(0o755)
+    folder = tmp_path / "ds4ci-results" / "ds4ci-results-cuda"
+    folder.mkdir(parents=True)
+    (folder / "bundle.tar.gz").write_bytes(b"x")
+    env = {"GITHUB_TOKEN": WRITE_TOKEN, "DS4CI_PR": "7", "DS4CI_HEAD_SHA": "a" * 40, "DS4CI_RUNNERS": "cuda",
+           "DS4CI_RUN_URL": "https://github.invalid/run", "DS4CI_CONFIG": "ds4ci.toml", "DS4CI_ALLOW_FOCUSED": "false",
+           "DS4CI_FORK": "false", "DS4CI_APPROVAL": "skipped", "GITHUB_REPOSITORY": "acme/engine"}
+    gate_yml = ROOT / ".github" / "workflows" / "gate.yml"
+    proc, outputs = _run(_step(gate_yml, "publish", job="publish"), tmp_path, tmp_path, env)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    argv = (tmp_path / "argv").read_text().splitlines()
+    assert argv[argv.index("--calibration-record") + 1] == str(tmp_path / "ds4ci-calibrated.json")
+    assert outputs.get("calibrated") == (artifact or "")
+    doc_ = YAML(typ="safe").load(gate_yml.read_text())
+    name = "Record the calibrations the verified bundles cite"
+    (upload,) = [s for s in doc_["jobs"]["publish"]["steps"] if s.get("name") == name]
+    assert upload["with"]["name"] == "${{ steps.publish.outputs.calibrated }}"
+    assert upload["if"] == "always() && steps.publish.outputs.calibrated != ''"

@@ -70,3 +70,31 @@ def test_the_config_takes_only_an_absolute_folder(tmp_path: Path) -> None:
     path.write_text(role + f'[gate]\ncalibrations = "{tmp_path / "records"}"\n')
     assert config.load(path, {}, check_files=False).calibrations == tmp_path / "records"
     assert config.load(path, {"calibrations": Path("rel")}, check_files=False).calibrations == Path("rel").absolute()
+
+
+def test_a_folder_that_holds_a_pull_request_tree_is_refused_and_its_records_are_never_read(tmp_path: Path) -> None:
+    """Red team: gate.calibrations = the service's state folder, whose work/<req>/src holds the PR's head; a record
+    the PR commits (finished far in the future) was picked as the latest by that claim."""
+    pr = tmp_path / "work" / "req-17" / "src"
+    claim(pr, "h200", finished="2099-01-01T00:00:00Z")
+    found = citation(tmp_path, RUN, ["k"], (pr,))
+    assert found["record"] is None and found["others"] == []
+    assert found["problems"] == [f"gate.calibrations = {tmp_path} holds {pr}, which pull-request code writes: keep "
+                                 "the runner's records in a folder of their own, apart from it"]
+
+
+def test_the_search_skips_pull_request_trees_and_follows_no_link(tmp_path: Path) -> None:
+    from ds4ci.calibrate.latest import records_under
+
+    records = tmp_path / "records"
+    honest = claim(records / "a" / "record", "h200")
+    pr = claim(records / "pr", "h200", finished="2099-01-01T00:00:00Z")
+    elsewhere = claim(tmp_path / "elsewhere" / "record", "h200", finished="2098-01-01T00:00:00Z")
+    (records / "linked").symlink_to(elsewhere)
+    lone = records / "b" / "record"
+    lone.mkdir(parents=True)
+    (lone / "inputs.json").write_text("{}")
+    (lone / "calibration.json").symlink_to(elsewhere / "calibration.json")
+    assert records_under(records, (pr,)) == [honest]
+    assert records_under(records) == [honest, pr]
+    assert citation(records, RUN, [])["record"] == str(pr)  # no tree named: the latest claim (still verified next)

@@ -84,3 +84,20 @@ def test_refuse_checks_the_files_paths_and_leaves_the_callers_flags_alone(places
         protected.refuse(cfg, flags, guard(places))
     said = str(refused.value)
     assert "gate.hash_cache_path" in said and "sandbox.rw_paths" in said and "evidence_dir" not in said
+
+
+@pytest.mark.parametrize("where", ["state", "keys"])
+def test_a_calibrations_folder_in_a_protected_folder_is_refused_unless_the_caller_gave_it(
+        places: dict[str, Path], tmp_path: Path, where: str) -> None:
+    """gate.calibrations is read (every record below it): it may not name the service's state or the key's folder."""
+    toml = tmp_path / "ds4ci.toml"
+    toml.write_text(f'[runner]\nrole = "negative-control"\n[gate]\ncalibrations = "{places[where]}"\n')
+    cfg = config.load(toml, {}, check_files=False)
+    assert ("gate.calibrations", READ, places[where]) in list(protected.config_paths(cfg, {}))
+    with pytest.raises(UsageError, match=r"gate\.calibrations = .* inside the (gate service's state|signing key's)"):
+        protected.refuse(cfg, {}, guard(places))
+    given = {"calibrations": places[where]}
+    assert not [k for k, _, _ in protected.config_paths(config.load(toml, given, check_files=False), given)
+                if k == "gate.calibrations"]
+    toml.write_text(f'[runner]\nrole = "negative-control"\n[gate]\ncalibrations = "{places["elsewhere"]}"\n')
+    protected.refuse(config.load(toml, {}, check_files=False), {}, guard(places))  # a folder of its own: allowed
