@@ -2,10 +2,9 @@
 
 The machinery is ``ds4ci rehearse``'s (``ds4ci/rehearse/``): the three remote actions (checkout, upload-artifact,
 download-artifact need github.com) get its local stand-ins through ``--local-repository``, act runs as its
-``run_act`` runs it, and pip installs from a wheelhouse built once per worker (the ``wheelhouse`` fixture,
+``run_act`` runs it, and pip installs from a wheelhouse built once per run (the ``wheelhouse`` fixture,
 tests/conftest.py). Here: the repositories the tests make, and the tests' own way to call it.
-The tests are in ``tests/e2e/test_act_e2e.py`` (dispatches) and ``tests/e2e/test_act_pr_events.py``
-(pull-request events and adopters' repositories): two modules, so two workers can run them.
+The tests are in ``tests/e2e/test_act_*.py``; none shares a worker with another, so xdist spreads them.
 """
 
 from __future__ import annotations

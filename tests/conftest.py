@@ -6,8 +6,9 @@ process; ``tests/e2e/`` starts real processes. ``pytest -m "not e2e"`` runs the 
 ``slow`` marks every test that starts real processes (tests/e2e/ and tests/faults/) and the in-process
 tests marked by hand that take seconds; ``pytest -n 2 -m "not slow"`` is the edit loop's tier
 (docs/testing.md). Under ``pytest -n 4`` (the README's command, ``--dist loadgroup``) the tests of a
-module that uses a module- or session-scoped fixture of this suite run on one worker, so that fixture
-(a sealed bundle, a wheelhouse, a running server) is made once, not once per worker.
+module that uses a module-scoped fixture of this suite run on one worker, so that fixture (a sealed
+bundle, a running server) is made once, not once per worker. A session-scoped fixture groups nothing:
+``built_once`` makes its folder once per run (the ``wheelhouse``), and the workers share it.
 """
 
 from __future__ import annotations
@@ -18,6 +19,7 @@ from pathlib import Path
 import pytest
 from fakegithub import FakeGitHub
 from paths import ROOT
+from runonce import built_once
 
 
 @pytest.fixture()
@@ -32,16 +34,19 @@ def fake() -> Iterator[FakeGitHub]:
 
 @pytest.fixture(scope="session")
 def wheelhouse(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    """For the act tests (tests/actkit.py): wheels of ds4ci's dependencies and build backend (pip needs no network)."""
+    """For the act tests (tests/actkit.py): wheels of ds4ci's dependencies and build backend (pip needs no network),
+    built once per run and shared by the workers (``built_once``)."""
     from ds4ci.errors import NoVerdictError
     from ds4ci.rehearse.source import build_wheelhouse
 
-    out = tmp_path_factory.mktemp("wheelhouse")
-    try:  # what `ds4ci rehearse` builds: the dependencies' wheels and the publishing job's locked files, no ds4ci
-        build_wheelhouse(ROOT, out)
-    except NoVerdictError as exc:
-        pytest.skip(str(exc))
-    return out
+    def build(out: Path) -> str | None:
+        try:  # what `ds4ci rehearse` builds: the dependencies' wheels and the publishing job's locked files, no ds4ci
+            build_wheelhouse(ROOT, out)
+        except NoVerdictError as exc:
+            return str(exc)
+        return None
+
+    return built_once(tmp_path_factory, "wheelhouse", build)
 
 
 TESTS_DIR = Path(__file__).resolve().parent
@@ -64,14 +69,18 @@ SLOW_IN_PROCESS = (
 
 
 def _shared_fixture_group(item: pytest.Item) -> str | None:
-    """The group of an item that uses a module- or session-scoped fixture defined in this suite: its module."""
+    """The group of an item that uses a module-scoped fixture defined in this suite: its module.
+
+    A session-scoped fixture puts no test in a group: each worker has a session of its own, so keeping a
+    module's tests on one worker would not make it fewer times, and it would run them one after another.
+    (Such fixtures, ``wheelhouse`` and test_calibrate's ``models``, are made once per run by ``built_once``.)"""
     info = getattr(item, "_fixtureinfo", None)
     if info is None:
         return None
     for defs in info.name2fixturedefs.values():
         fixture = defs[-1]
         source = getattr(fixture.func, "__code__", None)
-        if fixture.scope == "function" or source is None:
+        if fixture.scope in ("function", "session") or source is None:
             continue
         if TESTS_DIR in Path(source.co_filename).resolve().parents:
             return item.nodeid.split("::", 1)[0]

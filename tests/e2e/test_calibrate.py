@@ -18,6 +18,7 @@ from pathlib import Path
 
 import pytest
 from gatekit import CLI
+from runonce import built_once
 
 from ds4ci.calibrate import cpusets
 from ds4ci.supervisor import sandbox
@@ -122,12 +123,18 @@ def _calibrate(tmp: Path, *args: str, env: dict[str, str] | None = None) -> subp
                           env=env or _env(XDG_CONFIG_HOME=str(tmp / "config")))
 
 
-@pytest.fixture(scope="module")
+@pytest.fixture(scope="session")
 def models(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    folder = tmp_path_factory.mktemp("models") / "m"
-    done = subprocess.run([*CLI, "tiny-models", str(folder)], capture_output=True, text=True, check=False, timeout=300)
-    assert done.returncode == 0, done.stderr
-    return folder
+    """The tiny models, written once per run and shared by the workers (``built_once``): no test writes to them
+    (the ones that may get their own copy, ``shell_models``), so this module's tests need not share a worker."""
+
+    def write(out: Path) -> str | None:
+        done = subprocess.run([*CLI, "tiny-models", str(out / "m")], capture_output=True, text=True, check=False,
+                              timeout=300)
+        assert done.returncode == 0, done.stderr
+        return None
+
+    return built_once(tmp_path_factory, "calibrate-models", write) / "m"
 
 
 def cmake_engine(tmp: Path, fault: str = "") -> tuple[Path, Path, str]:
