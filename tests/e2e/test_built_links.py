@@ -11,13 +11,12 @@ from __future__ import annotations
 
 import json
 import os
-import shutil
 import subprocess
 import sysconfig
-import tempfile
 from collections.abc import Iterator
 from pathlib import Path
 
+import asuser
 import pytest
 from gatekit import DS4CI, GateRun, Workspace, sha256
 
@@ -30,21 +29,16 @@ NOBODY = 65534
 SITE = sysconfig.get_paths()["purelib"]  # this venv's packages (ds4ci is installed editable from the checkout)
 
 
-@pytest.fixture(params=["root", "nobody"])
+@pytest.fixture(params=asuser.USERS)
 def user(request: pytest.FixtureRequest) -> str:
-    if request.param == "nobody" and (os.geteuid() != 0 or not Path("/usr/bin/python3").is_file()):
-        pytest.skip("needs root (to switch to nobody) and a system python3")
-    return str(request.param)
+    return asuser.require(str(request.param))
 
 
 @pytest.fixture
 def root() -> Iterator[Path]:
     """A scratch folder the user owns (pytest's own folders are root's alone)."""
-    folder = Path(tempfile.mkdtemp(prefix="ds4ci-links-"))
-    try:
+    with asuser.scratch("ds4ci-links-") as folder:
         yield folder
-    finally:
-        shutil.rmtree(folder, ignore_errors=True)
 
 
 def secret_key(root: Path) -> Path:

@@ -15,11 +15,11 @@ import re
 import shutil
 import subprocess
 import sysconfig
-import tempfile
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+import asuser
 import pytest
 from fakegithub import FakeGitHub
 from gatekit import DS4CI, Workspace, git_repo
@@ -162,21 +162,16 @@ def test_a_bundle_of_the_simulator_where_the_trusted_config_runs_a_program_is_an
 
 # --- (d) ds4ci's own output: never inside the checkout, never through a link -------------------------------------
 
-@pytest.fixture(params=["root", "nobody"])
+@pytest.fixture(params=asuser.USERS)
 def user(request: pytest.FixtureRequest) -> str:
-    if request.param == "nobody" and (os.geteuid() != 0 or not Path("/usr/bin/python3").is_file()):
-        pytest.skip("needs root (to switch to nobody) and a system python3")
-    return str(request.param)
+    return asuser.require(str(request.param))
 
 
 @pytest.fixture
 def scratch() -> Iterator[Path]:
     """A folder ``nobody`` can own (pytest's own folders are root's alone)."""
-    folder = Path(tempfile.mkdtemp(prefix="ds4ci-trusted-files-"))
-    try:
+    with asuser.scratch("ds4ci-trusted-files-") as folder:
         yield folder
-    finally:
-        shutil.rmtree(folder, ignore_errors=True)
 
 
 def _as_user(user: str, root: Path) -> tuple[list[str], Path]:
