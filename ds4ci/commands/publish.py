@@ -173,7 +173,9 @@ def publish_documents(published: list[Published], request: PublishRequest) -> in
     if r.calibration_record is not None:  # last, like the verdicts: only once everything was posted
         from ds4ci.github import calrecord
 
-        calrecord.write(r.calibration_record, calrecord.cited_days(p.doc for p in published if p.may_set_status))
+        calrecord.write(r.calibration_record, calrecord.cited_days(
+            (p.doc["runner"]["name"], p.doc["runner"].get("role", "gate"), p.doc.get("calibration"))
+            for p in published if p.may_set_status))
     return 0
 
 

@@ -3,9 +3,12 @@ set beside (``ds4ci.report.docview.compare``).
 
 Read the way merge-check reads a green (``ds4ci.github.vouch``): the publisher's ``ds4ci/<runner>`` status on
 the base commit the pull request names (``base.sha``), and the record of GitHub's that ties it to the trusted
-gate; its numbers from the figures line of the publisher's check run there. A status no record vouches for is
-shown as such and compares nothing: anyone with write access can post a status, and a failure that the base
-"already had" must not be something a writer made up.
+gate; its numbers from the figures line of the publisher's check run there, and only where that app is the
+adopter's own (``vouch = "publisher"``): a check run of ``github-actions`` can be written by any workflow of
+the repository, a pull request's own included, so under that login the base's numbers (acceptance, gate time,
+first difference) are not shown at all, only the vouched result. A status no record vouches for is shown as
+such and compares nothing: anyone with write access can post a status, and a failure that the base "already
+had" must not be something a writer made up.
 
 Reads: the base's statuses (one request), and only where one of them names a runner: the base's check runs and
 what vouching reads (the run it links, its place in the base branch, its verdict jobs; cached across runners).
@@ -17,7 +20,7 @@ import re
 from collections.abc import Callable, Sequence
 from typing import Any
 
-from ds4ci.github import checkruns, shapes, statuses
+from ds4ci.github import checkruns, commentrecord, shapes, statuses
 from ds4ci.github.client import Client
 from ds4ci.github.merge import Vouch
 from ds4ci.report.docview.compare import BaseResult, parse_figures
@@ -48,10 +51,11 @@ def results(client: Client, base: str, runners: Sequence[str], publisher: str,
     that was never gated on a runner says nothing about it)."""
     found = statuses.from_creator(statuses.parse(client.commit_statuses(base), base), publisher)
     named = [r for r in runners if f"ds4ci/{r}" in found]
-    raw = client.check_runs(base) if named else []
+    app = checkruns.app_of(publisher)
+    own_app = app is not None and publisher != commentrecord.SHARED_LOGIN  # whose check runs no workflow can write
+    raw = client.check_runs(base) if named and own_app else []
     runs = shapes.check_runs(raw, base)
     by_id = {item["id"]: item for item in raw if isinstance(item, dict)}
-    app = checkruns.app_of(publisher)
     out = {}
     for runner in runners:
         context = f"ds4ci/{runner}"

@@ -36,15 +36,15 @@ def _day(text: str) -> dt.date | None:
         return None
 
 
-def cited_days(docs: Iterable[Mapping[str, Any]]) -> dict[str, str]:
-    """Runner -> the day its bundle's sealed calibration finished, for every gate runner whose bundle cites one
-    (``calibration`` state ``cited``). ``docs``: only documents whose bundle verified."""
+def cited_days(runners: Iterable[tuple[str, str, Any]]) -> dict[str, str]:
+    """Runner -> the day its bundle's sealed calibration finished, for every gate runner whose bundle cites one.
+    ``runners``: (name, role, the derived ``calibration``) of each document whose bundle verified; only a gate
+    runner's ``cited`` calibration counts."""
     from ds4ci.github.publish import RUNNER_RE
 
     out: dict[str, str] = {}
-    for doc in docs:
-        cal, runner = doc.get("calibration"), doc["runner"]["name"]
-        if doc["runner"].get("role", "gate") != "gate" or not isinstance(cal, dict) or cal.get("state") != "cited":
+    for runner, role, cal in runners:
+        if role != "gate" or not isinstance(cal, dict) or cal.get("state") != "cited":
             continue
         day = str(cal.get("finished") or "")[:_DAY]
         if _day(day) is not None and RUNNER_RE.match(runner):

@@ -79,7 +79,8 @@ def test_publish_records_only_a_cited_calibration_of_a_gate_runner() -> None:
                 "calibration": {"state": state, "finished": "2026-12-04T10:00:00Z"}}
     docs = [doc("a", "cited"), doc("b", "never"), doc("c", "failed"), doc("d", "cited", "negative-control"),
             {"runner": {"name": "e"}}]
-    assert calrecord.cited_days(docs) == {"a": "2026-12-04"}
+    found = [(d["runner"]["name"], d["runner"].get("role", "gate"), d.get("calibration")) for d in docs]
+    assert calrecord.cited_days(found) == {"a": "2026-12-04"}
 
 
 def test_the_option_is_read_from_the_merge_table(tmp_path: Path) -> None:
