@@ -248,6 +248,9 @@ def lookalikes(facts: Facts) -> tuple[list[str], str]:
     """What publish says of each look-alike comment it left alone: stderr notes, and the job summary's lines."""
     said = [f"comment {c.id} by {c.author} looks like ds4ci's comment but is not ds4ci's ({why}): left alone, "
             "never edited, none of its sections taken" for c, why in facts.lookalikes]
+    if said and not facts.comments:
+        said.append("no comment is ds4ci's by record: publish writes a new one, and the sections of runners this "
+                    "publish does not cover are not carried over from any comment left alone")
     summary = "".join(f"\n> [!WARNING]\n> {text}\n" for text in said)
     return said, summary
 
