@@ -79,9 +79,10 @@ _CheckRuns = Annotated[
     ),
 ]
 _CommentRecord = Annotated[Path | None, typer.Option(
-    metavar="FILE", help='Once the comment is written, its id as one JSON line {"comment_id": N, "artifact": '
-    '"ds4ci-comment-N"}: gate.yml uploads it as an artifact of that name, the record that makes the comment '
-    "ds4ci's where the token posts as github-actions[bot] (docs/security.md).")]
+    metavar="FILE", help='Once the comment is written, its id and the SHA-256 of its body as GitHub returned it, as '
+    'one JSON line {"comment_id": N, "sha256": HEX, "artifact": "ds4ci-comment-N-<32 hex of HEX>"}: gate.yml '
+    "uploads it as an artifact of that name, the record that makes the comment (with exactly that text) ds4ci's "
+    "where the token posts as github-actions[bot] (docs/security.md).")]
 _CalibrationRecord = Annotated[Path | None, typer.Option(
     metavar="FILE", help='Once everything was posted, the day of each gate runner\'s calibration its verified bundle '
     'cites, as one JSON line {"artifact": "ds4ci-calibrated--RUNNER=YYYY-MM-DD...", "calibrated": {...}} (artifact '

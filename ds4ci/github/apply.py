@@ -34,6 +34,7 @@ class UpsertOutcome:
     comment_id: int
     action: str  # "created", "updated" or "unchanged"
     deleted: int
+    body: str  # the comment's body as GitHub returned it after the last write (or read: unchanged)
 
 
 def _say(text: str) -> None:
@@ -59,7 +60,7 @@ def apply(plan: PublishPlan, client: Client) -> None:
         plan.done.add("comment")
         _say(f"comment {outcome.comment_id} {outcome.action} on #{plan.comment.pr}")
         if plan.comment_record is not None:
-            write_record(plan.comment_record, outcome.comment_id)
+            write_record(plan.comment_record, outcome.comment_id, outcome.body)
     if plan.verdicts_out is not None:  # last: a publish that failed on the way leaves no verdict (fail closed)
         write_verdicts(plan.verdicts_out, plan.verdicts)
 
@@ -74,13 +75,14 @@ def write_verdicts(path: Path, verdicts: Mapping[str, str]) -> None:
         raise UsageError(f"--verdicts-out {path}: cannot write it: {exc.strerror or exc}") from exc
 
 
-def write_record(path: Path, comment_id: int) -> None:
-    """The comment's id and its record's artifact name, as one JSON line (``commentrecord``)."""
+def write_record(path: Path, comment_id: int, body: str) -> None:
+    """The comment's id, its body's SHA-256 and its record's artifact name, as one JSON line (``commentrecord``)."""
     from ds4ci.fileio import write_text_atomic
-    from ds4ci.github.commentrecord import artifact_name
+    from ds4ci.github.commentrecord import artifact_name, digest
 
+    record = {"comment_id": comment_id, "sha256": digest(body), "artifact": artifact_name(comment_id, body)}
     try:
-        write_text_atomic(path, json.dumps({"comment_id": comment_id, "artifact": artifact_name(comment_id)}) + "\n")
+        write_text_atomic(path, json.dumps(record) + "\n")
     except OSError as exc:
         raise UsageError(f"--comment-record {path}: cannot write it: {exc.strerror or exc}") from exc
 
@@ -115,8 +117,7 @@ def _write(client: Client, comment: CommentPlan, ours: list[Comment], body: str)
         client.delete_comment(dup.id)
     if keeper.body == body:
         return (None if len(ours) == 1 else keeper), "unchanged", len(ours) - 1
-    client.edit_comment(keeper.id, body)
-    return keeper, "updated", len(ours) - 1
+    return client.edit_comment(keeper.id, body), "updated", len(ours) - 1
 
 
 def _own(comments: list[Comment], comment: CommentPlan, kept: set[int] | None) -> list[Comment]:
@@ -140,14 +141,14 @@ def upsert(client: Client, comment: CommentPlan) -> UpsertOutcome:
             action = how  # a comment created stays "created" whatever later attempts did
         if wrote is None:
             assert ours
-            return UpsertOutcome(ours[0].id, action, deleted)
+            return UpsertOutcome(ours[0].id, action, deleted, ours[0].body)
         if kept is not None:
             kept.add(wrote.id)
         wanted = [s for s in sections if s.runner in comment.build.runners]
         since = second_before(comment.seen_until) if attempt == 0 and how != "unchanged" else None
         after = _own(client.list_comments(comment.pr, since=since), comment, kept)
         if len(after) == 1 and after[0].id == wrote.id and _landed(after[0].body, wanted):
-            return UpsertOutcome(after[0].id, action, deleted)
+            return UpsertOutcome(after[0].id, action, deleted, wrote.body)
         time.sleep(random.uniform(0.05, 0.3) * (attempt + 1))
     raise PublishError(
         f"the ds4ci comment on #{comment.pr} kept changing under concurrent publishers after "

@@ -312,12 +312,12 @@ class Client:
         data = self._json(
             "POST", f"{self._base}/issues/{number}/comments", f"comment on #{number}", {"body": body}
         )
-        created = str(data.get("created_at", ""))
-        return Comment(int(data["id"]), str((data.get("user") or {}).get("login", "")), body, created,
-                       str(data.get("updated_at") or created))
+        return _written(data, body)
 
-    def edit_comment(self, comment_id: int, body: str) -> None:
-        self._json("PATCH", f"{self._base}/issues/comments/{comment_id}", "edit the ds4ci comment", {"body": body})
+    def edit_comment(self, comment_id: int, body: str) -> Comment:
+        """The comment as GitHub returned it after the edit (its body is what ``commentrecord`` records)."""
+        return _written(self._json("PATCH", f"{self._base}/issues/comments/{comment_id}", "edit the ds4ci comment",
+                                   {"body": body}), body)
 
     def delete_comment(self, comment_id: int) -> None:
         try:
@@ -371,3 +371,11 @@ class _RawItem:
 
     def __init__(self, requester: Any, headers: Any, attributes: Any, *args: Any, **kwargs: Any) -> None:
         self.raw_data: dict[str, Any] = attributes
+
+
+def _written(data: dict[str, Any], sent: str) -> Comment:
+    """A comment from GitHub's answer to a write; its body as GitHub returned it (``sent`` where it returned none)."""
+    created = str(data.get("created_at", ""))
+    body = data.get("body")
+    return Comment(int(data["id"]), str((data.get("user") or {}).get("login", "")),
+                   body if isinstance(body, str) else sent, created, str(data.get("updated_at") or created))

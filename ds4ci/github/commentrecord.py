@@ -6,15 +6,18 @@ ds4ci's. Under that login a comment is ours only when a record a pull request ca
 
 * its second line names the run that wrote it (``<!-- ds4ci:comment-of-run 123 -->``, :func:`stamp`),
 * that run is a run of the trusted gate on the default branch (``vouch.Voucher.run_problem``), and
-* that run has an artifact named ``ds4ci-comment-<the comment's id>`` (:func:`artifact_name`): gate.yml's
-  publish job uploads it once publish wrote the comment, and only a run's own jobs can upload its artifacts.
+* that run has an artifact named ``ds4ci-comment-<the comment's id>-<digest of its current body>``
+  (:func:`artifact_name`): gate.yml's publish job uploads it once publish wrote the comment (the body as
+  GitHub returned it after the write), and only a run's own jobs can upload its artifacts.
 
-A copy of the line in a look-alike names a run whose artifact names another comment. Another login (a
+A copy of the line in a look-alike names a run whose artifact names another comment. The same token may edit
+ds4ci's own comment: the edited body's digest is in no record, so that comment is a look-alike from then on. Another login (a
 person's token, a GitHub App of its own) is the publisher's alone: its marked comments are ours by login.
 """
 
 from __future__ import annotations
 
+import hashlib
 import re
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
@@ -30,9 +33,18 @@ _RUN = re.compile(r"<!-- ds4ci:comment-of-run ([1-9][0-9]{0,18}) -->")
 RunRecords = Callable[[int], "tuple[frozenset[str] | None, str]"]
 
 
-def artifact_name(comment_id: int) -> str:
-    """The artifact whose name records, in the run that wrote it, that comment ``comment_id`` is ds4ci's."""
-    return f"ds4ci-comment-{comment_id}"
+DIGEST_HEX = 32  # the hex digits of the body's SHA-256 an artifact's name carries
+
+
+def digest(body: str) -> str:
+    """The SHA-256 (hex) of ``body``'s UTF-8 bytes."""
+    return hashlib.sha256(body.encode("utf-8")).hexdigest()
+
+
+def artifact_name(comment_id: int, body: str) -> str:
+    """The artifact whose name records, in the run that wrote it, that comment ``comment_id`` with exactly the
+    text ``body`` is ds4ci's."""
+    return f"ds4ci-comment-{comment_id}-{digest(body)[:DIGEST_HEX]}"
 
 
 def stamp(body: str, run: int | None) -> str:
@@ -80,6 +92,10 @@ def _why_not(comment: Comment, records: RunRecords) -> str | None:
     names, why = records(run)
     if names is None:
         return f"the run it names is no run of the trusted gate: {why}"
-    if artifact_name(comment.id) not in names:
-        return f"run {run} has no record ({artifact_name(comment.id)}) that it wrote this comment"
-    return None
+    name = artifact_name(comment.id, comment.body)
+    if name in names:
+        return None
+    if any(n.startswith(f"ds4ci-comment-{comment.id}-") for n in names):
+        return (f"run {run} recorded writing this comment, but not its current text ({name}): it was edited "
+                "since ds4ci wrote it")
+    return f"run {run} has no record ({name}) that it wrote this comment"

@@ -45,8 +45,12 @@ class BodyBuilder:
         bases: Mapping[str, BaseResult] | None = None,
         repo: str | None = None,
         record_run: int | None = None,
+        vouched: tuple[int, str] | None = None,
     ) -> None:
         self.record_run = record_run  # the run the body names as its writer (commentrecord.stamp)
+        # (run, body): the run whose record vouches for our comment's current body; a body that changes names
+        # record_run instead (that run records the new text), an unchanged one keeps naming the run that did
+        self.vouched = vouched
         self.docs = list(docs)
         self.bases = dict(bases or {})
         self.repo = repo
@@ -72,6 +76,8 @@ class BodyBuilder:
             bases=self.bases,
             repo=self.repo,
         )
+        if self.vouched is not None and commentrecord.stamp(body, self.vouched[0]) == self.vouched[1]:
+            return self.vouched[1], sections
         return commentrecord.stamp(body, self.record_run), sections
 
 
@@ -223,18 +229,28 @@ def _comment(build: BodyBuilder, settings: Settings, facts: Facts, only_update: 
 
 
 def record_run(settings: Settings, facts: Facts) -> int | None:
-    """The run the comment names as its writer (``commentrecord``): the run whose record vouches for our comment,
-    else the run this publish runs in, which records the comment once written; None where neither is known."""
+    """The run a comment this publish writes names as its writer (``commentrecord``): the run this publish runs
+    in, which records the comment's id and text once written; else the run whose record vouches for our comment;
+    None where neither is known."""
+    own = settings.own_run if settings.own_run is not None else provenance.run_id(settings.target_url,
+                                                                                  settings.repo or "")
+    return own if own is not None else facts.comment_run if facts.comments else None
+
+
+def vouched(facts: Facts) -> tuple[int, str] | None:
+    """(the run whose record vouches for our comment, its body): a body left as it is keeps naming that run."""
     if facts.comments and facts.comment_run is not None:
-        return facts.comment_run
-    return settings.own_run if settings.own_run is not None else provenance.run_id(settings.target_url,
-                                                                                   settings.repo or "")
+        return facts.comment_run, facts.comments[0].body
+    return None
 
 
 def lookalikes(facts: Facts) -> tuple[list[str], str]:
     """What publish says of each look-alike comment it left alone: stderr notes, and the job summary's lines."""
     said = [f"comment {c.id} by {c.author} looks like ds4ci's comment but is not ds4ci's ({why}): left alone, "
             "never edited, none of its sections taken" for c, why in facts.lookalikes]
+    if said and not facts.comments:
+        said.append("no comment is ds4ci's by record: publish writes a new one, and the sections of runners this "
+                    "publish does not cover are not carried over from any comment left alone")
     summary = "".join(f"\n> [!WARNING]\n> {text}\n" for text in said)
     return said, summary
 
@@ -269,7 +285,8 @@ def make(views: Sequence[RunnerView], settings: Settings, facts: Facts) -> Publi
                         predecessors=dict(facts.predecessors), bases=facts.bases, repo=settings.repo,
                         merge_status=_merge_status((*send, *unchanged), runs, facts, head),
                         extra=[*_needs_hardware(views, settings, facts, head), *_bisect_sections(settings, "comment")],
-                        calibrations=settings.calibrations, record_run=record_run(settings, facts))
+                        calibrations=settings.calibrations, record_run=record_run(settings, facts),
+                        vouched=vouched(facts))
     said, flagged = lookalikes(facts)
     notes += said
     summary += flagged
@@ -290,7 +307,7 @@ def pending(runner: str, sha: str, settings: Settings, facts: Facts) -> PublishP
                                 settings.target_url)
     section = render.pending_section(render.environment(settings.template_dir), runner, sha, settings.target_url)
     build = BodyBuilder([], run_url=settings.target_url, template_dir=settings.template_dir, predecessors={},
-                        extra=[section], record_run=record_run(settings, facts))
+                        extra=[section], record_run=record_run(settings, facts), vouched=vouched(facts))
     comment = _comment(build, settings, facts)
     said, _ = lookalikes(facts)
     return PublishPlan(sha, settings.repo, settings.pr, (status,), (), (), comment,

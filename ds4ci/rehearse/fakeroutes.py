@@ -7,6 +7,7 @@ import re
 from collections.abc import Callable
 from typing import Any
 
+from ds4ci.github import commentrecord
 from ds4ci.rehearse import fakeshapes as shapes
 from ds4ci.rehearse.fakestate import ACTIONS_LOGIN, FakeState, Request
 
@@ -201,9 +202,15 @@ def _issue_comments(fake: FakeState, req: Request, m: re.Match[str]) -> None:
             fake._send(req.h, 422, {"message": "Validation Failed", "errors": [{"field": "body"}]})
             return
         made = fake._new_comment(n, req.payload["body"], req.login)
-        if fake.publishing_run is not None and req.login == ACTIONS_LOGIN and fake.publishing_run in fake._runs:
-            fake._runs[fake.publishing_run].setdefault("artifacts", []).append(f"ds4ci-comment-{made['id']}")
+        _record(fake, req, made)
         fake._send(req.h, 201, shapes.comment_json(fake, made))
+
+
+def _record(fake: FakeState, req: Request, comment: dict[str, Any]) -> None:
+    """A write by the publishing job's token: its run gets the artifact gate.yml's step after publish uploads."""
+    if fake.publishing_run is not None and req.login == ACTIONS_LOGIN and fake.publishing_run in fake._runs:
+        name = commentrecord.artifact_name(comment["id"], comment["body"])
+        fake._runs[fake.publishing_run].setdefault("artifacts", []).append(name)
 
 
 def _comment(fake: FakeState, req: Request, m: re.Match[str]) -> None:
@@ -218,6 +225,7 @@ def _comment(fake: FakeState, req: Request, m: re.Match[str]) -> None:
             return
         comment["body"] = req.payload["body"]
         comment["updated_at"] = fake._tick()
+        _record(fake, req, comment)
         fake._send(req.h, 200, shapes.comment_json(fake, comment))
     elif req.method == "DELETE":
         del fake._comments[comment["id"]]

@@ -49,8 +49,9 @@ class FakeState:
         self.owner = owner
         self.repo = repo
         self.lock = threading.Lock()
-        # The publishing job's run: a comment its token (github-actions[bot]) creates is recorded as that run's
-        # artifact ds4ci-comment-<id>, as gate.yml's step after publish uploads it (None: nothing recorded).
+        # The publishing job's run: a comment its token (github-actions[bot]) creates or edits is recorded as that
+        # run's artifact ds4ci-comment-<id>-<digest of the body written>, as gate.yml's step after publish uploads
+        # it (None: nothing recorded; a pull request's own workflow writing is no publishing job).
         self.publishing_run: int | None = None
         self.tokens: dict[str, tuple[str, bool, bool]] = {
             # token -> (login, may write, may read /user)

@@ -2,16 +2,19 @@
 
 Every workflow's GITHUB_TOKEN posts as github-actions[bot], so a workflow a pull request adds can post the
 marker, a pass section for a runner that never ran, and raw HTML. Publish calls a comment its own only by
-record: the run its second line names is a run of the trusted gate with the artifact ds4ci-comment-<id>.
+record: the run its second line names is a run of the trusted gate with the artifact
+ds4ci-comment-<id>-<digest of its current body>, so an edit by the same token makes it a look-alike too.
 Against the stateful fake GitHub (PyGithub over HTTP), as the publishing job of run 7 of the trusted gate.
 """
 
 from __future__ import annotations
 
+import hashlib
 import json
 import os
 import subprocess
 import sys
+import urllib.request
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -95,7 +98,7 @@ def test_a_copied_record_line_vouches_for_nothing_and_our_comment_updates_in_pla
     assert again["id"] == mine["id"] and "❌ fail" not in again["body"] and PHANTOM not in again["body"]
     assert fake.count("PATCH", "/issues/comments/") == patches + 1
     assert [c for c in fake.comments(42) if c["id"] == forged["id"]] == [forged]
-    assert f"run 7 has no record (ds4ci-comment-{forged['id']})" in said
+    assert f"run 7 has no record (ds4ci-comment-{forged['id']}-" in said
     assert summary.read_text("utf-8").count(f"comment {forged['id']} by {ACTIONS_LOGIN}") == 2  # each publish
 
 
@@ -123,7 +126,9 @@ def test_the_cli_writes_the_record_gate_yml_uploads(fake: FakeGitHub, tmp_path: 
     done = subprocess.run(args, capture_output=True, text=True, env=env, check=False, timeout=120)
     assert done.returncode == 0, done.stderr
     (mine,) = fake.comments(42)
-    assert json.loads(record.read_text()) == {"comment_id": mine["id"], "artifact": f"ds4ci-comment-{mine['id']}"}
+    digest = hashlib.sha256(mine["body"].encode("utf-8")).hexdigest()
+    assert json.loads(record.read_text()) == {"comment_id": mine["id"], "sha256": digest,
+                                              "artifact": f"ds4ci-comment-{mine['id']}-{digest[:32]}"}
     fake.add_artifact(7, json.loads(record.read_text())["artifact"])
     done = subprocess.run(args, capture_output=True, text=True, env=env, check=False, timeout=120)
     assert done.returncode == 0, done.stderr
@@ -144,3 +149,75 @@ def test_the_reporters_own_run_records_its_comment(
     said = _publish(fake, PASS, tmp_path / "summary.md", capsys)
     assert [c["id"] for c in fake.comments(42) if c["id"] != forged["id"]] == [mine["id"]]
     assert f"comment {forged['id']}" in said and f"comment {mine['id']} updated" in said
+
+
+def _edit(fake: FakeGitHub, comment_id: int, body: str) -> None:
+    """A workflow the pull request added edits a comment with its own GITHUB_TOKEN (github-actions[bot]): it is
+    no publishing job of the trusted gate, so nothing is recorded for it."""
+    run, fake.publishing_run = fake.publishing_run, None
+    try:
+        request = urllib.request.Request(f"{fake.url}/repos/acme/engine/issues/comments/{comment_id}", method="PATCH",
+                                         data=json.dumps({"body": body}).encode(),
+                                         headers={"Authorization": f"token {APP_TOKEN}",
+                                                  "Content-Type": "application/json"})
+        with urllib.request.urlopen(request, timeout=30) as answer:
+            assert answer.status == 200
+    finally:
+        fake.publishing_run = run
+
+
+def _as_run(fake: FakeGitHub, run: int, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A later run of the trusted gate publishes (its own run id, its own records)."""
+    fake.add_run(run, title=f"ds4ci gate {HEAD}")
+    fake.publishing_run = run
+    monkeypatch.setenv("GITHUB_RUN_ID", str(run))
+
+
+def test_our_comment_edited_by_the_same_token_is_a_lookalike_and_a_new_comment_is_written(
+        fake: FakeGitHub, tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch) -> None:
+    """ds4ci's genuine comment (its id recorded by run 7) edited by a pull request's workflow to add a pass for a
+    runner that never ran and raw HTML: the record names its id but not that text, so the next publish never
+    edits it or takes its sections, names it, and writes a new comment."""
+    summary = tmp_path / "summary.md"
+    _publish(fake, FAIL, summary, capsys)
+    (ours,) = fake.comments(42)
+    forged = _forged_pass().split(MARKER, 1)[1]
+    _edit(fake, ours["id"], f"{ours['body']}\n{forged}")
+    (edited,) = fake.comments(42)
+    assert PHANTOM in edited["body"] and HTML in edited["body"]
+    _as_run(fake, 8, monkeypatch)
+    said = _publish(fake, PASS, summary, capsys)
+    assert [c for c in fake.comments(42) if c["id"] == ours["id"]] == [edited]  # untouched
+    (new,) = [c for c in fake.comments(42) if c["id"] != ours["id"]]
+    assert new["login"] == ACTIONS_LOGIN and new["body"].split("\n")[1] == "<!-- ds4ci:comment-of-run 8 -->"
+    assert PHANTOM not in new["body"] and HTML not in new["body"] and "2 of 2" not in new["body"]
+    text = summary.read_text("utf-8")
+    assert f"comment {ours['id']} by {ACTIONS_LOGIN} looks like ds4ci's comment" in text
+    assert "edited since ds4ci wrote it" in said and f"comment {ours['id']}" in said
+    assert "not carried over" in text  # the sections of runners this publish did not publish are gone
+    assert fake.count("DELETE") == 0
+    again = _publish(fake, PASS, summary, capsys)  # the new comment is ours by its record: kept, not a third
+    assert sorted(c["id"] for c in fake.comments(42)) == sorted([ours["id"], new["id"]])
+    assert f"comment {new['id']} unchanged" in again
+
+
+def test_our_unedited_comment_is_updated_in_place_by_a_later_run_and_stamped_with_it(
+        fake: FakeGitHub, tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch) -> None:
+    """The honest case: run 8 updates run 7's comment in place and names itself (its record holds the new text);
+    run 9 then finds it by run 8's record and updates it again; publishing the same again changes nothing."""
+    summary = tmp_path / "summary.md"
+    _publish(fake, FAIL, summary, capsys)
+    (ours,) = fake.comments(42)
+    for run, doc in ((8, PASS), (9, FAIL)):
+        _as_run(fake, run, monkeypatch)
+        said = _publish(fake, doc, summary, capsys)
+        (now,) = fake.comments(42)
+        assert now["id"] == ours["id"] and f"comment {ours['id']} updated" in said, said
+        assert now["body"].split("\n")[1] == f"<!-- ds4ci:comment-of-run {run} -->"
+        assert "looks like" not in said
+    patches = fake.count("PATCH", "/issues/comments/")
+    _as_run(fake, 10, monkeypatch)
+    said = _publish(fake, FAIL, summary, capsys)
+    assert f"comment {ours['id']} unchanged" in said and fake.count("PATCH", "/issues/comments/") == patches
+    (now,) = fake.comments(42)
+    assert now["body"].split("\n")[1] == "<!-- ds4ci:comment-of-run 9 -->"  # still the run that recorded it

@@ -444,3 +444,41 @@ def test_the_publish_job_outputs_the_calibration_record_publish_wrote(tmp_path: 
     (upload,) = [s for s in doc_["jobs"]["publish"]["steps"] if s.get("name") == name]
     assert upload["with"]["name"] == "${{ steps.publish.outputs.calibrated }}"
     assert upload["if"] == "always() && steps.publish.outputs.calibrated != ''"
+
+
+@pytest.mark.parametrize(("artifact", "output"), [
+    ("ds4ci-comment-81-" + "0123456789abcdef" * 2, "ds4ci-comment-81-" + "0123456789abcdef" * 2),
+    ("ds4ci-comment-81", None),  # the id alone (an older record): no text bound to it, nothing uploaded
+    ("ds4ci-comment-81-" + "0" * 32 + "\ncalibrated=x", None),  # never a second output line
+])
+def test_the_publish_job_outputs_the_comment_record_publish_wrote(tmp_path: Path, artifact: str,
+                                                                 output: str | None) -> None:
+    """The step passes --comment-record and outputs the record's artifact name (the comment's id and its body's
+    digest) for the upload step; a name of any other shape is never output, so nothing is uploaded."""
+    venv = tmp_path / "ds4ci-venv" / "bin"
+    venv.mkdir(parents=True)
+    record = tmp_path / "record.json"
+    record.write_text(json.dumps({"comment_id": 81, "sha256": "0" * 64, "artifact": artifact}) + "\n")
+    body = ('for ((i = 1; i <= $#; i++)); do if [[ "${!i}" == --comment-record ]]; then j=$((i + 1)); '
+            f'cp "{record}" "${{!j}}"; fi; done; exit 0')
+    (venv / "ds4ci").write_bytes(_stand_in(tmp_path, body).read_bytes())
+    (venv / "ds4ci").chmod(0o755)
+    folder = tmp_path / "ds4ci-results" / "ds4ci-results-cuda"
+    folder.mkdir(parents=True)
+    (folder / "bundle.tar.gz").write_bytes(b"x")
+    env = {"GITHUB_TOKEN": WRITE_TOKEN, "DS4CI_PR": "7", "DS4CI_HEAD_SHA": "a" * 40, "DS4CI_RUNNERS": "cuda",
+           "DS4CI_RUN_URL": "https://github.invalid/run", "DS4CI_CONFIG": "ds4ci.toml", "DS4CI_ALLOW_FOCUSED": "false",
+           "DS4CI_FORK": "false", "DS4CI_APPROVAL": "skipped", "GITHUB_REPOSITORY": "acme/engine"}
+    gate_yml = ROOT / ".github" / "workflows" / "gate.yml"
+    proc, outputs = _run(_step(gate_yml, "publish", job="publish"), tmp_path, tmp_path, env)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    argv = (tmp_path / "argv").read_text().splitlines()
+    assert argv[argv.index("--comment-record") + 1] == str(tmp_path / "ds4ci-comment.json")
+    assert outputs.get("comment-artifact") == output
+    assert "calibrated" not in outputs
+    for workflow in ("gate.yml", "report.yml"):
+        doc = YAML(typ="safe").load((ROOT / ".github" / "workflows" / workflow).read_text())
+        (upload,) = [s for job in doc["jobs"].values() for s in job["steps"]
+                     if s.get("name") == "Record that ds4ci wrote the comment"]
+        assert upload["with"]["name"] == "${{ steps.publish.outputs.comment-artifact }}", workflow
+        assert upload["if"] == "always() && steps.publish.outputs.comment-artifact != ''", workflow
