@@ -101,8 +101,8 @@ def run_dispatch_check(
 
 
 def _refuse_definition_changes(run: dispatch.RunPlan, event_name: str, repo_name: str, url: str, token: str) -> None:
-    """Refuse a pull request (or a merge queue's entry) that changes the gate's own definition, unless a
-    maintainer dispatched it (then a warning)."""
+    """Refuse a pull request that changes the gate's own definition, unless a maintainer dispatched it (then a
+    warning); a merge queue's commit is refused when it differs from the default branch in any definition file."""
     changes_of = run.pr if run.pr is not None else run.queued_pr
     if event_name == dispatch.MERGE_GROUP and changes_of is None:
         raise dispatch.DefinitionChangeError(
@@ -111,7 +111,13 @@ def _refuse_definition_changes(run: dispatch.RunPlan, event_name: str, repo_name
             "refusing to gate it")
     if changes_of is None:
         return
-    changed = dispatch.definition_changes(dispatch.fetch_pull_files(repo_name, changes_of, api_url=url, token=token))
+    if event_name == dispatch.MERGE_GROUP:
+        # The whole group: the merge commit holds every entry ahead of this one too, and each one's changes.
+        default = dispatch.fetch_default_branch(repo_name, api_url=url, token=token)
+        files = dispatch.fetch_compare_files(repo_name, default, run.head_sha, api_url=url, token=token)
+    else:
+        files = dispatch.fetch_pull_files(repo_name, changes_of, api_url=url, token=token)
+    changed = dispatch.definition_changes(files)
     dispatch.refuse_definition_changes(run, changed, event_name)
     if changed:
         Logger.from_env(sys.stdout).warning(f"pull request #{run.pr} changes the gate's own definition "

@@ -302,6 +302,33 @@ def fetch_pull_files(repo: str, pr: int, *, api_url: str, token: str, polite: bo
     return tuple(names)
 
 
+MAX_COMPARE_FILES = 300  # GitHub's compare answer lists at most this many files
+
+
+def fetch_compare_files(repo: str, base: str, head: str, *, api_url: str, token: str,
+                        polite: bool = True) -> tuple[str, ...]:
+    """Every path that differs between ``base`` and ``head`` (GitHub's compare base...head, both names of a
+    rename): for a merge queue's commit against the default branch, the whole group's changes."""
+    client = _github(api_url, token, polite)
+    what = f"the changes of {head} against {base} in {repo}"
+
+    def listing() -> list[str]:
+        names: list[str] = []
+        for item in client.get_repo(repo, lazy=True).compare(base, head).files:
+            names += [n for n in (item.filename, item.previous_filename) if isinstance(n, str) and n]
+        return names
+
+    try:
+        names = _ask(what, api_url, listing)
+    finally:
+        client.close()
+    if len(names) >= MAX_COMPARE_FILES:
+        raise PublishError(f"{what}: {len(names)} paths, and GitHub's compare lists at most {MAX_COMPARE_FILES} "
+                           "files; a change to the gate's own files could hide past the list, so it is not gated "
+                           "automatically")
+    return tuple(names)
+
+
 def definition_changes(files: tuple[str, ...]) -> tuple[str, ...]:
     """The paths among ``files`` that define the gate (GATE_DEFINITION), sorted, each once."""
     hits = {f for f in files if any(f == g or (g.endswith("/") and f.startswith(g)) for g in GATE_DEFINITION)}
@@ -315,8 +342,9 @@ class DefinitionChangeError(UsageError):
 def refuse_definition_changes(run: RunPlan, changed: tuple[str, ...], event: str) -> None:
     if changed and event == MERGE_GROUP:
         raise DefinitionChangeError(
-            f"the merge queue's commit {run.head_sha} merges pull request #{run.queued_pr}, which changes the gate's own "
-            f"definition ({', '.join(changed)}); a merge queue's run would run that changed definition, so it is not "
+            f"the merge queue's commit {run.head_sha} (pull request #{run.queued_pr}'s entry, with every entry ahead "
+            f"of it) changes the gate's own definition against the default branch ({', '.join(changed)}); a merge "
+            "queue's run would run that changed definition, so it is not "
             "gated there: a maintainer reviews the change, dispatches the gate on the pull request's head and merges "
             "it outside the queue"
         )

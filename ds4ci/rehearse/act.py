@@ -65,10 +65,17 @@ class ActRun:
 def record_run(fake: FakeGitHub, run: ActRun) -> None:
     """GitHub's record of the run act plays: the trusted gate.yml, titled with the commit it gates, run from the
     default branch (pull_request_target, whatever the pull request's base; a dispatch), or a merge queue's run on
-    the queue's branch at its merge commit."""
+    the queue's branch at its merge commit (and, as GitHub knows them: the queue's base as the default branch's
+    tip, unless the fake already places it, and the merge commit's changes against it, the group's)."""
     if run.merge_group is not None:
         fake.add_run(RUN_ID, event=run.event, head_branch=str(run.merge_group["head_ref"]).removeprefix("refs/heads/"),
                      head_sha=run.head_sha, title=f"ds4ci gate {run.head_sha}")
+        base = str(run.merge_group["base_sha"])
+        if base not in fake.branches.get(run.default_branch, []):
+            fake.add_branch(run.default_branch, [base])
+        group = subprocess.run(["git", "-C", str(run.repo), "diff", "--name-only", f"{base}...{run.head_sha}"],
+                               capture_output=True, text=True, check=True)
+        fake.add_commit_files(run.head_sha, group.stdout.splitlines())
         return
     # GitHub today (and act, which plays an older GitHub, does not): the run's commit is the default branch's tip.
     tip = subprocess.run(["git", "-C", str(run.repo), "rev-parse", "--verify", "--quiet",

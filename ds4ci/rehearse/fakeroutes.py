@@ -96,24 +96,31 @@ def _run_artifacts(fake: FakeState, req: Request, m: re.Match[str]) -> None:
 
 
 def _compare_branch(fake: FakeState, req: Request, m: re.Match[str]) -> None:
-    """compare BRANCH...SHA: identical (the tip), behind (in the branch's history), else diverged."""
+    """compare BRANCH...SHA: identical (the tip), behind (in the branch's history), ahead (SHA follows the tip in
+    another branch's history: a merge queue's branch), else diverged; ``base_commit`` is the branch's tip, and the
+    files of ahead/diverged are those ``add_commit_files`` gave SHA (a merge queue's commit: the group's changes)."""
     branch, sha = m.groups()
     if branch not in fake.branches:
         _compare_commits(fake, req, m)
         return
     history = fake.branches[branch]
+    tip = {"base_commit": {"sha": history[-1]}}
     known = sha in history or any(sha in p["commits"] for p in fake.pulls.values()) or any(
-        r["head_sha"] == sha for r in fake._runs.values())
+        r["head_sha"] == sha for r in fake._runs.values()) or any(sha in h for h in fake.branches.values())
     if not known:
         fake.not_found(req)
     elif sha == history[-1]:
-        fake._send(req.h, 200, {"status": "identical", "ahead_by": 0, "behind_by": 0, "commits": [], "files": []})
+        fake._send(req.h, 200, {"status": "identical", "ahead_by": 0, "behind_by": 0, "commits": [], "files": [],
+                                **tip})
     elif sha in history:
         behind = len(history) - 1 - history.index(sha)
-        fake._send(req.h, 200, {"status": "behind", "ahead_by": 0, "behind_by": behind, "commits": [], "files": []})
+        fake._send(req.h, 200, {"status": "behind", "ahead_by": 0, "behind_by": behind, "commits": [], "files": [],
+                                **tip})
     else:
-        fake._send(req.h, 200, {"status": "diverged", "ahead_by": 1, "behind_by": 1, "commits": [{"sha": sha}],
-                                "files": []})
+        files = [{"filename": f, "status": "modified"} for f in fake._commit_files.get(sha, [])]
+        ahead = any(sha in h and history[-1] in h[: h.index(sha)] for h in fake.branches.values())
+        fake._send(req.h, 200, {"status": "ahead" if ahead else "diverged", "ahead_by": 1, "behind_by": 0 if ahead else 1,
+                                "commits": [{"sha": sha}], "files": files, **tip})
 
 
 def _compare_commits(fake: FakeState, req: Request, m: re.Match[str]) -> None:

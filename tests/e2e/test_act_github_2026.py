@@ -140,11 +140,18 @@ def test_an_approved_fork_s_head_is_checked_out_past_checkout_s_fork_guard(
 def test_a_merge_queue_entry_is_gated_on_its_merge_commit_and_the_statuses_land_there(
         tmp_path: Path, fake: FakeGitHub, wheelhouse: Path, mode: str) -> None:
     """merge_group: the gate runs on the queue's merge commit with the settings of the queue's base (the default
-    branch), and every ds4ci/<runner> status is set on that commit (what a required check of the queue reads);
+    branch's tip), and every ds4ci/<runner> status is set on that commit (what a required check of the queue reads);
     the pull request's head and its comment are left alone, and the run says a merge commit was gated."""
     models = tmp_path / "models"
-    repo, head, others = _engine(tmp_path, models, mode)
+    repo, _, others = _engine(tmp_path, models, mode)
     main = git(repo, "rev-parse", "main")
+    # The queued pull request changes only its code: the engine's head also edits ds4ci.toml, and a merge
+    # commit that changes the gate's files against main (the group's diff, which the fake serves) is refused.
+    git(repo, "checkout", "-q", "-b", "queued", "main")
+    (repo / "CHANGE.txt").write_text("the change under review\n")
+    git(repo, "add", "CHANGE.txt")
+    git(repo, "commit", "-q", "-m", "change under review")
+    head = git(repo, "rev-parse", "HEAD")
     queue = f"gh-readonly-queue/main/pr-7-{head}"
     git(repo, "checkout", "-q", "-b", queue, "main")
     git(repo, "merge", "-q", "--no-ff", "-m", "Merge pull request #7", head)

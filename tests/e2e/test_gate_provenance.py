@@ -103,6 +103,7 @@ def _queue_event(pr: int = 7, base: str = "main") -> dict[str, object]:
 
 def test_a_merge_queue_entry_gates_its_merge_commit(fake: FakeGitHub, tmp_path: Path) -> None:
     fake.set_pull_files(7, ["src/engine.c"])
+    fake.add_commit_files(MERGE, ["src/engine.c", "src/other.c"])  # the group: #7 and an entry ahead of it
     fake.add_run(503, event="merge_group", head_branch=f"gh-readonly-queue/main/pr-7-{HEAD}", head_sha=MERGE,
                  title=f"ds4ci gate {MERGE}")
     proc = _plan(fake, tmp_path, "merge_group", run_id=503, doc=_queue_event())
@@ -113,13 +114,23 @@ def test_a_merge_queue_entry_gates_its_merge_commit(fake: FakeGitHub, tmp_path: 
     assert "pr=" in proc.stdout.splitlines()  # no pull request to comment on: its comment is about its head
 
 
-@pytest.mark.parametrize(("files", "branch", "reason"), [
-    ([".github/workflows/gate.yml"], "main", "merges pull request #7, which changes the gate's own definition"),
-    (["src/engine.c"], "release", "not a queue of the default branch main"),
-], ids=["an entry that changes gate.yml", "a queue of a release branch"])
+GROUP_CHANGE = "(pull request #7's entry, with every entry ahead of it) changes the gate's own definition"
+
+
+@pytest.mark.parametrize(("files", "group", "branch", "reason"), [
+    ([".github/workflows/gate.yml"], [".github/workflows/gate.yml"], "main", GROUP_CHANGE),
+    (["src/engine.c"], ["src/engine.c", ".github/workflows/gate.yml"], "main", GROUP_CHANGE),
+    (["src/engine.c"], ["src/engine.c", "ds4ci.toml"], "main", GROUP_CHANGE),
+    (["src/engine.c"], ["src/engine.c"], "release", "not a queue of the default branch main"),
+], ids=["an entry that changes gate.yml", "an entry behind one that changes gate.yml",
+        "an entry behind one that changes ds4ci.toml", "a queue of a release branch"])
 def test_a_merge_queue_entry_that_cannot_be_gated_is_refused(fake: FakeGitHub, tmp_path: Path, files: list[str],
-                                                             branch: str, reason: str) -> None:
+                                                             group: list[str], branch: str, reason: str) -> None:
+    """The queue's merge commit holds every entry ahead of this one: its whole diff against the default branch
+    (GitHub's compare) is checked, not just the queued pull request's files (defect: an earlier entry's change to
+    gate.yml or ds4ci.toml went unseen)."""
     fake.set_pull_files(7, files)
+    fake.add_commit_files(MERGE, group)
     fake.add_run(504, event="merge_group", head_branch=f"gh-readonly-queue/{branch}/pr-7-{HEAD}", head_sha=MERGE,
                  title=f"ds4ci gate {MERGE}")
     proc = _plan(fake, tmp_path, "merge_group", run_id=504, doc=_queue_event(base=branch))

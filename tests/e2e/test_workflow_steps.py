@@ -256,9 +256,40 @@ def test_the_trusted_settings_commit_is_the_one_github_records_for_the_run(tmp_p
     assert f"GitHub's record of run {SETTINGS_RUN} (head_sha)" in proc.stdout
 
 
-def test_a_merge_queue_s_trusted_settings_are_its_base_s(tmp_path: Path, fake: FakeGitHub) -> None:
+@pytest.mark.parametrize("history", [["b" * 40], ["b" * 40, "d" * 40]], ids=["the tip", "behind the tip"])
+def test_a_merge_queue_s_trusted_settings_are_its_base_s(tmp_path: Path, fake: FakeGitHub,
+                                                         history: list[str]) -> None:
+    """The queue's base is used where GitHub's compare says it is in the default branch's history."""
+    fake.add_branch("main", history)
     proc, outputs = _settings_commit(tmp_path, fake, queue_base="b" * 40)  # no run record is read
     assert proc.returncode == 0 and outputs["sha"] == "b" * 40, proc.stdout + proc.stderr
+    assert "in main's history" in proc.stdout
+
+
+def test_an_entry_behind_another_takes_the_default_branch_s_tip_not_its_base(tmp_path: Path,
+                                                                            fake: FakeGitHub) -> None:
+    """Defect (red team): merge_group.base_sha of an entry behind another is the earlier entry's queue commit,
+    which holds that pull request's ds4ci.toml; it was taken unchecked as the trusted settings' commit."""
+    earlier = "1" * 40  # gh-readonly-queue/main/pr-1-...: main's tip + pull request #1
+    fake.add_branch("main", ["d" * 40])
+    fake.add_branch("gh-readonly-queue/main/pr-1-" + "b" * 40, ["d" * 40, earlier])
+    proc, outputs = _settings_commit(tmp_path, fake, queue_base=earlier)
+    assert proc.returncode == 0 and outputs["sha"] == "d" * 40, proc.stdout + proc.stderr
+    assert "the default branch main's tip (the merge queue's base " + earlier + " follows it" in proc.stdout
+
+
+@pytest.mark.parametrize("known", [True, False], ids=["diverged", "unknown to GitHub"])
+def test_a_merge_queue_base_outside_the_default_branch_gives_no_trusted_settings(tmp_path: Path, fake: FakeGitHub,
+                                                                               known: bool) -> None:
+    """A base GitHub cannot place after the default branch's tip, or does not know: no settings, no checkout."""
+    other = "1" * 40
+    if known:
+        fake.add_run(SETTINGS_RUN + 1, event="merge_group", head_sha=other, title=f"ds4ci gate {other}")
+    proc, outputs = _settings_commit(tmp_path, fake, queue_base=other)
+    assert proc.returncode == 2 and "sha" not in outputs, proc.stdout + proc.stderr
+    why = ("is neither in the default branch main's history nor after its tip (compare: 'diverged')" if known
+           else "could not compare the default branch main")
+    assert why in proc.stdout + proc.stderr
 
 
 @pytest.mark.parametrize("head_sha", [None, "main", ""], ids=["no such run", "not a commit", "empty"])
