@@ -67,7 +67,8 @@ def test_a_build_that_plants_programs_in_git_and_rewrites_head_changes_nothing_t
     ws = Workspace.create(checkout)
     config_before = (checkout / ".git" / "config").read_bytes()
     run = ws.gate(widths="2", server_bin=None, config=planting_build(ws, marker, other), source_dir=checkout,
-                  env=ws.env(DS4CI_CONTAINMENT=level))
+                  env=ws.env(DS4CI_CONTAINMENT=level),
+                  results_out=str(tmp_path / "results.json"))  # ds4ci's own output: never inside the checkout
     assert run.code == 0, run.stdout + run.stderr
     assert run.results is not None
     assert not marker.exists(), marker.read_text()  # no program the build planted ever ran outside
