@@ -54,6 +54,17 @@ def neutralise(text: str) -> str:
     return _LEGACY.sub(r"\1 ", _COLONS.sub(": ", _UNSAFE.sub(_escape, text)))
 
 
+_SGR = re.compile(r"\x1b\[[0-9;]*m")  # a terminal colour: ESC [ digits m
+
+
+def neutralise_keeping_colours(text: str) -> str:
+    """:func:`neutralise`, but the terminal colours in ``text`` (``ESC [ ... m``, which the logger writes in
+    colour mode) are kept: each piece between them is neutralised on its own, so no colour joins two halves of
+    a command (its ``[...m`` stands between them)."""
+    pieces, colours = _SGR.split(text), _SGR.findall(text)
+    return neutralise(pieces[0]) + "".join(c + neutralise(p) for c, p in zip(colours, pieces[1:], strict=True))
+
+
 def has_command(line: str) -> bool:
     """Whether the runner could read a workflow command in ``line`` (either form; see the module docstring)."""
     return bool(_COLONS.search(line) or _LEGACY.search(line))
@@ -106,7 +117,7 @@ class Guarded(io.TextIOBase):
         with self._lock:
             done, sep, self._held = (self._held + text).rpartition("\n")
             if sep:
-                self.stream.write(neutralise(done) + "\n")
+                self.stream.write(neutralise_keeping_colours(done) + "\n")
         return len(text)
 
     def write_command(self, line: str) -> None:
@@ -124,7 +135,7 @@ class Guarded(io.TextIOBase):
 
     def _release(self, newline: bool = True) -> None:
         if self._held:
-            self.stream.write(neutralise(self._held) + ("\n" if newline else ""))
+            self.stream.write(neutralise_keeping_colours(self._held) + ("\n" if newline else ""))
             self._held = ""
 
     def finish(self) -> None:
