@@ -162,9 +162,8 @@ def publish(
         no_comment=no_comment, no_status=no_status, template_dir=template_dir, summary_file=summary_file,
         comment_author=comment_author, allow_focused=allow_focused_reruns, merge_config=merge_config,
         expect_runners=tuple(expect_runner or ()), expect_config=expect_config, check_runs=check_runs,
-        dry_run_dir=dry_run_dir, calibrations=calibrations, verdicts_out=verdicts_out,
-        comment_mode=comment_mode, bisects=tuple(bisect or ()), comment_record=comment_record,
-        calibration_record=calibration_record,
+        dry_run_dir=dry_run_dir, calibrations=calibrations, verdicts_out=verdicts_out, comment_mode=comment_mode,
+        bisects=tuple(bisect or ()), comment_record=comment_record, calibration_record=calibration_record,
     )
     exit_with(
         lambda: run_publish(results or [], request, pending=pending, runner=runner, unverified=unverified)

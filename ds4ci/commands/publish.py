@@ -172,10 +172,11 @@ def publish_documents(published: list[Published], request: PublishRequest) -> in
     apply.apply(made, client)
     if r.calibration_record is not None:  # last, like the verdicts: only once everything was posted
         from ds4ci.github import calrecord
+        from ds4ci.github.publish import RUNNER_RE
 
         calrecord.write(r.calibration_record, calrecord.cited_days(
             (p.doc["runner"]["name"], p.doc["runner"].get("role", "gate"), p.doc.get("calibration"))
-            for p in published if p.may_set_status))
+            for p in published if p.may_set_status and RUNNER_RE.match(p.doc["runner"]["name"])))
     return 0
 
 

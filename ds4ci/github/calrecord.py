@@ -38,16 +38,15 @@ def _day(text: str) -> dt.date | None:
 
 def cited_days(runners: Iterable[tuple[str, str, Any]]) -> dict[str, str]:
     """Runner -> the day its bundle's sealed calibration finished, for every gate runner whose bundle cites one.
-    ``runners``: (name, role, the derived ``calibration``) of each document whose bundle verified; only a gate
-    runner's ``cited`` calibration counts."""
-    from ds4ci.github.publish import RUNNER_RE
-
+    ``runners``: (name, role, the derived ``calibration``) of each document whose bundle verified, names the
+    runner table allows (no ``=``: the record's name reads back one way); only a gate runner's ``cited``
+    calibration counts."""
     out: dict[str, str] = {}
     for runner, role, cal in runners:
         if role != "gate" or not isinstance(cal, dict) or cal.get("state") != "cited":
             continue
         day = str(cal.get("finished") or "")[:_DAY]
-        if _day(day) is not None and RUNNER_RE.match(runner):
+        if _day(day) is not None and runner and "=" not in runner:
             out[runner] = day
     return out
 

@@ -112,9 +112,9 @@ def _done(conn: socket.socket, answer: dict[str, Any], outs: dict[str, tuple[Pat
             buffer = io.BytesIO()
             recv_file(conn, header, MAX_LOG, buffer)
             stream = sys.stdout if name == "stdout" else sys.stderr
+            # As text, through the stream ds4ci guards: the gate's output quotes what the pull request printed.
+            stream.write(buffer.getvalue().decode("utf-8", "replace"))
             stream.flush()
-            stream.buffer.write(buffer.getvalue())
-            stream.buffer.flush()
     missing = [flag for name, flag in (("results", "--results-out"), ("bundle", "--bundle-out")) if name not in names]
     if code in (0, 1) and missing:  # a verdict stands only with its files
         raise NoVerdictError(f"the gate exited {code} but the service sent nothing for {', '.join(missing)}; "
