@@ -244,7 +244,7 @@ def test_publish_statuses_match_the_contract(
     # The check runs publish makes from the same documents, as a GitHub App's token (Actions: github-actions[bot]).
     from ds4ci.github import apply, facts, plan, runnerview
 
-    views = runnerview.views_of(docs, head, {}, allow_focused=False)
+    views = runnerview.views_of(runnerview.viewed(docs), head, {}, allow_focused=False)
     made = plan.make(views, facts.Settings(repo="octocat/hello-world", target_url="https://github.com/o/r/actions/runs/1",
                                           status=False, comment_mode="off"),
                      facts.Facts(publisher="github-actions[bot]", app="github-actions"))
