@@ -44,7 +44,7 @@ def calibrated(models: Path, tmp_path_factory: pytest.TempPathFactory) -> dict[s
     record = tmp / "records" / "first" / "record"
     doc = json.loads((record / "calibration.json").read_text(encoding="utf-8"))
     # The trusted config: the tiny models' own, with each runner's table naming its records and its key.
-    config = models / "cited.toml"
+    config = models / f"cited-{os.getpid()}-{tmp.name}.toml"  # the models folder is the run's: a name of its own
     config.write_text((models / "ds4ci.toml").read_text(encoding="utf-8") + (
         f'\n[runners.{RUNNER}]\ncalibrations = "{tmp / "records"}"\npublic_key = "{key}"\n'
         f'\n[runners.cpu-other]\ncalibrations = "{tmp / "records"}"\npublic_key = "{key}"\n'), encoding="utf-8")
@@ -144,7 +144,7 @@ def test_a_tampered_record_or_one_signed_by_another_key_is_an_error_that_says_so
     c = calibrated
     folder = tmp_path / "records"
     shutil.copytree(c["record"], folder / "record")
-    config = c["config"].parent / "tampered.toml"
+    config = c["config"].parent / f"tampered-{os.getpid()}-{tmp_path.name}.toml"
     config.write_text(c["config"].read_text(encoding="utf-8").replace(str(c["tmp"] / "records"), str(folder)),
                       encoding="utf-8")
     calibration = folder / "record" / "calibration.json"
