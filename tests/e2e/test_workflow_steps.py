@@ -447,30 +447,35 @@ def test_the_publish_job_passes_each_runners_bisect_beside_its_bundle(tmp_path: 
     assert given == [str(folders["gfx1151"] / "bisect.json")], argv
 
 
-@pytest.mark.parametrize("artifact", ["ds4ci-calibrated--cuda=2026-12-04--gfx1151=2026-12-01", None])
-def test_the_publish_job_outputs_the_calibration_record_publish_wrote(tmp_path: Path, artifact: str | None) -> None:
-    """The step passes --calibration-record and outputs the record's artifact name for the upload step (none when
-    no verified bundle cites a calibration: nothing is uploaded)."""
-    venv = tmp_path / "ds4ci-venv" / "bin"
+def _publish_step(tmp: Path, flag: str, write: str) -> tuple[subprocess.CompletedProcess[str], dict[str, str]]:
+    """gate.yml's publish step under bash -e, with a stand-in ds4ci that runs ``write`` (``$j``: the index of
+    ``flag``'s value in its argv) and one runner's bundle downloaded."""
+    venv = tmp / "ds4ci-venv" / "bin"
     venv.mkdir(parents=True)
-    doc = json.dumps({"artifact": artifact, "calibrated": {}})
-    body = ('for ((i = 1; i <= $#; i++)); do if [[ "${!i}" == --calibration-record ]]; then j=$((i + 1)); '
-            f"printf '%s\\n' '{doc}' > \"${{!j}}\"; fi; done; exit 0")
-    (venv / "ds4ci").write_bytes(_stand_in(tmp_path, body).read_bytes())
+    body = (f'for ((i = 1; i <= $#; i++)); do if [[ "${{!i}}" == {flag} ]]; then j=$((i + 1)); {write}; fi; done; '
+            "exit 0")
+    (venv / "ds4ci").write_bytes(_stand_in(tmp, body).read_bytes())
     (venv / "ds4ci").chmod(0o755)
-    folder = tmp_path / "ds4ci-results" / "ds4ci-results-cuda"
+    folder = tmp / "ds4ci-results" / "ds4ci-results-cuda"
     folder.mkdir(parents=True)
     (folder / "bundle.tar.gz").write_bytes(b"x")
     env = {"GITHUB_TOKEN": WRITE_TOKEN, "DS4CI_PR": "7", "DS4CI_HEAD_SHA": "a" * 40, "DS4CI_RUNNERS": "cuda",
            "DS4CI_RUN_URL": "https://github.invalid/run", "DS4CI_CONFIG": "ds4ci.toml", "DS4CI_ALLOW_FOCUSED": "false",
            "DS4CI_FORK": "false", "DS4CI_APPROVAL": "skipped", "GITHUB_REPOSITORY": "acme/engine"}
-    gate_yml = ROOT / ".github" / "workflows" / "gate.yml"
-    proc, outputs = _run(_step(gate_yml, "publish", job="publish"), tmp_path, tmp_path, env)
+    return _run(_step(GATE_YML, "publish", job="publish"), tmp, tmp, env)
+
+
+@pytest.mark.parametrize("artifact", ["ds4ci-calibrated--cuda=2026-12-04--gfx1151=2026-12-01", None])
+def test_the_publish_job_outputs_the_calibration_record_publish_wrote(tmp_path: Path, artifact: str | None) -> None:
+    """The step passes --calibration-record and outputs the record's artifact name for the upload step (none when
+    no verified bundle cites a calibration: nothing is uploaded)."""
+    doc = json.dumps({"artifact": artifact, "calibrated": {}})
+    proc, outputs = _publish_step(tmp_path, "--calibration-record", f"printf '%s\\n' '{doc}' > \"${{!j}}\"")
     assert proc.returncode == 0, proc.stdout + proc.stderr
     argv = (tmp_path / "argv").read_text().splitlines()
     assert argv[argv.index("--calibration-record") + 1] == str(tmp_path / "ds4ci-calibrated.json")
     assert outputs.get("calibrated") == (artifact or "")
-    doc_ = YAML(typ="safe").load(gate_yml.read_text())
+    doc_ = YAML(typ="safe").load(GATE_YML.read_text())
     name = "Record the calibrations the verified bundles cite"
     (upload,) = [s for s in doc_["jobs"]["publish"]["steps"] if s.get("name") == name]
     assert upload["with"]["name"] == "${{ steps.publish.outputs.calibrated }}"
@@ -486,22 +491,9 @@ def test_the_publish_job_outputs_the_comment_record_publish_wrote(tmp_path: Path
                                                                  output: str | None) -> None:
     """The step passes --comment-record and outputs the record's artifact name (the comment's id and its body's
     digest) for the upload step; a name of any other shape is never output, so nothing is uploaded."""
-    venv = tmp_path / "ds4ci-venv" / "bin"
-    venv.mkdir(parents=True)
     record = tmp_path / "record.json"
     record.write_text(json.dumps({"comment_id": 81, "sha256": "0" * 64, "artifact": artifact}) + "\n")
-    body = ('for ((i = 1; i <= $#; i++)); do if [[ "${!i}" == --comment-record ]]; then j=$((i + 1)); '
-            f'cp "{record}" "${{!j}}"; fi; done; exit 0')
-    (venv / "ds4ci").write_bytes(_stand_in(tmp_path, body).read_bytes())
-    (venv / "ds4ci").chmod(0o755)
-    folder = tmp_path / "ds4ci-results" / "ds4ci-results-cuda"
-    folder.mkdir(parents=True)
-    (folder / "bundle.tar.gz").write_bytes(b"x")
-    env = {"GITHUB_TOKEN": WRITE_TOKEN, "DS4CI_PR": "7", "DS4CI_HEAD_SHA": "a" * 40, "DS4CI_RUNNERS": "cuda",
-           "DS4CI_RUN_URL": "https://github.invalid/run", "DS4CI_CONFIG": "ds4ci.toml", "DS4CI_ALLOW_FOCUSED": "false",
-           "DS4CI_FORK": "false", "DS4CI_APPROVAL": "skipped", "GITHUB_REPOSITORY": "acme/engine"}
-    gate_yml = ROOT / ".github" / "workflows" / "gate.yml"
-    proc, outputs = _run(_step(gate_yml, "publish", job="publish"), tmp_path, tmp_path, env)
+    proc, outputs = _publish_step(tmp_path, "--comment-record", f'cp "{record}" "${{!j}}"')
     assert proc.returncode == 0, proc.stdout + proc.stderr
     argv = (tmp_path / "argv").read_text().splitlines()
     assert argv[argv.index("--comment-record") + 1] == str(tmp_path / "ds4ci-comment.json")
